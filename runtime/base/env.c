@@ -1,0 +1,47 @@
+// The table of environment knobs zinf reads, each read once, and the launcher's rank.
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "zinf_internal.h"
+
+static const struct {
+    const char *name;
+    const char *doc;
+} knobs[ZINF_ENV_COUNT] = {
+    [ZINF_ENV_LOG_LEVEL] = {"ZINF_LOG_LEVEL", "log level: error, warn, info (default) or debug"},
+};
+
+static const char *values[ZINF_ENV_COUNT];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void read_all(void) {
+    for (int k = 0; k < ZINF_ENV_COUNT; k++) values[k] = getenv(knobs[k].name);
+}
+
+const char *zinf_env(zinf_env_knob k) {
+    pthread_once(&once, read_all);
+    return (unsigned)k < ZINF_ENV_COUNT ? values[k] : NULL;
+}
+
+const char *zinf_env_name(zinf_env_knob k) { return (unsigned)k < ZINF_ENV_COUNT ? knobs[k].name : "?"; }
+const char *zinf_env_doc(zinf_env_knob k) { return (unsigned)k < ZINF_ENV_COUNT ? knobs[k].doc : "?"; }
+
+// Launchers each name rank and size their own way; the first pair found wins.
+void zinf_launcher_rank(int *rank, int *world_size) {
+    static const char *const pairs[][2] = {
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        {"PMIX_RANK", "PMIX_SIZE"},
+        {"PMI_RANK", "PMI_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"},
+    };
+    *rank = 0;
+    *world_size = 1;
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(pairs); i++) {
+        const char *r = getenv(pairs[i][0]), *n = getenv(pairs[i][1]);
+        if (r && n && atoi(n) > 0) {
+            *rank = atoi(r);
+            *world_size = atoi(n);
+            return;
+        }
+    }
+}

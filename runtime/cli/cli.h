@@ -1,0 +1,23 @@
+// The zinf command line: one binary, subcommands, the exit codes of the design
+// (0 success, 1 runtime failure, 2 usage or config error).
+#ifndef ZINF_CLI_H
+#define ZINF_CLI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "zinf.h"
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+// A usage mistake: prints "zinf CMD: message" and a pointer to --help; returns 2.
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// A failed library call: prints "zinf CMD: error: <last error>"; returns code.
+int cli_fail(const char *cmd, int code);
+// Print obj as one line of JSON on stdout (the --json contract) and release it.
+void cli_print_json_line(json_t *obj);
+
+int cli_check(int argc, char **argv);
+int cli_info(int argc, char **argv);
+
+#endif

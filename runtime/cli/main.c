@@ -1,0 +1,123 @@
+// zinf: the command-line front end. Dispatches to subcommands; each has --help.
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv); // NULL: planned, not in this version yet
+    const char *summary;
+    const char *usage;
+} command;
+
+static const command commands[] = {
+    {"check", cli_check, "validate a config and print it normalized",
+     "zinf check CONFIG.json [--world-size N] [--set key.path=value ...]\n"
+     "  Validates CONFIG.json and prints it normalized (every default filled in) as JSON.\n"
+     "  --world-size N   data-parallel ranks the batch sizes are resolved for\n"
+     "                   (default: the launcher's, else 1)\n"
+     "  --set k.p=v      override one key (v parsed as JSON, else taken as a string)\n"
+     "  Exit 0 when valid, 2 with the error on stderr when not.\n"},
+    {"info", cli_info, "hardware and capabilities",
+     "zinf info [--path DIR ...] [--json]\n"
+     "  Reports what the engine will use: CPU, SIMD level, NUMA, memory, locked-memory\n"
+     "  limit, huge pages, io_uring, CUDA devices, MPI and NCCL.\n"
+     "  --path DIR   also probe DIR for O_DIRECT, block size and free space (repeatable)\n"
+     "  --json       one JSON object on stdout\n"},
+    {"train", NULL, "train a model",
+     "zinf train CONFIG.json [--steps N] [--json] [--set key.path=value ...]\n"},
+    {"eval", NULL, "evaluate a model on a token file",
+     "zinf eval --model FILE.safetensors --data FILE [--config CONFIG.json] [--json]\n"},
+    {"io-bench", NULL, "measure NVMe read/write bandwidth",
+     "zinf io-bench --path DIR [--path DIR ...] [--size S] [--block-size B]\n"
+     "              [--queue-depth Q] [--threads T] [--read | --write] [--loops N]\n"
+     "              [--validate] [--json]\n"},
+    {"io-tune", NULL, "find the best aio settings for paths",
+     "zinf io-tune --path DIR [--path DIR ...] [--size S] [--json]\n"},
+    {"adam-bench", NULL, "measure CPU Adam against memory bandwidth",
+     "zinf adam-bench [--params N] [--threads T] [--grad-dtype fp32|bf16|fp16]\n"
+     "                [--out-dtype none|bf16|fp16] [--json]\n"},
+    {"estimate", NULL, "memory and traffic needed per stage and tier",
+     "zinf estimate (--params N | --config CONFIG.json) [--gpus-per-node G] [--nodes K] [--json]\n"},
+    {"consolidate", NULL, "merge a checkpoint into one safetensors file",
+     "zinf consolidate CKPT_DIR OUT.safetensors [--dtype fp32|bf16] [--json]\n"},
+};
+
+static const command *find(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: zinf <command> [options]   (zinf <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s%s\n", commands[i].name, commands[i].summary,
+                commands[i].run ? "" : " (not in this version yet)");
+    fprintf(f, "\nSizes take binary suffixes (64K, 1M, 2G). Exit codes: 0 success, 1 runtime "
+               "failure, 2 usage or config error.\n\nenvironment:\n");
+    for (int k = 0; k < ZINF_ENV_COUNT; k++) fprintf(f, "  %-16s %s\n", zinf_env_name(k), zinf_env_doc(k));
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "zinf %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'zinf %s --help'.\n", cmd);
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+int cli_fail(const char *cmd, int code) {
+    fprintf(stderr, "zinf %s: error: %s\n", cmd, zinf_last_error());
+    return code;
+}
+
+void cli_print_json_line(json_t *obj) {
+    // %.17g keeps every double exact on the way back in (the --json contract).
+    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    if (s) puts(s);
+    free(s);
+    json_decref(obj);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        const command *c = argc > 2 ? find(argv[2]) : NULL;
+        if (c) fputs(c->usage, stdout);
+        else usage(stdout);
+        return CLI_OK;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("zinf %s\n", ZINF_VERSION);
+        return CLI_OK;
+    }
+    const command *c = find(name);
+    if (!c) {
+        fprintf(stderr, "zinf: unknown command \"%s\"\n", name);
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) break;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(c->usage, stdout);
+            if (!c->run) printf("  (not in this version of zinf yet)\n");
+            return CLI_OK;
+        }
+    }
+    if (!c->run) {
+        fprintf(stderr, "zinf %s: not in this version of zinf yet (%s)\n", name, ZINF_VERSION);
+        return CLI_USAGE;
+    }
+    return c->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,245 @@
+// Config rules that span keys: derived defaults (presets, overlap_comm, seq_len), the
+// DeepSpeed batch-size triple, conflicting settings, and paths that must exist.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "internal.h"
+
+static bool given(const parse_ctx *ctx, const char *path) {
+    const key *k = config_key_find(path);
+    return k && ctx->given[k - zinf_config_keys];
+}
+
+static const char *enum_name(const char *path, int v) { return config_key_find(path)->names[v]; }
+
+// ---- paths ----
+
+// A directory zinf will write to: it must exist and take a new file.
+static zinf_status check_dir(const parse_ctx *ctx, const char *keypath, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\": %s; create it or point %s at an existing directory",
+                         ctx->name, keypath, dir, strerror(errno), config_key_name(keypath));
+    if (!S_ISDIR(st.st_mode))
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\" is not a directory", ctx->name, keypath, dir);
+    // access(W_OK) says yes to root on a read-only mount; creating a file is the real test.
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/.zinf-check-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\" is not writable: %s", ctx->name, keypath, dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return ZINF_OK;
+}
+
+// A file zinf will read: it must exist, be a regular file and open for reading.
+static zinf_status check_file(const parse_ctx *ctx, const char *keypath, const char *file) {
+    struct stat st;
+    int fd = open(file, O_RDONLY);
+    if (fd < 0) return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\": %s", ctx->name, keypath, file, strerror(errno));
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+    if (!ok) return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\" is not a regular file", ctx->name, keypath, file);
+    return ZINF_OK;
+}
+
+// ---- sections ----
+
+static zinf_status model_rules(zinf_config *c, const parse_ctx *ctx) {
+    static const struct {
+        int64_t n_layer, n_head, n_embd;
+    } presets[] = {
+        [ZINF_PRESET_GPT2] = {12, 12, 768},
+        [ZINF_PRESET_GPT2_MEDIUM] = {24, 16, 1024},
+        [ZINF_PRESET_GPT2_LARGE] = {36, 20, 1280},
+        [ZINF_PRESET_GPT2_XL] = {48, 25, 1600},
+    };
+    zinf_model_config *m = &c->model;
+    if (!m->present) return ZINF_OK;
+    if (m->preset != ZINF_PRESET_NONE) {
+        // A preset fills what the section leaves out; explicit keys override it.
+        if (m->n_layer < 0) m->n_layer = presets[m->preset].n_layer;
+        if (m->n_head < 0) m->n_head = presets[m->preset].n_head;
+        if (m->n_embd < 0) m->n_embd = presets[m->preset].n_embd;
+    }
+    const char *dims[] = {"model.n_layer", "model.n_head", "model.n_embd"};
+    int64_t vals[] = {m->n_layer, m->n_head, m->n_embd};
+    for (int i = 0; i < 3; i++)
+        if (vals[i] < 0)
+            return zinf_fail(ZINF_ERR_INVAL,
+                             "%s: %s: missing; give model.preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or "
+                             "n_layer, n_head and n_embd",
+                             ctx->name, dims[i]);
+    if (m->vocab_size < 0) m->vocab_size = c->data.present && c->data.format == ZINF_DATA_TEXT_BYTES ? 256 : 50257;
+    if (m->block_size < 0) m->block_size = 1024;
+    if (m->n_embd % m->n_head != 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: model.n_embd: %lld is not a multiple of model.n_head (%lld)", ctx->name,
+                         (long long)m->n_embd, (long long)m->n_head);
+    if (m->init_from) ZINF_CHECK(check_file(ctx, "model.init_from", m->init_from));
+    return ZINF_OK;
+}
+
+static zinf_status data_rules(zinf_config *c, const parse_ctx *ctx) {
+    zinf_data_config *d = &c->data;
+    if (!d->present) return ZINF_OK;
+    ZINF_CHECK(check_file(ctx, "data.path", d->path));
+    if (d->seq_len < 0) d->seq_len = c->model.present ? c->model.block_size : 1024;
+    if (!c->model.present) return ZINF_OK;
+    if (d->seq_len > c->model.block_size)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: data.seq_len: %lld is longer than model.block_size (%lld)", ctx->name,
+                         (long long)d->seq_len, (long long)c->model.block_size);
+    if (d->format == ZINF_DATA_TEXT_BYTES && c->model.vocab_size < 256)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: model.vocab_size: %lld is too small for data.format \"text-bytes\" (every byte is a "
+                         "token: at least 256)",
+                         ctx->name, (long long)c->model.vocab_size);
+    return ZINF_OK;
+}
+
+static zinf_status optimizer_rules(zinf_config *c, const parse_ctx *ctx) {
+    if (c->fp16.enabled && c->bf16)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: fp16.enabled and bf16.enabled are both true; enable one of them",
+                         ctx->name);
+    if (c->optimizer.type == ZINF_OPT_ADAMW && !c->optimizer.adam_w_mode)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: optimizer.params.adam_w_mode: false contradicts optimizer.type \"AdamW\"; use type "
+                         "\"Adam\" for L2 weight decay",
+                         ctx->name);
+    zinf_scheduler_config *s = &c->scheduler;
+    if (s->type == ZINF_SCHED_NONE) return ZINF_OK;
+    static const unsigned takes[] = {0, F_WLR, F_WDLR, F_WCLR};
+    const char *type = enum_name("scheduler.type", s->type);
+    for (size_t i = 0; i < zinf_config_nkeys; i++) {
+        const key *k = &zinf_config_keys[i];
+        if (ctx->given[i] && (k->flags & (F_WLR | F_WDLR | F_WCLR)) && !(k->flags & takes[s->type]))
+            return zinf_fail(ZINF_ERR_INVAL, "%s: %s: not a parameter of %s", ctx->name, k->path, type);
+    }
+    if (s->type != ZINF_SCHED_WARMUP_LR) {
+        if (s->total_num_steps < 0)
+            return zinf_fail(ZINF_ERR_INVAL, "%s: scheduler.params.total_num_steps: missing; %s needs it", ctx->name,
+                             type);
+        if (s->warmup_num_steps > s->total_num_steps)
+            return zinf_fail(ZINF_ERR_INVAL,
+                             "%s: scheduler.params.warmup_num_steps: %lld is more than total_num_steps (%lld)",
+                             ctx->name, (long long)s->warmup_num_steps, (long long)s->total_num_steps);
+    }
+    return ZINF_OK;
+}
+
+static zinf_status offload_rules(const parse_ctx *ctx, const char *section, zinf_offload_device dev,
+                                 const zinf_path_list *paths, int64_t stage, int64_t min_stage) {
+    char devkey[96], pathkey[96];
+    snprintf(devkey, sizeof devkey, "zero_optimization.%s.device", section);
+    snprintf(pathkey, sizeof pathkey, "zero_optimization.%s.nvme_path", section);
+    if (dev != ZINF_OFFLOAD_NONE && stage < min_stage)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\" needs zero_optimization.stage %s (stage is %lld)", ctx->name,
+                         devkey, enum_name(devkey, dev), min_stage == 3 ? "3" : "1, 2 or 3", (long long)stage);
+    if (dev == ZINF_OFFLOAD_NVME && paths->count == 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: missing; device \"nvme\" needs a directory on the NVMe drive(s) to swap to",
+                         ctx->name, pathkey);
+    if (dev != ZINF_OFFLOAD_NVME && paths->count > 0)
+        ZINF_LOG_WARN("%s: %s is unused: %s is \"%s\"", ctx->name, pathkey, devkey, enum_name(devkey, dev));
+    for (int i = 0; dev == ZINF_OFFLOAD_NVME && i < paths->count; i++) ZINF_CHECK(check_dir(ctx, pathkey, paths->paths[i]));
+    return ZINF_OK;
+}
+
+static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
+    zinf_zero_config *z = &c->zero;
+    // DeepSpeed overlaps gradient reduction with backward by default in stage 3 only.
+    if (!given(ctx, "zero_optimization.overlap_comm")) z->overlap_comm = z->stage == 3;
+    ZINF_CHECK(offload_rules(ctx, "offload_optimizer", z->offload_optimizer.device, &z->offload_optimizer.nvme_path,
+                             z->stage, 1));
+    ZINF_CHECK(offload_rules(ctx, "offload_param", z->offload_param.device, &z->offload_param.nvme_path, z->stage, 3));
+    if (c->aio.block_size % 4096 != 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: aio.block_size: %lld is not a multiple of 4096 (O_DIRECT alignment)",
+                         ctx->name, (long long)c->aio.block_size);
+    return ZINF_OK;
+}
+
+static zinf_status run_rules(zinf_config *c, const parse_ctx *ctx) {
+#ifndef ZINF_HAVE_CUDA
+    if (c->device.backend == ZINF_BACKEND_CUDA)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED,
+                         "%s: device.backend: \"cuda\" but this build of zinf has no CUDA backend (built with "
+                         "NO_CUDA=1 or without nvcc); use \"host\" or \"auto\"",
+                         ctx->name);
+#endif
+    zinf_checkpoint_config *k = &c->checkpoint;
+    if (k->dir) {
+        struct stat st;
+        if (stat(k->dir, &st) == 0) ZINF_CHECK(check_dir(ctx, "checkpoint.dir", k->dir));
+    } else if (k->load && strcmp(k->load, "latest") == 0) {
+        return zinf_fail(ZINF_ERR_INVAL, "%s: checkpoint.load: \"latest\" needs checkpoint.dir", ctx->name);
+    } else if (given(ctx, "checkpoint.interval") || given(ctx, "checkpoint.keep")) {
+        return zinf_fail(ZINF_ERR_INVAL, "%s: checkpoint.%s: set, but checkpoint.dir is not", ctx->name,
+                         given(ctx, "checkpoint.interval") ? "interval" : "keep");
+    }
+    if (k->load && strcmp(k->load, "latest") != 0) {
+        struct stat st;
+        if (stat(k->load, &st) != 0 || !S_ISDIR(st.st_mode))
+            return zinf_fail(ZINF_ERR_INVAL, "%s: checkpoint.load: \"%s\" is neither \"latest\" nor a checkpoint directory",
+                             ctx->name, k->load);
+    }
+    return ZINF_OK;
+}
+
+// DeepSpeed's rule: train_batch_size = micro × accumulation × world size; any two
+// determine the third, one alone sets accumulation to 1.
+static zinf_status batch_rules(zinf_config *c, const parse_ctx *ctx, int world) {
+    int64_t tb = c->train_batch_size, mb = c->train_micro_batch_size_per_gpu, ga = c->gradient_accumulation_steps;
+    c->world_size = world;
+    const char *name = ctx->name;
+    if (tb < 0 && mb < 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: train_batch_size or train_micro_batch_size_per_gpu: give at least one",
+                         name);
+    if (tb > 0 && mb > 0 && ga > 0) {
+        // all three given: checked below
+    } else if (tb > 0 && mb > 0) {
+        if (tb % (mb * world) != 0)
+            return zinf_fail(ZINF_ERR_INVAL,
+                             "%s: train_batch_size: %lld is not a multiple of train_micro_batch_size_per_gpu (%lld) "
+                             "x world size (%d)",
+                             name, (long long)tb, (long long)mb, world);
+        ga = tb / (mb * world);
+    } else if (tb > 0) {
+        if (ga < 0) ga = 1;
+        if (tb % (ga * world) != 0)
+            return zinf_fail(ZINF_ERR_INVAL,
+                             "%s: train_batch_size: %lld is not a multiple of gradient_accumulation_steps (%lld) x "
+                             "world size (%d)",
+                             name, (long long)tb, (long long)ga, world);
+        mb = tb / (ga * world);
+    } else {
+        if (ga < 0) ga = 1;
+        if (__builtin_mul_overflow(mb, ga, &tb) || __builtin_mul_overflow(tb, (int64_t)world, &tb))
+            return zinf_fail(ZINF_ERR_INVAL, "%s: train_micro_batch_size_per_gpu: %lld makes the batch too large", name,
+                             (long long)mb);
+    }
+    int64_t prod;
+    if (__builtin_mul_overflow(mb, ga, &prod) || __builtin_mul_overflow(prod, (int64_t)world, &prod) || prod != tb)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: train_batch_size: %lld is not train_micro_batch_size_per_gpu (%lld) x "
+                         "gradient_accumulation_steps (%lld) x world size (%d) = %lld",
+                         name, (long long)tb, (long long)mb, (long long)ga, world, (long long)prod);
+    c->train_batch_size = tb;
+    c->train_micro_batch_size_per_gpu = mb;
+    c->gradient_accumulation_steps = ga;
+    return ZINF_OK;
+}
+
+zinf_status config_apply_rules(zinf_config *cfg, const parse_ctx *ctx, int world_size) {
+    ZINF_CHECK(batch_rules(cfg, ctx, world_size));
+    ZINF_CHECK(optimizer_rules(cfg, ctx));
+    ZINF_CHECK(zero_rules(cfg, ctx));
+    ZINF_CHECK(model_rules(cfg, ctx));
+    ZINF_CHECK(data_rules(cfg, ctx));
+    ZINF_CHECK(run_rules(cfg, ctx));
+    return ZINF_OK;
+}

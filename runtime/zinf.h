@@ -1,0 +1,14 @@
+// zinf: train models far larger than the GPU holds (ZeRO 1-3, CPU and NVMe offload).
+// The umbrella header: everything a program embedding the engine needs.
+#ifndef ZINF_H
+#define ZINF_H
+
+#include "zinf_base.h"
+#include "zinf_aio.h"
+#include "zinf_adam.h"
+#include "zinf_gpu.h"
+#include "zinf_offload.h"
+#include "zinf_comm.h"
+#include "zinf_config.h"
+
+#endif

@@ -1,0 +1,201 @@
+// zinf config: the training config (JSON, DeepSpeed-compatible keys plus zinf's own
+// sections), parsed, validated and normalized. The struct is public: programs read it
+// and may adjust it before creating an engine.
+#ifndef ZINF_CONFIG_H
+#define ZINF_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zinf_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zinf_offload_device {
+    ZINF_OFFLOAD_NONE = 0,
+    ZINF_OFFLOAD_CPU,
+    ZINF_OFFLOAD_NVME,
+} zinf_offload_device;
+
+// One or more directories; several stripe the swap store (one per drive).
+typedef struct zinf_path_list {
+    char **paths;
+    int count;
+} zinf_path_list;
+
+typedef struct zinf_offload_optimizer_config {
+    zinf_offload_device device;
+    zinf_path_list nvme_path;
+    int64_t buffer_count;
+    bool pin_memory;
+    bool pipeline_read;  // read sub-group i+1 while i computes
+    bool pipeline_write; // write sub-group i-1 while i computes
+    bool fast_init;
+} zinf_offload_optimizer_config;
+
+typedef struct zinf_offload_param_config {
+    zinf_offload_device device;
+    zinf_path_list nvme_path;
+    int64_t buffer_count;
+    int64_t buffer_size; // elements per swap buffer
+    int64_t max_in_cpu;  // elements kept resident in host memory with nvme
+    bool pin_memory;
+} zinf_offload_param_config;
+
+typedef struct zinf_zero_config {
+    int64_t stage; // 0..3
+    bool contiguous_gradients;
+    bool reduce_scatter;
+    int64_t reduce_bucket_size; // elements
+    bool allgather_partitions;
+    int64_t allgather_bucket_size; // elements
+    bool overlap_comm;             // default: stage == 3, as DeepSpeed
+    int64_t sub_group_size;        // elements per optimizer tile
+    int64_t prefetch_bucket_size;  // elements (stage3_prefetch_bucket_size)
+    int64_t param_persistence_threshold;
+    int64_t max_live_parameters;
+    int64_t max_reuse_distance;
+    zinf_offload_optimizer_config offload_optimizer;
+    zinf_offload_param_config offload_param;
+} zinf_zero_config;
+
+typedef struct zinf_fp16_config {
+    bool enabled;
+    double loss_scale; // 0: dynamic
+    int64_t initial_scale_power;
+    int64_t loss_scale_window;
+    int64_t hysteresis;
+    bool consecutive_hysteresis;
+    double min_loss_scale;
+} zinf_fp16_config;
+
+typedef enum zinf_optimizer_type { ZINF_OPT_ADAM = 0, ZINF_OPT_ADAMW } zinf_optimizer_type;
+
+typedef struct zinf_optimizer_config {
+    zinf_optimizer_type type;
+    double lr;
+    double betas[2];
+    double eps;
+    double weight_decay;
+    bool adam_w_mode; // decoupled weight decay; DeepSpeed's default even for "Adam"
+    bool bias_correction;
+} zinf_optimizer_config;
+
+typedef enum zinf_scheduler_type {
+    ZINF_SCHED_NONE = 0, // constant lr
+    ZINF_SCHED_WARMUP_LR,
+    ZINF_SCHED_WARMUP_DECAY_LR,
+    ZINF_SCHED_WARMUP_COSINE_LR,
+} zinf_scheduler_type;
+
+typedef enum zinf_warmup_type { ZINF_WARMUP_LOG = 0, ZINF_WARMUP_LINEAR } zinf_warmup_type;
+
+typedef struct zinf_scheduler_config {
+    zinf_scheduler_type type;
+    double warmup_min_lr;    // WarmupLR, WarmupDecayLR
+    double warmup_max_lr;    // WarmupLR, WarmupDecayLR
+    int64_t warmup_num_steps;
+    zinf_warmup_type warmup_type;
+    int64_t total_num_steps; // WarmupDecayLR, WarmupCosineLR
+    double warmup_min_ratio; // WarmupCosineLR
+    double cos_min_ratio;    // WarmupCosineLR
+} zinf_scheduler_config;
+
+typedef struct zinf_aio_config {
+    int64_t block_size;           // bytes per request
+    int64_t queue_depth;          // requests in flight per ring
+    int64_t intra_op_parallelism; // rings (workers); alias thread_count
+    bool single_submit;           // accepted; no meaning for io_uring
+    bool overlap_events;          // accepted; no meaning for io_uring
+} zinf_aio_config;
+
+typedef struct zinf_activation_checkpointing_config {
+    bool enabled; // the section is present: every block recomputes its forward
+} zinf_activation_checkpointing_config;
+
+typedef enum zinf_model_preset {
+    ZINF_PRESET_NONE = 0,
+    ZINF_PRESET_GPT2,
+    ZINF_PRESET_GPT2_MEDIUM,
+    ZINF_PRESET_GPT2_LARGE,
+    ZINF_PRESET_GPT2_XL,
+} zinf_model_preset;
+
+typedef struct zinf_model_config {
+    bool present;
+    zinf_model_preset preset;
+    int64_t n_layer, n_head, n_embd, vocab_size, block_size;
+    char *init_from; // safetensors file, or NULL
+} zinf_model_config;
+
+typedef enum zinf_data_format { ZINF_DATA_TOKENS_U16 = 0, ZINF_DATA_TEXT_BYTES } zinf_data_format;
+typedef enum zinf_sampling { ZINF_SAMPLING_RANDOM = 0, ZINF_SAMPLING_SEQUENTIAL } zinf_sampling;
+
+typedef struct zinf_data_config {
+    bool present;
+    char *path;
+    zinf_data_format format;
+    int64_t seq_len; // default: model.block_size
+    zinf_sampling sampling;
+} zinf_data_config;
+
+typedef enum zinf_backend { ZINF_BACKEND_AUTO = 0, ZINF_BACKEND_HOST, ZINF_BACKEND_CUDA } zinf_backend;
+
+typedef struct zinf_device_config {
+    zinf_backend backend;
+    int64_t memory_limit; // bytes; 0: the device's own capacity (host: its default)
+} zinf_device_config;
+
+typedef struct zinf_checkpoint_config {
+    char *dir;        // NULL: no checkpoints
+    int64_t interval; // steps between saves; 0: only at the end of the run
+    int64_t keep;     // newest checkpoints kept; 0: all
+    char *load;       // NULL, "latest" or a checkpoint directory
+} zinf_checkpoint_config;
+
+typedef struct zinf_config {
+    int world_size; // the batch triple was resolved for this many ranks
+    int64_t train_batch_size;
+    int64_t train_micro_batch_size_per_gpu;
+    int64_t gradient_accumulation_steps;
+    double gradient_clipping; // 0: off
+    int64_t steps_per_print;
+    int64_t seed;
+    int64_t steps; // -1: not set (train then needs --steps)
+    zinf_fp16_config fp16;
+    bool bf16;     // bf16.enabled
+    zinf_optimizer_config optimizer;
+    zinf_scheduler_config scheduler;
+    zinf_zero_config zero;
+    zinf_aio_config aio;
+    zinf_activation_checkpointing_config activation_checkpointing;
+    zinf_model_config model;
+    zinf_data_config data;
+    zinf_device_config device;
+    zinf_checkpoint_config checkpoint;
+} zinf_config;
+
+typedef struct zinf_config_options {
+    const char *const *sets; // "key.path=value" overrides, applied in order
+    int nsets;
+    int world_size;          // ranks the batch sizes are resolved for; 0: launcher's, else 1
+} zinf_config_options;
+
+// Read, validate and normalize the config file at path (NULL: an empty config, all
+// defaults). On failure *cfg holds nothing to free, and zinf_last_error() names the
+// file, the key path, the value and the rule: "zero_optimization.stage: 4 is out of
+// range; expected an integer from 0 to 3". Malformed JSON is reported as FILE:LINE:COL.
+zinf_status zinf_config_load(zinf_config *cfg, const char *path, const zinf_config_options *opts);
+// The same from JSON text; name is what errors call it (e.g. the file name).
+zinf_status zinf_config_parse(zinf_config *cfg, const char *json, const char *name, const zinf_config_options *opts);
+// The normalized config as pretty-printed JSON (malloc'd; free()), every default
+// filled in; it parses back to the same config.
+zinf_status zinf_config_to_json(const zinf_config *cfg, char **out);
+void zinf_config_free(zinf_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
