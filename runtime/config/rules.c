@@ -177,9 +177,9 @@ static zinf_status run_rules(zinf_config *c, const parse_ctx *ctx) {
         if (stat(k->dir, &st) == 0) ZINF_CHECK(check_dir(ctx, "checkpoint.dir", k->dir));
     } else if (k->load && strcmp(k->load, "latest") == 0) {
         return zinf_fail(ZINF_ERR_INVAL, "%s: checkpoint.load: \"latest\" needs checkpoint.dir", ctx->name);
-    } else if (given(ctx, "checkpoint.interval") || given(ctx, "checkpoint.keep")) {
+    } else if (k->interval > 0 || k->keep > 0) {
         return zinf_fail(ZINF_ERR_INVAL, "%s: checkpoint.%s: set, but checkpoint.dir is not", ctx->name,
-                         given(ctx, "checkpoint.interval") ? "interval" : "keep");
+                         k->interval > 0 ? "interval" : "keep");
     }
     if (k->load && strcmp(k->load, "latest") != 0) {
         struct stat st;
