@@ -10,6 +10,10 @@
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
+# Build with every core unless the caller chose (make -jN); 2 cores here and in CI.
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
+  MAKEFLAGS += -j$(shell nproc)
+endif
 
 CC ?= cc
 CUDA_HOME ?= /usr/local/cuda
@@ -83,8 +87,8 @@ comma := ,
 
 # `make deps` installs what the build and tests need (Debian, as root) or prints the
 # command to run. The stamp makes a fresh build dir check once, not on every make.
-DEBIAN_PKGS := build-essential pkg-config libjansson-dev liburing-dev libnuma-dev \
-  libopenblas-dev openmpi-bin libopenmpi-dev fio python3 python3-venv
+DEBIAN_PKGS := build-essential libjansson-dev liburing-dev libnuma-dev libopenblas-dev \
+  openmpi-bin libopenmpi-dev fio python3
 deps:
 	@missing=$$(for p in $(DEBIAN_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if ! command -v dpkg-query >/dev/null; then \

@@ -32,7 +32,8 @@ typedef struct zinf_aio_caps {
 void zinf_aio_probe(zinf_aio_caps *caps);
 
 // Names of the IORING_FEAT_* bits set in features, e.g. "single_mmap nodrop ...",
-// written to buf (space separated). Returns buf.
+// written to buf (space separated; bits zinf cannot name as "bitN"; a name that does
+// not fit is left out whole, 512 bytes hold them all). Returns buf.
 char *zinf_aio_feature_names(uint32_t features, char *buf, size_t len);
 
 typedef struct zinf_aio_path_info {
@@ -42,7 +43,7 @@ typedef struct zinf_aio_path_info {
     uint32_t logical_block;   // device logical block size (bytes), 0 when unknown
     uint32_t dio_align;       // alignment zinf uses for O_DIRECT: max(logical_block, 4096)
     bool direct;              // O_DIRECT open + aligned write + read back worked
-    int direct_errno;         // why not, when direct is false
+    int direct_errno;         // why not, when direct is false (tmpfs: EINVAL before Linux 6.6)
     bool writable;            // a file could be created in the directory
 } zinf_aio_path_info;
 

@@ -38,7 +38,8 @@ void zinf_gpu_runtime_probe(zinf_gpu_runtime_info *info);
 
 // Facts about CUDA device `index` (0 <= index < device_count), including a test
 // launch of one of this build's kernels. ZINF_ERR_CUDA with the runtime's text on
-// failure; ZINF_ERR_UNSUPPORTED when the build has no CUDA backend.
+// failure, *out keeping what was learned before the failing step (name, memory, bus
+// id); ZINF_ERR_UNSUPPORTED when the build has no CUDA backend.
 zinf_status zinf_gpu_device_probe(int index, zinf_gpu_device_info *out);
 
 // The host backend's BLAS as it describes itself, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH

@@ -1,0 +1,125 @@
+// zinf_cpu_probe against the kernel's own view: the flags, processor lines and model
+// name in /proc/cpuinfo, the physical/core ids there, and the NUMA nodes in sysfs.
+#include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zinf.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                                              \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
+            printf(__VA_ARGS__);                                                                                       \
+            putchar('\n');                                                                                             \
+            failures++;                                                                                                \
+        }                                                                                                              \
+    } while (0)
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+// Whole-word match in the space-separated flags line.
+static bool has_flag(const char *flags, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = flags; (p = strstr(p, name)); p += n)
+        if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+    return false;
+}
+
+int main(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) {
+        printf("skip: no /proc/cpuinfo\n");
+        return 77;
+    }
+    static char line[16384], flags[16384], model[256];
+    int processors = 0, pairs = 0;
+    long phys = -1;
+    static long seen[4096][2];
+    bool have_core_ids = false;
+    flags[0] = model[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        *colon = '\0';
+        char *key = trim(line), *val = trim(colon + 1);
+        if (strcmp(key, "processor") == 0)
+            processors++;
+        else if (strcmp(key, "flags") == 0 && !flags[0])
+            snprintf(flags, sizeof flags, "%s", val);
+        else if (strcmp(key, "model name") == 0 && !model[0])
+            snprintf(model, sizeof model, "%s", val);
+        else if (strcmp(key, "physical id") == 0)
+            phys = atol(val);
+        else if (strcmp(key, "core id") == 0 && phys >= 0) {
+            have_core_ids = true;
+            long core = atol(val);
+            bool dup = false;
+            for (int i = 0; i < pairs; i++)
+                dup |= seen[i][0] == phys && seen[i][1] == core;
+            if (!dup && pairs < 4096) {
+                seen[pairs][0] = phys;
+                seen[pairs][1] = core;
+                pairs++;
+            }
+        }
+    }
+    fclose(f);
+
+    zinf_cpu_info c;
+    memset(&c, 0x5a, sizeof c); // poison: every field must be written
+    zinf_cpu_probe(&c);
+    printf("model \"%s\", simd %s, %d logical, %d cores, %d nodes, f16c %d, avx512_bf16 %d, amx_bf16 %d\n", c.model,
+           zinf_simd_name(c.simd), c.logical_cpus, c.physical_cores, c.numa_nodes, c.f16c, c.avx512_bf16, c.amx_bf16);
+
+    EXPECT(flags[0], "no flags line in /proc/cpuinfo");
+    bool avx2 = has_flag(flags, "avx2") && has_flag(flags, "fma") && has_flag(flags, "f16c");
+    bool avx512 = avx2 && has_flag(flags, "avx512f") && has_flag(flags, "avx512bw") && has_flag(flags, "avx512vl");
+    zinf_simd want = avx512 ? ZINF_SIMD_AVX512 : avx2 ? ZINF_SIMD_AVX2 : ZINF_SIMD_SCALAR;
+    EXPECT(c.simd == want, "simd %s, /proc/cpuinfo flags say %s", zinf_simd_name(c.simd), zinf_simd_name(want));
+    EXPECT(c.f16c == has_flag(flags, "f16c"), "f16c %d, cpuinfo %d", c.f16c, has_flag(flags, "f16c"));
+    EXPECT(c.avx512_bf16 == has_flag(flags, "avx512_bf16"), "avx512_bf16 %d, cpuinfo %d", c.avx512_bf16,
+           has_flag(flags, "avx512_bf16"));
+    EXPECT(c.amx_bf16 == has_flag(flags, "amx_bf16"), "amx_bf16 %d, cpuinfo %d", c.amx_bf16,
+           has_flag(flags, "amx_bf16"));
+    EXPECT(strcmp(zinf_simd_name(ZINF_SIMD_AVX512), "avx512") == 0 &&
+               strcmp(zinf_simd_name(ZINF_SIMD_AVX2), "avx2") == 0 &&
+               strcmp(zinf_simd_name(ZINF_SIMD_SCALAR), "scalar") == 0,
+           "zinf_simd_name");
+
+    EXPECT(c.logical_cpus == processors, "logical_cpus %d, cpuinfo has %d processor lines", c.logical_cpus, processors);
+    EXPECT(c.physical_cores >= 1 && c.physical_cores <= c.logical_cpus, "physical_cores %d of %d logical",
+           c.physical_cores, c.logical_cpus);
+    if (have_core_ids)
+        EXPECT(c.physical_cores == pairs, "physical_cores %d, cpuinfo has %d distinct (physical id, core id)",
+               c.physical_cores, pairs);
+
+    EXPECT(c.model[0] != '\0', "empty model");
+    if (model[0]) EXPECT(strcmp(c.model, model) == 0, "model \"%s\", cpuinfo \"%s\"", c.model, model);
+
+    DIR *d = opendir("/sys/devices/system/node");
+    if (d) {
+        int nodes = 0;
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (strncmp(e->d_name, "node", 4) == 0 && isdigit((unsigned char)e->d_name[4])) nodes++;
+        closedir(d);
+        EXPECT(c.numa_nodes == nodes, "numa_nodes %d, sysfs has %d node dirs", c.numa_nodes, nodes);
+    } else {
+        EXPECT(c.numa_nodes == 1, "numa_nodes %d without /sys/devices/system/node", c.numa_nodes);
+    }
+
+    if (failures) printf("%d check(s) failed\n", failures);
+    return failures ? 1 : 0;
+}
