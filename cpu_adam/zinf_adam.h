@@ -19,16 +19,16 @@ typedef enum zinf_simd {
 } zinf_simd;
 
 typedef struct zinf_cpu_info {
-    char model[128];      // "AMD EPYC 7763 64-Core Processor"
-    int logical_cpus;     // online logical CPUs
-    int physical_cores;   // distinct (package, core) pairs; logical_cpus when unknown
-    int numa_nodes;       // configured NUMA nodes (1 without libnuma support)
-    zinf_simd simd;       // best level both the CPU and the OS (XSAVE state) enable
+    char model[128];    // "AMD EPYC 7763 64-Core Processor"
+    int logical_cpus;   // online logical CPUs
+    int physical_cores; // distinct (package, core) pairs; logical_cpus when unknown
+    int numa_nodes;     // configured NUMA nodes (1 without libnuma support)
+    zinf_simd simd;     // best level both the CPU and the OS (XSAVE state) enable
     // The three below also need the OS to enable their register state (XCR0), as
     // the kernel checks before listing them in /proc/cpuinfo.
-    bool avx512_bf16;     // AVX512_BF16: native bf16 dot products / conversion
-    bool amx_bf16;        // AMX-BF16 tiles
-    bool f16c;            // fp16 <-> fp32 conversion instructions
+    bool avx512_bf16; // AVX512_BF16: native bf16 dot products / conversion
+    bool amx_bf16;    // AMX-BF16 tiles
+    bool f16c;        // fp16 <-> fp32 conversion instructions
 } zinf_cpu_info;
 
 // Fill *out for the machine this process runs on. Cannot fail.

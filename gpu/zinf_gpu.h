@@ -14,22 +14,22 @@ extern "C" {
 
 typedef struct zinf_gpu_device_info {
     int index;
-    char name[96];             // "NVIDIA H100 80GB HBM3"
-    uint64_t memory_bytes;     // total device memory
-    int cc_major, cc_minor;    // compute capability
+    char name[96];          // "NVIDIA H100 80GB HBM3"
+    uint64_t memory_bytes;  // total device memory
+    int cc_major, cc_minor; // compute capability
     int multiprocessors;
-    char pci_bus_id[32];       // "0000:3b:00.0"
-    int pcie_gen;              // current PCIe link generation (from sysfs), 0 unknown
-    int pcie_width;            // current PCIe link width, 0 unknown
-    bool kernels_run;          // a kernel of this build launched and completed on it
+    char pci_bus_id[32]; // "0000:3b:00.0"
+    int pcie_gen;        // current PCIe link generation (from sysfs), 0 unknown
+    int pcie_width;      // current PCIe link width, 0 unknown
+    bool kernels_run;    // a kernel of this build launched and completed on it
 } zinf_gpu_device_info;
 
 typedef struct zinf_gpu_runtime_info {
-    bool built;                // this build has the CUDA backend
-    int runtime_version;       // CUDA runtime version (e.g. 13000), 0 when not built
-    int driver_version;        // CUDA driver version, 0 when no driver
-    int device_count;          // usable CUDA devices (0 when none or no driver)
-    char status[160];          // why device_count is 0 ("no CUDA driver", ...) or "ok"
+    bool built;          // this build has the CUDA backend
+    int runtime_version; // CUDA runtime version (e.g. 13000), 0 when not built
+    int driver_version;  // CUDA driver version, 0 when no driver
+    int device_count;    // usable CUDA devices (0 when none or no driver)
+    char status[160];    // why device_count is 0 ("no CUDA driver", ...) or "ok"
 } zinf_gpu_runtime_info;
 
 // What the CUDA backend finds on this machine. Never fails: a missing driver or

@@ -12,10 +12,10 @@ extern "C" {
 #endif
 
 typedef struct zinf_host_mem {
-    uint64_t total_bytes;      // MemTotal
-    uint64_t available_bytes;  // MemAvailable: what can be allocated without swapping
-    uint64_t memlock_limit;    // RLIMIT_MEMLOCK soft limit; UINT64_MAX when unlimited
-    char thp[16];              // transparent huge pages: "always", "madvise", "never", "unknown"
+    uint64_t total_bytes;     // MemTotal
+    uint64_t available_bytes; // MemAvailable: what can be allocated without swapping
+    uint64_t memlock_limit;   // RLIMIT_MEMLOCK soft limit; UINT64_MAX when unlimited
+    char thp[16];             // transparent huge pages: "always", "madvise", "never", "unknown"
 } zinf_host_mem;
 
 // Fill *out from /proc and getrlimit. ZINF_ERR_IO with the file named when /proc

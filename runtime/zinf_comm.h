@@ -12,10 +12,10 @@ extern "C" {
 #endif
 
 typedef struct zinf_comm_info {
-    bool mpi;               // built with MPI
-    char mpi_version[160];  // MPI_Get_library_version, first line
-    bool nccl;              // built with NCCL
-    int nccl_version;       // ncclGetVersion, e.g. 22703
+    bool mpi;              // built with MPI
+    char mpi_version[160]; // MPI_Get_library_version, first line
+    bool nccl;             // built with NCCL
+    int nccl_version;      // ncclGetVersion, e.g. 22703
 } zinf_comm_info;
 
 void zinf_comm_probe(zinf_comm_info *out);

@@ -94,8 +94,8 @@ typedef enum zinf_warmup_type { ZINF_WARMUP_LOG = 0, ZINF_WARMUP_LINEAR } zinf_w
 
 typedef struct zinf_scheduler_config {
     zinf_scheduler_type type;
-    double warmup_min_lr;    // WarmupLR, WarmupDecayLR
-    double warmup_max_lr;    // WarmupLR, WarmupDecayLR
+    double warmup_min_lr; // WarmupLR, WarmupDecayLR
+    double warmup_max_lr; // WarmupLR, WarmupDecayLR
     int64_t warmup_num_steps;
     zinf_warmup_type warmup_type;
     int64_t total_num_steps; // WarmupDecayLR, WarmupCosineLR
@@ -165,7 +165,7 @@ typedef struct zinf_config {
     int64_t seed;
     int64_t steps; // -1: not set (train then needs --steps)
     zinf_fp16_config fp16;
-    bool bf16;     // bf16.enabled
+    bool bf16; // bf16.enabled
     zinf_optimizer_config optimizer;
     zinf_scheduler_config scheduler;
     zinf_zero_config zero;
@@ -180,7 +180,7 @@ typedef struct zinf_config {
 typedef struct zinf_config_options {
     const char *const *sets; // "key.path=value" overrides, applied in order
     int nsets;
-    int world_size;          // ranks the batch sizes are resolved for; 0: launcher's, else 1
+    int world_size; // ranks the batch sizes are resolved for; 0: launcher's, else 1
 } zinf_config_options;
 
 // Read, validate and normalize the config file at path (NULL: an empty config, all

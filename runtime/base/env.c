@@ -15,7 +15,8 @@ static const char *values[ZINF_ENV_COUNT];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void read_all(void) {
-    for (int k = 0; k < ZINF_ENV_COUNT; k++) values[k] = getenv(knobs[k].name);
+    for (int k = 0; k < ZINF_ENV_COUNT; k++)
+        values[k] = getenv(knobs[k].name);
 }
 
 const char *zinf_env(zinf_env_knob k) {

@@ -33,7 +33,8 @@ static void init_locked(void) {
         int lvl = zinf_log_level_parse(v);
         L.level = lvl >= 0 ? lvl : ZINF_LOG_LEVEL_INFO;
         if (v && lvl < 0)
-            fprintf(stderr, "zinf: warning: ZINF_LOG_LEVEL=\"%s\" is not one of error, warn, info, debug; using info\n", v);
+            fprintf(stderr, "zinf: warning: ZINF_LOG_LEVEL=\"%s\" is not one of error, warn, info, debug; using info\n",
+                    v);
     }
 }
 
@@ -73,7 +74,8 @@ void zinf_logv(zinf_log_level level, const char *fmt, va_list ap) {
         char msg[2048];
         vsnprintf(msg, sizeof msg, fmt, ap);
         size_t n = strlen(msg);
-        while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+        while (n && msg[n - 1] == '\n')
+            msg[--n] = '\0';
         if (L.fn) {
             L.fn(level, L.rank, msg, L.user);
         } else if (L.world > 1) {

@@ -10,7 +10,8 @@
 zinf_status zinf_size_parse(const char *s, uint64_t *out) {
     static const char rule[] = "expected a byte count: an integer with an optional binary "
                                "suffix K, M, G or T (e.g. 64K, 1M, 2G)";
-    if (!s || !isdigit((unsigned char)s[0])) return zinf_fail(ZINF_ERR_INVAL, "invalid size \"%s\": %s", s ? s : "", rule);
+    if (!s || !isdigit((unsigned char)s[0]))
+        return zinf_fail(ZINF_ERR_INVAL, "invalid size \"%s\": %s", s ? s : "", rule);
     errno = 0;
     char *end;
     unsigned long long v = strtoull(s, &end, 10);

@@ -73,8 +73,8 @@ void zinf_logv(zinf_log_level level, const char *fmt, va_list ap);
 int zinf_log_level_parse(const char *s);
 
 #define ZINF_LOG_ERROR(...) zinf_log(ZINF_LOG_LEVEL_ERROR, __VA_ARGS__)
-#define ZINF_LOG_WARN(...) zinf_log(ZINF_LOG_LEVEL_WARN, __VA_ARGS__)
-#define ZINF_LOG_INFO(...) zinf_log(ZINF_LOG_LEVEL_INFO, __VA_ARGS__)
+#define ZINF_LOG_WARN(...)  zinf_log(ZINF_LOG_LEVEL_WARN, __VA_ARGS__)
+#define ZINF_LOG_INFO(...)  zinf_log(ZINF_LOG_LEVEL_INFO, __VA_ARGS__)
 #define ZINF_LOG_DEBUG(...) zinf_log(ZINF_LOG_LEVEL_DEBUG, __VA_ARGS__)
 
 // ---- environment knobs ----

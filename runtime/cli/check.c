@@ -21,7 +21,8 @@ int cli_check(int argc, char **argv) {
         case 's': sets[co.nsets++] = optarg; break;
         case 'w':
             co.world_size = (int)strtol(optarg, &end, 10);
-            if (*end || co.world_size < 1) rc = cli_usage("check", "--world-size: \"%s\" is not a positive integer", optarg);
+            if (*end || co.world_size < 1)
+                rc = cli_usage("check", "--world-size: \"%s\" is not a positive integer", optarg);
             break;
         default: rc = cli_usage("check", "unknown option %s", argv[optind - 1]); break;
         }

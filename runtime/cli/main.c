@@ -26,8 +26,7 @@ static const command commands[] = {
      "  limit, huge pages, io_uring, CUDA devices, MPI and NCCL.\n"
      "  --path DIR   also probe DIR for O_DIRECT, block size and free space (repeatable)\n"
      "  --json       one JSON object on stdout\n"},
-    {"train", NULL, "train a model",
-     "zinf train CONFIG.json [--steps N] [--json] [--set key.path=value ...]\n"},
+    {"train", NULL, "train a model", "zinf train CONFIG.json [--steps N] [--json] [--set key.path=value ...]\n"},
     {"eval", NULL, "evaluate a model on a token file",
      "zinf eval --model FILE.safetensors --data FILE [--config CONFIG.json] [--json]\n"},
     {"io-bench", NULL, "measure NVMe read/write bandwidth",
@@ -58,7 +57,8 @@ static void usage(FILE *f) {
                 commands[i].run ? "" : " (not in this version yet)");
     fprintf(f, "\nSizes take binary suffixes (64K, 1M, 2G). Exit codes: 0 success, 1 runtime "
                "failure, 2 usage or config error.\n\nenvironment:\n");
-    for (int k = 0; k < ZINF_ENV_COUNT; k++) fprintf(f, "  %-16s %s\n", zinf_env_name(k), zinf_env_doc(k));
+    for (int k = 0; k < ZINF_ENV_COUNT; k++)
+        fprintf(f, "  %-16s %s\n", zinf_env_name(k), zinf_env_doc(k));
 }
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
@@ -93,8 +93,10 @@ int main(int argc, char **argv) {
     const char *name = argv[1];
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
         const command *c = argc > 2 ? find(argv[2]) : NULL;
-        if (c) fputs(c->usage, stdout);
-        else usage(stdout);
+        if (c)
+            fputs(c->usage, stdout);
+        else
+            usage(stdout);
         return CLI_OK;
     }
     if (strcmp(name, "--version") == 0) {

@@ -36,15 +36,15 @@ enum {
 };
 
 typedef struct key {
-    const char *path;          // canonical key path, "zero_optimization.stage"
+    const char *path; // canonical key path, "zero_optimization.stage"
     key_kind kind;
-    ptrdiff_t off;             // offset of the field in zinf_config; -1: none
-    double def, def2;          // defaults of numbers, bools (0/1), enums (index), betas
-    double min, max;           // valid range of numbers
-    const char *const *names;  // K_ENUM spellings, canonical first per value
-    const char *alias;         // another name for this key in the same section
-    const char *off_json;      // K_OFF: the only accepted value (DeepSpeed's default)
-    const char *hint;          // K_OFF / K_INERT: what to do instead, or why
+    ptrdiff_t off;            // offset of the field in zinf_config; -1: none
+    double def, def2;         // defaults of numbers, bools (0/1), enums (index), betas
+    double min, max;          // valid range of numbers
+    const char *const *names; // K_ENUM spellings, canonical first per value
+    const char *alias;        // another name for this key in the same section
+    const char *off_json;     // K_OFF: the only accepted value (DeepSpeed's default)
+    const char *hint;         // K_OFF / K_INERT: what to do instead, or why
     unsigned flags;
 } key;
 

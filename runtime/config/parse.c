@@ -36,8 +36,8 @@ static const char *range_rule(const key *k, const char *what, char *buf, size_t 
     bool has_max = isfinite(k->max) && k->max < 9e15;
     const char *lo = (k->flags & F_GT_MIN) ? "greater than" : "at least";
     if (has_max)
-        snprintf(buf, len, "expected %s from %.15g%s to %.15g%s", what, k->min, (k->flags & F_GT_MIN) ? " (excluded)" : "",
-                 k->max, (k->flags & F_LT_MAX) ? " (excluded)" : "");
+        snprintf(buf, len, "expected %s from %.15g%s to %.15g%s", what, k->min,
+                 (k->flags & F_GT_MIN) ? " (excluded)" : "", k->max, (k->flags & F_LT_MAX) ? " (excluded)" : "");
     else
         snprintf(buf, len, "expected %s %s %.15g", what, lo, k->min);
     return buf;
@@ -55,8 +55,10 @@ static int osa_distance(const char *a, const char *b) {
     size_t n = strlen(a), m = strlen(b);
     if (n > 63 || m > 63) return 99;
     int d[64][64];
-    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = (int)j;
     for (size_t i = 1; i <= n; i++) {
         for (size_t j = 1; j <= m; j++) {
             int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
@@ -165,8 +167,9 @@ static zinf_status set_number(zinf_config *cfg, const parse_ctx *ctx, const key 
             return bad_value(ctx, path, v, "expected a byte count such as 1048576, \"64K\", \"1M\" or \"2G\"");
         d = (double)b;
     } else if (!integral(v, &d)) {
-        return bad_value(ctx, path, v, k->kind == K_BYTES ? "expected a byte count such as 1048576 or \"1M\""
-                                                          : "expected an integer");
+        return bad_value(ctx, path, v,
+                         k->kind == K_BYTES ? "expected a byte count such as 1048576 or \"1M\""
+                                            : "expected an integer");
     }
     if (!in_range(k, d)) return bad_value(ctx, path, v, range_rule(k, what, rule, sizeof rule));
     *(int64_t *)config_field(cfg, k) = (int64_t)d;
@@ -236,7 +239,8 @@ static zinf_status set_value(zinf_config *cfg, const parse_ctx *ctx, const key *
         return ZINF_OK;
     }
     case K_STRING: {
-        if (!json_is_string(v) || !json_string_value(v)[0]) return bad_value(ctx, path, v, "expected a non-empty string");
+        if (!json_is_string(v) || !json_string_value(v)[0])
+            return bad_value(ctx, path, v, "expected a non-empty string");
         char **dst = config_field(cfg, k);
         if (!(*dst = strdup(json_string_value(v)))) return zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", ctx->name);
         return ZINF_OK;
@@ -266,7 +270,8 @@ static zinf_status set_value(zinf_config *cfg, const parse_ctx *ctx, const key *
 static const key *child_key(const char *parent, const char *name) {
     for (size_t i = 0; i < zinf_config_nkeys; i++) {
         const key *k = &zinf_config_keys[i];
-        if (is_child(k, parent) && (strcmp(config_key_name(k->path), name) == 0 || (k->alias && strcmp(k->alias, name) == 0)))
+        if (is_child(k, parent) &&
+            (strcmp(config_key_name(k->path), name) == 0 || (k->alias && strcmp(k->alias, name) == 0)))
             return k;
     }
     return NULL;
@@ -383,10 +388,10 @@ zinf_status zinf_config_parse(zinf_config *cfg, const char *text, const char *na
     memset(cfg, 0, sizeof *cfg);
     json_error_t err;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
-    if (!root)
-        return zinf_fail(ZINF_ERR_INVAL, "%s:%d:%d: malformed JSON: %s", name, err.line, err.column, err.text);
+    if (!root) return zinf_fail(ZINF_ERR_INVAL, "%s:%d:%d: malformed JSON: %s", name, err.line, err.column, err.text);
     zinf_status st = ZINF_OK;
-    parse_ctx ctx = {.name = name, .given = calloc(zinf_config_nkeys, sizeof(bool)),
+    parse_ctx ctx = {.name = name,
+                     .given = calloc(zinf_config_nkeys, sizeof(bool)),
                      .via = calloc(zinf_config_nkeys, sizeof(char *))};
     if (!ctx.given || !ctx.via) {
         st = zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", name);
@@ -398,7 +403,8 @@ zinf_status zinf_config_parse(zinf_config *cfg, const char *text, const char *na
                        shown(root, val, sizeof val));
         goto done;
     }
-    for (int i = 0; opts && i < opts->nsets; i++) ZINF_CHECK_GOTO(apply_set(root, opts->sets[i]), st, done);
+    for (int i = 0; opts && i < opts->nsets; i++)
+        ZINF_CHECK_GOTO(apply_set(root, opts->sets[i]), st, done);
     ZINF_CHECK_GOTO(walk(cfg, &ctx, root, "", ""), st, done);
     ZINF_CHECK_GOTO(check_required(&ctx), st, done);
     set_defaults(cfg, &ctx);
@@ -427,20 +433,26 @@ zinf_status zinf_config_load(zinf_config *cfg, const char *path, const zinf_conf
     int rerr = ferror(f) ? errno : 0;
     fclose(f);
     zinf_status st;
-    if (!text) st = zinf_fail(ZINF_ERR_NOMEM, "cannot read config %s: out of memory", path);
-    else if (rerr) st = zinf_fail_errno(rerr, "cannot read config %s", path);
-    else if (n > MAX_CONFIG) st = zinf_fail(ZINF_ERR_INVAL, "%s: larger than 16 MiB; not a config file", path);
+    if (!text)
+        st = zinf_fail(ZINF_ERR_NOMEM, "cannot read config %s: out of memory", path);
+    else if (rerr)
+        st = zinf_fail_errno(rerr, "cannot read config %s", path);
+    else if (n > MAX_CONFIG)
+        st = zinf_fail(ZINF_ERR_INVAL, "%s: larger than 16 MiB; not a config file", path);
     else {
         text[n] = '\0';
-        if (strlen(text) != n) st = zinf_fail(ZINF_ERR_INVAL, "%s: contains a NUL byte; not a JSON file", path);
-        else st = zinf_config_parse(cfg, text, path, opts);
+        if (strlen(text) != n)
+            st = zinf_fail(ZINF_ERR_INVAL, "%s: contains a NUL byte; not a JSON file", path);
+        else
+            st = zinf_config_parse(cfg, text, path, opts);
     }
     free(text);
     return st;
 }
 
 static void free_paths(zinf_path_list *pl) {
-    for (int i = 0; i < pl->count; i++) free(pl->paths[i]);
+    for (int i = 0; i < pl->count; i++)
+        free(pl->paths[i]);
     free(pl->paths);
 }
 

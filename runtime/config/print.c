@@ -40,7 +40,8 @@ static json_t *value_json(const zinf_config *cfg, const key *k) {
         const zinf_path_list *pl = f;
         if (pl->count <= 1) return pl->count ? json_string(pl->paths[0]) : json_null();
         json_t *a = json_array();
-        for (int i = 0; i < pl->count; i++) json_array_append_new(a, json_string(pl->paths[i]));
+        for (int i = 0; i < pl->count; i++)
+            json_array_append_new(a, json_string(pl->paths[i]));
         return a;
     }
     default: return NULL;

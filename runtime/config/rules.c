@@ -33,7 +33,8 @@ static zinf_status check_dir(const parse_ctx *ctx, const char *keypath, const ch
     snprintf(probe, sizeof probe, "%s/.zinf-check-XXXXXX", dir);
     int fd = mkstemp(probe);
     if (fd < 0)
-        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\" is not writable: %s", ctx->name, keypath, dir, strerror(errno));
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\" is not writable: %s", ctx->name, keypath, dir,
+                         strerror(errno));
     close(fd);
     unlink(probe);
     return ZINF_OK;
@@ -142,11 +143,13 @@ static zinf_status offload_rules(const parse_ctx *ctx, const char *section, zinf
         return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\" needs zero_optimization.stage %s (stage is %lld)", ctx->name,
                          devkey, enum_name(devkey, dev), min_stage == 3 ? "3" : "1, 2 or 3", (long long)stage);
     if (dev == ZINF_OFFLOAD_NVME && paths->count == 0)
-        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: missing; device \"nvme\" needs a directory on the NVMe drive(s) to swap to",
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: %s: missing; device \"nvme\" needs a directory on the NVMe drive(s) to swap to",
                          ctx->name, pathkey);
     if (dev != ZINF_OFFLOAD_NVME && paths->count > 0)
         ZINF_LOG_WARN("%s: %s is unused: %s is \"%s\"", ctx->name, pathkey, devkey, enum_name(devkey, dev));
-    for (int i = 0; dev == ZINF_OFFLOAD_NVME && i < paths->count; i++) ZINF_CHECK(check_dir(ctx, pathkey, paths->paths[i]));
+    for (int i = 0; dev == ZINF_OFFLOAD_NVME && i < paths->count; i++)
+        ZINF_CHECK(check_dir(ctx, pathkey, paths->paths[i]));
     return ZINF_OK;
 }
 
@@ -184,8 +187,9 @@ static zinf_status run_rules(zinf_config *c, const parse_ctx *ctx) {
     if (k->load && strcmp(k->load, "latest") != 0) {
         struct stat st;
         if (stat(k->load, &st) != 0 || !S_ISDIR(st.st_mode))
-            return zinf_fail(ZINF_ERR_INVAL, "%s: checkpoint.load: \"%s\" is neither \"latest\" nor a checkpoint directory",
-                             ctx->name, k->load);
+            return zinf_fail(ZINF_ERR_INVAL,
+                             "%s: checkpoint.load: \"%s\" is neither \"latest\" nor a checkpoint directory", ctx->name,
+                             k->load);
     }
     return ZINF_OK;
 }

@@ -9,8 +9,8 @@
 #include "internal.h"
 
 #define OFF(field) ((ptrdiff_t)offsetof(zinf_config, field))
-#define NONE ((ptrdiff_t)-1)
-#define BIG 9.007199254740992e15 // 2^53: every integer below is exact in a double
+#define NONE       ((ptrdiff_t)-1)
+#define BIG        9.007199254740992e15 // 2^53: every integer below is exact in a double
 
 static const char *const offload_devices[] = {"none", "cpu", "nvme", NULL};
 static const char *const optimizer_types[] = {"Adam", "AdamW", NULL};
@@ -21,14 +21,22 @@ static const char *const data_formats[] = {"tokens-u16", "text-bytes", NULL};
 static const char *const samplings[] = {"random", "sequential", NULL};
 static const char *const backends[] = {"auto", "host", "cuda", NULL};
 
-#define SECTION(p, o, fl) {.path = p, .kind = K_SECTION, .off = o, .flags = fl}
-#define BOOL(p, o, d) {.path = p, .kind = K_BOOL, .off = o, .def = d}
-#define INT(p, o, d, lo, hi, fl) {.path = p, .kind = K_INT, .off = o, .def = d, .min = lo, .max = hi, .flags = fl}
-#define REAL(p, o, d, lo, hi, fl) {.path = p, .kind = K_REAL, .off = o, .def = d, .min = lo, .max = hi, .flags = fl}
-#define ENUM(p, o, d, n, fl) {.path = p, .kind = K_ENUM, .off = o, .def = d, .names = n, .flags = fl}
-#define STRING(p, o, fl) {.path = p, .kind = K_STRING, .off = o, .flags = fl}
-#define UNSUPPORTED(p, v, h) {.path = p, .kind = K_OFF, .off = NONE, .off_json = v, .hint = h}
-#define INERT(p, h) {.path = p, .kind = K_INERT, .off = NONE, .hint = h}
+#define SECTION(p, o, fl)                                                                                              \
+    { .path = p, .kind = K_SECTION, .off = o, .flags = fl }
+#define BOOL(p, o, d)                                                                                                  \
+    { .path = p, .kind = K_BOOL, .off = o, .def = d }
+#define INT(p, o, d, lo, hi, fl)                                                                                       \
+    { .path = p, .kind = K_INT, .off = o, .def = d, .min = lo, .max = hi, .flags = fl }
+#define REAL(p, o, d, lo, hi, fl)                                                                                      \
+    { .path = p, .kind = K_REAL, .off = o, .def = d, .min = lo, .max = hi, .flags = fl }
+#define ENUM(p, o, d, n, fl)                                                                                           \
+    { .path = p, .kind = K_ENUM, .off = o, .def = d, .names = n, .flags = fl }
+#define STRING(p, o, fl)                                                                                               \
+    { .path = p, .kind = K_STRING, .off = o, .flags = fl }
+#define UNSUPPORTED(p, v, h)                                                                                           \
+    { .path = p, .kind = K_OFF, .off = NONE, .off_json = v, .hint = h }
+#define INERT(p, h)                                                                                                    \
+    { .path = p, .kind = K_INERT, .off = NONE, .hint = h }
 #define SWITCHED_OFF(p) UNSUPPORTED(p, "{\"enabled\": false}", NULL)
 
 #define ZO "zero_optimization."
@@ -65,8 +73,14 @@ const key zinf_config_keys[] = {
     ENUM("optimizer.type", OFF(optimizer.type), ZINF_OPT_ADAMW, optimizer_types, 0),
     SECTION("optimizer.params", NONE, 0),
     REAL("optimizer.params.lr", OFF(optimizer.lr), 1e-3, 0, INFINITY, 0),
-    {.path = "optimizer.params.betas", .kind = K_REAL2, .off = OFF(optimizer.betas), .def = 0.9, .def2 = 0.999,
-     .min = 0, .max = 1, .flags = F_LT_MAX},
+    {.path = "optimizer.params.betas",
+     .kind = K_REAL2,
+     .off = OFF(optimizer.betas),
+     .def = 0.9,
+     .def2 = 0.999,
+     .min = 0,
+     .max = 1,
+     .flags = F_LT_MAX},
     REAL("optimizer.params.eps", OFF(optimizer.eps), 1e-8, 0, INFINITY, 0),
     REAL("optimizer.params.weight_decay", OFF(optimizer.weight_decay), 0, 0, INFINITY, 0),
     BOOL("optimizer.params.adam_w_mode", OFF(optimizer.adam_w_mode), 1),
@@ -97,14 +111,34 @@ const key zinf_config_keys[] = {
     INT(ZO "allgather_bucket_size", OFF(zero.allgather_bucket_size), 5e8, 1, BIG, 0),
     BOOL(ZO "overlap_comm", OFF(zero.overlap_comm), 0), // default stage == 3: see rules
     INT(ZO "sub_group_size", OFF(zero.sub_group_size), 1e9, 1, BIG, 0),
-    {.path = ZO "stage3_prefetch_bucket_size", .kind = K_INT, .off = OFF(zero.prefetch_bucket_size), .def = 5e7,
-     .min = 0, .max = BIG, .alias = "prefetch_bucket_size"},
-    {.path = ZO "stage3_param_persistence_threshold", .kind = K_INT, .off = OFF(zero.param_persistence_threshold),
-     .def = 1e5, .min = 0, .max = BIG, .alias = "param_persistence_threshold"},
-    {.path = ZO "stage3_max_live_parameters", .kind = K_INT, .off = OFF(zero.max_live_parameters), .def = 1e9,
-     .min = 0, .max = BIG, .alias = "max_live_parameters"},
-    {.path = ZO "stage3_max_reuse_distance", .kind = K_INT, .off = OFF(zero.max_reuse_distance), .def = 1e9,
-     .min = 0, .max = BIG, .alias = "max_reuse_distance"},
+    {.path = ZO "stage3_prefetch_bucket_size",
+     .kind = K_INT,
+     .off = OFF(zero.prefetch_bucket_size),
+     .def = 5e7,
+     .min = 0,
+     .max = BIG,
+     .alias = "prefetch_bucket_size"},
+    {.path = ZO "stage3_param_persistence_threshold",
+     .kind = K_INT,
+     .off = OFF(zero.param_persistence_threshold),
+     .def = 1e5,
+     .min = 0,
+     .max = BIG,
+     .alias = "param_persistence_threshold"},
+    {.path = ZO "stage3_max_live_parameters",
+     .kind = K_INT,
+     .off = OFF(zero.max_live_parameters),
+     .def = 1e9,
+     .min = 0,
+     .max = BIG,
+     .alias = "max_live_parameters"},
+    {.path = ZO "stage3_max_reuse_distance",
+     .kind = K_INT,
+     .off = OFF(zero.max_reuse_distance),
+     .def = 1e9,
+     .min = 0,
+     .max = BIG,
+     .alias = "max_reuse_distance"},
 
     SECTION(ZO "offload_optimizer", NONE, F_NULL),
     ENUM(OO "device", OFF(zero.offload_optimizer.device), ZINF_OFFLOAD_NONE, offload_devices, 0),
@@ -135,11 +169,19 @@ const key zinf_config_keys[] = {
     UNSUPPORTED(ZO "load_from_fp32_weights", "true", "zinf checkpoints always hold the fp32 master weights"),
     UNSUPPORTED(ZO "legacy_stage1", "false", NULL),
     UNSUPPORTED(ZO "pipeline_loading_checkpoint", "false", NULL),
-    {.path = ZO "stage3_gather_16bit_weights_on_model_save", .kind = K_OFF, .off = NONE, .off_json = "false",
-     .alias = "gather_16bit_weights_on_model_save", .hint = "use 'zinf consolidate' to write the full model"},
-    UNSUPPORTED(ZO "stage3_gather_fp16_weights_on_model_save", "false", "use 'zinf consolidate' to write the full model"),
-    {.path = ZO "stage3_model_persistence_threshold", .kind = K_OFF, .off = NONE,
-     .off_json = "9223372036854775807", .alias = "model_persistence_threshold"},
+    {.path = ZO "stage3_gather_16bit_weights_on_model_save",
+     .kind = K_OFF,
+     .off = NONE,
+     .off_json = "false",
+     .alias = "gather_16bit_weights_on_model_save",
+     .hint = "use 'zinf consolidate' to write the full model"},
+    UNSUPPORTED(ZO "stage3_gather_fp16_weights_on_model_save", "false",
+                "use 'zinf consolidate' to write the full model"),
+    {.path = ZO "stage3_model_persistence_threshold",
+     .kind = K_OFF,
+     .off = NONE,
+     .off_json = "9223372036854775807",
+     .alias = "model_persistence_threshold"},
     UNSUPPORTED(ZO "cpu_offload", "false", "deprecated in DeepSpeed: use offload_optimizer.device \"cpu\""),
     UNSUPPORTED(ZO "cpu_offload_param", "false", "deprecated in DeepSpeed: use offload_param.device \"cpu\""),
     UNSUPPORTED(ZO "cpu_offload_use_pin_memory", "false", "deprecated in DeepSpeed: use offload_*.pin_memory"),
@@ -149,11 +191,20 @@ const key zinf_config_keys[] = {
 
     // ---- async IO ----
     SECTION("aio", NONE, 0),
-    {.path = "aio.block_size", .kind = K_BYTES, .off = OFF(aio.block_size), .def = 1048576, .min = 4096,
+    {.path = "aio.block_size",
+     .kind = K_BYTES,
+     .off = OFF(aio.block_size),
+     .def = 1048576,
+     .min = 4096,
      .max = 1073741824},
     INT("aio.queue_depth", OFF(aio.queue_depth), 8, 1, 4096, 0),
-    {.path = "aio.intra_op_parallelism", .kind = K_INT, .off = OFF(aio.intra_op_parallelism), .def = 1, .min = 1,
-     .max = 256, .alias = "thread_count"},
+    {.path = "aio.intra_op_parallelism",
+     .kind = K_INT,
+     .off = OFF(aio.intra_op_parallelism),
+     .def = 1,
+     .min = 1,
+     .max = 256,
+     .alias = "thread_count"},
     BOOL("aio.single_submit", OFF(aio.single_submit), 0),
     BOOL("aio.overlap_events", OFF(aio.overlap_events), 1),
     UNSUPPORTED("aio.use_gds", "false", "GPUDirect Storage is not implemented"),
@@ -207,8 +258,7 @@ const key zinf_config_keys[] = {
 
     SECTION("device", NONE, 0),
     ENUM("device.backend", OFF(device.backend), ZINF_BACKEND_AUTO, backends, 0),
-    {.path = "device.memory_limit", .kind = K_BYTES, .off = OFF(device.memory_limit), .def = 0, .min = 0,
-     .max = BIG},
+    {.path = "device.memory_limit", .kind = K_BYTES, .off = OFF(device.memory_limit), .def = 0, .min = 0, .max = BIG},
 
     SECTION("checkpoint", NONE, 0),
     STRING("checkpoint.dir", OFF(checkpoint.dir), F_NULL),

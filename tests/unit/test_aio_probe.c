@@ -16,19 +16,8 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "zinf.h"
-
-static int failures;
-
-#define EXPECT(cond, ...)                                                                                              \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
-            printf(__VA_ARGS__);                                                                                       \
-            putchar('\n');                                                                                             \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
 
 static bool has_word(const char *list, const char *word) {
     size_t n = strlen(word);
@@ -72,45 +61,44 @@ static void test_ring(void) {
            caps.single_issuer, caps.defer_taskrun, caps.coop_taskrun, caps.sqpoll, caps.op_read, caps.op_write,
            caps.op_read_fixed, caps.op_fallocate);
     // CI has io_uring; a probe that says otherwise is a failure, not a skip.
-    EXPECT(caps.io_uring, "io_uring unavailable: %s", strerror(caps.setup_errno));
+    CHECK(caps.io_uring, "io_uring unavailable: %s", strerror(caps.setup_errno));
 
     struct io_uring ring;
     struct io_uring_params p;
     memset(&p, 0, sizeof p);
     if (io_uring_queue_init_params(4, &ring, &p) == 0) {
         io_uring_queue_exit(&ring);
-        EXPECT(caps.features == p.features, "features 0x%x, a ring set up here reports 0x%x", caps.features,
-               p.features);
+        CHECK(caps.features == p.features, "features 0x%x, a ring set up here reports 0x%x", caps.features, p.features);
     } else {
-        EXPECT(false, "io_uring setup fails here too");
+        CHECK(false, "io_uring setup fails here too");
     }
 
     // Names follow bits both ways.
-    EXPECT(has_word(names, "nodrop") == !!(caps.features & IORING_FEAT_NODROP), "nodrop vs bit: %s", names);
-    EXPECT(has_word(names, "single_mmap") == !!(caps.features & IORING_FEAT_SINGLE_MMAP), "single_mmap vs bit: %s",
-           names);
-    EXPECT(has_word(names, "fast_poll") == !!(caps.features & IORING_FEAT_FAST_POLL), "fast_poll vs bit: %s", names);
+    CHECK(has_word(names, "nodrop") == !!(caps.features & IORING_FEAT_NODROP), "nodrop vs bit: %s", names);
+    CHECK(has_word(names, "single_mmap") == !!(caps.features & IORING_FEAT_SINGLE_MMAP), "single_mmap vs bit: %s",
+          names);
+    CHECK(has_word(names, "fast_poll") == !!(caps.features & IORING_FEAT_FAST_POLL), "fast_poll vs bit: %s", names);
     zinf_aio_feature_names(caps.features & ~IORING_FEAT_NODROP, names, sizeof names);
-    EXPECT(!has_word(names, "nodrop"), "nodrop named without its bit: %s", names);
+    CHECK(!has_word(names, "nodrop"), "nodrop named without its bit: %s", names);
     zinf_aio_feature_names(IORING_FEAT_SINGLE_MMAP | IORING_FEAT_FAST_POLL, names, sizeof names);
-    EXPECT(strcmp(names, "single_mmap fast_poll") == 0, "two bits gave \"%s\"", names);
+    CHECK(strcmp(names, "single_mmap fast_poll") == 0, "two bits gave \"%s\"", names);
     zinf_aio_feature_names(0, names, sizeof names);
-    EXPECT(strcmp(names, "") == 0, "no bits gave \"%s\"", names);
+    CHECK(strcmp(names, "") == 0, "no bits gave \"%s\"", names);
     zinf_aio_feature_names(1u << 31, names, sizeof names);
-    EXPECT(strcmp(names, "bit31") == 0, "an unnamed bit gave \"%s\"", names);
+    CHECK(strcmp(names, "bit31") == 0, "an unnamed bit gave \"%s\"", names);
     // A short buffer keeps whole names only, NUL-terminated inside the buffer.
     char small[16];
     memset(small, 'x', sizeof small);
     zinf_aio_feature_names(IORING_FEAT_SINGLE_MMAP | IORING_FEAT_NODROP | IORING_FEAT_SUBMIT_STABLE, small,
                            sizeof small);
-    EXPECT(strcmp(small, "single_mmap") == 0, "short buffer gave \"%.16s\"", small);
+    CHECK(strcmp(small, "single_mmap") == 0, "short buffer gave \"%.16s\"", small);
 
     // Everything zinf asks of the kernel has been there since 6.1 (DEFER_TASKRUN).
     if (kernel_at_least(6, 1)) {
-        EXPECT(caps.single_issuer && caps.defer_taskrun && caps.coop_taskrun, "a kernel >= 6.1 refused a setup flag");
-        EXPECT(caps.op_read && caps.op_write && caps.op_read_fixed && caps.op_fallocate,
-               "a kernel >= 6.1 lacks an opcode");
-        if (geteuid() == 0) EXPECT(caps.sqpoll, "SQPOLL refused to root on a kernel >= 6.1");
+        CHECK(caps.single_issuer && caps.defer_taskrun && caps.coop_taskrun, "a kernel >= 6.1 refused a setup flag");
+        CHECK(caps.op_read && caps.op_write && caps.op_read_fixed && caps.op_fallocate,
+              "a kernel >= 6.1 lacks an opcode");
+        if (geteuid() == 0) CHECK(caps.sqpoll, "SQPOLL refused to root on a kernel >= 6.1");
     }
 }
 
@@ -136,7 +124,7 @@ static unsigned sysfs_block(const char *dir) {
 static void test_disk_path(void) {
     char dir[] = "/tmp/zinf-aio-test-XXXXXX";
     if (!mkdtemp(dir)) {
-        EXPECT(false, "mkdtemp %s: %s", dir, strerror(errno));
+        CHECK(false, "mkdtemp %s: %s", dir, strerror(errno));
         return;
     }
     zinf_aio_path_info info;
@@ -145,52 +133,51 @@ static void test_disk_path(void) {
     printf("%s: ret %d, fs %s, free %llu of %llu, block %u, dio_align %u, direct %d (%s), writable %d\n", dir, ret,
            info.fs_type, (unsigned long long)info.free_bytes, (unsigned long long)info.total_bytes, info.logical_block,
            info.dio_align, info.direct, info.direct ? "-" : strerror(info.direct_errno), info.writable);
-    EXPECT(ret == 0, "probe of %s returned %d", dir, ret);
-    EXPECT(info.writable, "not writable");
-    EXPECT(info.direct, "O_DIRECT refused on %s: %s", dir, strerror(info.direct_errno));
-    EXPECT(info.dio_align >= 4096 && (info.dio_align & (info.dio_align - 1)) == 0, "dio_align %u", info.dio_align);
-    EXPECT(info.fs_type[0], "empty fs_type");
+    CHECK(ret == 0, "probe of %s returned %d", dir, ret);
+    CHECK(info.writable, "not writable");
+    CHECK(info.direct, "O_DIRECT refused on %s: %s", dir, strerror(info.direct_errno));
+    CHECK(info.dio_align >= 4096 && (info.dio_align & (info.dio_align - 1)) == 0, "dio_align %u", info.dio_align);
+    CHECK(info.fs_type[0], "empty fs_type");
 
     struct statfs sf;
     if (statfs(dir, &sf) == 0) {
-        if (sf.f_type == EXT4_SUPER_MAGIC)
-            EXPECT(strcmp(info.fs_type, "ext4") == 0, "fs_type %s on ext4", info.fs_type);
-        if (sf.f_type == XFS_SUPER_MAGIC) EXPECT(strcmp(info.fs_type, "xfs") == 0, "fs_type %s on xfs", info.fs_type);
+        if (sf.f_type == EXT4_SUPER_MAGIC) CHECK(strcmp(info.fs_type, "ext4") == 0, "fs_type %s on ext4", info.fs_type);
+        if (sf.f_type == XFS_SUPER_MAGIC) CHECK(strcmp(info.fs_type, "xfs") == 0, "fs_type %s on xfs", info.fs_type);
     }
     struct statvfs sv;
     if (statvfs(dir, &sv) == 0) {
         double avail = (double)sv.f_bavail * sv.f_frsize, total = (double)sv.f_blocks * sv.f_frsize;
-        EXPECT(info.free_bytes > 0, "free_bytes 0");
-        EXPECT((double)info.free_bytes > avail * 0.99 && (double)info.free_bytes < avail * 1.01 + 1,
-               "free_bytes %llu, statvfs %.0f", (unsigned long long)info.free_bytes, avail);
-        EXPECT((double)info.total_bytes == total, "total_bytes %llu, statvfs %.0f",
-               (unsigned long long)info.total_bytes, total);
+        CHECK(info.free_bytes > 0, "free_bytes 0");
+        CHECK((double)info.free_bytes > avail * 0.99 && (double)info.free_bytes < avail * 1.01 + 1,
+              "free_bytes %llu, statvfs %.0f", (unsigned long long)info.free_bytes, avail);
+        CHECK((double)info.total_bytes == total, "total_bytes %llu, statvfs %.0f", (unsigned long long)info.total_bytes,
+              total);
     }
     unsigned block = sysfs_block(dir);
-    if (block) EXPECT(info.logical_block == block, "logical_block %u, sysfs %u", info.logical_block, block);
-    EXPECT(info.dio_align == (info.logical_block > 4096 ? info.logical_block : 4096), "dio_align %u for block %u",
-           info.dio_align, info.logical_block);
+    if (block) CHECK(info.logical_block == block, "logical_block %u, sysfs %u", info.logical_block, block);
+    CHECK(info.dio_align == (info.logical_block > 4096 ? info.logical_block : 4096), "dio_align %u for block %u",
+          info.dio_align, info.logical_block);
 
     int left = count_leftovers(dir);
-    EXPECT(left == 0, "%d probe file(s) left in %s", left, dir);
-    if (rmdir(dir) != 0) EXPECT(false, "rmdir %s: %s", dir, strerror(errno));
+    CHECK(left == 0, "%d probe file(s) left in %s", left, dir);
+    if (rmdir(dir) != 0) CHECK(false, "rmdir %s: %s", dir, strerror(errno));
 
     // The same directory, gone, and a regular file in its place.
     memset(&info, 0x5a, sizeof info);
     ret = zinf_aio_path_probe(dir, &info);
-    EXPECT(ret == -ENOENT, "missing dir returned %d, want %d", ret, -ENOENT);
+    CHECK(ret == -ENOENT, "missing dir returned %d, want %d", ret, -ENOENT);
     int fd = open(dir, O_CREAT | O_EXCL | O_WRONLY, 0600);
     if (fd >= 0) {
         close(fd);
         ret = zinf_aio_path_probe(dir, &info);
-        EXPECT(ret == -ENOTDIR, "regular file returned %d, want %d", ret, -ENOTDIR);
+        CHECK(ret == -ENOTDIR, "regular file returned %d, want %d", ret, -ENOTDIR);
         unlink(dir);
     }
 
     // /proc takes no new files, even from root.
     memset(&info, 0x5a, sizeof info);
     ret = zinf_aio_path_probe("/proc", &info);
-    EXPECT(ret < 0 && !info.writable, "/proc returned %d, writable %d", ret, info.writable);
+    CHECK(ret < 0 && !info.writable, "/proc returned %d, writable %d", ret, info.writable);
 }
 
 static void test_tmpfs_path(void) {
@@ -201,7 +188,7 @@ static void test_tmpfs_path(void) {
     }
     char dir[] = "/dev/shm/zinf-aio-test-XXXXXX";
     if (!mkdtemp(dir)) {
-        EXPECT(false, "mkdtemp %s: %s", dir, strerror(errno));
+        CHECK(false, "mkdtemp %s: %s", dir, strerror(errno));
         return;
     }
     // tmpfs took O_DIRECT in Linux 6.6; ask this kernel directly what it does.
@@ -218,25 +205,23 @@ static void test_tmpfs_path(void) {
     printf("%s: ret %d, fs %s, block %u, dio_align %u, direct %d (%s); open(O_DIRECT) here: %s\n", dir, ret,
            info.fs_type, info.logical_block, info.dio_align, info.direct,
            info.direct ? "-" : strerror(info.direct_errno), open_errno ? strerror(open_errno) : "ok");
-    EXPECT(ret == 0, "probe of %s returned %d", dir, ret);
-    EXPECT(strcmp(info.fs_type, "tmpfs") == 0, "fs_type \"%s\" on tmpfs", info.fs_type);
+    CHECK(ret == 0, "probe of %s returned %d", dir, ret);
+    CHECK(strcmp(info.fs_type, "tmpfs") == 0, "fs_type \"%s\" on tmpfs", info.fs_type);
     if (open_errno == EINVAL) {
-        EXPECT(!info.direct && info.direct_errno == EINVAL, "direct %d errno %d on a tmpfs without O_DIRECT",
-               info.direct, info.direct_errno);
+        CHECK(!info.direct && info.direct_errno == EINVAL, "direct %d errno %d on a tmpfs without O_DIRECT",
+              info.direct, info.direct_errno);
     } else {
-        EXPECT(open_errno == 0, "open(O_DIRECT) on tmpfs: %s", strerror(open_errno));
-        EXPECT(info.direct, "direct refused (%s) where this kernel's tmpfs takes O_DIRECT",
-               strerror(info.direct_errno));
+        CHECK(open_errno == 0, "open(O_DIRECT) on tmpfs: %s", strerror(open_errno));
+        CHECK(info.direct, "direct refused (%s) where this kernel's tmpfs takes O_DIRECT", strerror(info.direct_errno));
     }
     int left = count_leftovers(dir);
-    EXPECT(left == 0, "%d probe file(s) left in %s", left, dir);
-    if (rmdir(dir) != 0) EXPECT(false, "rmdir %s: %s", dir, strerror(errno));
+    CHECK(left == 0, "%d probe file(s) left in %s", left, dir);
+    if (rmdir(dir) != 0) CHECK(false, "rmdir %s: %s", dir, strerror(errno));
 }
 
 int main(void) {
     test_ring();
     test_disk_path();
     test_tmpfs_path();
-    if (failures) printf("%d check(s) failed\n", failures);
-    return failures ? 1 : 0;
+    return check_exit("test_aio_probe");
 }

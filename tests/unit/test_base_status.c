@@ -43,15 +43,17 @@ int main(void) {
     static const struct {
         const char *s;
         uint64_t v;
-    } good[] = {{"0", 0},          {"4096", 4096},         {"64K", 65536},       {"64k", 65536},
-                {"1M", 1048576},   {"1MiB", 1048576},      {"1mb", 1048576},     {"2G", 2147483648ULL},
+    } good[] = {{"0", 0},           {"4096", 4096},
+                {"64K", 65536},     {"64k", 65536},
+                {"1M", 1048576},    {"1MiB", 1048576},
+                {"1mb", 1048576},   {"2G", 2147483648ULL},
                 {"3T", 3ULL << 40}, {"16777215T", 16777215ULL << 40}};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         uint64_t v = 1234;
         CHECK(zinf_size_parse(good[i].s, &v) == ZINF_OK && v == good[i].v, "\"%s\" -> %llu", good[i].s,
               (unsigned long long)v);
     }
-    static const char *const bad[] = {"", "K", "-1", "1.5G", "12Q", "1KB2", "1 M", "99999999999999999999",
+    static const char *const bad[] = {"",          "K", "-1", "1.5G", "12Q", "1KB2", "1 M", "99999999999999999999",
                                       "16777216T", " 1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v;

@@ -12,7 +12,8 @@ static const char *const ds_examples[] = {
     "{ \"train_batch_size\": 8, \"zero_optimization\": { \"stage\": 3 }, \"fp16\": { \"enabled\": true }, "
     "\"optimizer\": { \"type\": \"AdamW\", \"params\": { \"lr\": 0.001, \"betas\": [ 0.8, 0.999 ], \"eps\": 1e-8, "
     "\"weight_decay\": 3e-7 } } }",
-    "{ \"train_batch_size\": 8, \"zero_optimization\": { \"stage\": 3, \"offload_optimizer\": { \"device\": \"cpu\" } } }",
+    "{ \"train_batch_size\": 8, \"zero_optimization\": { \"stage\": 3, \"offload_optimizer\": { \"device\": \"cpu\" } "
+    "} }",
     "{ \"train_batch_size\": 8, \"zero_optimization\": { \"stage\": 3, \"offload_optimizer\": { \"device\": \"cpu\" }, "
     "\"offload_param\": { \"device\": \"cpu\" } } }",
     "{ \"train_batch_size\": 8, \"zero_optimization\": { \"stage\": 3, \"offload_optimizer\": { \"device\": \"nvme\", "
@@ -86,7 +87,8 @@ static void logged(zinf_log_level level, int rank, const char *msg, void *user) 
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/zinf-nvme-XXXXXX");
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    for (size_t i = 0; i < sizeof ds_examples / sizeof ds_examples[0]; i++) free(roundtrip(ds_examples[i], 1));
+    for (size_t i = 0; i < sizeof ds_examples / sizeof ds_examples[0]; i++)
+        free(roundtrip(ds_examples[i], 1));
 
     zinf_config c;
     // The documented example's values land where they belong.
@@ -146,7 +148,8 @@ int main(void) {
                             "\"bfloat16\": {\"enabled\": true}, \"optimizer\": {\"type\": \"adamw\"}}",
                             "a", &opts) == ZINF_OK,
           "%s", zinf_last_error());
-    CHECK(c.aio.intra_op_parallelism == 4, "--set replaced the alias spelling: %lld", (long long)c.aio.intra_op_parallelism);
+    CHECK(c.aio.intra_op_parallelism == 4, "--set replaced the alias spelling: %lld",
+          (long long)c.aio.intra_op_parallelism);
     CHECK(c.zero.prefetch_bucket_size == 123, "--set through the short alias");
     CHECK(c.aio.block_size == 65536 && c.bf16 && c.optimizer.type == ZINF_OPT_ADAMW, "suffix, bfloat16, adamw");
     CHECK(c.optimizer.betas[0] == 0.5 && c.steps == 7 && c.device.memory_limit == 2147483648LL, "sets");
@@ -158,11 +161,13 @@ int main(void) {
     FILE *f = fopen(data, "w");
     fputs("hello zinf", f);
     fclose(f);
-    snprintf(text, sizeof text,
-             "{\"train_batch_size\": 4, \"model\": {\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"block_size\": 128},"
-             " \"data\": {\"path\": \"%s\", \"format\": \"text-bytes\", \"sampling\": \"sequential\"}}",
-             data);
-    CHECK(zinf_config_parse(&c, text, "m", &(zinf_config_options){.world_size = 1}) == ZINF_OK, "%s", zinf_last_error());
+    snprintf(
+        text, sizeof text,
+        "{\"train_batch_size\": 4, \"model\": {\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"block_size\": 128},"
+        " \"data\": {\"path\": \"%s\", \"format\": \"text-bytes\", \"sampling\": \"sequential\"}}",
+        data);
+    CHECK(zinf_config_parse(&c, text, "m", &(zinf_config_options){.world_size = 1}) == ZINF_OK, "%s",
+          zinf_last_error());
     CHECK(c.model.vocab_size == 256 && c.data.seq_len == 128 && c.data.sampling == ZINF_SAMPLING_SEQUENTIAL, "model");
     free(roundtrip(text, 1));
     zinf_config_free(&c);
@@ -175,7 +180,8 @@ int main(void) {
     zinf_config_free(&c);
 
     // Decimals print as written, not as their binary expansion, and still round-trip.
-    char *j = roundtrip("{\"train_batch_size\": 1, \"optimizer\": {\"params\": {\"lr\": 3e-4, \"betas\": [0.9, 0.95]}}}", 1);
+    char *j =
+        roundtrip("{\"train_batch_size\": 1, \"optimizer\": {\"params\": {\"lr\": 3e-4, \"betas\": [0.9, 0.95]}}}", 1);
     CHECK(j && strstr(j, "\"lr\": 0.0003,") && strstr(j, "0.95"), "decimal printing:\n%s", j ? j : "");
     free(j);
 

@@ -6,19 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "zinf.h"
-
-static int failures;
-
-#define EXPECT(cond, ...)                                                                                              \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
-            printf(__VA_ARGS__);                                                                                       \
-            putchar('\n');                                                                                             \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
 
 static char *trim(char *s) {
     while (isspace((unsigned char)*s))
@@ -40,8 +29,8 @@ static bool has_flag(const char *flags, const char *name) {
 int main(void) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) {
-        printf("skip: no /proc/cpuinfo\n");
-        return 77;
+        printf("cannot read /proc/cpuinfo\n");
+        return 1;
     }
     static char line[16384], flags[16384], model[256];
     int processors = 0, pairs = 0;
@@ -83,30 +72,30 @@ int main(void) {
     printf("model \"%s\", simd %s, %d logical, %d cores, %d nodes, f16c %d, avx512_bf16 %d, amx_bf16 %d\n", c.model,
            zinf_simd_name(c.simd), c.logical_cpus, c.physical_cores, c.numa_nodes, c.f16c, c.avx512_bf16, c.amx_bf16);
 
-    EXPECT(flags[0], "no flags line in /proc/cpuinfo");
+    CHECK(flags[0], "no flags line in /proc/cpuinfo");
     bool avx2 = has_flag(flags, "avx2") && has_flag(flags, "fma") && has_flag(flags, "f16c");
     bool avx512 = avx2 && has_flag(flags, "avx512f") && has_flag(flags, "avx512bw") && has_flag(flags, "avx512vl");
     zinf_simd want = avx512 ? ZINF_SIMD_AVX512 : avx2 ? ZINF_SIMD_AVX2 : ZINF_SIMD_SCALAR;
-    EXPECT(c.simd == want, "simd %s, /proc/cpuinfo flags say %s", zinf_simd_name(c.simd), zinf_simd_name(want));
-    EXPECT(c.f16c == has_flag(flags, "f16c"), "f16c %d, cpuinfo %d", c.f16c, has_flag(flags, "f16c"));
-    EXPECT(c.avx512_bf16 == has_flag(flags, "avx512_bf16"), "avx512_bf16 %d, cpuinfo %d", c.avx512_bf16,
-           has_flag(flags, "avx512_bf16"));
-    EXPECT(c.amx_bf16 == has_flag(flags, "amx_bf16"), "amx_bf16 %d, cpuinfo %d", c.amx_bf16,
-           has_flag(flags, "amx_bf16"));
-    EXPECT(strcmp(zinf_simd_name(ZINF_SIMD_AVX512), "avx512") == 0 &&
-               strcmp(zinf_simd_name(ZINF_SIMD_AVX2), "avx2") == 0 &&
-               strcmp(zinf_simd_name(ZINF_SIMD_SCALAR), "scalar") == 0,
-           "zinf_simd_name");
+    CHECK(c.simd == want, "simd %s, /proc/cpuinfo flags say %s", zinf_simd_name(c.simd), zinf_simd_name(want));
+    CHECK(c.f16c == has_flag(flags, "f16c"), "f16c %d, cpuinfo %d", c.f16c, has_flag(flags, "f16c"));
+    CHECK(c.avx512_bf16 == has_flag(flags, "avx512_bf16"), "avx512_bf16 %d, cpuinfo %d", c.avx512_bf16,
+          has_flag(flags, "avx512_bf16"));
+    CHECK(c.amx_bf16 == has_flag(flags, "amx_bf16"), "amx_bf16 %d, cpuinfo %d", c.amx_bf16,
+          has_flag(flags, "amx_bf16"));
+    CHECK(strcmp(zinf_simd_name(ZINF_SIMD_AVX512), "avx512") == 0 &&
+              strcmp(zinf_simd_name(ZINF_SIMD_AVX2), "avx2") == 0 &&
+              strcmp(zinf_simd_name(ZINF_SIMD_SCALAR), "scalar") == 0,
+          "zinf_simd_name");
 
-    EXPECT(c.logical_cpus == processors, "logical_cpus %d, cpuinfo has %d processor lines", c.logical_cpus, processors);
-    EXPECT(c.physical_cores >= 1 && c.physical_cores <= c.logical_cpus, "physical_cores %d of %d logical",
-           c.physical_cores, c.logical_cpus);
+    CHECK(c.logical_cpus == processors, "logical_cpus %d, cpuinfo has %d processor lines", c.logical_cpus, processors);
+    CHECK(c.physical_cores >= 1 && c.physical_cores <= c.logical_cpus, "physical_cores %d of %d logical",
+          c.physical_cores, c.logical_cpus);
     if (have_core_ids)
-        EXPECT(c.physical_cores == pairs, "physical_cores %d, cpuinfo has %d distinct (physical id, core id)",
-               c.physical_cores, pairs);
+        CHECK(c.physical_cores == pairs, "physical_cores %d, cpuinfo has %d distinct (physical id, core id)",
+              c.physical_cores, pairs);
 
-    EXPECT(c.model[0] != '\0', "empty model");
-    if (model[0]) EXPECT(strcmp(c.model, model) == 0, "model \"%s\", cpuinfo \"%s\"", c.model, model);
+    CHECK(c.model[0] != '\0', "empty model");
+    if (model[0]) CHECK(strcmp(c.model, model) == 0, "model \"%s\", cpuinfo \"%s\"", c.model, model);
 
     DIR *d = opendir("/sys/devices/system/node");
     if (d) {
@@ -115,11 +104,10 @@ int main(void) {
         while ((e = readdir(d)))
             if (strncmp(e->d_name, "node", 4) == 0 && isdigit((unsigned char)e->d_name[4])) nodes++;
         closedir(d);
-        EXPECT(c.numa_nodes == nodes, "numa_nodes %d, sysfs has %d node dirs", c.numa_nodes, nodes);
+        CHECK(c.numa_nodes == nodes, "numa_nodes %d, sysfs has %d node dirs", c.numa_nodes, nodes);
     } else {
-        EXPECT(c.numa_nodes == 1, "numa_nodes %d without /sys/devices/system/node", c.numa_nodes);
+        CHECK(c.numa_nodes == 1, "numa_nodes %d without /sys/devices/system/node", c.numa_nodes);
     }
 
-    if (failures) printf("%d check(s) failed\n", failures);
-    return failures ? 1 : 0;
+    return check_exit("test_cpu_probe");
 }

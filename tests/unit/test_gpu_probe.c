@@ -7,19 +7,8 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "check.h"
 #include "zinf.h"
-
-static int failures;
-
-#define EXPECT(cond, ...)                                                                                              \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
-            printf(__VA_ARGS__);                                                                                       \
-            putchar('\n');                                                                                             \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
 
 #ifdef ZINF_HAVE_CUDA
 static const bool built = true;
@@ -33,9 +22,9 @@ static void expect_device_fails(int index) {
     zinf_fail(ZINF_OK, "%s", ""); // clear, so the text seen below is this call's
     zinf_status st = zinf_gpu_device_probe(index, &d);
     printf("device %d: %s: %s\n", index, zinf_status_str(st), zinf_last_error());
-    EXPECT(st != ZINF_OK, "device %d probed OK", index);
-    EXPECT(zinf_last_error()[0] != '\0', "device %d failed without a text", index);
-    if (!built) EXPECT(st == ZINF_ERR_UNSUPPORTED, "device %d without CUDA: %s", index, zinf_status_str(st));
+    CHECK(st != ZINF_OK, "device %d probed OK", index);
+    CHECK(zinf_last_error()[0] != '\0', "device %d failed without a text", index);
+    if (!built) CHECK(st == ZINF_ERR_UNSUPPORTED, "device %d without CUDA: %s", index, zinf_status_str(st));
 }
 
 int main(void) {
@@ -49,24 +38,24 @@ int main(void) {
     printf("built %d, runtime %d, driver %d, devices %d, status \"%s\"; /dev/nvidia0 %s\n", rt.built,
            rt.runtime_version, rt.driver_version, rt.device_count, rt.status, have_dev ? "present" : "absent");
 
-    EXPECT(rt.built == built, "built %d, config.h says %d", rt.built, built);
-    EXPECT(rt.status[0] != '\0', "empty status");
+    CHECK(rt.built == built, "built %d, config.h says %d", rt.built, built);
+    CHECK(rt.status[0] != '\0', "empty status");
     if (!built) {
-        EXPECT(rt.device_count == 0 && rt.runtime_version == 0 && rt.driver_version == 0,
-               "a build without CUDA reports versions or devices");
-        EXPECT(strstr(rt.status, "no CUDA backend") != NULL, "status \"%s\" without CUDA", rt.status);
+        CHECK(rt.device_count == 0 && rt.runtime_version == 0 && rt.driver_version == 0,
+              "a build without CUDA reports versions or devices");
+        CHECK(strstr(rt.status, "no CUDA backend") != NULL, "status \"%s\" without CUDA", rt.status);
     } else {
-        EXPECT(rt.runtime_version >= 11000, "runtime_version %d", rt.runtime_version);
+        CHECK(rt.runtime_version >= 11000, "runtime_version %d", rt.runtime_version);
     }
     if (!have_dev) {
-        EXPECT(rt.device_count == 0, "%d devices without /dev/nvidia0", rt.device_count);
-        EXPECT(strcmp(rt.status, "ok") != 0, "status \"ok\" without a device");
+        CHECK(rt.device_count == 0, "%d devices without /dev/nvidia0", rt.device_count);
+        CHECK(strcmp(rt.status, "ok") != 0, "status \"ok\" without a device");
     } else if (built) {
-        EXPECT(rt.device_count >= 1, "no device with /dev/nvidia0 present: %s", rt.status);
-        EXPECT(strcmp(rt.status, "ok") == 0, "status \"%s\" with devices", rt.status);
-        EXPECT(rt.driver_version > 0, "driver_version %d with a device", rt.driver_version);
+        CHECK(rt.device_count >= 1, "no device with /dev/nvidia0 present: %s", rt.status);
+        CHECK(strcmp(rt.status, "ok") == 0, "status \"%s\" with devices", rt.status);
+        CHECK(rt.driver_version > 0, "driver_version %d with a device", rt.driver_version);
     }
-    if (want_cuda) EXPECT(rt.device_count >= 1, "ZINF_TEST_BACKEND=cuda and no device: %s", rt.status);
+    if (want_cuda) CHECK(rt.device_count >= 1, "ZINF_TEST_BACKEND=cuda and no device: %s", rt.status);
 
     for (int i = 0; i < rt.device_count; i++) {
         zinf_gpu_device_info d;
@@ -75,23 +64,22 @@ int main(void) {
         printf("device %d: %s, %s, %llu bytes, cc %d.%d, %d SMs, %s gen %d x%d, kernels_run %d\n", i,
                zinf_status_str(st), d.name, (unsigned long long)d.memory_bytes, d.cc_major, d.cc_minor,
                d.multiprocessors, d.pci_bus_id, d.pcie_gen, d.pcie_width, d.kernels_run);
-        EXPECT(st == ZINF_OK, "device %d: %s", i, zinf_last_error());
-        EXPECT(d.index == i, "index %d for device %d", d.index, i);
-        EXPECT(d.kernels_run, "device %d: test kernel did not run", i);
-        EXPECT(d.memory_bytes > 0, "device %d: memory_bytes 0", i);
-        EXPECT(d.name[0] != '\0', "device %d: empty name", i);
-        EXPECT(d.cc_major >= 3 && d.multiprocessors > 0, "device %d: cc %d, %d SMs", i, d.cc_major, d.multiprocessors);
-        EXPECT(d.pcie_gen >= 0 && d.pcie_gen <= 7 && d.pcie_width >= 0, "device %d: PCIe gen %d x%d", i, d.pcie_gen,
-               d.pcie_width);
+        CHECK(st == ZINF_OK, "device %d: %s", i, zinf_last_error());
+        CHECK(d.index == i, "index %d for device %d", d.index, i);
+        CHECK(d.kernels_run, "device %d: test kernel did not run", i);
+        CHECK(d.memory_bytes > 0, "device %d: memory_bytes 0", i);
+        CHECK(d.name[0] != '\0', "device %d: empty name", i);
+        CHECK(d.cc_major >= 3 && d.multiprocessors > 0, "device %d: cc %d, %d SMs", i, d.cc_major, d.multiprocessors);
+        CHECK(d.pcie_gen >= 0 && d.pcie_gen <= 7 && d.pcie_width >= 0, "device %d: PCIe gen %d x%d", i, d.pcie_gen,
+              d.pcie_width);
     }
     expect_device_fails(-1);
     expect_device_fails(rt.device_count);
 
     const char *blas = zinf_gpu_host_blas_config();
     printf("blas \"%s\", %d threads\n", blas, zinf_gpu_host_blas_threads());
-    EXPECT(blas && strncmp(blas, "OpenBLAS", 8) == 0, "blas config \"%s\"", blas ? blas : "(null)");
-    EXPECT(zinf_gpu_host_blas_threads() >= 1, "blas threads %d", zinf_gpu_host_blas_threads());
+    CHECK(blas && strncmp(blas, "OpenBLAS", 8) == 0, "blas config \"%s\"", blas ? blas : "(null)");
+    CHECK(zinf_gpu_host_blas_threads() >= 1, "blas threads %d", zinf_gpu_host_blas_threads());
 
-    if (failures) printf("%d check(s) failed\n", failures);
-    return failures ? 1 : 0;
+    return check_exit("test_gpu_probe");
 }

@@ -5,19 +5,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "check.h"
 #include "zinf.h"
-
-static int failures;
-
-#define EXPECT(cond, ...)                                                                                              \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
-            printf(__VA_ARGS__);                                                                                       \
-            putchar('\n');                                                                                             \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
 
 // The value of key in a "Key:   N kB" file, in bytes, located by strstr over the whole
 // text; 0 when absent.
@@ -57,23 +46,23 @@ int main(void) {
            (unsigned long long)m.available_bytes, (unsigned long long)m.memlock_limit, m.thp);
 
     unsigned long long total = meminfo_bytes(text, "MemTotal");
-    EXPECT(total > 0, "no MemTotal in /proc/meminfo");
-    EXPECT(m.total_bytes == total, "total_bytes %llu, /proc/meminfo says %llu", (unsigned long long)m.total_bytes,
-           total);
-    EXPECT(m.available_bytes > 0 && m.available_bytes <= m.total_bytes, "available_bytes %llu of total %llu",
-           (unsigned long long)m.available_bytes, (unsigned long long)m.total_bytes);
+    CHECK(total > 0, "no MemTotal in /proc/meminfo");
+    CHECK(m.total_bytes == total, "total_bytes %llu, /proc/meminfo says %llu", (unsigned long long)m.total_bytes,
+          total);
+    CHECK(m.available_bytes > 0 && m.available_bytes <= m.total_bytes, "available_bytes %llu of total %llu",
+          (unsigned long long)m.available_bytes, (unsigned long long)m.total_bytes);
     // MemAvailable moves between the two reads; a unit mistake would be off 1024x.
     unsigned long long avail = meminfo_bytes(text, "MemAvailable");
     if (avail)
-        EXPECT(m.available_bytes > avail / 2 && m.available_bytes < avail * 2,
-               "available_bytes %llu, /proc/meminfo said %llu a moment ago", (unsigned long long)m.available_bytes,
-               avail);
+        CHECK(m.available_bytes > avail / 2 && m.available_bytes < avail * 2,
+              "available_bytes %llu, /proc/meminfo said %llu a moment ago", (unsigned long long)m.available_bytes,
+              avail);
 
     struct rlimit rl;
     getrlimit(RLIMIT_MEMLOCK, &rl);
     uint64_t want = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
-    EXPECT(m.memlock_limit == want, "memlock_limit %llu, getrlimit %llu", (unsigned long long)m.memlock_limit,
-           (unsigned long long)want);
+    CHECK(m.memlock_limit == want, "memlock_limit %llu, getrlimit %llu", (unsigned long long)m.memlock_limit,
+          (unsigned long long)want);
 
     char thp[64] = "unknown", buf[256];
     f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
@@ -82,8 +71,7 @@ int main(void) {
         if (open) sscanf(open, "[%63[^]]", thp);
         fclose(f);
     }
-    EXPECT(strcmp(m.thp, thp) == 0, "thp \"%s\", sysfs \"%s\"", m.thp, thp);
+    CHECK(strcmp(m.thp, thp) == 0, "thp \"%s\", sysfs \"%s\"", m.thp, thp);
 
-    if (failures) printf("%d check(s) failed\n", failures);
-    return failures ? 1 : 0;
+    return check_exit("test_offload_host_mem");
 }
