@@ -145,7 +145,7 @@ typedef enum zinf_backend { ZINF_BACKEND_AUTO = 0, ZINF_BACKEND_HOST, ZINF_BACKE
 
 typedef struct zinf_device_config {
     zinf_backend backend;
-    int64_t memory_limit; // bytes; 0: the device's own capacity (host: its default)
+    int64_t memory_limit; // bytes; -1 (null): the device's own capacity (host: its default)
 } zinf_device_config;
 
 typedef struct zinf_checkpoint_config {

@@ -258,7 +258,13 @@ const key zinf_config_keys[] = {
 
     SECTION("device", NONE, 0),
     ENUM("device.backend", OFF(device.backend), ZINF_BACKEND_AUTO, backends, 0),
-    {.path = "device.memory_limit", .kind = K_BYTES, .off = OFF(device.memory_limit), .def = 0, .min = 0, .max = BIG},
+    {.path = "device.memory_limit",
+     .kind = K_BYTES,
+     .off = OFF(device.memory_limit),
+     .def = -1,
+     .min = 1048576,
+     .max = BIG,
+     .flags = F_NULL},
 
     SECTION("checkpoint", NONE, 0),
     STRING("checkpoint.dir", OFF(checkpoint.dir), F_NULL),

@@ -139,6 +139,11 @@ static const bad_case cases[] = {
      {"aio.block_size: 5000 is not a multiple of 4096"}},
     {"{" TB "\"fp16\": {\"min_loss_scale\": 0}}", NULL, 1, ZINF_ERR_INVAL, {"fp16.min_loss_scale", "greater than 0"}},
     {"{\"train_batch_size\": 0}", NULL, 1, ZINF_ERR_INVAL, {"train_batch_size: expected an integer at least 1, got 0"}},
+    {"{" TB "\"device\": {\"memory_limit\": \"512K\"}}",
+     NULL,
+     1,
+     ZINF_ERR_INVAL,
+     {"device.memory_limit: expected a byte count at least 1048576, got \"512K\""}},
     // ---- conflicts ----
     {"{" TB "\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
      NULL,
