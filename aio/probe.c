@@ -14,7 +14,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "zinf_aio.h"
+#include "internal.h"
 
 // ---- io_uring ----
 
@@ -150,7 +150,7 @@ static uint32_t sysfs_logical_block(dev_t dev) {
 // The offset alignment O_DIRECT needs on this file. statx(STATX_DIOALIGN) (Linux 6.1)
 // asks the file system itself, which also covers stacked and network file systems;
 // sysfs is the fallback for kernels or file systems that do not answer.
-static uint32_t logical_block(int fd, dev_t dev) {
+uint32_t aio_logical_block(int fd, dev_t dev) {
 #ifdef STATX_DIOALIGN
     struct statx sx;
     if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
@@ -218,7 +218,7 @@ int zinf_aio_path_probe(const char *dir, zinf_aio_path_info *out) {
     if (fd < 0) return -errno;
     out->writable = true;
 
-    out->logical_block = logical_block(fd, st.st_dev);
+    out->logical_block = aio_logical_block(fd, st.st_dev);
     out->dio_align = out->logical_block > 4096 ? out->logical_block : 4096;
     close(fd);
     try_direct(path, out);

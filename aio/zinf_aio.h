@@ -52,6 +52,68 @@ typedef struct zinf_aio_path_info {
 // cannot be used at all (missing, not a directory, not writable).
 int zinf_aio_path_probe(const char *dir, zinf_aio_path_info *out);
 
+// ---- the engine ----
+// Workers each own one io_uring ring (set up with the best flags the kernel grants)
+// and keep at most queue_depth requests in flight on it; a read or write is split into
+// block_size requests spread over the workers. Where io_uring is refused, the same
+// API runs on a pool of pread/pwrite threads (said once in the log).
+
+typedef struct zinf_aio zinf_aio;
+typedef struct zinf_aio_file zinf_aio_file;
+// One read or write in flight; 0 is never a ticket.
+typedef uint64_t zinf_aio_ticket;
+
+typedef struct zinf_aio_params {
+    uint32_t block_size;  // bytes per request, a multiple of 4096 (0: 1 MiB)
+    uint32_t queue_depth; // requests in flight per ring (0: 8)
+    uint32_t threads;     // workers, one ring each (0: 1)
+    bool sqpoll;          // ask for kernel-side submission polling (IORING_SETUP_SQPOLL)
+    bool use_threads;     // pread/pwrite threads instead of io_uring
+} zinf_aio_params;
+
+// 0 or -errno (detail in zinf_last_error()). cfg may be NULL for the defaults.
+int zinf_aio_create(zinf_aio **out, const zinf_aio_params *cfg);
+// Waits for everything still in flight. NULL is a no-op.
+void zinf_aio_destroy(zinf_aio *aio);
+// false when the engine runs on pread/pwrite threads.
+bool zinf_aio_uses_io_uring(const zinf_aio *aio);
+
+typedef struct zinf_aio_file_config {
+    const char *const *dirs; // one file per directory; several stripe the file
+    int ndirs;
+    const char *name;     // the file's name inside each directory
+    uint64_t size;        // logical bytes, preallocated up front
+    uint64_t stripe_unit; // bytes per directory in turn (0: block_size); aligned
+    bool strict_direct;   // fail where O_DIRECT is refused instead of buffering
+    bool keep;            // leave the files on close (default: removed)
+} zinf_aio_file_config;
+
+// Open (creating) and preallocate the file in every directory. 0 or -errno with the
+// directory named: ENOSPC when the preallocation does not fit, EINVAL for a refused
+// O_DIRECT under strict_direct.
+int zinf_aio_file_open(zinf_aio *aio, zinf_aio_file **out, const zinf_aio_file_config *cfg);
+// Closes (and unless keep, removes) the files; the caller waits for its tickets
+// first. NULL is a no-op.
+void zinf_aio_file_close(zinf_aio_file *f);
+// Offsets, lengths and buffers must be multiples of this (>= 4096).
+uint32_t zinf_aio_file_alignment(const zinf_aio_file *f);
+// false when a directory refused O_DIRECT and the file runs buffered.
+bool zinf_aio_file_direct(const zinf_aio_file *f);
+
+// Start a read into buf / write from buf of len bytes at offset. 0 with *ticket set,
+// or -EINVAL naming what is unaligned or out of range. buf stays the caller's and
+// must not be touched until the ticket is waited for.
+int zinf_aio_read(zinf_aio *aio, zinf_aio_file *f, uint64_t offset, void *buf, size_t len, zinf_aio_ticket *ticket);
+int zinf_aio_write(zinf_aio *aio, zinf_aio_file *f, uint64_t offset, const void *buf, size_t len,
+                   zinf_aio_ticket *ticket);
+// Wait for one ticket and release it: 0, or -errno of its first failed request with
+// the path, offset and errno text in zinf_last_error(). Other tickets are unaffected.
+int zinf_aio_wait(zinf_aio *aio, zinf_aio_ticket ticket);
+// 0 while in flight; otherwise release it and return 1 (done) or -errno (failed).
+int zinf_aio_poll(zinf_aio *aio, zinf_aio_ticket ticket);
+// Wait for and release every ticket not yet waited for: 0 or the first -errno.
+int zinf_aio_wait_all(zinf_aio *aio);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,352 @@
+// The aio engine's front end: workers, tickets, and the split of a read or write into
+// block_size chunks spread over the workers that serve each directory of a file.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+// ---- tickets ----
+
+static zinf_aio_ticket ticket_of(const zinf_aio *aio, uint32_t slot) {
+    return ((uint64_t)aio->slots[slot].gen << 32) | (slot + 1);
+}
+
+// The slot behind a ticket, or NULL for a ticket that is unknown or already released.
+// Called with aio->lock held.
+static ticket_slot *lookup(zinf_aio *aio, zinf_aio_ticket t) {
+    uint64_t slot = (t & 0xffffffffu) - 1;
+    if (t == 0 || slot >= aio->nslots) return NULL;
+    ticket_slot *s = &aio->slots[slot];
+    return s->used && s->gen == (uint32_t)(t >> 32) ? s : NULL;
+}
+
+// Called with aio->lock held; returns the slot index or -ENOMEM.
+static int64_t take_slot(zinf_aio *aio) {
+    for (uint32_t i = 0; i < aio->nslots; i++)
+        if (!aio->slots[i].used) return i;
+    uint32_t n = aio->nslots ? aio->nslots * 2 : 64;
+    ticket_slot *grown = realloc(aio->slots, n * sizeof *grown);
+    if (!grown) return -ENOMEM;
+    memset(grown + aio->nslots, 0, (n - aio->nslots) * sizeof *grown);
+    aio->slots = grown;
+    int64_t slot = aio->nslots;
+    aio->nslots = n;
+    return slot;
+}
+
+// Free a completed ticket and turn its outcome into the return value (and this
+// thread's error detail). Called with aio->lock held.
+static int release(zinf_aio *aio, ticket_slot *s) {
+    (void)aio;
+    int err = s->err;
+    if (err) zinf_fail(zinf_status_from_errno(err), "%s", s->detail);
+    free(s->chunks);
+    s->chunks = NULL;
+    s->used = false;
+    s->gen++;
+    return -err;
+}
+
+void aio_chunk_done(zinf_aio *aio, chunk *c, int err) {
+    pthread_mutex_lock(&aio->lock);
+    ticket_slot *s = &aio->slots[c->slot];
+    if (err && !s->err) {
+        s->err = err;
+        snprintf(s->detail, sizeof s->detail, "%s %s at offset %llu (%u bytes): %s", c->write ? "write" : "read",
+                 c->path, (unsigned long long)(c->offset + c->done), c->len - c->done, strerror(err));
+    }
+    if (--s->pending == 0) pthread_cond_broadcast(&aio->cond);
+    pthread_mutex_unlock(&aio->lock);
+}
+
+int zinf_aio_wait(zinf_aio *aio, zinf_aio_ticket t) {
+    pthread_mutex_lock(&aio->lock);
+    ticket_slot *s = lookup(aio, t);
+    int ret;
+    if (!s) {
+        ret = -EINVAL;
+        zinf_fail(ZINF_ERR_INVAL, "aio: ticket %#llx is unknown or already waited for", (unsigned long long)t);
+    } else {
+        while (s->pending)
+            pthread_cond_wait(&aio->cond, &aio->lock);
+        ret = release(aio, s);
+    }
+    pthread_mutex_unlock(&aio->lock);
+    return ret;
+}
+
+int zinf_aio_poll(zinf_aio *aio, zinf_aio_ticket t) {
+    pthread_mutex_lock(&aio->lock);
+    ticket_slot *s = lookup(aio, t);
+    int ret;
+    if (!s) {
+        ret = -EINVAL;
+        zinf_fail(ZINF_ERR_INVAL, "aio: ticket %#llx is unknown or already waited for", (unsigned long long)t);
+    } else if (s->pending) {
+        ret = 0;
+    } else {
+        ret = release(aio, s);
+        if (ret == 0) ret = 1;
+    }
+    pthread_mutex_unlock(&aio->lock);
+    return ret;
+}
+
+int zinf_aio_wait_all(zinf_aio *aio) {
+    int first = 0;
+    char detail[sizeof aio->slots[0].detail] = "";
+    pthread_mutex_lock(&aio->lock);
+    for (uint32_t i = 0; i < aio->nslots; i++) {
+        ticket_slot *s = &aio->slots[i];
+        if (!s->used) continue;
+        while (s->pending)
+            pthread_cond_wait(&aio->cond, &aio->lock);
+        if (s->err && !first) {
+            first = -s->err;
+            snprintf(detail, sizeof detail, "%s", s->detail);
+        }
+        release(aio, s);
+    }
+    pthread_mutex_unlock(&aio->lock);
+    if (first) zinf_fail(zinf_status_from_errno(-first), "%s", detail);
+    return first;
+}
+
+// ---- submission ----
+
+// The workers that serve directory d: those with index = d (mod ndirs), so each
+// directory (drive) has its own ring(s) when there are at least as many workers.
+static worker *pick(zinf_aio *aio, int d, int ndirs, uint64_t k) {
+    int nw = (int)aio->cfg.threads;
+    if (nw <= ndirs) return &aio->workers[d % nw];
+    int serving = (nw - d + ndirs - 1) / ndirs;
+    return &aio->workers[d + ndirs * (int)(k % (uint64_t)serving)];
+}
+
+static int check_request(const zinf_aio_file *f, uint64_t off, const void *buf, size_t len, const char *op) {
+    const char *what = off % f->align              ? "offset"
+                       : len % f->align            ? "length"
+                       : (uintptr_t)buf % f->align ? "buffer"
+                                                   : NULL;
+    if (what) {
+        unsigned long long v = off % f->align ? off : len % f->align ? len : (unsigned long long)(uintptr_t)buf;
+        zinf_fail(ZINF_ERR_INVAL, "aio %s %s: %s %#llx is not a multiple of the alignment %u", op, f->paths[0], what, v,
+                  f->align);
+        return -EINVAL;
+    }
+    if (off > f->size || len > f->size - off) {
+        zinf_fail(ZINF_ERR_INVAL, "aio %s %s: bytes %llu..%llu are beyond the end (%llu bytes)", op, f->paths[0],
+                  (unsigned long long)off, (unsigned long long)(off + len), (unsigned long long)f->size);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+// Cut [off, off+len) at stripe-unit and block boundaries; fill chunks when non-NULL.
+static size_t split(const zinf_aio_file *f, uint32_t block, uint64_t off, char *buf, size_t len, chunk *chunks) {
+    size_t n = 0;
+    for (uint64_t pos = 0; pos < len;) {
+        uint64_t at = off + pos, unit = at / f->stripe, in_unit = at % f->stripe;
+        uint64_t take = f->stripe - in_unit;
+        if (take > block) take = block;
+        if (take > len - pos) take = len - pos;
+        if (chunks) {
+            int d = (int)(unit % (uint64_t)f->n);
+            chunks[n] = (chunk){.fd = f->fds[d],
+                                .dir = d,
+                                .path = f->paths[d],
+                                .offset = unit / (uint64_t)f->n * f->stripe + in_unit,
+                                .buf = buf + pos,
+                                .len = (uint32_t)take};
+        }
+        n++;
+        pos += take;
+    }
+    return n;
+}
+
+static int submit(zinf_aio *aio, zinf_aio_file *f, uint64_t off, char *buf, size_t len, bool write,
+                  zinf_aio_ticket *ticket) {
+    const char *op = write ? "write" : "read";
+    int ret = check_request(f, off, buf, len, op);
+    if (ret) return ret;
+    size_t n = split(f, aio->cfg.block_size, off, buf, len, NULL);
+    chunk *chunks = calloc(n ? n : 1, sizeof *chunks);
+    if (!chunks) {
+        zinf_fail(ZINF_ERR_NOMEM, "aio %s %s: out of memory for %zu requests", op, f->paths[0], n);
+        return -ENOMEM;
+    }
+    split(f, aio->cfg.block_size, off, buf, len, chunks);
+
+    pthread_mutex_lock(&aio->lock);
+    int64_t slot = take_slot(aio);
+    if (slot >= 0) {
+        aio->slots[slot] =
+            (ticket_slot){.gen = aio->slots[slot].gen, .used = true, .pending = (uint32_t)n, .chunks = chunks};
+        *ticket = ticket_of(aio, (uint32_t)slot);
+    }
+    uint64_t spread = aio->spread;
+    aio->spread += n;
+    pthread_mutex_unlock(&aio->lock);
+    if (slot < 0) {
+        free(chunks);
+        zinf_fail(ZINF_ERR_NOMEM, "aio %s %s: out of memory for tickets", op, f->paths[0]);
+        return -ENOMEM;
+    }
+
+    // Hand each worker its chunks in one go, in file order.
+    for (uint32_t w = 0; w < aio->cfg.threads; w++) {
+        chunk *head = NULL, *last = NULL;
+        for (size_t i = 0; i < n; i++) {
+            chunk *c = &chunks[i];
+            if (pick(aio, c->dir, f->n, spread + i) != &aio->workers[w]) continue;
+            c->write = write;
+            c->slot = (uint32_t)slot;
+            if (last)
+                last->next = c;
+            else
+                head = c;
+            last = c;
+        }
+        if (!head) continue;
+        worker *wk = &aio->workers[w];
+        pthread_mutex_lock(&wk->lock);
+        if (wk->tail)
+            wk->tail->next = head;
+        else
+            wk->head = head;
+        wk->tail = last;
+        pthread_cond_signal(&wk->cond);
+        pthread_mutex_unlock(&wk->lock);
+    }
+    return 0;
+}
+
+int zinf_aio_read(zinf_aio *aio, zinf_aio_file *f, uint64_t offset, void *buf, size_t len, zinf_aio_ticket *ticket) {
+    return submit(aio, f, offset, buf, len, false, ticket);
+}
+
+int zinf_aio_write(zinf_aio *aio, zinf_aio_file *f, uint64_t offset, const void *buf, size_t len,
+                   zinf_aio_ticket *ticket) {
+    // The buffer is only read; the chunk type is shared with reads.
+    return submit(aio, f, offset, (char *)(uintptr_t)buf, len, true, ticket);
+}
+
+chunk *aio_worker_take(worker *w, bool block) {
+    pthread_mutex_lock(&w->lock);
+    while (block && !w->head && !w->stop)
+        pthread_cond_wait(&w->cond, &w->lock);
+    chunk *got = w->head;
+    w->head = w->tail = NULL;
+    pthread_mutex_unlock(&w->lock);
+    return got;
+}
+
+// ---- engine ----
+
+bool zinf_aio_uses_io_uring(const zinf_aio *aio) { return aio->uring; }
+
+static void stop_workers(zinf_aio *aio, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        worker *w = &aio->workers[i];
+        pthread_mutex_lock(&w->lock);
+        w->stop = true;
+        pthread_cond_signal(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        pthread_join(aio->workers[i].thread, NULL);
+}
+
+void zinf_aio_destroy(zinf_aio *aio) {
+    if (!aio) return;
+    zinf_aio_wait_all(aio);
+    stop_workers(aio, aio->cfg.threads);
+    for (uint32_t i = 0; i < aio->cfg.threads; i++) {
+        pthread_mutex_destroy(&aio->workers[i].lock);
+        pthread_cond_destroy(&aio->workers[i].cond);
+    }
+    free(aio->workers);
+    free(aio->slots);
+    pthread_mutex_destroy(&aio->lock);
+    pthread_cond_destroy(&aio->cond);
+    free(aio);
+}
+
+int zinf_aio_create(zinf_aio **out, const zinf_aio_params *cfg) {
+    zinf_aio_params c = cfg ? *cfg : (zinf_aio_params){0};
+    if (!c.block_size) c.block_size = 1u << 20;
+    if (!c.queue_depth) c.queue_depth = 8;
+    if (!c.threads) c.threads = 1;
+    *out = NULL;
+    if (c.block_size % 4096 || c.block_size > (1u << 30)) {
+        zinf_fail(ZINF_ERR_INVAL, "aio: block_size %u is not a multiple of 4096 up to 1 GiB", c.block_size);
+        return -EINVAL;
+    }
+    if (c.queue_depth > 4096 || c.threads > 256) {
+        zinf_fail(ZINF_ERR_INVAL, "aio: queue_depth %u (at most 4096) or threads %u (at most 256) too large",
+                  c.queue_depth, c.threads);
+        return -EINVAL;
+    }
+    zinf_aio *aio = calloc(1, sizeof *aio);
+    worker *workers = calloc(c.threads, sizeof *workers);
+    if (!aio || !workers) {
+        free(aio);
+        free(workers);
+        zinf_fail(ZINF_ERR_NOMEM, "aio: out of memory");
+        return -ENOMEM;
+    }
+    aio->cfg = c;
+    aio->workers = workers;
+    pthread_mutex_init(&aio->lock, NULL);
+    pthread_cond_init(&aio->cond, NULL);
+    aio->uring = !c.use_threads;
+    if (aio->uring) {
+        zinf_aio_caps caps;
+        zinf_aio_probe(&caps);
+        if (!caps.io_uring) {
+            // Kernels without io_uring, or containers whose seccomp filter refuses it.
+            ZINF_LOG_WARN("io_uring is not available (%s): aio runs on %u pread/pwrite thread(s)",
+                          strerror(caps.setup_errno), c.threads);
+            aio->uring = false;
+        }
+    }
+    uint32_t started = 0;
+    int err = 0;
+    for (; started < c.threads; started++) {
+        worker *w = &workers[started];
+        *w = (worker){.aio = aio, .index = (int)started};
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->cond, NULL);
+        err = pthread_create(&w->thread, NULL, aio->uring ? aio_ring_worker : aio_thread_worker, w);
+        if (err) break;
+    }
+    // Rings are set up inside their worker (a SINGLE_ISSUER ring belongs to the thread
+    // that creates it); wait until each has reported.
+    pthread_mutex_lock(&aio->lock);
+    while (aio->started < started)
+        pthread_cond_wait(&aio->cond, &aio->lock);
+    pthread_mutex_unlock(&aio->lock);
+    for (uint32_t i = 0; !err && i < started; i++)
+        err = workers[i].init_err;
+    if (err) {
+        stop_workers(aio, started);
+        c.threads = started; // only these were initialized
+        aio->cfg.threads = started;
+        zinf_fail(zinf_status_from_errno(err), "aio: cannot start %u worker(s): %s", cfg ? cfg->threads : 1,
+                  strerror(err));
+        for (uint32_t i = 0; i < started; i++) {
+            pthread_mutex_destroy(&workers[i].lock);
+            pthread_cond_destroy(&workers[i].cond);
+        }
+        free(workers);
+        pthread_mutex_destroy(&aio->lock);
+        pthread_cond_destroy(&aio->cond);
+        free(aio);
+        return -err;
+    }
+    *out = aio;
+    return 0;
+}

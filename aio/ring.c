@@ -1,0 +1,118 @@
+// The io_uring worker: one ring per worker thread, at most queue_depth requests in
+// flight, every completion checked; a short transfer is resubmitted for the rest.
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+// The best setup the kernel accepts, dropping flags one by one: a single issuer with
+// deferred task work (completions run only when this thread reaps), then cooperative
+// task work (no IPI to interrupt it), then plain. SQPOLL cannot go with DEFER_TASKRUN.
+static int setup(struct io_uring *ring, const zinf_aio_params *cfg, unsigned *used) {
+    static const unsigned tries[] = {
+        IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+        IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN,
+        IORING_SETUP_COOP_TASKRUN,
+        0,
+    };
+    int ret = -EINVAL;
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(tries); i++) {
+        unsigned flags = tries[i];
+        if (cfg->sqpoll) {
+            if (flags & IORING_SETUP_DEFER_TASKRUN) continue;
+            flags |= IORING_SETUP_SQPOLL;
+        }
+        struct io_uring_params p;
+        memset(&p, 0, sizeof p);
+        p.flags = flags;
+        ret = io_uring_queue_init_params(cfg->queue_depth, ring, &p);
+        if (ret == 0) {
+            *used = flags;
+            return 0;
+        }
+        if (ret != -EINVAL && ret != -EPERM) return ret; // not a refused flag: no use trying others
+    }
+    return ret;
+}
+
+static void prep(struct io_uring_sqe *sqe, chunk *c) {
+    if (c->write)
+        io_uring_prep_write(sqe, c->fd, c->buf + c->done, c->len - c->done, c->offset + c->done);
+    else
+        io_uring_prep_read(sqe, c->fd, c->buf + c->done, c->len - c->done, c->offset + c->done);
+    io_uring_sqe_set_data(sqe, c);
+}
+
+void *aio_ring_worker(void *arg) {
+    worker *w = arg;
+    zinf_aio *aio = w->aio;
+    struct io_uring ring;
+    unsigned flags = 0;
+    int err = -setup(&ring, &aio->cfg, &flags);
+    pthread_mutex_lock(&aio->lock);
+    w->init_err = err;
+    aio->started++;
+    pthread_cond_broadcast(&aio->cond);
+    pthread_mutex_unlock(&aio->lock);
+    if (err) return NULL;
+    if (w->index == 0)
+        ZINF_LOG_DEBUG("aio: io_uring rings with setup flags %#x, queue depth %u", flags, aio->cfg.queue_depth);
+
+    chunk *todo = NULL, *todo_last = NULL; // taken from the queue, not yet submitted
+    unsigned inflight = 0;
+    for (;;) {
+        chunk *got = aio_worker_take(w, inflight == 0 && !todo);
+        if (!got && inflight == 0 && !todo) break; // told to stop, nothing left
+        if (got) {
+            if (todo_last)
+                todo_last->next = got;
+            else
+                todo = got;
+            for (todo_last = got; todo_last->next;)
+                todo_last = todo_last->next;
+        }
+        while (inflight < aio->cfg.queue_depth && todo) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+            if (!sqe) break;
+            chunk *c = todo;
+            todo = c->next;
+            if (!todo) todo_last = NULL;
+            c->next = NULL;
+            prep(sqe, c);
+            inflight++;
+        }
+        int ret = io_uring_submit_and_wait(&ring, inflight ? 1 : 0);
+        if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+            // The kernel refused the submission itself (not one request): say so and
+            // retry shortly rather than spin.
+            ZINF_LOG_ERROR("aio: io_uring_submit: %s; retrying", strerror(-ret));
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+        }
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&ring, head, cqe) {
+            seen++;
+            inflight--;
+            chunk *c = io_uring_cqe_get_data(cqe);
+            int res = cqe->res;
+            bool again = res == -EINTR || res == -EAGAIN;
+            if (!again && res > 0 && (uint32_t)res < c->len - c->done) {
+                c->done += (uint32_t)res; // short transfer: resubmit the rest
+                again = true;
+            }
+            if (again) {
+                c->next = todo;
+                todo = c;
+                if (!todo_last) todo_last = c;
+                continue;
+            }
+            // res == 0 with bytes left: a read past the end of the file (or a write
+            // that made no progress); never report it as success.
+            aio_chunk_done(aio, c, res < 0 ? -res : res == 0 ? EIO : 0);
+        }
+        io_uring_cq_advance(&ring, seen);
+    }
+    io_uring_queue_exit(&ring);
+    return NULL;
+}
