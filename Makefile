@@ -200,7 +200,7 @@ test: tests
 	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run
 
 bench: all
-	@echo "zinf: no benchmarks yet"
+	$(Q)for b in tests/bench/bench_*.sh; do ZINF_BUILD=$(B) $$b || exit 1; done
 
 clean:
 	rm -rf build

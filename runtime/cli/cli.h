@@ -16,8 +16,12 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
 int cli_fail(const char *cmd, int code);
 // Print obj as one line of JSON on stdout (the --json contract) and release it.
 void cli_print_json_line(json_t *obj);
+// Parse option opt's value arg as a size (binary suffixes allowed) within [lo, hi];
+// CLI_OK, or a usage error naming the option.
+int cli_parse_size(const char *cmd, const char *opt, const char *arg, uint64_t lo, uint64_t hi, uint64_t *out);
 
 int cli_check(int argc, char **argv);
 int cli_info(int argc, char **argv);
+int cli_io_bench(int argc, char **argv);
 
 #endif

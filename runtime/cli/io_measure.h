@@ -1,0 +1,34 @@
+// Timed reads and writes through the aio engine, for io-bench and io-tune.
+#ifndef ZINF_CLI_IO_MEASURE_H
+#define ZINF_CLI_IO_MEASURE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zinf.h"
+#include "zinf_internal.h"
+
+typedef struct io_spec {
+    const char *const *dirs; // the file is striped over these
+    int ndirs;
+    uint64_t size; // bytes per pass
+    uint32_t block_size, queue_depth, threads;
+    bool read, write; // which directions to measure
+    int loops;        // passes per direction; the median is reported
+    bool validate;    // compare every byte read with what was written
+    bool progress;    // a line per pass on stderr
+} io_spec;
+
+typedef struct io_result {
+    bool write;
+    uint64_t bytes;
+    double seconds;     // median pass
+    double bytes_per_s; // bytes / median pass
+    bool direct;        // O_DIRECT (false: some directory runs buffered)
+} io_result;
+
+// Measure the directions spec asks for (write before read) into out[0..1]. Returns
+// how many results, or -zinf_status with zinf_last_error() set.
+int io_measure(const io_spec *spec, io_result *out);
+
+#endif

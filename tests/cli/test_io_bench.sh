@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# zinf io-bench: the JSON contract (one object per op), --validate, striping over two
+# directories, usage errors (exit 2), IO errors (exit 1), and no test file left behind.
+# timeout: 120
+set -u
+Z=${ZINF_BUILD:-build}/zinf
+tmp=$(mktemp -d /var/tmp/zinf-iobench-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/a" "$tmp/b"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+expect() {
+  local want=$1; shift
+  "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  [ $rc = "$want" ] || fail "'$*' exited $rc, want $want; stderr: $(head -c 400 "$tmp/err")"
+}
+
+expect 0 "$Z" io-bench --path "$tmp/a" --path "$tmp/b" --size 8M --block-size 64K --queue-depth 4 \
+  --threads 3 --loops 2 --validate --json
+python3 - "$tmp/out" <<'PY' || fail "io-bench --json output: $(cat "$tmp/out")"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 2, lines
+objs = [json.loads(l) for l in lines]
+assert [o["op"] for o in objs] == ["write", "read"], objs
+for o in objs:
+    assert o["bytes"] == 8 << 20 and o["block_size"] == 65536 and o["queue_depth"] == 4, o
+    assert o["threads"] == 3 and o["paths"] == 2 and isinstance(o["direct"], bool), o
+    assert o["seconds"] > 0 and abs(o["bytes_per_s"] * o["seconds"] - o["bytes"]) < 1e-6 * o["bytes"], o
+PY
+expect 0 "$Z" io-bench --path "$tmp/a" --size 4M --read --loops 1 --json
+[ "$(wc -l < "$tmp/out")" = 1 ] && grep -q '"op":"read"' "$tmp/out" || fail "--read alone: $(cat "$tmp/out")"
+expect 0 "$Z" io-bench --path "$tmp/a" --size 4M --loops 1
+grep -q '^write' "$tmp/out" && grep -q '^read' "$tmp/out" || fail "human table: $(cat "$tmp/out")"
+[ -z "$(find "$tmp/a" "$tmp/b" -type f)" ] || fail "test files left behind: $(find "$tmp/a" "$tmp/b" -type f)"
+
+expect 2 "$Z" io-bench --size 4M
+grep -q -- "--path DIR is required" "$tmp/err" || fail "missing --path not explained"
+expect 2 "$Z" io-bench --path "$tmp/a" --size 4Q
+grep -q -- "--size" "$tmp/err" || fail "bad --size not named"
+expect 2 "$Z" io-bench --path "$tmp/a" --block-size 5000
+expect 2 "$Z" io-bench --path "$tmp/a" --queue-depth 0
+expect 1 "$Z" io-bench --path "$tmp/missing" --size 4M
+grep -q "$tmp/missing" "$tmp/err" || fail "missing directory not named: $(cat "$tmp/err")"
+
+# Interrupted mid-run: the test file goes with it.
+"$Z" io-bench --path "$tmp/a" --size 512M --loops 50 > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 50); do [ -n "$(find "$tmp/a" -type f)" ] && break; sleep 0.1; done
+kill -INT $pid; wait $pid 2> /dev/null
+[ -z "$(find "$tmp/a" -type f)" ] || fail "an interrupted run left $(find "$tmp/a" -type f)"
+
+[ $fails = 0 ] && echo "test_io_bench: all checks passed"
+[ $fails = 0 ]
