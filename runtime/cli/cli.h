@@ -23,5 +23,6 @@ int cli_parse_size(const char *cmd, const char *opt, const char *arg, uint64_t l
 int cli_check(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_io_bench(int argc, char **argv);
+int cli_io_tune(int argc, char **argv);
 
 #endif

@@ -31,4 +31,8 @@ typedef struct io_result {
 // how many results, or -zinf_status with zinf_last_error() set.
 int io_measure(const io_spec *spec, io_result *out);
 
+// One result as a table row or as io-bench's JSON object; the table's header.
+void cli_print_io_result(const io_spec *spec, const io_result *res, bool json);
+void cli_print_io_header(void);
+
 #endif

@@ -42,8 +42,14 @@ static const command commands[] = {
      "  byte read back. The test file is removed at the end, also when interrupted.\n"
      "  --json prints one object per op: op, bytes, seconds, bytes_per_s, block_size,\n"
      "  queue_depth, threads, paths, direct.\n"},
-    {"io-tune", NULL, "find the best aio settings for paths",
-     "zinf io-tune --path DIR [--path DIR ...] [--size S] [--json]\n"},
+    {"io-tune", cli_io_tune, "find the best aio settings for paths",
+     "zinf io-tune --path DIR [--path DIR ...] [--size S] [--block-sizes LIST]\n"
+     "             [--queue-depths LIST] [--threads LIST] [--json]\n"
+     "  Measures write and read bandwidth (as io-bench, one pass each, --size default\n"
+     "  256M) for every block size x queue depth x threads of the grid (defaults\n"
+     "  256K,1M,4M,8M x 4,8,16,32 x 1,2), prints the table, then the aio config section\n"
+     "  that moves the bytes in and out in the least total time. --json prints io-bench's\n"
+     "  objects and, last, {\"aio\": {...}}. Test files never stay behind.\n"},
     {"adam-bench", NULL, "measure CPU Adam against memory bandwidth",
      "zinf adam-bench [--params N] [--threads T] [--grad-dtype fp32|bf16|fp16]\n"
      "                [--out-dtype none|bf16|fp16] [--json]\n"},
