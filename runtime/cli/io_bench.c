@@ -39,6 +39,7 @@ int cli_io_bench(int argc, char **argv) {
         {"write", no_argument, NULL, 'w'},
         {"validate", no_argument, NULL, 'v'},
         {"json", no_argument, NULL, 'j'},
+        {"sqpoll", no_argument, NULL, 'S'},
         {NULL, 0, NULL, 0},
     };
     const char **dirs = calloc((size_t)argc, sizeof *dirs);
@@ -70,6 +71,7 @@ int cli_io_bench(int argc, char **argv) {
         case 'r': s.read = true; break;
         case 'w': s.write = true; break;
         case 'v': s.validate = true; break;
+        case 'S': s.sqpoll = true; break;
         case 'j': json = true; break;
         default: rc = cli_usage("io-bench", "unknown option %s", argv[optind - 1]); break;
         }

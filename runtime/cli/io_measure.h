@@ -13,6 +13,7 @@ typedef struct io_spec {
     int ndirs;
     uint64_t size; // bytes per pass
     uint32_t block_size, queue_depth, threads;
+    bool sqpoll;      // kernel-side submission polling
     bool read, write; // which directions to measure
     int loops;        // passes per direction; the median is reported
     bool validate;    // compare every byte read with what was written

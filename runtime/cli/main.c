@@ -33,13 +33,14 @@ static const command commands[] = {
     {"io-bench", cli_io_bench, "measure NVMe read/write bandwidth",
      "zinf io-bench --path DIR [--path DIR ...] [--size S] [--block-size B]\n"
      "              [--queue-depth Q] [--threads T] [--read | --write] [--loops N]\n"
-     "              [--validate] [--json]\n"
+     "              [--validate] [--sqpoll] [--json]\n"
      "  Writes then reads a file of --size bytes (default 1G) striped over the --path\n"
      "  directories with O_DIRECT through io_uring, --loops times (default 3) each, and\n"
      "  reports the median bandwidth. --block-size (default 1M) bytes per request,\n"
      "  --queue-depth (default 8) requests in flight per ring, --threads (default 1)\n"
      "  rings. --read / --write measure one direction only; --validate checks every\n"
-     "  byte read back. The test file is removed at the end, also when interrupted.\n"
+     "  byte read back; --sqpoll lets a kernel thread poll the submission queue.\n"
+     "  The test file is removed at the end, also when interrupted.\n"
      "  --json prints one object per op: op, bytes, seconds, bytes_per_s, block_size,\n"
      "  queue_depth, threads, paths, direct.\n"},
     {"io-tune", cli_io_tune, "find the best aio settings for paths",

@@ -30,7 +30,7 @@ for o in objs:
 PY
 expect 0 "$Z" io-bench --path "$tmp/a" --size 4M --read --loops 1 --json
 [ "$(wc -l < "$tmp/out")" = 1 ] && grep -q '"op":"read"' "$tmp/out" || fail "--read alone: $(cat "$tmp/out")"
-expect 0 "$Z" io-bench --path "$tmp/a" --size 4M --loops 1
+expect 0 "$Z" io-bench --path "$tmp/a" --size 4M --loops 1 --sqpoll --validate
 grep -q '^write' "$tmp/out" && grep -q '^read' "$tmp/out" || fail "human table: $(cat "$tmp/out")"
 [ -z "$(find "$tmp/a" "$tmp/b" -type f)" ] || fail "test files left behind: $(find "$tmp/a" "$tmp/b" -type f)"
 

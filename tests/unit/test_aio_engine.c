@@ -2,7 +2,8 @@
 // counts, queue depths, block sizes, stripes and the pread/pwrite fallback, with many
 // tickets in flight; the on-disk layout checked with plain pread; and every error
 // path made to happen for real (unaligned requests, missing or unwritable
-// directories, a full file system, a file-size limit, a file cut short underneath).
+// directories, a full file system, a file-size limit, a file cut short underneath, a
+// file system that refuses O_DIRECT).
 // timeout: 240
 #include <errno.h>
 #include <fcntl.h>
@@ -220,6 +221,55 @@ static void errors(char *dir) {
     free(back);
 }
 
+static void warned(zinf_log_level level, int rank, const char *msg, void *user) {
+    (void)rank;
+    if (level == ZINF_LOG_LEVEL_WARN) snprintf(user, 256, "%s", msg);
+}
+
+// ramfs takes no O_DIRECT: the file runs buffered with one warning, or, when strict
+// direct IO was asked for, the open fails naming the directory.
+static void refused_direct(char *dir) {
+    char mnt[256];
+    snprintf(mnt, sizeof mnt, "%s/ramfs", dir);
+    mkdir(mnt, 0700);
+    if (mount("zinf-test", mnt, "ramfs", 0, NULL) != 0) {
+        CHECK(geteuid() != 0, "mount ramfs as root: %s", strerror(errno));
+        printf("not root: the refused-O_DIRECT case needs a mount and was not run\n");
+        rmdir(mnt);
+        return;
+    }
+    zinf_aio *aio;
+    CHECK(zinf_aio_create(&aio, NULL) == 0, "create");
+    const char *dirs[] = {mnt};
+    zinf_aio_file_config fc = {.dirs = dirs, .ndirs = 1, .name = "buffered.bin", .size = 1 << 20};
+    char warning[256] = "";
+    zinf_log_set_callback(warned, warning);
+    zinf_aio_file *f = NULL;
+    CHECK(zinf_aio_file_open(aio, &f, &fc) == 0, "buffered fallback: %s", zinf_last_error());
+    zinf_log_set_callback(NULL, NULL);
+    CHECK_CONTAINS(warning, "does not take O_DIRECT");
+    if (f) {
+        CHECK(!zinf_aio_file_direct(f), "ramfs file claims O_DIRECT");
+        unsigned char *a = aligned(1 << 20), *b = aligned(1 << 20);
+        fill(a, 1 << 20);
+        memset(b, 0, 1 << 20);
+        zinf_aio_ticket t;
+        CHECK(zinf_aio_write(aio, f, 0, a, 1 << 20, &t) == 0 && zinf_aio_wait(aio, t) == 0, "buffered write");
+        CHECK(zinf_aio_read(aio, f, 0, b, 1 << 20, &t) == 0 && zinf_aio_wait(aio, t) == 0, "buffered read");
+        CHECK(memcmp(a, b, 1 << 20) == 0, "buffered round trip");
+        zinf_aio_file_close(f);
+        free(a);
+        free(b);
+    }
+    fc.strict_direct = true;
+    CHECK(zinf_aio_file_open(aio, &f, &fc) == -EINVAL && !f, "strict direct IO on ramfs must fail");
+    CHECK_CONTAINS(zinf_last_error(), "refuses O_DIRECT");
+    CHECK_CONTAINS(zinf_last_error(), mnt);
+    zinf_aio_destroy(aio);
+    umount(mnt);
+    rmdir(mnt);
+}
+
 int main(void) {
     char *dirs[2];
     for (int i = 0; i < 2; i++) {
@@ -238,6 +288,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
         integrity(runs[i].threads_only, runs[i].nthreads, runs[i].qd, runs[i].block, runs[i].ndirs, dirs);
     errors(dirs[0]);
+    refused_direct(dirs[0]);
     for (int i = 0; i < 2; i++) {
         rmdir(dirs[i]);
         free(dirs[i]);
