@@ -8,19 +8,20 @@
 
 // The best setup the kernel accepts, dropping flags one by one: a single issuer with
 // deferred task work (completions run only when this thread reaps), then cooperative
-// task work (no IPI to interrupt it), then plain. SQPOLL cannot go with DEFER_TASKRUN.
+// task work (no IPI to interrupt it), then plain. SQPOLL takes neither task-run flag.
 static int setup(struct io_uring *ring, const zinf_aio_params *cfg, unsigned *used) {
     static const unsigned tries[] = {
         IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
         IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN,
         IORING_SETUP_COOP_TASKRUN,
+        IORING_SETUP_SINGLE_ISSUER, // with SQPOLL, which takes no task-run flag
         0,
     };
     int ret = -EINVAL;
     for (size_t i = 0; i < ZINF_ARRAY_LEN(tries); i++) {
         unsigned flags = tries[i];
         if (cfg->sqpoll) {
-            if (flags & IORING_SETUP_DEFER_TASKRUN) continue;
+            if (flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN)) continue;
             flags |= IORING_SETUP_SQPOLL;
         }
         struct io_uring_params p;

@@ -96,8 +96,10 @@ int io_measure(const io_spec *spec, io_result *out) {
     int n = 0, ret;
     char name[64];
     snprintf(name, sizeof name, ".zinf-io-bench-%d.bin", (int)getpid());
-    zinf_aio_params params = {
-        .block_size = spec->block_size, .queue_depth = spec->queue_depth, .threads = spec->threads};
+    zinf_aio_params params = {.block_size = spec->block_size,
+                              .queue_depth = spec->queue_depth,
+                              .threads = spec->threads,
+                              .sqpoll = spec->sqpoll};
     if (!times) return -(int)zinf_fail(ZINF_ERR_NOMEM, "out of memory");
     if ((ret = zinf_aio_create(&aio, &params)) != 0) {
         st = zinf_status_from_errno(-ret);
