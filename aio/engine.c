@@ -61,35 +61,28 @@ void aio_chunk_done(zinf_aio *aio, chunk *c, int err) {
     pthread_mutex_unlock(&aio->lock);
 }
 
+// lookup() for the public calls: an unknown ticket is a caller error with a message.
+static ticket_slot *find(zinf_aio *aio, zinf_aio_ticket t) {
+    ticket_slot *s = lookup(aio, t);
+    if (!s) zinf_fail(ZINF_ERR_INVAL, "aio: ticket %#llx is unknown or already waited for", (unsigned long long)t);
+    return s;
+}
+
 int zinf_aio_wait(zinf_aio *aio, zinf_aio_ticket t) {
     pthread_mutex_lock(&aio->lock);
-    ticket_slot *s = lookup(aio, t);
-    int ret;
-    if (!s) {
-        ret = -EINVAL;
-        zinf_fail(ZINF_ERR_INVAL, "aio: ticket %#llx is unknown or already waited for", (unsigned long long)t);
-    } else {
-        while (s->pending)
-            pthread_cond_wait(&aio->cond, &aio->lock);
-        ret = release(aio, s);
-    }
+    ticket_slot *s = find(aio, t);
+    while (s && s->pending)
+        pthread_cond_wait(&aio->cond, &aio->lock);
+    int ret = s ? release(aio, s) : -EINVAL;
     pthread_mutex_unlock(&aio->lock);
     return ret;
 }
 
 int zinf_aio_poll(zinf_aio *aio, zinf_aio_ticket t) {
     pthread_mutex_lock(&aio->lock);
-    ticket_slot *s = lookup(aio, t);
-    int ret;
-    if (!s) {
-        ret = -EINVAL;
-        zinf_fail(ZINF_ERR_INVAL, "aio: ticket %#llx is unknown or already waited for", (unsigned long long)t);
-    } else if (s->pending) {
-        ret = 0;
-    } else {
-        ret = release(aio, s);
-        if (ret == 0) ret = 1;
-    }
+    ticket_slot *s = find(aio, t);
+    int ret = !s ? -EINVAL : s->pending ? 0 : release(aio, s);
+    if (s && !s->used && ret == 0) ret = 1; // released without error
     pthread_mutex_unlock(&aio->lock);
     return ret;
 }

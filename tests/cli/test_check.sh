@@ -6,14 +6,7 @@ set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d /tmp/zinf-cli-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# expect CODE CMD...: run, keep stdout/stderr in $tmp/out, $tmp/err, check the exit code
-expect() {
-  local want=$1; shift
-  "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
-  [ $rc = "$want" ] || fail "'$*' exited $rc, want $want; stderr: $(head -c 400 "$tmp/err")"
-}
+. "$(dirname "$0")/lib.sh"
 json_get() { python3 -c "import json,sys; d=json.load(open('$tmp/out')); print(eval('d' + sys.argv[1]))" "$1"; }
 
 # ---- subcommands ----
@@ -73,5 +66,4 @@ expect 2 "$Z" check examples/zero3-offload-cpu.json --world-size 0
 expect 2 "$Z" check examples/zero3-offload-cpu.json --bogus
 expect 2 "$Z" check examples/zero3-offload-cpu.json --set nokey
 
-[ $fails = 0 ] && echo "test_check: all checks passed"
-[ $fails = 0 ]
+finish test_check

@@ -7,13 +7,7 @@ Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d /var/tmp/zinf-iobench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/a" "$tmp/b"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect() {
-  local want=$1; shift
-  "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
-  [ $rc = "$want" ] || fail "'$*' exited $rc, want $want; stderr: $(head -c 400 "$tmp/err")"
-}
+. "$(dirname "$0")/lib.sh"
 
 expect 0 "$Z" io-bench --path "$tmp/a" --path "$tmp/b" --size 8M --block-size 64K --queue-depth 4 \
   --threads 3 --loops 2 --validate --json
@@ -50,5 +44,4 @@ for _ in $(seq 50); do [ -n "$(find "$tmp/a" -type f)" ] && break; sleep 0.1; do
 kill -INT $pid; wait $pid 2> /dev/null
 [ -z "$(find "$tmp/a" -type f)" ] || fail "an interrupted run left $(find "$tmp/a" -type f)"
 
-[ $fails = 0 ] && echo "test_io_bench: all checks passed"
-[ $fails = 0 ]
+finish test_io_bench

@@ -7,8 +7,7 @@ Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d /var/tmp/zinf-iotune-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/d"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 "$Z" io-tune --path "$tmp/d" --size 4M --block-sizes 64K,1M --queue-depths 2,8 --threads 1,2 --json \
   > "$tmp/out" 2> "$tmp/err" || fail "io-tune exited $?: $(cat "$tmp/err")"
@@ -35,5 +34,4 @@ PY
 "$Z" io-tune --path "$tmp/d" --block-sizes 5000 > /dev/null 2>&1; [ $? = 2 ] || fail "--block-sizes 5000 must be a usage error"
 "$Z" io-tune --path "$tmp/d" --queue-depths 8,,x > /dev/null 2>&1; [ $? = 2 ] || fail "bad list must be a usage error"
 
-[ $fails = 0 ] && echo "test_io_tune: all checks passed"
-[ $fails = 0 ]
+finish test_io_tune
