@@ -38,8 +38,7 @@ static int64_t take_slot(zinf_aio *aio) {
 
 // Free a completed ticket and turn its outcome into the return value (and this
 // thread's error detail). Called with aio->lock held.
-static int release(zinf_aio *aio, ticket_slot *s) {
-    (void)aio;
+static int release(ticket_slot *s) {
     int err = s->err;
     if (err) zinf_fail(zinf_status_from_errno(err), "%s", s->detail);
     free(s->chunks);
@@ -73,7 +72,7 @@ int zinf_aio_wait(zinf_aio *aio, zinf_aio_ticket t) {
     ticket_slot *s = find(aio, t);
     while (s && s->pending)
         pthread_cond_wait(&aio->cond, &aio->lock);
-    int ret = s ? release(aio, s) : -EINVAL;
+    int ret = s ? release(s) : -EINVAL;
     pthread_mutex_unlock(&aio->lock);
     return ret;
 }
@@ -81,7 +80,7 @@ int zinf_aio_wait(zinf_aio *aio, zinf_aio_ticket t) {
 int zinf_aio_poll(zinf_aio *aio, zinf_aio_ticket t) {
     pthread_mutex_lock(&aio->lock);
     ticket_slot *s = find(aio, t);
-    int ret = !s ? -EINVAL : s->pending ? 0 : release(aio, s);
+    int ret = !s ? -EINVAL : s->pending ? 0 : release(s);
     if (s && !s->used && ret == 0) ret = 1; // released without error
     pthread_mutex_unlock(&aio->lock);
     return ret;
@@ -100,7 +99,7 @@ int zinf_aio_wait_all(zinf_aio *aio) {
             first = -s->err;
             snprintf(detail, sizeof detail, "%s", s->detail);
         }
-        release(aio, s);
+        release(s);
     }
     pthread_mutex_unlock(&aio->lock);
     if (first) zinf_fail(zinf_status_from_errno(-first), "%s", detail);
@@ -326,7 +325,6 @@ int zinf_aio_create(zinf_aio **out, const zinf_aio_params *cfg) {
         err = workers[i].init_err;
     if (err) {
         stop_workers(aio, started);
-        c.threads = started; // only these were initialized
         aio->cfg.threads = started;
         zinf_fail(zinf_status_from_errno(err), "aio: cannot start %u worker(s): %s", cfg ? cfg->threads : 1,
                   strerror(err));

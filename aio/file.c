@@ -79,7 +79,6 @@ int zinf_aio_file_open(zinf_aio *aio, zinf_aio_file **out, const zinf_aio_file_c
         zinf_fail(ZINF_ERR_NOMEM, "aio: out of memory");
         return -ENOMEM;
     }
-    f->aio = aio;
     f->n = cfg->ndirs;
     f->size = cfg->size;
     f->stripe = cfg->stripe_unit ? cfg->stripe_unit : aio->cfg.block_size;

@@ -57,7 +57,6 @@ struct zinf_aio {
 };
 
 struct zinf_aio_file {
-    zinf_aio *aio;
     int n; // directories
     int *fds;
     char **paths;

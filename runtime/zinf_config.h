@@ -183,10 +183,9 @@ typedef struct zinf_config_options {
     int world_size; // ranks the batch sizes are resolved for; 0: launcher's, else 1
 } zinf_config_options;
 
-// Read, validate and normalize the config file at path (NULL: an empty config, all
-// defaults). On failure *cfg holds nothing to free, and zinf_last_error() names the
-// file, the key path, the value and the rule: "zero_optimization.stage: 4 is out of
-// range; expected an integer from 0 to 3". Malformed JSON is reported as FILE:LINE:COL.
+// Read, validate and normalize the config file at path. On failure *cfg holds nothing to free, and zinf_last_error()
+// names the file, the key path, the value and the rule: "zero_optimization.stage: 4 is out of range; expected an
+// integer from 0 to 3". Malformed JSON is reported as FILE:LINE:COL.
 zinf_status zinf_config_load(zinf_config *cfg, const char *path, const zinf_config_options *opts);
 // The same from JSON text; name is what errors call it (e.g. the file name).
 zinf_status zinf_config_parse(zinf_config *cfg, const char *json, const char *name, const zinf_config_options *opts);

@@ -56,6 +56,7 @@ typedef enum zinf_log_level {
 
 // Receives every message that passes the level and rank filters, without the prefix
 // or a trailing newline. The default writes "zinf[ rank R]: level: msg" to stderr.
+// It runs under the logger's lock (so lines never interleave) and must not log itself.
 typedef void (*zinf_log_fn)(zinf_log_level level, int rank, const char *msg, void *user);
 
 // The level comes from ZINF_LOG_LEVEL (error|warn|info|debug) unless set here.

@@ -50,7 +50,12 @@ int cli_io_bench(int argc, char **argv) {
     opterr = 0;
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'p': dirs[s.ndirs++] = optarg; break;
+        case 'p':
+            if (s.ndirs == IO_MAX_DIRS)
+                rc = cli_usage("io-bench", "--path: at most %d directories", IO_MAX_DIRS);
+            else
+                dirs[s.ndirs++] = optarg;
+            break;
         case 's': rc = cli_parse_size("io-bench", "--size", optarg, 4096, UINT64_MAX, &s.size); break;
         case 'b':
             rc = cli_parse_size("io-bench", "--block-size", optarg, 4096, 1u << 30, &v);

@@ -14,8 +14,7 @@
 
 // ---- test files, removed even when interrupted ----
 
-enum { MAX_DIRS = 16 };
-static char victims[MAX_DIRS][PATH_MAX]; // written before the handler can see them
+static char victims[IO_MAX_DIRS][PATH_MAX]; // written before the handler can see them
 static volatile sig_atomic_t nvictims;
 
 static void on_signal(int sig) {
@@ -26,9 +25,9 @@ static void on_signal(int sig) {
 }
 
 static void guard_files(const char *const *dirs, int ndirs, const char *name) {
-    for (int i = 0; i < ndirs && i < MAX_DIRS; i++)
+    for (int i = 0; i < ndirs; i++)
         snprintf(victims[i], sizeof victims[i], "%s/%s", dirs[i], name);
-    nvictims = ndirs < MAX_DIRS ? ndirs : MAX_DIRS;
+    nvictims = ndirs;
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

@@ -8,6 +8,9 @@
 #include "zinf.h"
 #include "zinf_internal.h"
 
+// Test files the signal handler can remove: one per directory.
+enum { IO_MAX_DIRS = 16 };
+
 typedef struct io_spec {
     const char *const *dirs; // the file is striped over these
     int ndirs;

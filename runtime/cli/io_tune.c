@@ -45,7 +45,12 @@ int cli_io_tune(int argc, char **argv) {
     opterr = 0;
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'p': dirs[ndirs++] = optarg; break;
+        case 'p':
+            if (ndirs == IO_MAX_DIRS)
+                rc = cli_usage("io-tune", "--path: at most %d directories", IO_MAX_DIRS);
+            else
+                dirs[ndirs++] = optarg;
+            break;
         case 's': rc = cli_parse_size("io-tune", "--size", optarg, 4096, UINT64_MAX, &size); break;
         case 'b': rc = parse_list("--block-sizes", optarg, 4096, 1u << 30, blocks, &nb); break;
         case 'q': rc = parse_list("--queue-depths", optarg, 1, 4096, depths, &nq); break;

@@ -34,13 +34,18 @@ expect 2 "$Z" io-bench --path "$tmp/a" --size 4Q
 grep -q -- "--size" "$tmp/err" || fail "bad --size not named"
 expect 2 "$Z" io-bench --path "$tmp/a" --block-size 5000
 expect 2 "$Z" io-bench --path "$tmp/a" --queue-depth 0
+paths=(); for i in $(seq 17); do paths+=(--path "$tmp/a"); done
+expect 2 "$Z" io-bench "${paths[@]}" --size 4M
+grep -q -- "at most 16" "$tmp/err" || fail "17 paths not refused clearly"
 expect 1 "$Z" io-bench --path "$tmp/missing" --size 4M
 grep -q "$tmp/missing" "$tmp/err" || fail "missing directory not named: $(cat "$tmp/err")"
 
 # Interrupted mid-run: the test file goes with it.
 "$Z" io-bench --path "$tmp/a" --size 512M --loops 50 > /dev/null 2>&1 &
 pid=$!
-for _ in $(seq 50); do [ -n "$(find "$tmp/a" -type f)" ] && break; sleep 0.1; done
+seen=no
+for _ in $(seq 100); do [ -n "$(find "$tmp/a" -type f)" ] && seen=yes && break; sleep 0.1; done
+[ $seen = yes ] || fail "the long run never created its test file"
 kill -INT $pid; wait $pid 2> /dev/null
 [ -z "$(find "$tmp/a" -type f)" ] || fail "an interrupted run left $(find "$tmp/a" -type f)"
 

@@ -131,7 +131,11 @@ static void integrity(bool threads_only, uint32_t nthreads, uint32_t qd, uint32_
 }
 
 static void errors(char *dir) {
-    zinf_aio *aio;
+    zinf_aio *aio = (zinf_aio *)1;
+    CHECK(zinf_aio_create(&aio, &(zinf_aio_params){.block_size = 5000}) == -EINVAL && !aio, "block 5000 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "block_size 5000");
+    CHECK(zinf_aio_create(&aio, &(zinf_aio_params){.queue_depth = 5000}) == -EINVAL && !aio, "depth 5000 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "queue_depth 5000");
     CHECK(zinf_aio_create(&aio, &(zinf_aio_params){.block_size = 64 << 10, .queue_depth = 4}) == 0, "create");
     zinf_aio_file *f;
     const char *dirs[] = {dir};
