@@ -147,6 +147,8 @@ static size_t split(const zinf_aio_file *f, uint32_t block, uint64_t off, char *
         if (chunks) {
             int d = (int)(unit % (uint64_t)f->n);
             chunks[n] = (chunk){.fd = f->fds[d],
+                                .fixed_file = f->fixed[d],
+                                .buf_index = -1,
                                 .dir = d,
                                 .path = f->paths[d],
                                 .offset = unit / (uint64_t)f->n * f->stripe + in_unit,
@@ -178,6 +180,13 @@ static int submit(zinf_aio *aio, zinf_aio_file *f, uint64_t off, char *buf, size
         aio->slots[slot] =
             (ticket_slot){.gen = aio->slots[slot].gen, .used = true, .pending = (uint32_t)n, .chunks = chunks};
         *ticket = ticket_of(aio, (uint32_t)slot);
+        for (size_t i = 0, last = 0; i < n; i++) {
+            chunk *c = &chunks[i];
+            const buf_entry *e = &aio->bufs[last]; // most chunks sit in the previous one's entry
+            bool in_last = e->live && c->buf >= e->base && (size_t)(c->buf - e->base) + c->len <= e->len;
+            c->buf_index = in_last ? (int)last : aio_buf_index(aio, c->buf, c->len);
+            if (c->buf_index >= 0) last = (size_t)c->buf_index;
+        }
     }
     uint64_t spread = aio->spread;
     aio->spread += n;
@@ -228,7 +237,7 @@ int zinf_aio_write(zinf_aio *aio, zinf_aio_file *f, uint64_t offset, const void 
 
 chunk *aio_worker_take(worker *w, bool block) {
     pthread_mutex_lock(&w->lock);
-    while (block && !w->head && !w->stop)
+    while (block && !w->head && !w->stop && !w->update.pending)
         pthread_cond_wait(&w->cond, &w->lock);
     chunk *got = w->head;
     w->head = w->tail = NULL;
@@ -239,6 +248,29 @@ chunk *aio_worker_take(worker *w, bool block) {
 // ---- engine ----
 
 bool zinf_aio_uses_io_uring(const zinf_aio *aio) { return aio->uring; }
+
+void zinf_aio_get_stats(const zinf_aio *aio, zinf_aio_stats *out) {
+    *out = (zinf_aio_stats){0};
+    for (uint32_t i = 0; i < aio->cfg.threads; i++) {
+        const worker *w = &aio->workers[i];
+        out->requests += __atomic_load_n(&w->requests, __ATOMIC_RELAXED);
+        out->fixed_buffer += __atomic_load_n(&w->fixed_buffer, __ATOMIC_RELAXED);
+        out->fixed_file += __atomic_load_n(&w->fixed_file, __ATOMIC_RELAXED);
+        out->resubmitted += __atomic_load_n(&w->resubmitted, __ATOMIC_RELAXED);
+    }
+}
+
+static void destroy_workers(zinf_aio *aio, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        pthread_mutex_destroy(&aio->workers[i].lock);
+        pthread_cond_destroy(&aio->workers[i].cond);
+        pthread_cond_destroy(&aio->workers[i].updated);
+    }
+    free(aio->workers);
+    pthread_mutex_destroy(&aio->lock);
+    pthread_mutex_destroy(&aio->reg_lock);
+    pthread_cond_destroy(&aio->cond);
+}
 
 static void stop_workers(zinf_aio *aio, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) {
@@ -256,14 +288,8 @@ void zinf_aio_destroy(zinf_aio *aio) {
     if (!aio) return;
     zinf_aio_wait_all(aio);
     stop_workers(aio, aio->cfg.threads);
-    for (uint32_t i = 0; i < aio->cfg.threads; i++) {
-        pthread_mutex_destroy(&aio->workers[i].lock);
-        pthread_cond_destroy(&aio->workers[i].cond);
-    }
-    free(aio->workers);
+    destroy_workers(aio, aio->cfg.threads);
     free(aio->slots);
-    pthread_mutex_destroy(&aio->lock);
-    pthread_cond_destroy(&aio->cond);
     free(aio);
 }
 
@@ -293,6 +319,7 @@ int zinf_aio_create(zinf_aio **out, const zinf_aio_params *cfg) {
     aio->cfg = c;
     aio->workers = workers;
     pthread_mutex_init(&aio->lock, NULL);
+    pthread_mutex_init(&aio->reg_lock, NULL);
     pthread_cond_init(&aio->cond, NULL);
     aio->uring = !c.use_threads;
     if (aio->uring) {
@@ -312,6 +339,7 @@ int zinf_aio_create(zinf_aio **out, const zinf_aio_params *cfg) {
         *w = (worker){.aio = aio, .index = (int)started};
         pthread_mutex_init(&w->lock, NULL);
         pthread_cond_init(&w->cond, NULL);
+        pthread_cond_init(&w->updated, NULL);
         err = pthread_create(&w->thread, NULL, aio->uring ? aio_ring_worker : aio_thread_worker, w);
         if (err) break;
     }
@@ -321,20 +349,17 @@ int zinf_aio_create(zinf_aio **out, const zinf_aio_params *cfg) {
     while (aio->started < started)
         pthread_cond_wait(&aio->cond, &aio->lock);
     pthread_mutex_unlock(&aio->lock);
-    for (uint32_t i = 0; !err && i < started; i++)
+    aio->tables = aio->uring;
+    for (uint32_t i = 0; !err && i < started; i++) {
         err = workers[i].init_err;
+        aio->tables &= workers[i].tables;
+    }
     if (err) {
         stop_workers(aio, started);
         aio->cfg.threads = started;
         zinf_fail(zinf_status_from_errno(err), "aio: cannot start %u worker(s): %s", cfg ? cfg->threads : 1,
                   strerror(err));
-        for (uint32_t i = 0; i < started; i++) {
-            pthread_mutex_destroy(&workers[i].lock);
-            pthread_cond_destroy(&workers[i].cond);
-        }
-        free(workers);
-        pthread_mutex_destroy(&aio->lock);
-        pthread_cond_destroy(&aio->cond);
+        destroy_workers(aio, started);
         free(aio);
         return -err;
     }

@@ -17,12 +17,14 @@ bool zinf_aio_file_direct(const zinf_aio_file *f) { return f->direct; }
 
 void zinf_aio_file_close(zinf_aio_file *f) {
     if (!f) return;
+    aio_file_unregister(f); // before the descriptors close
     for (int i = 0; i < f->n; i++) {
         if (f->fds[i] >= 0) close(f->fds[i]);
         if (f->paths[i] && !f->keep) unlink(f->paths[i]);
         free(f->paths[i]);
     }
     free(f->fds);
+    free(f->fixed);
     free(f->paths);
     free(f);
 }
@@ -71,22 +73,24 @@ int zinf_aio_file_open(zinf_aio *aio, zinf_aio_file **out, const zinf_aio_file_c
     zinf_aio_file *f = calloc(1, sizeof *f);
     if (f) {
         f->fds = malloc((size_t)cfg->ndirs * sizeof *f->fds);
+        f->fixed = malloc((size_t)cfg->ndirs * sizeof *f->fixed);
         f->paths = calloc((size_t)cfg->ndirs, sizeof *f->paths);
     }
-    if (!f || !f->fds || !f->paths) {
-        if (f) free(f->fds), free(f->paths);
+    if (!f || !f->fds || !f->fixed || !f->paths) {
+        if (f) free(f->fds), free(f->fixed), free(f->paths);
         free(f);
         zinf_fail(ZINF_ERR_NOMEM, "aio: out of memory");
         return -ENOMEM;
     }
     f->n = cfg->ndirs;
+    f->aio = aio;
     f->size = cfg->size;
     f->stripe = cfg->stripe_unit ? cfg->stripe_unit : aio->cfg.block_size;
     f->align = 4096;
     f->direct = true;
     f->keep = cfg->keep;
     for (int i = 0; i < f->n; i++)
-        f->fds[i] = -1;
+        f->fds[i] = f->fixed[i] = -1;
 
     int ret = 0, i = 0;
     for (; !ret && i < f->n; i++)
@@ -118,6 +122,7 @@ int zinf_aio_file_open(zinf_aio *aio, zinf_aio_file **out, const zinf_aio_file_c
                   zinf_size_format(free_bytes, have, sizeof have), strerror(-ret));
         goto fail;
     }
+    aio_file_register(aio, f);
     *out = f;
     return 0;
 fail:

@@ -37,12 +37,40 @@ static int setup(struct io_uring *ring, const zinf_aio_params *cfg, unsigned *us
     return ret;
 }
 
-static void prep(struct io_uring_sqe *sqe, chunk *c) {
-    if (c->write)
-        io_uring_prep_write(sqe, c->fd, c->buf + c->done, c->len - c->done, c->offset + c->done);
+static void count(uint64_t *counter) { __atomic_store_n(counter, *counter + 1, __ATOMIC_RELAXED); }
+
+static void prep(worker *w, struct io_uring_sqe *sqe, chunk *c) {
+    int fd = c->fixed_file >= 0 ? c->fixed_file : c->fd;
+    char *buf = c->buf + c->done;
+    unsigned len = c->len - c->done;
+    uint64_t off = c->offset + c->done;
+    if (c->buf_index >= 0 && c->write)
+        io_uring_prep_write_fixed(sqe, fd, buf, len, off, c->buf_index);
+    else if (c->buf_index >= 0)
+        io_uring_prep_read_fixed(sqe, fd, buf, len, off, c->buf_index);
+    else if (c->write)
+        io_uring_prep_write(sqe, fd, buf, len, off);
     else
-        io_uring_prep_read(sqe, c->fd, c->buf + c->done, c->len - c->done, c->offset + c->done);
+        io_uring_prep_read(sqe, fd, buf, len, off);
+    if (c->fixed_file >= 0) sqe->flags |= IOSQE_FIXED_FILE; // after prep, which clears flags
     io_uring_sqe_set_data(sqe, c);
+    count(&w->requests);
+    if (c->buf_index >= 0) count(&w->fixed_buffer);
+    if (c->fixed_file >= 0) count(&w->fixed_file);
+}
+
+// Apply a pending change to this ring's registered tables (see register.c).
+static void apply_update(worker *w, struct io_uring *ring) {
+    pthread_mutex_lock(&w->lock);
+    ring_update *u = &w->update;
+    if (u->pending) {
+        int ret = u->file ? io_uring_register_files_update(ring, u->index, &u->fd, 1)
+                          : io_uring_register_buffers_update_tag(ring, u->index, &u->iov, NULL, 1);
+        u->result = ret < 0 ? ret : 0;
+        u->pending = false;
+        pthread_cond_broadcast(&w->updated);
+    }
+    pthread_mutex_unlock(&w->lock);
 }
 
 void *aio_ring_worker(void *arg) {
@@ -51,6 +79,10 @@ void *aio_ring_worker(void *arg) {
     struct io_uring ring;
     unsigned flags = 0;
     int err = -setup(&ring, &aio->cfg, &flags);
+    // Empty tables now, filled entry by entry as buffers and files are registered
+    // (Linux 5.19+; older kernels run every request unregistered).
+    w->tables = !err && io_uring_register_buffers_sparse(&ring, AIO_MAX_BUFS) == 0 &&
+                io_uring_register_files_sparse(&ring, AIO_MAX_FILES) == 0;
     pthread_mutex_lock(&aio->lock);
     w->init_err = err;
     aio->started++;
@@ -58,13 +90,23 @@ void *aio_ring_worker(void *arg) {
     pthread_mutex_unlock(&aio->lock);
     if (err) return NULL;
     if (w->index == 0)
-        ZINF_LOG_DEBUG("aio: io_uring rings with setup flags %#x, queue depth %u", flags, aio->cfg.queue_depth);
+        ZINF_LOG_DEBUG("aio: io_uring rings with setup flags %#x, queue depth %u, %s", flags, aio->cfg.queue_depth,
+                       w->tables ? "registered buffers and files" : "no registered tables");
 
     chunk *todo = NULL, *todo_last = NULL; // taken from the queue, not yet submitted
     unsigned inflight = 0;
     for (;;) {
-        chunk *got = aio_worker_take(w, inflight == 0 && !todo);
-        if (!got && inflight == 0 && !todo) break; // told to stop, nothing left
+        bool idle = inflight == 0 && !todo;
+        chunk *got = aio_worker_take(w, idle);
+        apply_update(w, &ring);
+        if (!got && idle) {
+            bool stop;
+            pthread_mutex_lock(&w->lock);
+            stop = w->stop && !w->head;
+            pthread_mutex_unlock(&w->lock);
+            if (stop) break; // told to stop, nothing left
+            continue;        // woken for a table update
+        }
         if (got) {
             if (todo_last)
                 todo_last->next = got;
@@ -80,7 +122,7 @@ void *aio_ring_worker(void *arg) {
             todo = c->next;
             if (!todo) todo_last = NULL;
             c->next = NULL;
-            prep(sqe, c);
+            prep(w, sqe, c);
             inflight++;
         }
         int ret = io_uring_submit_and_wait(&ring, inflight ? 1 : 0);
@@ -103,6 +145,7 @@ void *aio_ring_worker(void *arg) {
                 again = true;
             }
             if (again) {
+                count(&w->resubmitted);
                 c->next = todo;
                 todo = c;
                 if (!todo_last) todo_last = c;

@@ -78,6 +78,28 @@ void zinf_aio_destroy(zinf_aio *aio);
 // false when the engine runs on pread/pwrite threads.
 bool zinf_aio_uses_io_uring(const zinf_aio *aio);
 
+// Register [buf, buf+len) with every ring, so reads and writes that fall inside it run
+// as READ_FIXED/WRITE_FIXED and the kernel does not pin its pages on every request:
+// meant for the long-lived pinned pool offload swaps through. Regions must not
+// overlap. 0, or -errno with the reason in zinf_last_error(): -EOPNOTSUPP on
+// pread/pwrite threads or a kernel without sparse tables, -ENOMEM past
+// RLIMIT_MEMLOCK, -ENOSPC when the table is full. IO from an unregistered buffer
+// works the same, only with more kernel work per request.
+int zinf_aio_register_buffer(zinf_aio *aio, void *buf, size_t len);
+// Drop the registration made at buf (before freeing it: registered pages stay pinned).
+// Requests already in flight finish normally. 0 or -EINVAL for an unknown buf.
+int zinf_aio_unregister_buffer(zinf_aio *aio, void *buf);
+
+// Requests issued so far (block_size pieces and resubmissions), and how many of them
+// used a registered buffer or a fixed file.
+typedef struct zinf_aio_stats {
+    uint64_t requests;
+    uint64_t fixed_buffer;
+    uint64_t fixed_file;
+    uint64_t resubmitted; // short transfers continued, EAGAIN/EINTR retried
+} zinf_aio_stats;
+void zinf_aio_get_stats(const zinf_aio *aio, zinf_aio_stats *out);
+
 typedef struct zinf_aio_file_config {
     const char *const *dirs; // one file per directory; several stripe the file
     int ndirs;
@@ -88,7 +110,8 @@ typedef struct zinf_aio_file_config {
     bool keep;            // leave the files on close (default: removed)
 } zinf_aio_file_config;
 
-// Open (creating) and preallocate the file in every directory. 0 or -errno with the
+// Open (creating) and preallocate the file in every directory; its descriptors are
+// registered with the rings as fixed files where the kernel allows. 0 or -errno with the
 // directory named: ENOSPC when the preallocation does not fit, EINVAL for a refused
 // O_DIRECT under strict_direct.
 int zinf_aio_file_open(zinf_aio *aio, zinf_aio_file **out, const zinf_aio_file_config *cfg);

@@ -9,11 +9,11 @@
 
 void cli_print_io_result(const io_spec *s, const io_result *r, bool json) {
     if (json) {
-        cli_print_json_line(json_pack("{s:s, s:I, s:f, s:f, s:I, s:I, s:I, s:i, s:b}", "op",
+        cli_print_json_line(json_pack("{s:s, s:I, s:f, s:f, s:I, s:I, s:I, s:i, s:b, s:b}", "op",
                                       r->write ? "write" : "read", "bytes", (json_int_t)r->bytes, "seconds", r->seconds,
                                       "bytes_per_s", r->bytes_per_s, "block_size", (json_int_t)s->block_size,
                                       "queue_depth", (json_int_t)s->queue_depth, "threads", (json_int_t)s->threads,
-                                      "paths", s->ndirs, "direct", r->direct));
+                                      "paths", s->ndirs, "direct", r->direct, "registered", r->registered));
         return;
     }
     char size[32], block[32];

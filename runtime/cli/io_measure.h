@@ -29,6 +29,7 @@ typedef struct io_result {
     double seconds;     // median pass
     double bytes_per_s; // bytes / median pass
     bool direct;        // O_DIRECT (false: some directory runs buffered)
+    bool registered;    // the buffer was registered with the rings
 } io_result;
 
 // Measure the directions spec asks for (write before read) into out[0..1]. Returns

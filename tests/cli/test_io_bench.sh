@@ -19,7 +19,7 @@ objs = [json.loads(l) for l in lines]
 assert [o["op"] for o in objs] == ["write", "read"], objs
 for o in objs:
     assert o["bytes"] == 8 << 20 and o["block_size"] == 65536 and o["queue_depth"] == 4, o
-    assert o["threads"] == 3 and o["paths"] == 2 and isinstance(o["direct"], bool), o
+    assert o["threads"] == 3 and o["paths"] == 2 and o["direct"] is True and o["registered"] is True, o
     assert o["seconds"] > 0 and abs(o["bytes_per_s"] * o["seconds"] - o["bytes"]) < 1e-6 * o["bytes"], o
 PY
 expect 0 "$Z" io-bench --path "$tmp/a" --size 4M --read --loops 1 --json

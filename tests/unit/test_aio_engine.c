@@ -10,7 +10,11 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <linux/capability.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -60,10 +64,13 @@ static void check_layout(char **dirs, int n, const char *name, uint64_t stripe, 
     free(got);
 }
 
-static void integrity(bool threads_only, uint32_t nthreads, uint32_t qd, uint32_t block, int ndirs, char **dirs) {
+// With registered, the source buffer and the first half of the destination are
+// registered: writes go through WRITE_FIXED, reads mix READ_FIXED and plain reads.
+static void integrity(bool threads_only, bool registered, uint32_t nthreads, uint32_t qd, uint32_t block, int ndirs,
+                      char **dirs) {
     char what[128];
-    snprintf(what, sizeof what, "%s threads=%u qd=%u block=%u dirs=%d", threads_only ? "pread" : "io_uring", nthreads,
-             qd, block, ndirs);
+    snprintf(what, sizeof what, "%s%s threads=%u qd=%u block=%u dirs=%d", threads_only ? "pread" : "io_uring",
+             registered ? " registered" : "", nthreads, qd, block, ndirs);
     zinf_aio *aio;
     zinf_aio_params cfg = {.block_size = block, .queue_depth = qd, .threads = nthreads, .use_threads = threads_only};
     if (zinf_aio_create(&aio, &cfg) != 0) {
@@ -89,6 +96,10 @@ static void integrity(bool threads_only, uint32_t nthreads, uint32_t qd, uint32_
     unsigned char *src = aligned(size), *dst = aligned(size);
     fill(src, size);
     memset(dst, 0xee, size); // poison
+    if (registered) {
+        CHECK(zinf_aio_register_buffer(aio, src, size) == 0, "%s: register: %s", what, zinf_last_error());
+        CHECK(zinf_aio_register_buffer(aio, dst, size / 2) == 0, "%s: register: %s", what, zinf_last_error());
+    }
 
     // Write in random-sized aligned pieces, all in flight at once.
     zinf_aio_ticket t[512];
@@ -119,6 +130,24 @@ static void integrity(bool threads_only, uint32_t nthreads, uint32_t qd, uint32_
     CHECK(zinf_aio_wait_all(aio) == 0, "%s: wait_all: %s", what, zinf_last_error());
     CHECK(memcmp(src, dst, size) == 0, "%s: bytes read differ from bytes written", what);
 
+    zinf_aio_stats st;
+    zinf_aio_get_stats(aio, &st);
+    if (threads_only) {
+        CHECK(st.requests == 0 && st.fixed_file == 0, "%s: threads issue no ring requests", what);
+    } else {
+        // Every request names the file by its fixed index; the registered buffers
+        // cover all writes and about half the reads.
+        CHECK(st.requests >= 2 * size / block && st.fixed_file == st.requests, "%s: %llu requests, %llu fixed files",
+              what, (unsigned long long)st.requests, (unsigned long long)st.fixed_file);
+        uint64_t lo = registered ? size / block + 1 : 0, hi = registered ? st.requests - 1 : 0;
+        CHECK(st.fixed_buffer >= lo && st.fixed_buffer <= hi, "%s: %llu of %llu requests used a registered buffer",
+              what, (unsigned long long)st.fixed_buffer, (unsigned long long)st.requests);
+    }
+    if (registered) {
+        CHECK(zinf_aio_unregister_buffer(aio, src) == 0, "%s: unregister: %s", what, zinf_last_error());
+        CHECK(zinf_aio_unregister_buffer(aio, dst) == 0, "%s: unregister: %s", what, zinf_last_error());
+    }
+
     zinf_aio_file_close(f);
     zinf_aio_destroy(aio);
     for (int d = 0; d < ndirs; d++) {
@@ -128,6 +157,76 @@ static void integrity(bool threads_only, uint32_t nthreads, uint32_t qd, uint32_
     }
     free(src);
     free(dst);
+}
+
+// A region larger than one table entry (1 GiB), its pieces and a request that
+// straddles two of them; registration refused for overlap, unknown buffers, threads
+// and a RLIMIT_MEMLOCK that is too small once CAP_IPC_LOCK is gone.
+static void registration(char *dir) {
+    zinf_aio *aio;
+    CHECK(zinf_aio_create(&aio, &(zinf_aio_params){.block_size = 1 << 20, .queue_depth = 4}) == 0, "create: %s",
+          zinf_last_error());
+    const size_t big = (1u << 30) + (8u << 20);
+    unsigned char *map = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    CHECK(map != MAP_FAILED, "mmap %zu", big);
+    CHECK(zinf_aio_register_buffer(aio, map, big) == 0, "register 1 GiB + 8 MiB: %s", zinf_last_error());
+    CHECK(zinf_aio_register_buffer(aio, map + big - 4096, 4096) == -EINVAL, "an overlapping region was accepted");
+    CHECK_CONTAINS(zinf_last_error(), "overlaps");
+    CHECK(zinf_aio_unregister_buffer(aio, map + 4096) == -EINVAL, "unregistering a non-region was accepted");
+    CHECK_CONTAINS(zinf_last_error(), "not registered");
+
+    // 4 MiB at 1 GiB - 1 MiB - 512 KiB: block pieces on both sides of the entry
+    // boundary are fixed, the one across it is not.
+    zinf_aio_file *f;
+    const char *dirs[] = {dir};
+    zinf_aio_file_config fc = {.dirs = dirs, .ndirs = 1, .name = "reg.bin", .size = 4 << 20};
+    CHECK(zinf_aio_file_open(aio, &f, &fc) == 0, "open: %s", zinf_last_error());
+    unsigned char *at = map + (1u << 30) - (3u << 19);
+    fill(at, 4 << 20);
+    unsigned char *want = malloc(4 << 20);
+    memcpy(want, at, 4 << 20);
+    zinf_aio_ticket t;
+    CHECK(zinf_aio_write(aio, f, 0, at, 4 << 20, &t) == 0 && zinf_aio_wait(aio, t) == 0, "write: %s",
+          zinf_last_error());
+    memset(at, 0, 4 << 20);
+    CHECK(zinf_aio_read(aio, f, 0, at, 4 << 20, &t) == 0 && zinf_aio_wait(aio, t) == 0, "read: %s", zinf_last_error());
+    CHECK(memcmp(at, want, 4 << 20) == 0, "bytes read across two registered entries differ");
+    zinf_aio_stats st;
+    zinf_aio_get_stats(aio, &st);
+    CHECK(st.requests == 8 && st.fixed_buffer == 6, "%llu of %llu requests used a registered buffer (want 6 of 8)",
+          (unsigned long long)st.fixed_buffer, (unsigned long long)st.requests);
+    zinf_aio_file_close(f);
+    CHECK(zinf_aio_unregister_buffer(aio, map) == 0, "unregister: %s", zinf_last_error());
+    CHECK(zinf_aio_unregister_buffer(aio, map) == -EINVAL, "a second unregister was accepted");
+    munmap(map, big);
+    free(want);
+
+    // Without CAP_IPC_LOCK registered pages count against RLIMIT_MEMLOCK.
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct d[2];
+        syscall(SYS_capget, &h, d);
+        d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+        syscall(SYS_capset, &h, d);
+        setrlimit(RLIMIT_MEMLOCK, &(struct rlimit){64 << 10, 64 << 10});
+        void *b = aligned(1 << 20);
+        zinf_aio *mine; // the parent's workers did not come along through fork
+        int ret = zinf_aio_create(&mine, NULL);
+        if (ret == 0) ret = zinf_aio_register_buffer(mine, b, 1 << 20);
+        _exit(ret == -ENOMEM && strstr(zinf_last_error(), "RLIMIT_MEMLOCK") ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "register past RLIMIT_MEMLOCK: not ENOMEM naming the limit");
+    zinf_aio_destroy(aio);
+
+    CHECK(zinf_aio_create(&aio, &(zinf_aio_params){.use_threads = true}) == 0, "create threads");
+    void *b = aligned(4096);
+    CHECK(zinf_aio_register_buffer(aio, b, 4096) == -EOPNOTSUPP, "threads accepted a registration");
+    CHECK_CONTAINS(zinf_last_error(), "pread/pwrite threads");
+    free(b);
+    zinf_aio_destroy(aio);
 }
 
 static void errors(char *dir) {
@@ -282,15 +381,18 @@ int main(void) {
         CHECK(mkdtemp(dirs[i]) != NULL, "mkdtemp");
     }
     static const struct {
-        bool threads_only;
+        bool threads_only, registered;
         uint32_t nthreads, qd, block;
         int ndirs;
     } runs[] = {
-        {false, 1, 1, 4096, 1},  {false, 1, 32, 65536, 1}, {false, 3, 8, 65536, 1}, {false, 2, 8, 4096, 2},
-        {false, 3, 4, 65536, 2}, {true, 1, 1, 65536, 1},   {true, 3, 8, 4096, 2},
+        {false, false, 1, 1, 4096, 1}, {false, true, 1, 32, 65536, 1}, {false, false, 3, 8, 65536, 1},
+        {false, true, 2, 8, 4096, 2},  {false, false, 3, 4, 65536, 2}, {false, true, 3, 4, 65536, 2},
+        {true, false, 1, 1, 65536, 1}, {true, false, 3, 8, 4096, 2},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
-        integrity(runs[i].threads_only, runs[i].nthreads, runs[i].qd, runs[i].block, runs[i].ndirs, dirs);
+        integrity(runs[i].threads_only, runs[i].registered, runs[i].nthreads, runs[i].qd, runs[i].block, runs[i].ndirs,
+                  dirs);
+    registration(dirs[0]);
     errors(dirs[0]);
     refused_direct(dirs[0]);
     for (int i = 0; i < 2; i++) {
