@@ -11,6 +11,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
@@ -64,6 +68,8 @@ static void check_layout(char **dirs, int n, const char *name, uint64_t stripe, 
     free(got);
 }
 
+static bool uring_refused; // set where a seccomp filter refuses io_uring_setup
+
 // With registered, the source buffer and the first half of the destination are
 // registered: writes go through WRITE_FIXED, reads mix READ_FIXED and plain reads.
 static void integrity(bool threads_only, bool registered, uint32_t nthreads, uint32_t qd, uint32_t block, int ndirs,
@@ -77,7 +83,8 @@ static void integrity(bool threads_only, bool registered, uint32_t nthreads, uin
         CHECK(0, "%s: create: %s", what, zinf_last_error());
         return;
     }
-    CHECK(zinf_aio_uses_io_uring(aio) == !threads_only, "%s: engine kind", what);
+    bool ring = !threads_only && !uring_refused;
+    CHECK(zinf_aio_uses_io_uring(aio) == ring, "%s: engine kind", what);
     const size_t size = 6 << 20;
     const uint64_t stripe = 2 * block;
     zinf_aio_file *f;
@@ -132,7 +139,7 @@ static void integrity(bool threads_only, bool registered, uint32_t nthreads, uin
 
     zinf_aio_stats st;
     zinf_aio_get_stats(aio, &st);
-    if (threads_only) {
+    if (!ring) {
         CHECK(st.requests == 0 && st.fixed_file == 0, "%s: threads issue no ring requests", what);
     } else {
         // Every request names the file by its fixed index; the registered buffers
@@ -373,6 +380,44 @@ static void refused_direct(char *dir) {
     rmdir(mnt);
 }
 
+static void count_warnings(zinf_log_level level, int rank, const char *msg, void *user) {
+    (void)rank;
+    (void)msg;
+    if (level == ZINF_LOG_LEVEL_WARN) ++*(int *)user;
+}
+
+// A seccomp filter that refuses io_uring_setup, as container runtimes do: the engine
+// runs on pread/pwrite threads, says so once, and moves the same bytes. In a child,
+// since the filter cannot be lifted.
+static void refused_io_uring(char *dir) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sock_filter prog[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog fprog = {.len = sizeof prog / sizeof prog[0], .filter = prog};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog)) _exit(2);
+        zinf_aio_caps caps;
+        zinf_aio_probe(&caps);
+        CHECK(!caps.io_uring && caps.setup_errno == EPERM, "probe under seccomp: io_uring %d errno %d", caps.io_uring,
+              caps.setup_errno);
+        uring_refused = true;
+        int warnings = 0;
+        zinf_log_set_callback(count_warnings, &warnings);
+        char *dirs[] = {dir};
+        integrity(false, false, 2, 4, 65536, 1, dirs); // asks for io_uring
+        CHECK(warnings == 1, "%d warnings for the fallback, want exactly one", warnings);
+        zinf_log_set_callback(NULL, NULL);
+        _exit(check_exit("test_aio_engine (io_uring refused)"));
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "io_uring refused by seccomp: child exit status %#x", status);
+}
+
 int main(void) {
     char *dirs[2];
     for (int i = 0; i < 2; i++) {
@@ -393,6 +438,7 @@ int main(void) {
         integrity(runs[i].threads_only, runs[i].registered, runs[i].nthreads, runs[i].qd, runs[i].block, runs[i].ndirs,
                   dirs);
     registration(dirs[0]);
+    refused_io_uring(dirs[0]);
     errors(dirs[0]);
     refused_direct(dirs[0]);
     for (int i = 0; i < 2; i++) {
