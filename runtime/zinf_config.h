@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "zinf_aio.h"
 #include "zinf_base.h"
 
 #ifdef __cplusplus
@@ -193,6 +194,12 @@ zinf_status zinf_config_parse(zinf_config *cfg, const char *json, const char *na
 // filled in; it parses back to the same config.
 zinf_status zinf_config_to_json(const zinf_config *cfg, char **out);
 void zinf_config_free(zinf_config *cfg);
+
+// The aio section as engine parameters: block_size, queue_depth, and
+// intra_op_parallelism (or thread_count) as the number of rings. single_submit and
+// overlap_events choose libaio's submission and completion styles; an io_uring ring
+// always submits in batches and reaps completions as they arrive, so they set nothing.
+zinf_aio_params zinf_config_aio_params(const zinf_config *cfg);
 
 #ifdef __cplusplus
 }
