@@ -1,6 +1,9 @@
-// zinf cpu_adam: optimizer kernels over host memory. This header starts with what the
-// kernels dispatch on: the CPU's SIMD level, read from cpuid at run time, and its
-// NUMA layout, which the thread pool splits work by.
+// zinf cpu_adam: optimizer kernels over host memory. Adam, AdamW, Adagrad and Lion on
+// fp32 master weights and fp32 states, gradients in fp32/bf16/fp16, fused with the
+// gradient unscale and the 16-bit copy of the updated weights; AVX-512, AVX2 and
+// scalar paths chosen at run time that give bit-identical results; a persistent,
+// pinned, NUMA-aware thread pool. The header starts with what the kernels dispatch
+// on: the CPU's SIMD level and its core and NUMA layout.
 #ifndef ZINF_ADAM_H
 #define ZINF_ADAM_H
 
@@ -34,6 +37,92 @@ typedef struct zinf_cpu_info {
 // Fill *out for the machine this process runs on. Cannot fail.
 void zinf_cpu_probe(zinf_cpu_info *out);
 const char *zinf_simd_name(zinf_simd s); // "scalar", "avx2", "avx512"
+// The level the kernels use: the CPU's best, capped by ZINF_SIMD when set.
+zinf_simd zinf_simd_active(void);
+
+// ---- optimizer kernels ----
+
+typedef enum zinf_optimizer {
+    ZINF_OPTIM_ADAM,    // torch.optim.Adam: weight decay as L2 (added to the gradient)
+    ZINF_OPTIM_ADAMW,   // torch.optim.AdamW: decoupled weight decay
+    ZINF_OPTIM_ADAGRAD, // torch.optim.Adagrad (initial accumulator 0)
+    ZINF_OPTIM_LION,    // Lion (Chen et al. 2023): sign update, decoupled weight decay
+} zinf_optimizer;
+
+typedef struct zinf_optim_hparams {
+    zinf_optimizer kind;
+    double lr;
+    double beta1, beta2;  // Adam/AdamW/Lion
+    double eps;           // Adam/AdamW/Adagrad
+    double weight_decay;  // 0: none
+    double lr_decay;      // Adagrad
+    bool bias_correction; // Adam/AdamW (torch always corrects; DeepSpeed can turn it off)
+    int64_t step;         // the step being taken, 1 for the first (the group's counter)
+    // Gradients are multiplied by this first: 1 / loss scale x clip coefficient, in
+    // one multiply. 0 means 1.
+    float grad_scale;
+} zinf_optim_hparams;
+
+// One range of a parameter group: n elements at the same index in every array.
+typedef struct zinf_optim_tile {
+    float *param;       // fp32 master weights, updated in place
+    float *exp_avg;     // Adam/AdamW/Lion first moment
+    float *exp_avg_sq;  // Adam/AdamW second moment; Adagrad's sum of squares
+    const void *grad;   // gradients, grad_dtype elements
+    zinf_dtype grad_dtype;
+    void *out;          // 16-bit copy of the updated weights (round to nearest even);
+    zinf_dtype out_dtype; // ZINF_DTYPE_NONE for no copy, else BF16 or F16
+    size_t n;
+} zinf_optim_tile;
+
+// Update one tile on the calling thread with SIMD level simd. Results do not depend on
+// simd, alignment or where the tile starts. ZINF_ERR_INVAL for bad hyperparameters or
+// dtypes, ZINF_ERR_UNSUPPORTED for a level this CPU lacks.
+zinf_status zinf_optim_update(const zinf_optim_hparams *h, const zinf_optim_tile *t, zinf_simd simd);
+
+typedef struct zinf_grad_stats {
+    double sumsq;   // sum of squares, summed in fp64 in a fixed order
+    bool nonfinite; // some element is inf or NaN
+} zinf_grad_stats;
+
+// Sum of squares and inf/NaN check of n gradients, on the calling thread. The sum is
+// the same for every SIMD level and thread count (fixed 64Ki-element blocks, each
+// summed in 16 fp64 lanes, then the blocks in order).
+zinf_status zinf_grad_stats_compute(const void *grad, zinf_dtype dtype, size_t n, zinf_simd simd,
+                                    zinf_grad_stats *out);
+
+// ---- thread pool ----
+// Persistent worker threads, each pinned to its own core (one per physical core
+// first, ordered by NUMA node), woken per call. Work is split into contiguous ranges,
+// the same for the same n on every call, so memory first touched through
+// zinf_cpu_pool_touch stays local to the thread that updates it.
+
+typedef struct zinf_cpu_pool zinf_cpu_pool;
+
+// threads 0: one per physical core this process may run on.
+zinf_status zinf_cpu_pool_create(zinf_cpu_pool **out, int threads);
+void zinf_cpu_pool_destroy(zinf_cpu_pool *pool);
+int zinf_cpu_pool_threads(const zinf_cpu_pool *pool);
+// Run fn(arg, i, nthreads) on every worker i and wait for all of them.
+void zinf_cpu_pool_run(zinf_cpu_pool *pool, void (*fn)(void *arg, int i, int nthreads), void *arg);
+// Worker i's share of n elements: [*lo, *hi), cut at multiples of 64 elements.
+void zinf_cpu_pool_range(const zinf_cpu_pool *pool, size_t n, int i, size_t *lo, size_t *hi);
+// Zero bytes of each of the buffers, each worker its share (elements of elem_size),
+// so the pages are placed on the NUMA node of the worker that will use them.
+void zinf_cpu_pool_touch(zinf_cpu_pool *pool, void *buf, size_t n, size_t elem_size);
+
+// zinf_optim_update and zinf_grad_stats_compute over the pool at zinf_simd_active().
+zinf_status zinf_optim_step(zinf_cpu_pool *pool, const zinf_optim_hparams *h, const zinf_optim_tile *t);
+zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dtype dtype, size_t n,
+                                 zinf_grad_stats *out);
+
+// The roofline of zinf_optim_step: one pass over the same buffers and threads that
+// reads and writes exactly the bytes the update moves, with no arithmetic, and leaves
+// every buffer as it was. adam-bench measures the update against it.
+zinf_status zinf_optim_traffic(zinf_cpu_pool *pool, const zinf_optim_hparams *h, const zinf_optim_tile *t);
+// Bytes zinf_optim_step reads plus writes per element: 28 for AdamW with fp32
+// gradients and no copy, 30 with a bf16 copy.
+size_t zinf_optim_bytes_per_param(const zinf_optim_hparams *h, const zinf_optim_tile *t);
 
 #ifdef __cplusplus
 }

@@ -82,6 +82,7 @@ int zinf_log_level_parse(const char *s);
 // Every environment variable zinf reads is declared in one table and read once.
 typedef enum zinf_env_knob {
     ZINF_ENV_LOG_LEVEL,
+    ZINF_ENV_SIMD,
     ZINF_ENV_COUNT,
 } zinf_env_knob;
 
@@ -93,6 +94,17 @@ const char *zinf_env_doc(zinf_env_knob k);
 // The rank and world size given by the launcher's environment (Open MPI, MPICH/PMI,
 // PMIx, Slurm); 0 and 1 when started without one.
 void zinf_launcher_rank(int *rank, int *world_size);
+
+// ---- element types ----
+typedef enum zinf_dtype {
+    ZINF_DTYPE_NONE = 0, // "no such buffer", e.g. no 16-bit copy wanted
+    ZINF_DTYPE_F32,
+    ZINF_DTYPE_BF16,
+    ZINF_DTYPE_F16,
+} zinf_dtype;
+
+const char *zinf_dtype_name(zinf_dtype t); // "none", "fp32", "bf16", "fp16"
+size_t zinf_dtype_size(zinf_dtype t);      // bytes per element, 0 for none
 
 // ---- sizes ----
 // Parse a byte count: a plain integer or one with a binary suffix K, M, G, T

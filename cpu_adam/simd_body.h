@@ -1,0 +1,64 @@
+// The optimizer loop shared by the SIMD levels, written once over a small vector
+// vocabulary that kernels_avx2.c and kernels_avx512.c define before including it:
+//   VF, W (floats per vector), SUFFIX; vset vld vst vadd vsub vmul vdiv vfma vsqrt
+//   (vfma(a, b, c) = a * b + c, rounded once), vsign (torch's sign, 0 for NaN),
+//   vgrad(g, dtype, i) (W gradients as floats), vout(out, dtype, i, x) (the 16-bit copy).
+// Each line mirrors the element function of internal.h it is named after; the tail
+// that does not fill a vector runs those functions themselves.
+#define CAT_(a, b) a##_##b
+#define CAT(a, b) CAT_(a, b)
+
+void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
+    const VF scale = vset(c->scale), decay = vset(c->decay), l2 = vset(c->l2), b1 = vset(c->b1),
+             b1c = vset(c->b1c), b2 = vset(c->b2), b2c = vset(c->b2c), ibc2 = vset(c->inv_bc2_sqrt),
+             eps = vset(c->eps), nstep = vset(c->neg_step);
+    const bool use_l2 = c->l2 != 0.0f;
+    const zinf_dtype gt = t->grad_dtype, ot = t->out_dtype;
+    float *p = t->param, *m = t->exp_avg, *v = t->exp_avg_sq;
+    size_t i = lo;
+    switch (c->kind) {
+    case ZINF_OPTIM_ADAM:
+    case ZINF_OPTIM_ADAMW:
+        for (; i + W <= hi; i += W) { // adam_elem
+            VF g = vmul(vgrad(t->grad, gt, i), scale);
+            VF x = vmul(vld(p + i), decay);
+            if (use_l2) g = vfma(l2, x, g);
+            VF mi = vld(m + i);
+            VF mm = vfma(b1c, vsub(g, mi), mi);
+            VF vv = vfma(vmul(b2c, g), g, vmul(vld(v + i), b2));
+            VF den = vfma(vsqrt(vv), ibc2, eps);
+            x = vfma(nstep, vdiv(mm, den), x);
+            vst(p + i, x);
+            vst(m + i, mm);
+            vst(v + i, vv);
+            vout(t->out, ot, i, x);
+        }
+        break;
+    case ZINF_OPTIM_ADAGRAD:
+        for (; i + W <= hi; i += W) { // adagrad_elem
+            VF g = vmul(vgrad(t->grad, gt, i), scale);
+            VF x = vld(p + i);
+            if (use_l2) g = vfma(l2, x, g);
+            VF vv = vfma(g, g, vld(v + i));
+            VF den = vadd(vsqrt(vv), eps);
+            x = vfma(nstep, vdiv(g, den), x);
+            vst(p + i, x);
+            vst(v + i, vv);
+            vout(t->out, ot, i, x);
+        }
+        break;
+    case ZINF_OPTIM_LION:
+        for (; i + W <= hi; i += W) { // lion_elem
+            VF g = vmul(vgrad(t->grad, gt, i), scale);
+            VF x = vmul(vld(p + i), decay);
+            VF mi = vld(m + i);
+            VF u = vsign(vfma(g, b1c, vmul(mi, b1)));
+            x = vfma(nstep, u, x);
+            vst(p + i, x);
+            vst(m + i, vfma(g, b2c, vmul(mi, b2)));
+            vout(t->out, ot, i, x);
+        }
+        break;
+    }
+    optim_scalar(c, t, i, hi);
+}
