@@ -3,7 +3,7 @@
 #
 #   make [all]            library + CLI        make test [BACKEND=host|cuda]
 #   make bench            benchmarks           make deps   (Debian packages; root installs)
-#   make clean
+#   make clean (keeps the PyTorch venv build/pyenv)   make distclean
 # Switches: NO_CUDA=1, SAN=1 (ASan+UBSan), WERROR=1, CUDA_ARCH="80 90", V=1.
 # Variant builds live in their own folder so switching never mixes objects:
 #   build/ (default), build/nocuda/, build/san/, build/san-nocuda/.
@@ -88,7 +88,7 @@ comma := ,
 # `make deps` installs what the build and tests need (Debian, as root) or prints the
 # command to run. The stamp makes a fresh build dir check once, not on every make.
 DEBIAN_PKGS := build-essential libjansson-dev liburing-dev libnuma-dev libopenblas-dev \
-  openmpi-bin libopenmpi-dev fio python3
+  openmpi-bin libopenmpi-dev fio python3 python3-venv
 deps:
 	@missing=$$(for p in $(DEBIAN_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if ! command -v dpkg-query >/dev/null; then \
@@ -113,7 +113,7 @@ $(B)/.deps: | $(B)/
 	@mkdir -p $@
 
 # `deps` and `clean` must not probe (deps is what the probe waits for).
-ifeq ($(filter deps clean,$(MAKECMDGOALS)),)
+ifeq ($(filter deps clean distclean,$(MAKECMDGOALS)),)
 -include $(B)/config.mk
 endif
 
@@ -200,7 +200,24 @@ check-required: $(B)/config.mk
 
 all: check-required $(B)/zinf
 
-tests: all $(TEST_BIN)
+# ---- Python references (PyTorch) ----
+# One virtual environment for every build variant, made on first need; the reference
+# files the tests compare against are generated from the scripts in tests/ref/.
+PYENV := build/pyenv
+PY := $(PYENV)/bin/python
+REF_BIN := $(patsubst tests/ref/%_ref.py,build/ref/%.bin,$(wildcard tests/ref/*_ref.py))
+
+$(PYENV)/.ok: tests/ref/requirements.txt
+	$(say) PYENV "$(PYENV) (PyTorch, first time only)"
+	$(Q)rm -rf $(PYENV) && python3 -m venv $(PYENV) && \
+	  $(PY) -m pip install -q --disable-pip-version-check -r $< && touch $@
+
+build/ref/%.bin: tests/ref/%_ref.py $(PYENV)/.ok
+	@mkdir -p $(@D)
+	$(say) REF $@
+	$(Q)$(PY) $< $@ > /dev/null
+
+tests: all $(TEST_BIN) $(REF_BIN)
 
 test: tests
 	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run
@@ -208,10 +225,14 @@ test: tests
 bench: all
 	$(Q)for b in tests/bench/bench_*.sh; do ZINF_BUILD=$(B) $$b || exit 1; done
 
+# The PyTorch environment (build/pyenv, gigabytes) outlives clean; distclean drops it.
 clean:
+	rm -rf $(filter-out build/pyenv,$(wildcard build/*))
+
+distclean:
 	rm -rf build
 
-.PHONY: all deps test tests bench clean check-required
+.PHONY: all deps test tests bench clean distclean check-required
 .DELETE_ON_ERROR:
 
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

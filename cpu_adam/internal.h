@@ -15,12 +15,12 @@
 // double and rounded once, as torch does with Python scalars.
 typedef struct optim_consts {
     zinf_optimizer kind;
-    float scale;        // gradient multiplier (1 / loss scale x clip coefficient)
-    float decay;        // 1 - lr * weight_decay for decoupled decay (AdamW, Lion), else 1
-    float l2;           // weight decay added to the gradient (Adam, Adagrad), else 0
-    float b1, b1c;      // beta1 and 1 - beta1
-    float b2, b2c;      // beta2 and 1 - beta2
-    float inv_bc2_sqrt; // 1 / sqrt(1 - beta2^step), 1 without bias correction
+    float scale;    // gradient multiplier (1 / loss scale x clip coefficient)
+    float decay;    // 1 - lr * weight_decay for decoupled decay (AdamW, Lion), else 1
+    float l2;       // weight decay added to the gradient (Adam, Adagrad), else 0
+    float b1, b1c;  // beta1 and 1 - beta1
+    float b2, b2c;  // beta2 and 1 - beta2
+    float bc2_sqrt; // sqrt(1 - beta2^step), 1 without bias correction
     float eps;
     float neg_step; // -lr / (1 - beta1^step) (Adam/AdamW), -lr / (1 + (step-1) lr_decay)
                     // (Adagrad), -lr (Lion)
@@ -68,7 +68,7 @@ static inline uint16_t f32_to_f16(float x) {
     uint32_t b = f32_bits(x), sign = (b >> 16) & 0x8000, a = b & 0x7fffffff;
     if (a >= 0x47800000) // >= 65536, inf or NaN
         return (uint16_t)(sign | (a > 0x7f800000 ? 0x7e00 | ((a >> 13) & 0x3ff) : 0x7c00));
-    if (a < 0x38800000) { // below 2^-14: subnormal half or zero
+    if (a < 0x38800000) {             // below 2^-14: subnormal half or zero
         float r = bits_f32(a) + 0.5f; // 0.5 aligns the half's unit 2^-24 with the float's last bit
         return (uint16_t)(sign | (f32_bits(r) - 0x3f000000));
     }
@@ -91,15 +91,19 @@ static inline void out_at(void *out, zinf_dtype dt, size_t i, float x) {
 }
 
 // ---- the element updates: the definition every SIMD path reproduces ----
+// Each follows torch.optim's single-tensor code op for op, rounding where ATen's CPU
+// kernels round: lerp_, add(alpha=) and addcmul_ as one fused multiply-add each (the
+// first two by hand, addcmul_ as its compiler contracts it), addcdiv_ as a multiply, a
+// divide and an add. So most results equal torch's bit for bit.
 
 static inline void adam_elem(const optim_consts *c, float *p, float *m, float *v, float g) {
     g = g * c->scale;
     float x = *p * c->decay;
     if (c->l2 != 0.0f) g = fmaf(c->l2, x, g);
-    float mm = fmaf(c->b1c, g - *m, *m);         // torch's lerp_(grad, 1 - beta1)
-    float vv = fmaf(c->b2c * g, g, *v * c->b2);  // mul_(beta2).addcmul_(grad, grad, 1 - beta2)
-    float den = fmaf(sqrtf(vv), c->inv_bc2_sqrt, c->eps);
-    *p = fmaf(c->neg_step, mm / den, x);
+    float mm = fmaf(c->b1c, g - *m, *m);          // exp_avg.lerp_(grad, 1 - beta1)
+    float vv = fmaf(c->b2c * g, g, *v * c->b2);   // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
+    float den = sqrtf(vv) / c->bc2_sqrt + c->eps; // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+    *p = x + (c->neg_step * mm) / den;            // param.addcdiv_(exp_avg, denom, -step_size)
     *m = mm;
     *v = vv;
 }
@@ -108,9 +112,9 @@ static inline void adagrad_elem(const optim_consts *c, float *p, float *v, float
     g = g * c->scale;
     float x = *p;
     if (c->l2 != 0.0f) g = fmaf(c->l2, x, g);
-    float vv = fmaf(g, g, *v);
+    float vv = fmaf(g, g, *v); // state_sum.addcmul_(grad, grad, 1)
     float den = sqrtf(vv) + c->eps;
-    *p = fmaf(c->neg_step, g / den, x);
+    *p = x + (c->neg_step * g) / den; // param.addcdiv_(grad, std, -clr)
     *v = vv;
 }
 
@@ -120,7 +124,7 @@ static inline float sign_of(float x) { return (float)((x > 0.0f) - (x < 0.0f)); 
 static inline void lion_elem(const optim_consts *c, float *p, float *m, float g) {
     g = g * c->scale;
     float x = *p * c->decay;
-    float u = sign_of(fmaf(g, c->b1c, *m * c->b1));
+    float u = sign_of(fmaf(g, c->b1c, *m * c->b1)); // exp_avg * beta1 + grad * (1 - beta1)
     *p = fmaf(c->neg_step, u, x);
     *m = fmaf(g, c->b2c, *m * c->b2);
 }

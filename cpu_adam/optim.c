@@ -70,7 +70,8 @@ static zinf_status bad(const zinf_optim_hparams *h, const char *what, double v, 
 static bool finite_ge0(double x) { return isfinite(x) && x >= 0; }
 
 static zinf_status consts_of(const zinf_optim_hparams *h, const zinf_optim_tile *t, optim_consts *c) {
-    if ((unsigned)h->kind > ZINF_OPTIM_LION) return zinf_fail(ZINF_ERR_INVAL, "cpu_adam: unknown optimizer %d", h->kind);
+    if ((unsigned)h->kind > ZINF_OPTIM_LION)
+        return zinf_fail(ZINF_ERR_INVAL, "cpu_adam: unknown optimizer %d", h->kind);
     if (!finite_ge0(h->lr)) return bad(h, "lr", h->lr, "is not a finite number >= 0");
     if (!finite_ge0(h->weight_decay)) return bad(h, "weight_decay", h->weight_decay, "is not a finite number >= 0");
     bool betas = h->kind != ZINF_OPTIM_ADAGRAD;
@@ -105,7 +106,7 @@ static zinf_status consts_of(const zinf_optim_hparams *h, const zinf_optim_tile 
         .b1c = (float)(1 - h->beta1),
         .b2 = (float)h->beta2,
         .b2c = (float)(1 - h->beta2),
-        .inv_bc2_sqrt = 1.0f,
+        .bc2_sqrt = 1.0f,
         .eps = (float)h->eps,
     };
     switch (h->kind) {
@@ -114,7 +115,7 @@ static zinf_status consts_of(const zinf_optim_hparams *h, const zinf_optim_tile 
         double bc1 = h->bias_correction ? 1 - pow(h->beta1, step) : 1;
         double bc2 = h->bias_correction ? 1 - pow(h->beta2, step) : 1;
         c->neg_step = (float)(-lr / bc1);
-        c->inv_bc2_sqrt = (float)(1 / sqrt(bc2));
+        c->bc2_sqrt = (float)sqrt(bc2);
         break;
     }
     case ZINF_OPTIM_ADAGRAD: c->neg_step = (float)(-lr / (1 + (step - 1) * h->lr_decay)); break;
@@ -245,8 +246,7 @@ static void stats_worker(void *arg, int i, int nthreads) {
         j->sums[b] = j->f(block_at(j->grad, j->dt, b), j->dt, block_len(j->n, b));
 }
 
-zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dtype dt, size_t n,
-                                 zinf_grad_stats *out) {
+zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dtype dt, size_t n, zinf_grad_stats *out) {
     ZINF_CHECK(check_grad(grad, dt, n));
     size_t nblocks = (n + STATS_BLOCK - 1) / STATS_BLOCK;
     double *sums = malloc((nblocks ? nblocks : 1) * sizeof *sums);

@@ -188,8 +188,7 @@ zinf_status zinf_cpu_pool_create(zinf_cpu_pool **out, int threads) {
     if (err) {
         stop_all(pool, started);
         free_pool(pool);
-        return zinf_fail(zinf_status_from_errno(err), "cpu pool: cannot start %d threads: %s", threads,
-                         strerror(err));
+        return zinf_fail(zinf_status_from_errno(err), "cpu pool: cannot start %d threads: %s", threads, strerror(err));
     }
     *out = pool;
     return ZINF_OK;

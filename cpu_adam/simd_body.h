@@ -6,12 +6,12 @@
 // Each line mirrors the element function of internal.h it is named after; the tail
 // that does not fill a vector runs those functions themselves.
 #define CAT_(a, b) a##_##b
-#define CAT(a, b) CAT_(a, b)
+#define CAT(a, b)  CAT_(a, b)
 
 void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
-    const VF scale = vset(c->scale), decay = vset(c->decay), l2 = vset(c->l2), b1 = vset(c->b1),
-             b1c = vset(c->b1c), b2 = vset(c->b2), b2c = vset(c->b2c), ibc2 = vset(c->inv_bc2_sqrt),
-             eps = vset(c->eps), nstep = vset(c->neg_step);
+    const VF scale = vset(c->scale), decay = vset(c->decay), l2 = vset(c->l2), b1 = vset(c->b1), b1c = vset(c->b1c),
+             b2 = vset(c->b2), b2c = vset(c->b2c), bc2 = vset(c->bc2_sqrt), eps = vset(c->eps),
+             nstep = vset(c->neg_step);
     const bool use_l2 = c->l2 != 0.0f;
     const zinf_dtype gt = t->grad_dtype, ot = t->out_dtype;
     float *p = t->param, *m = t->exp_avg, *v = t->exp_avg_sq;
@@ -26,8 +26,8 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
             VF mi = vld(m + i);
             VF mm = vfma(b1c, vsub(g, mi), mi);
             VF vv = vfma(vmul(b2c, g), g, vmul(vld(v + i), b2));
-            VF den = vfma(vsqrt(vv), ibc2, eps);
-            x = vfma(nstep, vdiv(mm, den), x);
+            VF den = vadd(vdiv(vsqrt(vv), bc2), eps);
+            x = vadd(x, vdiv(vmul(nstep, mm), den));
             vst(p + i, x);
             vst(m + i, mm);
             vst(v + i, vv);
@@ -41,7 +41,7 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
             if (use_l2) g = vfma(l2, x, g);
             VF vv = vfma(g, g, vld(v + i));
             VF den = vadd(vsqrt(vv), eps);
-            x = vfma(nstep, vdiv(g, den), x);
+            x = vadd(x, vdiv(vmul(nstep, g), den));
             vst(p + i, x);
             vst(v + i, vv);
             vout(t->out, ot, i, x);

@@ -65,12 +65,12 @@ typedef struct zinf_optim_hparams {
 
 // One range of a parameter group: n elements at the same index in every array.
 typedef struct zinf_optim_tile {
-    float *param;       // fp32 master weights, updated in place
-    float *exp_avg;     // Adam/AdamW/Lion first moment
-    float *exp_avg_sq;  // Adam/AdamW second moment; Adagrad's sum of squares
-    const void *grad;   // gradients, grad_dtype elements
+    float *param;      // fp32 master weights, updated in place
+    float *exp_avg;    // Adam/AdamW/Lion first moment
+    float *exp_avg_sq; // Adam/AdamW second moment; Adagrad's sum of squares
+    const void *grad;  // gradients, grad_dtype elements
     zinf_dtype grad_dtype;
-    void *out;          // 16-bit copy of the updated weights (round to nearest even);
+    void *out;            // 16-bit copy of the updated weights (round to nearest even);
     zinf_dtype out_dtype; // ZINF_DTYPE_NONE for no copy, else BF16 or F16
     size_t n;
 } zinf_optim_tile;
@@ -88,8 +88,7 @@ typedef struct zinf_grad_stats {
 // Sum of squares and inf/NaN check of n gradients, on the calling thread. The sum is
 // the same for every SIMD level and thread count (fixed 64Ki-element blocks, each
 // summed in 16 fp64 lanes, then the blocks in order).
-zinf_status zinf_grad_stats_compute(const void *grad, zinf_dtype dtype, size_t n, zinf_simd simd,
-                                    zinf_grad_stats *out);
+zinf_status zinf_grad_stats_compute(const void *grad, zinf_dtype dtype, size_t n, zinf_simd simd, zinf_grad_stats *out);
 
 // ---- thread pool ----
 // Persistent worker threads, each pinned to its own core (one per physical core

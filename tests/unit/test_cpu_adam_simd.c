@@ -46,10 +46,10 @@ static uint16_t ref_bf16(float x) {
     if (isinf(x)) return (uint16_t)(b >> 16);
     uint16_t lo = (uint16_t)(b >> 16), hi = (uint16_t)(lo + 1);
     double dl = fabs((double)x - (double)from_bits((uint32_t)lo << 16));
-    double dh = isinf(from_bits((uint32_t)lo << 16)) ? INFINITY
-                                                      : fabs((double)from_bits((uint32_t)hi << 16) - (double)x);
+    double dh =
+        isinf(from_bits((uint32_t)lo << 16)) ? INFINITY : fabs((double)from_bits((uint32_t)hi << 16) - (double)x);
     if ((hi & 0x7f80) == 0x7f80 && (lo & 0x7fff) == 0x7f7f) // the next value up is infinity
-        dh = fabs(ldexp(1.0, 128) - fabs((double)x));         // as if the exponent went on
+        dh = fabs(ldexp(1.0, 128) - fabs((double)x));       // as if the exponent went on
     if (dl < dh || (dl == dh && !(lo & 1))) return lo;
     return hi;
 }
@@ -83,9 +83,9 @@ static void copy_rounding(void) {
     for (size_t i = 0; i < N; i++) {
         uint32_t r = (uint32_t)next_rand();
         switch (i % 6) {
-        case 0: p[i] = from_bits(r); break;                          // anything, NaNs included
-        case 1: p[i] = from_bits((r & 0xffff0000u) | 0x8000u); break; // bf16 ties
-        case 2: p[i] = from_bits((r & 0xffffe000u) | 0x1000u); break; // fp16 mantissa ties
+        case 0: p[i] = from_bits(r); break;                               // anything, NaNs included
+        case 1: p[i] = from_bits((r & 0xffff0000u) | 0x8000u); break;     // bf16 ties
+        case 2: p[i] = from_bits((r & 0xffffe000u) | 0x1000u); break;     // fp16 mantissa ties
         case 3: p[i] = from_bits(0x33000000u + (r % 0x14800000u)); break; // the fp16 range, subnormals up
         case 4: p[i] = from_bits((r & 0x80000000u) | (0x477fe000u + (r % 0x4000u))); break; // near 65504..65536
         default: p[i] = uniform() * 1e-6f; break;
@@ -135,11 +135,8 @@ static void grad_reading(void) {
     for (int l = 0; l < nlevels; l++)
         for (int bf = 0; bf < 2; bf++) {
             memset(m, 0, N * 4);
-            zinf_optim_tile t = {.param = p,
-                                 .exp_avg = m,
-                                 .grad = g,
-                                 .grad_dtype = bf ? ZINF_DTYPE_BF16 : ZINF_DTYPE_F16,
-                                 .n = N};
+            zinf_optim_tile t = {
+                .param = p, .exp_avg = m, .grad = g, .grad_dtype = bf ? ZINF_DTYPE_BF16 : ZINF_DTYPE_F16, .n = N};
             CHECK(zinf_optim_update(&h, &t, levels[l]) == ZINF_OK, "update: %s", zinf_last_error());
             int bad = 0;
             for (uint32_t i = 0; i < N && bad < 5; i++) {
@@ -199,10 +196,21 @@ static void run_steps(const arrays *init, arrays *a, zinf_optim_hparams h, size_
 }
 
 static const zinf_optim_hparams hsets[] = {
-    {.kind = ZINF_OPTIM_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
+    {.kind = ZINF_OPTIM_ADAMW,
+     .lr = 1e-3,
+     .beta1 = 0.9,
+     .beta2 = 0.999,
+     .eps = 1e-8,
+     .weight_decay = 0.01,
      .bias_correction = true},
-    {.kind = ZINF_OPTIM_ADAM, .lr = 3e-4, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1,
-     .bias_correction = true, .grad_scale = 1.0f / 1024},
+    {.kind = ZINF_OPTIM_ADAM,
+     .lr = 3e-4,
+     .beta1 = 0.8,
+     .beta2 = 0.95,
+     .eps = 1e-6,
+     .weight_decay = 0.1,
+     .bias_correction = true,
+     .grad_scale = 1.0f / 1024},
     {.kind = ZINF_OPTIM_ADAMW, .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8},
     {.kind = ZINF_OPTIM_ADAGRAD, .lr = 1e-2, .eps = 1e-10, .weight_decay = 0.05, .lr_decay = 0.01},
     {.kind = ZINF_OPTIM_LION, .lr = 1e-4, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1, .grad_scale = 0.5f},
@@ -255,8 +263,7 @@ static void stats(zinf_cpu_pool **pools, int npools) {
     CHECK(fabsl(base.sumsq - want) <= 1e-12L * want && !base.nonfinite, "sumsq %.17g, want %.17Lg", base.sumsq, want);
     for (int l = 1; l < nlevels; l++) {
         CHECK(zinf_grad_stats_compute(g, ZINF_DTYPE_F32, n, levels[l], &s) == ZINF_OK, "stats");
-        CHECK(s.sumsq == base.sumsq, "%s sumsq %.17g != scalar %.17g", zinf_simd_name(levels[l]), s.sumsq,
-              base.sumsq);
+        CHECK(s.sumsq == base.sumsq, "%s sumsq %.17g != scalar %.17g", zinf_simd_name(levels[l]), s.sumsq, base.sumsq);
     }
     for (int k = 0; k < npools; k++) {
         CHECK(zinf_grad_stats_pool(pools[k], g, ZINF_DTYPE_F32, n, &s) == ZINF_OK, "stats pool");
@@ -340,8 +347,8 @@ static void pool_steps(zinf_cpu_pool **pools, int npools) {
         CHECK(at == n, "ranges end at %zu of %zu", at, n);
     }
     CHECK(zinf_optim_bytes_per_param(&h, &(zinf_optim_tile){.grad_dtype = ZINF_DTYPE_F32}) == 28, "AdamW fp32: 28 B");
-    CHECK(zinf_optim_bytes_per_param(&h, &(zinf_optim_tile){.grad_dtype = ZINF_DTYPE_F32,
-                                                            .out_dtype = ZINF_DTYPE_BF16}) == 30,
+    CHECK(zinf_optim_bytes_per_param(
+              &h, &(zinf_optim_tile){.grad_dtype = ZINF_DTYPE_F32, .out_dtype = ZINF_DTYPE_BF16}) == 30,
           "AdamW fp32 + bf16 copy: 30 B");
     free(p0), free(m0), free(v0), free(g), free(p), free(m), free(v), free(p1), free(out), free(out1);
 }
