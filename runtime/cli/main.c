@@ -51,9 +51,17 @@ static const command commands[] = {
      "  256K,1M,4M,8M x 4,8,16,32 x 1,2), prints the table, then the aio config section\n"
      "  that moves the bytes in and out in the least total time. --json prints io-bench's\n"
      "  objects and, last, {\"aio\": {...}}. Test files never stay behind.\n"},
-    {"adam-bench", NULL, "measure CPU Adam against memory bandwidth",
+    {"adam-bench", cli_adam_bench, "measure CPU Adam against memory bandwidth",
      "zinf adam-bench [--params N] [--threads T] [--grad-dtype fp32|bf16|fp16]\n"
-     "                [--out-dtype none|bf16|fp16] [--json]\n"},
+     "                [--out-dtype none|bf16|fp16] [--steps S] [--optimizer NAME] [--json]\n"
+     "  Times the optimizer step over --params parameters (default 100M; 1e8, 100M and\n"
+     "  1.5B are counts) with --threads workers (default one per physical core), and in\n"
+     "  the same run its roofline: a pass over the same buffers and threads that reads\n"
+     "  and writes exactly the bytes the step moves, with no arithmetic. Gradients\n"
+     "  --grad-dtype (default fp32), 16-bit weight copy --out-dtype (default bf16),\n"
+     "  --optimizer adamw (default), adam, adagrad or lion; medians of --steps (10).\n"
+     "  --json prints one object: params, threads, params_per_s, bytes_per_param,\n"
+     "  roofline_params_per_s, ratio_to_roofline and the settings.\n"},
     {"estimate", NULL, "memory and traffic needed per stage and tier",
      "zinf estimate (--params N | --config CONFIG.json) [--gpus-per-node G] [--nodes K] [--json]\n"},
     {"consolidate", NULL, "merge a checkpoint into one safetensors file",

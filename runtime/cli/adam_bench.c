@@ -1,0 +1,230 @@
+// zinf adam-bench: the CPU optimizer step against its own roofline, measured in the
+// same run on the same buffers and threads: a pass that reads and writes exactly the
+// bytes the update moves, with no arithmetic. Steps and passes alternate, so a
+// machine whose speed drifts affects both; each figure is the median.
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "cli.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Large buffers on transparent huge pages where the kernel has them (fewer TLB misses
+// on a pass that touches every page once); placed by the pool's first touch.
+static void *big_alloc(zinf_cpu_pool *pool, size_t n, size_t elem) {
+    if (!elem) return NULL;
+    size_t bytes = (n * elem + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    zinf_cpu_pool_touch(pool, p, n, elem);
+    return p;
+}
+
+static void big_free(void *p, size_t n, size_t elem) {
+    if (p) munmap(p, (n * elem + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1));
+}
+
+// Weights near 1, moments and gradients of realistic size (no subnormals, which
+// would measure the FPU's slow path instead of memory).
+typedef struct init_job {
+    zinf_cpu_pool *pool;
+    zinf_optim_tile *t;
+} init_job;
+
+static void init_worker(void *arg, int i, int nthreads) {
+    (void)nthreads;
+    init_job *j = arg;
+    zinf_optim_tile *t = j->t;
+    size_t lo, hi;
+    zinf_cpu_pool_range(j->pool, t->n, i, &lo, &hi);
+    uint32_t x = 2463534242u + (uint32_t)lo;
+    for (size_t k = lo; k < hi; k++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        float r = (float)(x >> 8) * 0x1p-24f - 0.5f; // [-0.5, 0.5)
+        t->param[k] = 1.0f + r;
+        if (t->exp_avg) t->exp_avg[k] = 1e-3f * r;
+        if (t->exp_avg_sq) t->exp_avg_sq[k] = 1e-6f * (r + 0.5f) + 1e-8f;
+        float g = 1e-2f * r;
+        if (t->grad_dtype == ZINF_DTYPE_F32) {
+            ((float *)t->grad)[k] = g;
+        } else {
+            uint32_t b;
+            memcpy(&b, &g, 4);
+            ((uint16_t *)t->grad)[k] = t->grad_dtype == ZINF_DTYPE_BF16 ? (uint16_t)(b >> 16) : 0x2000; // 2^-7
+        }
+    }
+}
+
+static bool parse_dtype(const char *s, bool allow_none, zinf_dtype *out) {
+    static const zinf_dtype all[] = {ZINF_DTYPE_NONE, ZINF_DTYPE_F32, ZINF_DTYPE_BF16, ZINF_DTYPE_F16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, zinf_dtype_name(all[i])) == 0 && (allow_none || all[i] != ZINF_DTYPE_NONE)) {
+            *out = all[i];
+            return true;
+        }
+    return false;
+}
+
+// A count like 100000000, 1e8, 100M or 1.5B (decimal suffixes: parameters, not bytes).
+static bool parse_count(const char *s, uint64_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    double mult = *end == 'K' || *end == 'k' ? 1e3 : *end == 'M' ? 1e6 : *end == 'B' || *end == 'G' ? 1e9 : 1;
+    if (mult != 1) end++;
+    if (end == s || *end || !(v * mult >= 1) || v * mult > 1e12) return false;
+    *out = (uint64_t)llround(v * mult);
+    return true;
+}
+
+static const struct {
+    const char *name;
+    zinf_optimizer kind;
+} optimizers[] = {
+    {"adamw", ZINF_OPTIM_ADAMW}, {"adam", ZINF_OPTIM_ADAM}, {"adagrad", ZINF_OPTIM_ADAGRAD}, {"lion", ZINF_OPTIM_LION}};
+
+int cli_adam_bench(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"params", required_argument, NULL, 'n'},
+        {"threads", required_argument, NULL, 't'},
+        {"grad-dtype", required_argument, NULL, 'g'},
+        {"out-dtype", required_argument, NULL, 'o'},
+        {"steps", required_argument, NULL, 's'},
+        {"optimizer", required_argument, NULL, 'O'},
+        {"json", no_argument, NULL, 'j'},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t params = 100000000, v;
+    int threads = 0, steps = 10, rc = CLI_OK, c, kind = 0;
+    zinf_dtype gt = ZINF_DTYPE_F32, ot = ZINF_DTYPE_BF16;
+    bool json = false;
+    opterr = 0;
+    while (rc == CLI_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            if (!parse_count(optarg, &params))
+                rc = cli_usage("adam-bench", "--params: \"%s\" is not a count from 1 (e.g. 100000000, 1e8, 100M)",
+                               optarg);
+            break;
+        case 't':
+            rc = cli_parse_size("adam-bench", "--threads", optarg, 1, 4096, &v);
+            threads = (int)v;
+            break;
+        case 's':
+            rc = cli_parse_size("adam-bench", "--steps", optarg, 1, 100000, &v);
+            steps = (int)v;
+            break;
+        case 'g':
+            if (!parse_dtype(optarg, false, &gt) || gt == ZINF_DTYPE_NONE)
+                rc = cli_usage("adam-bench", "--grad-dtype: \"%s\" is not fp32, bf16 or fp16", optarg);
+            break;
+        case 'o':
+            if (!parse_dtype(optarg, true, &ot) || ot == ZINF_DTYPE_F32)
+                rc = cli_usage("adam-bench", "--out-dtype: \"%s\" is not none, bf16 or fp16", optarg);
+            break;
+        case 'O':
+            kind = -1;
+            for (int k = 0; k < (int)(sizeof optimizers / sizeof optimizers[0]); k++)
+                if (strcmp(optarg, optimizers[k].name) == 0) kind = k;
+            if (kind < 0)
+                rc = cli_usage("adam-bench", "--optimizer: \"%s\" is not adamw, adam, adagrad or lion", optarg);
+            break;
+        case 'j': json = true; break;
+        default: rc = cli_usage("adam-bench", "unknown option %s", argv[optind - 1]); break;
+        }
+    }
+    if (rc == CLI_OK && optind < argc) rc = cli_usage("adam-bench", "unexpected argument \"%s\"", argv[optind]);
+    if (rc != CLI_OK) return rc;
+
+    zinf_cpu_pool *pool;
+    if (zinf_cpu_pool_create(&pool, threads) != ZINF_OK) return cli_fail("adam-bench", CLI_FAIL);
+    threads = zinf_cpu_pool_threads(pool);
+    zinf_optim_hparams h = {.kind = optimizers[kind].kind,
+                            .lr = 1e-3,
+                            .beta1 = 0.9,
+                            .beta2 = 0.999,
+                            .eps = 1e-8,
+                            .weight_decay = 0.01,
+                            .lr_decay = 0,
+                            .bias_correction = true};
+    bool need_m = h.kind != ZINF_OPTIM_ADAGRAD, need_v = h.kind != ZINF_OPTIM_LION;
+    size_t n = params;
+    zinf_optim_tile t = {.param = big_alloc(pool, n, 4),
+                         .exp_avg = need_m ? big_alloc(pool, n, 4) : NULL,
+                         .exp_avg_sq = need_v ? big_alloc(pool, n, 4) : NULL,
+                         .grad = big_alloc(pool, n, zinf_dtype_size(gt)),
+                         .grad_dtype = gt,
+                         .out = big_alloc(pool, n, zinf_dtype_size(ot)),
+                         .out_dtype = ot,
+                         .n = n};
+    double *tu = calloc((size_t)steps, sizeof *tu), *tr = calloc((size_t)steps, sizeof *tr);
+    if (!t.param || (need_m && !t.exp_avg) || (need_v && !t.exp_avg_sq) || !t.grad || (ot && !t.out) || !tu || !tr) {
+        zinf_fail(ZINF_ERR_NOMEM, "cannot allocate the buffers of %llu parameters (%zu bytes each)",
+                  (unsigned long long)params, zinf_optim_bytes_per_param(&h, &t) - 3 * 4 + 4 * (1 + need_m + need_v));
+        rc = cli_fail("adam-bench", CLI_FAIL);
+        goto done;
+    }
+    zinf_cpu_pool_run(pool, init_worker, &(init_job){pool, &t});
+    h.step = 1;
+    zinf_optim_step(pool, &h, &t); // warm up: page tables, caches, thread wake-up
+    zinf_optim_traffic(pool, &h, &t);
+    for (int s = 0; s < steps; s++) {
+        if (!json) fprintf(stderr, "\rzinf adam-bench: step %d/%d", s + 1, steps);
+        h.step = 2 + s;
+        double t0 = now();
+        zinf_optim_step(pool, &h, &t);
+        double t1 = now();
+        zinf_optim_traffic(pool, &h, &t);
+        tu[s] = t1 - t0;
+        tr[s] = now() - t1;
+    }
+    if (!json) fprintf(stderr, "\r%40s\r", "");
+    double su = median(tu, steps), sr = median(tr, steps);
+    size_t bpp = zinf_optim_bytes_per_param(&h, &t);
+    double pps = (double)n / su, rps = (double)n / sr;
+    if (json) {
+        cli_print_json_line(json_pack(
+            "{s:I, s:i, s:f, s:I, s:f, s:f, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f}", "params", (json_int_t)n,
+            "threads", threads, "params_per_s", pps, "bytes_per_param", (json_int_t)bpp, "roofline_params_per_s", rps,
+            "ratio_to_roofline", pps / rps, "optimizer", optimizers[kind].name, "grad_dtype", zinf_dtype_name(gt),
+            "out_dtype", zinf_dtype_name(ot), "simd", zinf_simd_name(zinf_simd_active()), "steps", steps, "seconds", su,
+            "roofline_seconds", sr, "bytes_per_s", pps * (double)bpp));
+    } else {
+        printf("adam-bench: %s, %llu params, %s gradients, %s copy, %d thread(s), %s, %zu bytes/param\n",
+               optimizers[kind].name, (unsigned long long)n, zinf_dtype_name(gt), zinf_dtype_name(ot), threads,
+               zinf_simd_name(zinf_simd_active()), bpp);
+        printf("  update    %8.4f s/step %8.1f M params/s %7.2f GB/s\n", su, pps / 1e6, pps * (double)bpp / 1e9);
+        printf("  roofline  %8.4f s/pass %8.1f M params/s %7.2f GB/s  (the same bytes, no arithmetic)\n", sr, rps / 1e6,
+               rps * (double)bpp / 1e9);
+        printf("  ratio to roofline: %.3f  (median of %d)\n", pps / rps, steps);
+    }
+done:
+    big_free(t.param, n, 4);
+    big_free(t.exp_avg, n, 4);
+    big_free(t.exp_avg_sq, n, 4);
+    big_free((void *)t.grad, n, zinf_dtype_size(gt));
+    big_free(t.out, n, zinf_dtype_size(ot));
+    free(tu);
+    free(tr);
+    zinf_cpu_pool_destroy(pool);
+    return rc;
+}
