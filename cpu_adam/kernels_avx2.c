@@ -47,11 +47,14 @@ static inline __m128i to_bf16(VF x) {
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
 }
 
-static inline void vout(void *out, zinf_dtype dt, size_t i, VF x) {
-    if (dt == ZINF_DTYPE_BF16)
-        _mm_storeu_si128((__m128i *)((uint16_t *)out + i), to_bf16(x));
-    else if (dt == ZINF_DTYPE_F16)
-        _mm_storeu_si128((__m128i *)((uint16_t *)out + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+static inline void vout(void *out, zinf_dtype dt, size_t i, VF x, bool stream) {
+    if (dt == ZINF_DTYPE_NONE) return;
+    __m128i h = dt == ZINF_DTYPE_BF16 ? to_bf16(x) : _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+    __m128i *at = (__m128i *)((uint16_t *)out + i);
+    if (stream)
+        _mm_stream_si128(at, h);
+    else
+        _mm_storeu_si128(at, h);
 }
 
 #include "simd_body.h"
@@ -82,6 +85,7 @@ void traffic_avx2(const zinf_optim_tile *t, size_t lo, size_t hi, uint32_t zero)
     const __m256i z = _mm256_set1_epi32((int)zero);
     size_t gsize = zinf_dtype_size(t->grad_dtype), osize = zinf_dtype_size(t->out_dtype);
     float *m = t->exp_avg, *v = t->exp_avg_sq;
+    const bool stream = osize && (uintptr_t)((char *)t->out + lo * osize) % (W * 2) == 0; // as the update does
     size_t i = lo;
     for (; i + W <= hi; i += W) {
         const char *gp = (const char *)t->grad + i * gsize;
@@ -91,8 +95,13 @@ void traffic_avx2(const zinf_optim_tile *t, size_t lo, size_t hi, uint32_t zero)
         __m256i pz = _mm256_and_si256(p, z);
         if (m) _mm256_storeu_si256((__m256i *)(m + i), _mm256_xor_si256(_mm256_loadu_si256((__m256i *)(m + i)), pz));
         if (v) _mm256_storeu_si256((__m256i *)(v + i), _mm256_xor_si256(_mm256_loadu_si256((__m256i *)(v + i)), pz));
-        if (osize) _mm_storeu_si128((__m128i *)((char *)t->out + i * osize), _mm256_castsi256_si128(p));
+        __m128i *at = (__m128i *)((char *)t->out + i * osize);
+        if (stream)
+            _mm_stream_si128(at, _mm256_castsi256_si128(p));
+        else if (osize)
+            _mm_storeu_si128(at, _mm256_castsi256_si128(p));
     }
+    if (stream) _mm_sfence();
     traffic_scalar(t, i, hi, zero);
 }
 #endif

@@ -46,11 +46,14 @@ static inline __m256i to_bf16(VF x) {
     return _mm512_cvtepi32_epi16(r);
 }
 
-static inline void vout(void *out, zinf_dtype dt, size_t i, VF x) {
-    if (dt == ZINF_DTYPE_BF16)
-        _mm256_storeu_si256((__m256i *)((uint16_t *)out + i), to_bf16(x));
-    else if (dt == ZINF_DTYPE_F16)
-        _mm256_storeu_si256((__m256i *)((uint16_t *)out + i), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+static inline void vout(void *out, zinf_dtype dt, size_t i, VF x, bool stream) {
+    if (dt == ZINF_DTYPE_NONE) return;
+    __m256i h = dt == ZINF_DTYPE_BF16 ? to_bf16(x) : _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+    __m256i *at = (__m256i *)((uint16_t *)out + i);
+    if (stream)
+        _mm256_stream_si256(at, h);
+    else
+        _mm256_storeu_si256(at, h);
 }
 
 #include "simd_body.h"
@@ -80,6 +83,7 @@ void traffic_avx512(const zinf_optim_tile *t, size_t lo, size_t hi, uint32_t zer
     const __m512i z = _mm512_set1_epi32((int)zero);
     size_t gsize = zinf_dtype_size(t->grad_dtype), osize = zinf_dtype_size(t->out_dtype);
     float *m = t->exp_avg, *v = t->exp_avg_sq;
+    const bool stream = osize && (uintptr_t)((char *)t->out + lo * osize) % (W * 2) == 0; // as the update does
     size_t i = lo;
     for (; i + W <= hi; i += W) {
         const char *gp = (const char *)t->grad + i * gsize;
@@ -89,8 +93,13 @@ void traffic_avx512(const zinf_optim_tile *t, size_t lo, size_t hi, uint32_t zer
         __m512i pz = _mm512_and_si512(p, z);
         if (m) _mm512_storeu_si512(m + i, _mm512_xor_si512(_mm512_loadu_si512(m + i), pz));
         if (v) _mm512_storeu_si512(v + i, _mm512_xor_si512(_mm512_loadu_si512(v + i), pz));
-        if (osize) _mm256_storeu_si256((__m256i *)((char *)t->out + i * osize), _mm512_castsi512_si256(p));
+        __m256i *at = (__m256i *)((char *)t->out + i * osize);
+        if (stream)
+            _mm256_stream_si256(at, _mm512_castsi512_si256(p));
+        else if (osize)
+            _mm256_storeu_si256(at, _mm512_castsi512_si256(p));
     }
+    if (stream) _mm_sfence();
     traffic_scalar(t, i, hi, zero);
 }
 #endif

@@ -106,7 +106,7 @@ static zinf_status consts_of(const zinf_optim_hparams *h, const zinf_optim_tile 
         .b1c = (float)(1 - h->beta1),
         .b2 = (float)h->beta2,
         .b2c = (float)(1 - h->beta2),
-        .bc2_sqrt = 1.0f,
+        .inv_bc2_sqrt = 1.0f,
         .eps = (float)h->eps,
     };
     switch (h->kind) {
@@ -115,7 +115,7 @@ static zinf_status consts_of(const zinf_optim_hparams *h, const zinf_optim_tile 
         double bc1 = h->bias_correction ? 1 - pow(h->beta1, step) : 1;
         double bc2 = h->bias_correction ? 1 - pow(h->beta2, step) : 1;
         c->neg_step = (float)(-lr / bc1);
-        c->bc2_sqrt = (float)sqrt(bc2);
+        c->inv_bc2_sqrt = (float)(1 / sqrt(bc2));
         break;
     }
     case ZINF_OPTIM_ADAGRAD: c->neg_step = (float)(-lr / (1 + (step - 1) * h->lr_decay)); break;

@@ -2,7 +2,8 @@
 // vocabulary that kernels_avx2.c and kernels_avx512.c define before including it:
 //   VF, W (floats per vector), SUFFIX; vset vld vst vadd vsub vmul vdiv vfma vsqrt
 //   (vfma(a, b, c) = a * b + c, rounded once), vsign (torch's sign, 0 for NaN),
-//   vgrad(g, dtype, i) (W gradients as floats), vout(out, dtype, i, x) (the 16-bit copy).
+//   vgrad(g, dtype, i) (W gradients as floats), vout(out, dtype, i, x, stream) (the
+//   16-bit copy, with non-temporal stores when stream).
 // Each line mirrors the element function of internal.h it is named after; the tail
 // that does not fill a vector runs those functions themselves.
 #define CAT_(a, b) a##_##b
@@ -10,11 +11,16 @@
 
 void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
     const VF scale = vset(c->scale), decay = vset(c->decay), l2 = vset(c->l2), b1 = vset(c->b1), b1c = vset(c->b1c),
-             b2 = vset(c->b2), b2c = vset(c->b2c), bc2 = vset(c->bc2_sqrt), eps = vset(c->eps),
+             b2 = vset(c->b2), b2c = vset(c->b2c), ibc2 = vset(c->inv_bc2_sqrt), eps = vset(c->eps),
              nstep = vset(c->neg_step);
     const bool use_l2 = c->l2 != 0.0f;
     const zinf_dtype gt = t->grad_dtype, ot = t->out_dtype;
     float *p = t->param, *m = t->exp_avg, *v = t->exp_avg_sq;
+    // The copy is only written here (and read later by a device copy): stores that
+    // bypass the cache skip reading each line first, 2 of the 32 bytes per parameter.
+    // They need the copy aligned to a vector, which pool ranges (multiples of 64)
+    // keep when the buffer starts aligned.
+    const bool stream = ot != ZINF_DTYPE_NONE && (uintptr_t)((uint16_t *)t->out + lo) % (W * 2) == 0;
     size_t i = lo;
     switch (c->kind) {
     case ZINF_OPTIM_ADAM:
@@ -26,12 +32,12 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
             VF mi = vld(m + i);
             VF mm = vfma(b1c, vsub(g, mi), mi);
             VF vv = vfma(vmul(b2c, g), g, vmul(vld(v + i), b2));
-            VF den = vadd(vdiv(vsqrt(vv), bc2), eps);
+            VF den = vfma(vsqrt(vv), ibc2, eps);
             x = vadd(x, vdiv(vmul(nstep, mm), den));
             vst(p + i, x);
             vst(m + i, mm);
             vst(v + i, vv);
-            vout(t->out, ot, i, x);
+            vout(t->out, ot, i, x, stream);
         }
         break;
     case ZINF_OPTIM_ADAGRAD:
@@ -44,7 +50,7 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
             x = vadd(x, vdiv(vmul(nstep, g), den));
             vst(p + i, x);
             vst(v + i, vv);
-            vout(t->out, ot, i, x);
+            vout(t->out, ot, i, x, stream);
         }
         break;
     case ZINF_OPTIM_LION:
@@ -56,9 +62,10 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
             x = vfma(nstep, u, x);
             vst(p + i, x);
             vst(m + i, vfma(g, b2c, vmul(mi, b2)));
-            vout(t->out, ot, i, x);
+            vout(t->out, ot, i, x, stream);
         }
         break;
     }
+    if (stream) _mm_sfence(); // streamed stores are weakly ordered: publish them before returning
     optim_scalar(c, t, i, hi);
 }
