@@ -222,8 +222,12 @@ tests: all $(TEST_BIN) $(REF_BIN)
 test: tests
 	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run
 
-bench: all
-	$(Q)for b in tests/bench/bench_*.sh; do ZINF_BUILD=$(B) $$b || exit 1; done
+$(PYENV)/.bench-ok: tests/bench/requirements.txt $(PYENV)/.ok
+	$(say) PYENV "$(PYENV) (DeepSpeed, first time only)"
+	$(Q)$(PY) -m pip install -q --disable-pip-version-check -r $< && touch $@
+
+bench: all $(PYENV)/.bench-ok
+	$(Q)for b in tests/bench/bench_*.sh; do ZINF_BUILD=$(B) ZINF_PY=$(PY) $$b || exit 1; done
 
 # The PyTorch environment (build/pyenv, gigabytes) outlives clean; distclean drops it.
 clean:
