@@ -98,7 +98,7 @@ static inline void out_at(void *out, zinf_dtype dt, size_t i, float x) {
 // which leaves one division per element. Results stay within a few ulps of torch's.
 
 static inline void adam_elem(const optim_consts *c, float *p, float *m, float *v, float g) {
-    g = g * c->scale;
+    if (c->scale != 1.0f) g = g * c->scale; // at 1 the same value: skipped, one op less
     float x = *p * c->decay;
     if (c->l2 != 0.0f) g = fmaf(c->l2, x, g);
     float mm = fmaf(c->b1c, g - *m, *m);                  // exp_avg.lerp_(grad, 1 - beta1)
@@ -110,7 +110,7 @@ static inline void adam_elem(const optim_consts *c, float *p, float *m, float *v
 }
 
 static inline void adagrad_elem(const optim_consts *c, float *p, float *v, float g) {
-    g = g * c->scale;
+    if (c->scale != 1.0f) g = g * c->scale;
     float x = *p;
     if (c->l2 != 0.0f) g = fmaf(c->l2, x, g);
     float vv = fmaf(g, g, *v); // state_sum.addcmul_(grad, grad, 1)
@@ -123,7 +123,7 @@ static inline void adagrad_elem(const optim_consts *c, float *p, float *v, float
 static inline float sign_of(float x) { return (float)((x > 0.0f) - (x < 0.0f)); }
 
 static inline void lion_elem(const optim_consts *c, float *p, float *m, float g) {
-    g = g * c->scale;
+    if (c->scale != 1.0f) g = g * c->scale;
     float x = *p * c->decay;
     float u = sign_of(fmaf(g, c->b1c, *m * c->b1)); // exp_avg * beta1 + grad * (1 - beta1)
     *p = fmaf(c->neg_step, u, x);

@@ -13,7 +13,7 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
     const VF scale = vset(c->scale), decay = vset(c->decay), l2 = vset(c->l2), b1 = vset(c->b1), b1c = vset(c->b1c),
              b2 = vset(c->b2), b2c = vset(c->b2c), ibc2 = vset(c->inv_bc2_sqrt), eps = vset(c->eps),
              nstep = vset(c->neg_step);
-    const bool use_l2 = c->l2 != 0.0f;
+    const bool use_l2 = c->l2 != 0.0f, use_scale = c->scale != 1.0f;
     const zinf_dtype gt = t->grad_dtype, ot = t->out_dtype;
     float *p = t->param, *m = t->exp_avg, *v = t->exp_avg_sq;
     // The copy is only written here (and read later by a device copy): stores that
@@ -26,7 +26,8 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
     case ZINF_OPTIM_ADAM:
     case ZINF_OPTIM_ADAMW:
         for (; i + W <= hi; i += W) { // adam_elem
-            VF g = vmul(vgrad(t->grad, gt, i), scale);
+            VF g = vgrad(t->grad, gt, i);
+            if (use_scale) g = vmul(g, scale);
             VF x = vmul(vld(p + i), decay);
             if (use_l2) g = vfma(l2, x, g);
             VF mi = vld(m + i);
@@ -42,7 +43,8 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
         break;
     case ZINF_OPTIM_ADAGRAD:
         for (; i + W <= hi; i += W) { // adagrad_elem
-            VF g = vmul(vgrad(t->grad, gt, i), scale);
+            VF g = vgrad(t->grad, gt, i);
+            if (use_scale) g = vmul(g, scale);
             VF x = vld(p + i);
             if (use_l2) g = vfma(l2, x, g);
             VF vv = vfma(g, g, vld(v + i));
@@ -55,7 +57,8 @@ void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t 
         break;
     case ZINF_OPTIM_LION:
         for (; i + W <= hi; i += W) { // lion_elem
-            VF g = vmul(vgrad(t->grad, gt, i), scale);
+            VF g = vgrad(t->grad, gt, i);
+            if (use_scale) g = vmul(g, scale);
             VF x = vmul(vld(p + i), decay);
             VF mi = vld(m + i);
             VF u = vsign(vfma(g, b1c, vmul(mi, b1)));
