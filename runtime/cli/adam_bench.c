@@ -8,25 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #include "cli.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Large buffers on transparent huge pages where the kernel has them (fewer TLB misses
 // on a pass that touches every page once); placed by the pool's first touch.
@@ -190,15 +173,15 @@ int cli_adam_bench(int argc, char **argv) {
     for (int s = 0; s < steps; s++) {
         if (!json) fprintf(stderr, "\rzinf adam-bench: step %d/%d", s + 1, steps);
         h.step = 2 + s;
-        double t0 = now();
+        double t0 = cli_now();
         zinf_optim_step(pool, &h, &t);
-        double t1 = now();
+        double t1 = cli_now();
         zinf_optim_traffic(pool, &h, &t);
         tu[s] = t1 - t0;
-        tr[s] = now() - t1;
+        tr[s] = cli_now() - t1;
     }
     if (!json) fprintf(stderr, "\r%40s\r", "");
-    double su = median(tu, steps), sr = median(tr, steps);
+    double su = cli_median(tu, steps), sr = cli_median(tr, steps);
     size_t bpp = zinf_optim_bytes_per_param(&h, &t);
     double pps = (double)n / su, rps = (double)n / sr;
     if (json) {

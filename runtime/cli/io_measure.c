@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "io_measure.h"
 
 // ---- test files, removed even when interrupted ----
@@ -38,17 +38,6 @@ static void unguard_files(void) { nvictims = 0; }
 
 // ---- measuring ----
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void pattern(unsigned char *p, size_t n, uint64_t seed) {
     uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
     for (size_t i = 0; i < n; i += 8) {
@@ -64,11 +53,11 @@ static zinf_status passes(const io_spec *spec, zinf_aio *aio, zinf_aio_file *f, 
     for (int l = 0; l < loops; l++) {
         if (!write) memset(buf, 0, spec->size);
         zinf_aio_ticket t;
-        double t0 = now();
+        double t0 = cli_now();
         int ret =
             write ? zinf_aio_write(aio, f, 0, buf, spec->size, &t) : zinf_aio_read(aio, f, 0, buf, spec->size, &t);
         if (ret == 0) ret = zinf_aio_wait(aio, t);
-        times[l] = now() - t0;
+        times[l] = cli_now() - t0;
         if (ret) return zinf_status_from_errno(-ret);
         if (!write && ref && memcmp(buf, ref, spec->size) != 0)
             return zinf_fail(ZINF_ERR_CORRUPT, "--validate: the bytes read back differ from the bytes written");
@@ -77,8 +66,7 @@ static zinf_status passes(const io_spec *spec, zinf_aio *aio, zinf_aio_file *f, 
                     (double)spec->size / times[l] / 1e9);
     }
     if (!res) return ZINF_OK;
-    qsort(times, (size_t)loops, sizeof *times, cmp_double);
-    double median = loops % 2 ? times[loops / 2] : 0.5 * (times[loops / 2 - 1] + times[loops / 2]);
+    double median = cli_median(times, loops);
     *res = (io_result){.write = write,
                        .bytes = spec->size,
                        .seconds = median,
