@@ -10,5 +10,6 @@
 #include "zinf_offload.h"
 #include "zinf_comm.h"
 #include "zinf_config.h"
+#include "zinf_model.h"
 
 #endif

@@ -1,0 +1,171 @@
+// safetensors: the file the safetensors package wrote (tests/ref/safetensors_ref.py)
+// read back value for value; zinf's own files read back the same; and every kind of
+// malformed or truncated file refused with an error that names the file and tensor.
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "zinf.h"
+
+static float value(int k, size_t i) { return (float)(i % 17) * 0.5f - 4 + (float)k; }
+
+static float elem(const zinf_st_tensor *t, size_t i) {
+    uint16_t h;
+    switch (t->dtype) {
+    case ZINF_DTYPE_F32: return ((const float *)t->data)[i];
+    case ZINF_DTYPE_BF16: {
+        memcpy(&h, (const char *)t->data + 2 * i, 2);
+        uint32_t b = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    default: {
+        _Float16 x;
+        memcpy(&x, (const char *)t->data + 2 * i, 2);
+        return (float)x;
+    }
+    }
+}
+
+static void from_package(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/safetensors.bin", dir);
+    zinf_safetensors *st;
+    if (zinf_safetensors_open(&st, path) != ZINF_OK) {
+        CHECK(0, "open %s: %s", path, zinf_last_error());
+        return;
+    }
+    static const struct {
+        const char *name;
+        zinf_dtype dtype;
+        int ndim;
+        int64_t shape[3];
+    } want[] = {
+        {"transformer.wte.weight", ZINF_DTYPE_F32, 2, {7, 5}},
+        {"h.0.attn.c_attn.weight", ZINF_DTYPE_BF16, 3, {3, 4, 2}},
+        {"ln_f.bias", ZINF_DTYPE_F16, 1, {9}},
+        {"scalar", ZINF_DTYPE_F32, 0, {0}},
+        {"empty", ZINF_DTYPE_F32, 2, {0, 3}},
+    };
+    CHECK(zinf_safetensors_count(st) == 5, "%d tensors, want 5 (metadata is not one)", zinf_safetensors_count(st));
+    for (int k = 0; k < 5; k++) {
+        const zinf_st_tensor *t = zinf_safetensors_find(st, want[k].name);
+        if (!t) {
+            CHECK(0, "tensor %s missing", want[k].name);
+            continue;
+        }
+        size_t n = 1;
+        CHECK(t->dtype == want[k].dtype && t->ndim == want[k].ndim, "%s: dtype %s ndim %d", t->name,
+              zinf_dtype_name(t->dtype), t->ndim);
+        for (int d = 0; d < t->ndim; d++) {
+            CHECK(t->shape[d] == want[k].shape[d], "%s: shape[%d] %lld", t->name, d, (long long)t->shape[d]);
+            n *= (size_t)t->shape[d];
+        }
+        CHECK(t->nbytes == n * zinf_dtype_size(t->dtype), "%s: %llu bytes", t->name, (unsigned long long)t->nbytes);
+        for (size_t i = 0; i < n; i++)
+            if (elem(t, i) != value(k, i)) {
+                CHECK(0, "%s[%zu] = %g, want %g", t->name, i, (double)elem(t, i), (double)value(k, i));
+                break;
+            }
+    }
+    CHECK(zinf_safetensors_find(st, "__metadata__") == NULL, "metadata listed as a tensor");
+    CHECK(zinf_safetensors_find(st, "nope") == NULL && zinf_safetensors_at(st, 5) == NULL, "lookups past the end");
+
+    // Written again by zinf, in file order: the same tensors and bytes.
+    zinf_st_tensor all[5];
+    for (int i = 0; i < 5; i++)
+        all[i] = *zinf_safetensors_at(st, i);
+    char out[] = "/tmp/zinf-st-XXXXXX";
+    int fd = mkstemp(out);
+    close(fd);
+    CHECK(zinf_safetensors_write(out, all, 5) == ZINF_OK, "write: %s", zinf_last_error());
+    zinf_safetensors *back;
+    CHECK(zinf_safetensors_open(&back, out) == ZINF_OK, "reopen: %s", zinf_last_error());
+    for (int i = 0; back && i < 5; i++) {
+        const zinf_st_tensor *a = zinf_safetensors_at(st, i), *b = zinf_safetensors_find(back, a->name);
+        CHECK(b && b->dtype == a->dtype && b->ndim == a->ndim && b->nbytes == a->nbytes &&
+                  memcmp(b->shape, a->shape, sizeof a->shape) == 0 && memcmp(b->data, a->data, a->nbytes) == 0,
+              "%s differs after a round trip", a->name);
+    }
+    zinf_safetensors_close(back);
+    zinf_st_tensor dup[2] = {all[0], all[0]};
+    CHECK(zinf_safetensors_write(out, dup, 2) == ZINF_ERR_INVAL, "duplicate names written");
+    CHECK_CONTAINS(zinf_last_error(), all[0].name);
+    CHECK_CONTAINS(zinf_last_error(), "given twice");
+    zinf_st_tensor wrong = all[0];
+    wrong.nbytes -= 4;
+    CHECK(zinf_safetensors_write(out, &wrong, 1) == ZINF_ERR_INVAL, "a size that does not match the shape written");
+    unlink(out);
+    zinf_safetensors_close(st);
+}
+
+// Write header h (and data bytes of data_len) as a file; open it; expect status and
+// a message containing says.
+static void refused(const char *h, size_t data_len, zinf_status want, const char *says) {
+    char path[] = "/tmp/zinf-st-bad-XXXXXX";
+    int fd = mkstemp(path);
+    uint64_t len = strlen(h);
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)(len >> (8 * i));
+    CHECK(write(fd, len8, 8) == 8 && write(fd, h, len) == (ssize_t)len, "write");
+    char *zeros = calloc(1, data_len + 1);
+    CHECK(write(fd, zeros, data_len) == (ssize_t)data_len, "write");
+    free(zeros);
+    close(fd);
+    zinf_safetensors *st = (zinf_safetensors *)1;
+    zinf_status s = zinf_safetensors_open(&st, path);
+    CHECK(s == want && st == NULL, "%s: status %s, want %s", h, zinf_status_str(s), zinf_status_str(want));
+    CHECK_CONTAINS(zinf_last_error(), says);
+    CHECK_CONTAINS(zinf_last_error(), path);
+    unlink(path);
+}
+
+static void malformed(void) {
+    const char *ok = "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":";
+    char h[512];
+    refused("{", 0, ZINF_ERR_CORRUPT, "header");
+    refused("[1,2]", 0, ZINF_ERR_CORRUPT, "not a JSON object");
+    snprintf(h, sizeof h, "{\"a\":{%s[0,8]},\"a\":{%s[8,16]}}", ok, ok);
+    refused(h, 16, ZINF_ERR_CORRUPT, "duplicate");
+    refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, ZINF_ERR_CORRUPT, "\"a\": needs");
+    refused("{\"w\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, ZINF_ERR_CORRUPT,
+            "unknown dtype \"Q4\"");
+    refused("{\"ids\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, ZINF_ERR_UNSUPPORTED,
+            "\"ids\": dtype I64");
+    refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, ZINF_ERR_CORRUPT, "shape[0]");
+    refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, ZINF_ERR_CORRUPT,
+            "\"w\": 8 bytes for 3 F32 elements");
+    snprintf(h, sizeof h, "{\"w\":{%s[0,8]}}", ok);
+    refused(h, 4, ZINF_ERR_CORRUPT, "\"w\": bytes 0..8 are outside the 4 data bytes (truncated file?)");
+    snprintf(h, sizeof h, "{\"a\":{%s[0,8]},\"b\":{%s[4,12]}}", ok, ok);
+    refused(h, 12, ZINF_ERR_CORRUPT, "overlaps");
+    snprintf(h, sizeof h, "{\"a\":{%s[0,8]},\"b\":{%s[12,20]}}", ok, ok);
+    refused(h, 20, ZINF_ERR_CORRUPT, "a gap before it");
+    snprintf(h, sizeof h, "{\"a\":{%s[0,8]}}", ok);
+    refused(h, 12, ZINF_ERR_CORRUPT, "trailing bytes");
+    // A header length pointing past the end (a truncated file), and a tiny file.
+    char path[] = "/tmp/zinf-st-short-XXXXXX";
+    int fd = mkstemp(path);
+    unsigned char big[12] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' '};
+    CHECK(write(fd, big, sizeof big) == (ssize_t)sizeof big, "write");
+    close(fd);
+    zinf_safetensors *st;
+    CHECK(zinf_safetensors_open(&st, path) == ZINF_ERR_CORRUPT, "a header past the end accepted");
+    CHECK_CONTAINS(zinf_last_error(), "does not fit");
+    CHECK(truncate(path, 5) == 0, "truncate");
+    CHECK(zinf_safetensors_open(&st, path) == ZINF_ERR_CORRUPT, "a 5-byte file accepted");
+    CHECK_CONTAINS(zinf_last_error(), "too short");
+    unlink(path);
+    CHECK(zinf_safetensors_open(&st, "/nonexistent/w.safetensors") == ZINF_ERR_IO, "a missing file opened");
+    CHECK_CONTAINS(zinf_last_error(), "/nonexistent/w.safetensors");
+}
+
+int main(void) {
+    const char *dir = getenv("ZINF_REF_DIR") ? getenv("ZINF_REF_DIR") : "build/ref";
+    from_package(dir);
+    malformed();
+    return check_exit("test_model_safetensors");
+}
