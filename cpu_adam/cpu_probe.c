@@ -12,7 +12,7 @@
 #include <cpuid.h>
 #endif
 
-#include "zinf_adam.h"
+#include "internal.h"
 
 const char *zinf_simd_name(zinf_simd s) {
     switch (s) {
@@ -123,6 +123,14 @@ static bool read_long(const char *path, long *v) {
     return ok;
 }
 
+bool cpu_core_of(long cpu, long *package, long *core) {
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/physical_package_id", cpu);
+    if (!read_long(path, package)) return false;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/core_id", cpu);
+    return read_long(path, core);
+}
+
 // Distinct (package, core) pairs of the online CPUs (offline ones have no topology
 // directory). 0 when sysfs does not say, and the caller falls back.
 static int count_physical_cores(void) {
@@ -137,12 +145,8 @@ static int count_physical_cores(void) {
         char *end;
         long cpu = strtol(e->d_name + 3, &end, 10);
         if (*end) continue;
-        char path[96];
         core_id id;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/physical_package_id", cpu);
-        if (!read_long(path, &id.package)) continue;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/core_id", cpu);
-        if (!read_long(path, &id.core)) continue;
+        if (!cpu_core_of(cpu, &id.package, &id.core)) continue;
         if (n == cap) {
             size_t ncap = cap ? 2 * cap : 64;
             core_id *grown = realloc(ids, ncap * sizeof *ids);

@@ -26,6 +26,9 @@ typedef struct optim_consts {
                     // (Adagrad), -lr (Lion)
 } optim_consts;
 
+// The physical package and core of a CPU, from sysfs; false when it does not say.
+bool cpu_core_of(long cpu, long *package, long *core);
+
 // Gradients are summed in blocks of this many elements, each in 16 fp64 lanes.
 enum { STATS_BLOCK = 1 << 16, STATS_LANES = 16 };
 

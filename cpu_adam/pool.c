@@ -5,7 +5,6 @@
 #include <numa.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -54,21 +53,10 @@ static void *worker(void *p) {
 
 // ---- which CPUs ----
 
-static int read_int(int cpu, const char *what) {
-    char path[128];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what);
-    FILE *f = fopen(path, "r");
-    int v = -1;
-    if (f) {
-        if (fscanf(f, "%d", &v) != 1) v = -1;
-        fclose(f);
-    }
-    return v;
-}
-
 typedef struct cpu_key {
-    int cpu, node, package, core;
-    bool sibling; // a later hardware thread of a core already listed
+    int cpu, node;
+    long package, core; // -1 when sysfs does not say
+    bool sibling;       // a later hardware thread of a core already listed
 } cpu_key;
 
 static int by_placement(const void *a, const void *b) {
@@ -96,10 +84,8 @@ static int placement(int **out, int *physical) {
     bool numa = numa_available() >= 0;
     for (int c = 0; c < CPU_SETSIZE && k < n; c++) {
         if (!CPU_ISSET(c, &set)) continue;
-        keys[k] = (cpu_key){.cpu = c,
-                            .node = numa ? numa_node_of_cpu(c) : 0,
-                            .package = read_int(c, "physical_package_id"),
-                            .core = read_int(c, "core_id")};
+        keys[k] = (cpu_key){.cpu = c, .node = numa ? numa_node_of_cpu(c) : 0};
+        if (!cpu_core_of(c, &keys[k].package, &keys[k].core)) keys[k].package = keys[k].core = -1;
         for (int j = 0; j < k; j++)
             if (keys[j].core >= 0 && keys[j].package == keys[k].package && keys[j].core == keys[k].core)
                 keys[k].sibling = true;

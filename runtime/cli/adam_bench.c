@@ -117,7 +117,7 @@ int cli_adam_bench(int argc, char **argv) {
             steps = (int)v;
             break;
         case 'g':
-            if (!parse_dtype(optarg, false, &gt) || gt == ZINF_DTYPE_NONE)
+            if (!parse_dtype(optarg, false, &gt))
                 rc = cli_usage("adam-bench", "--grad-dtype: \"%s\" is not fp32, bf16 or fp16", optarg);
             break;
         case 'o':
@@ -161,8 +161,7 @@ int cli_adam_bench(int argc, char **argv) {
                          .n = n};
     double *tu = calloc((size_t)steps, sizeof *tu), *tr = calloc((size_t)steps, sizeof *tr);
     if (!t.param || (need_m && !t.exp_avg) || (need_v && !t.exp_avg_sq) || !t.grad || (ot && !t.out) || !tu || !tr) {
-        zinf_fail(ZINF_ERR_NOMEM, "cannot allocate the buffers of %llu parameters (%zu bytes each)",
-                  (unsigned long long)params, zinf_optim_bytes_per_param(&h, &t) - 3 * 4 + 4 * (1 + need_m + need_v));
+        zinf_fail(ZINF_ERR_NOMEM, "cannot allocate the buffers of %llu parameters", (unsigned long long)params);
         rc = cli_fail("adam-bench", CLI_FAIL);
         goto done;
     }

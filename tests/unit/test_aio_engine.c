@@ -181,6 +181,15 @@ static void registration(char *dir) {
     CHECK_CONTAINS(zinf_last_error(), "overlaps");
     CHECK(zinf_aio_unregister_buffer(aio, map + 4096) == -EINVAL, "unregistering a non-region was accepted");
     CHECK_CONTAINS(zinf_last_error(), "not registered");
+    // The region took two entries; small ones fill the rest, and one more finds it full.
+    static char pages[300][4096] __attribute__((aligned(4096)));
+    int taken = 0;
+    while (taken < 300 && zinf_aio_register_buffer(aio, pages[taken], 4096) == 0)
+        taken++;
+    CHECK(taken == 254, "%d one-page regions fit beside the big one, want 254", taken);
+    CHECK_CONTAINS(zinf_last_error(), "table is too full");
+    for (int i = 0; i < taken; i++)
+        CHECK(zinf_aio_unregister_buffer(aio, pages[i]) == 0, "unregister page %d", i);
 
     // 4 MiB at 1 GiB - 1 MiB - 512 KiB: block pieces on both sides of the entry
     // boundary are fixed, the one across it is not.

@@ -389,6 +389,10 @@ static void errors(void) {
         CHECK(zinf_optim_update(&ok, &t, ZINF_SIMD_AVX512) == ZINF_ERR_UNSUPPORTED, "AVX-512 on a CPU without it");
         CHECK_CONTAINS(zinf_last_error(), "has no avx512");
     }
+    zinf_grad_stats gs;
+    CHECK(zinf_grad_stats_compute(x, ZINF_DTYPE_NONE, 8, ZINF_SIMD_SCALAR, &gs) == ZINF_ERR_INVAL,
+          "statistics of a gradient without a dtype");
+    CHECK_CONTAINS(zinf_last_error(), "must be fp32, bf16 or fp16, not none");
     zinf_cpu_pool *pool;
     CHECK(zinf_cpu_pool_create(&pool, -1) == ZINF_ERR_INVAL && !pool, "-1 threads accepted");
 }

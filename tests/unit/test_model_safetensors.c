@@ -97,6 +97,8 @@ static void from_package(const char *dir) {
     zinf_st_tensor wrong = all[0];
     wrong.nbytes -= 4;
     CHECK(zinf_safetensors_write(out, &wrong, 1) == ZINF_ERR_INVAL, "a size that does not match the shape written");
+    CHECK(zinf_safetensors_write("/nonexistent/dir/w.safetensors", all, 5) == ZINF_ERR_IO, "write to a missing dir");
+    CHECK_CONTAINS(zinf_last_error(), "/nonexistent/dir/w.safetensors");
     unlink(out);
     zinf_safetensors_close(st);
 }
