@@ -2,7 +2,7 @@
 // results, serve CPUs without AVX2, and finish the tails of the SIMD paths.
 #include "internal.h"
 
-void optim_scalar(const optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
+void optim_scalar(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; i++) {
         float g = grad_at(t->grad, t->grad_dtype, i);
         switch (c->kind) {

@@ -69,7 +69,7 @@ static zinf_status bad(const zinf_optim_hparams *h, const char *what, double v, 
 
 static bool finite_ge0(double x) { return isfinite(x) && x >= 0; }
 
-static zinf_status consts_of(const zinf_optim_hparams *h, const zinf_optim_tile *t, optim_consts *c) {
+zinf_status zinf_optim_consts_of(const zinf_optim_hparams *h, const zinf_optim_tile *t, zinf_optim_consts *c) {
     if ((unsigned)h->kind > ZINF_OPTIM_LION)
         return zinf_fail(ZINF_ERR_INVAL, "cpu_adam: unknown optimizer %d", h->kind);
     if (!finite_ge0(h->lr)) return bad(h, "lr", h->lr, "is not a finite number >= 0");
@@ -97,7 +97,7 @@ static zinf_status consts_of(const zinf_optim_hparams *h, const zinf_optim_tile 
 
     double step = (double)h->step, lr = h->lr, wd = h->weight_decay;
     bool decoupled = h->kind == ZINF_OPTIM_ADAMW || h->kind == ZINF_OPTIM_LION;
-    *c = (optim_consts){
+    *c = (zinf_optim_consts){
         .kind = h->kind,
         .scale = h->grad_scale == 0 ? 1.0f : h->grad_scale,
         .decay = (float)(decoupled ? 1 - lr * wd : 1),
@@ -135,9 +135,9 @@ static zinf_optim_tile used(const zinf_optim_hparams *h, const zinf_optim_tile *
 }
 
 zinf_status zinf_optim_update(const zinf_optim_hparams *h, const zinf_optim_tile *t, zinf_simd simd) {
-    optim_consts c;
+    zinf_optim_consts c;
     ZINF_CHECK(check_level(simd));
-    ZINF_CHECK(consts_of(h, t, &c));
+    ZINF_CHECK(zinf_optim_consts_of(h, t, &c));
     zinf_optim_tile u = used(h, t);
     kernels_for(simd).optim(&c, &u, 0, u.n);
     return ZINF_OK;
@@ -186,7 +186,7 @@ zinf_status zinf_grad_stats_compute(const void *grad, zinf_dtype dt, size_t n, z
 typedef struct step_job {
     zinf_cpu_pool *pool;
     kernels k;
-    const optim_consts *c; // NULL: the traffic pass
+    const zinf_optim_consts *c; // NULL: the traffic pass
     const zinf_optim_tile *t;
     uint32_t zero;
 } step_job;
@@ -203,8 +203,8 @@ static void step_worker(void *arg, int i, int nthreads) {
 }
 
 zinf_status zinf_optim_step(zinf_cpu_pool *pool, const zinf_optim_hparams *h, const zinf_optim_tile *t) {
-    optim_consts c;
-    ZINF_CHECK(consts_of(h, t, &c));
+    zinf_optim_consts c;
+    ZINF_CHECK(zinf_optim_consts_of(h, t, &c));
     zinf_optim_tile u = used(h, t);
     step_job j = {.pool = pool, .k = kernels_for(zinf_simd_active()), .c = &c, .t = &u};
     zinf_cpu_pool_run(pool, step_worker, &j);
@@ -215,8 +215,8 @@ zinf_status zinf_optim_step(zinf_cpu_pool *pool, const zinf_optim_hparams *h, co
 static volatile uint32_t traffic_zero;
 
 zinf_status zinf_optim_traffic(zinf_cpu_pool *pool, const zinf_optim_hparams *h, const zinf_optim_tile *t) {
-    optim_consts c;
-    ZINF_CHECK(consts_of(h, t, &c));
+    zinf_optim_consts c;
+    ZINF_CHECK(zinf_optim_consts_of(h, t, &c));
     zinf_optim_tile u = used(h, t);
     step_job j = {.pool = pool, .k = kernels_for(zinf_simd_active()), .t = &u, .zero = traffic_zero};
     zinf_cpu_pool_run(pool, step_worker, &j);

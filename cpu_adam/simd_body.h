@@ -9,7 +9,7 @@
 #define CAT_(a, b) a##_##b
 #define CAT(a, b)  CAT_(a, b)
 
-void CAT(optim, SUFFIX)(const optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
+void CAT(optim, SUFFIX)(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
     const VF scale = vset(c->scale), decay = vset(c->decay), l2 = vset(c->l2), b1 = vset(c->b1), b1c = vset(c->b1c),
              b2 = vset(c->b2), b2c = vset(c->b2c), ibc2 = vset(c->inv_bc2_sqrt), eps = vset(c->eps),
              nstep = vset(c->neg_step);

@@ -75,6 +75,26 @@ typedef struct zinf_optim_tile {
     size_t n;
 } zinf_optim_tile;
 
+// The hyperparameters of one call as the float constants the kernels use, computed in
+// double and rounded once, as torch does with Python scalars. Public so that kernels
+// elsewhere (the device optimizer) round exactly as these do.
+typedef struct zinf_optim_consts {
+    zinf_optimizer kind;
+    float scale;        // gradient multiplier (1 / loss scale x clip coefficient)
+    float decay;        // 1 - lr * weight_decay for decoupled decay (AdamW, Lion), else 1
+    float l2;           // weight decay added to the gradient (Adam, Adagrad), else 0
+    float b1, b1c;      // beta1 and 1 - beta1
+    float b2, b2c;      // beta2 and 1 - beta2
+    float inv_bc2_sqrt; // 1 / sqrt(1 - beta2^step), 1 without bias correction
+    float eps;
+    float neg_step; // -lr / (1 - beta1^step) (Adam/AdamW), -lr / (1 + (step-1) lr_decay)
+                    // (Adagrad), -lr (Lion)
+} zinf_optim_consts;
+
+// Check h and the tile's dtypes and buffers (ZINF_ERR_INVAL naming the value) and
+// compute the constants.
+zinf_status zinf_optim_consts_of(const zinf_optim_hparams *h, const zinf_optim_tile *t, zinf_optim_consts *c);
+
 // Update one tile on the calling thread with SIMD level simd. Results do not depend on
 // simd, alignment or where the tile starts. ZINF_ERR_INVAL for bad hyperparameters or
 // dtypes, ZINF_ERR_UNSUPPORTED for a level this CPU lacks.

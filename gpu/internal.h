@@ -1,13 +1,152 @@
-// zinf gpu internals: what the backend-independent front end (device.c) calls in the
-// CUDA backend. Plain C declarations, so nothing outside gpu/cuda sees CUDA types.
+// zinf gpu internals: the table of functions each backend provides and the objects the
+// front end (device.c, memory.c, ops.c) shares with them. Plain C, so nothing outside
+// gpu/cuda sees CUDA types. The front end checks arguments, keeps the memory account
+// and turns each public op into one `launch` of an op record.
 #ifndef ZINF_GPU_INTERNAL_H
 #define ZINF_GPU_INTERNAL_H
 
+#include <pthread.h>
+
 #include "zinf_gpu.h"
+#include "config.h"
+#include "zinf_internal.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// ---- op records: one per public op, copied by value into the stream's queue ----
+
+typedef enum op_kind {
+    OP_GEMM,
+    OP_BIAS_GRAD,
+    OP_LAYERNORM_FWD,
+    OP_LAYERNORM_BWD,
+    OP_GELU_FWD,
+    OP_GELU_BWD,
+    OP_ATTENTION_FWD,
+    OP_ATTENTION_BWD,
+    OP_CROSS_ENTROPY,
+    OP_EMBEDDING_FWD,
+    OP_EMBEDDING_BWD,
+    OP_ADD,
+    OP_SCALE,
+    OP_CAST,
+    OP_SUMSQ,
+    OP_OPTIM,
+} op_kind;
+
+typedef struct op_layernorm {
+    void *out, *dx, *dw, *db; // fwd: out; bwd: dx, dw, db
+    float *mean, *rstd;
+    const void *x, *w, *b, *dout;
+    int rows, C;
+    float eps;
+} op_layernorm;
+
+typedef struct op_elementwise { // gelu, add, scale, cast, grad_stats, bias_grad
+    void *out;                   // gelu/add/cast: output; gelu bwd: dx; scale: x; bias_grad: dbias
+    const void *a, *b;           // gelu: x (a), dout (b); add: a, b; cast: src (a); sumsq: x (a)
+    zinf_dtype src_dt;           // cast
+    double *stats;               // sumsq: two doubles
+    float scale;
+    size_t n;                    // elements; bias_grad: rows
+    int cols;                    // bias_grad
+} op_elementwise;
+
+typedef struct op_cross_entropy {
+    float *losses;
+    void *dlogits;
+    const void *logits;
+    const int32_t *targets;
+    int rows, V;
+    float dscale;
+} op_cross_entropy;
+
+typedef struct op_embedding {
+    void *out, *dwte, *dwpe;
+    const void *wte, *wpe, *dout;
+    const int32_t *tok, *order;
+    int B, T, C;
+} op_embedding;
+
+typedef struct op_optim {
+    zinf_optim_hparams h;
+    zinf_optim_consts c; // h as the kernels' float constants (zinf_optim_consts_of)
+    zinf_optim_tile t;
+} op_optim;
+
+typedef struct op_record {
+    op_kind kind;
+    zinf_dtype dt;
+    union {
+        zinf_gemm_args gemm;
+        op_layernorm ln;
+        op_elementwise ew;
+        zinf_attention_args attn;
+        op_cross_entropy xent;
+        op_embedding emb;
+        op_optim optim;
+    } u;
+} op_record;
+
+// ---- backends ----
+
+typedef struct backend_ops {
+    const char *name;
+    // Fill d->caps (all but capacity) and d->impl. index is d->params.index.
+    zinf_status (*open)(zinf_device *d);
+    void (*close)(zinf_device *d);
+    zinf_status (*mem_alloc)(zinf_device *d, size_t bytes, void **out);
+    void (*mem_free)(zinf_device *d, void *p);
+    zinf_status (*host_register)(zinf_device *d, void *p, size_t bytes);
+    void (*host_unregister)(zinf_device *d, void *p);
+    zinf_status (*stream_create)(zinf_stream *s); // fills s->impl
+    void (*stream_destroy)(zinf_stream *s);
+    zinf_status (*stream_sync)(zinf_stream *s);
+    zinf_status (*event_create)(zinf_event *e); // fills e->impl
+    void (*event_destroy)(zinf_event *e);
+    zinf_status (*event_record)(zinf_event *e, zinf_stream *s);
+    zinf_status (*stream_wait_event)(zinf_stream *s, zinf_event *e);
+    zinf_status (*event_sync)(zinf_event *e);
+    bool (*event_done)(zinf_event *e);
+    zinf_status (*copy)(zinf_stream *s, void *dst, const void *src, size_t bytes, zinf_copy_kind kind);
+    zinf_status (*memset)(zinf_stream *s, void *dst, int byte, size_t bytes);
+    zinf_status (*host_fn)(zinf_stream *s, void (*fn)(void *arg), void *arg);
+    // Bytes of scratch the attention needs for these sizes.
+    size_t (*attention_workspace)(zinf_dtype dt, int B, int T, int C, int NH);
+    // Enqueue one op; arguments were checked by the front end.
+    zinf_status (*launch)(zinf_stream *s, const op_record *op);
+} backend_ops;
+
+extern const backend_ops zinf_host_backend;
+#ifdef ZINF_HAVE_CUDA
+extern const backend_ops zinf_cuda_backend;
+#endif
+
+typedef struct alloc_entry alloc_entry; // the account of one device allocation
+
+struct zinf_device {
+    const backend_ops *be;
+    zinf_device_params params;
+    zinf_device_caps caps;
+    void *impl;
+    pthread_mutex_t lock; // guards the account below
+    alloc_entry *allocs;  // live allocations (list), for free and the in-use report
+    zinf_device_mem mem;
+};
+
+struct zinf_stream {
+    zinf_device *dev;
+    void *impl;
+};
+
+struct zinf_event {
+    zinf_device *dev;
+    void *impl;
+};
+
+// ---- discovery (CUDA backend) ----
 
 // Versions and device count; info comes in zeroed and leaves with status set.
 void zinf_cuda_runtime_probe(zinf_gpu_runtime_info *info);

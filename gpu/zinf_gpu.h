@@ -1,16 +1,23 @@
-// zinf gpu: the device layer, one API over two backends (cuda, host). This header
-// starts with device discovery: what `zinf info` reports and backend selection needs.
+// zinf gpu: the device layer, one API over two backends. `cuda` runs on an NVIDIA GPU;
+// `host` is plain C + OpenBLAS and behaves as a device (a memory capacity, streams that
+// run their work in order on their own threads, events between them), so every path of
+// the engine runs on a machine without a GPU. No CUDA types appear here: devices,
+// streams and events are opaque handles.
 #ifndef ZINF_GPU_H
 #define ZINF_GPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "zinf_adam.h"
 #include "zinf_base.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// ---- discovery ----
 
 typedef struct zinf_gpu_device_info {
     int index;
@@ -46,6 +53,179 @@ zinf_status zinf_gpu_device_probe(int index, zinf_gpu_device_info *out);
 // Zen MAX_THREADS=64", and the number of threads it will use.
 const char *zinf_gpu_host_blas_config(void);
 int zinf_gpu_host_blas_threads(void);
+
+
+// ---- devices ----
+
+typedef enum zinf_backend { ZINF_BACKEND_AUTO = 0, ZINF_BACKEND_HOST, ZINF_BACKEND_CUDA } zinf_backend;
+const char *zinf_backend_name(zinf_backend b); // "auto", "host", "cuda"
+
+// The host backend's capacity when none is configured: a set amount, so that "does
+// not fit on the device" happens on a machine with plenty of RAM too.
+#define ZINF_HOST_DEVICE_DEFAULT_LIMIT (4ull << 30)
+
+typedef struct zinf_device_params {
+    zinf_backend backend; // AUTO: cuda when this build has it and a GPU is present, else host
+    int index;            // CUDA device index
+    int64_t memory_limit; // bytes the device may hold; <= 0: the card's memory (cuda),
+                          // ZINF_HOST_DEVICE_DEFAULT_LIMIT (host)
+} zinf_device_params;
+
+typedef struct zinf_device zinf_device;
+typedef struct zinf_stream zinf_stream;
+typedef struct zinf_event zinf_event;
+
+typedef struct zinf_device_caps {
+    zinf_backend backend;  // HOST or CUDA, never AUTO
+    char name[96];         // "NVIDIA H100 80GB HBM3", "host (OpenBLAS ...)"
+    uint64_t total_memory; // the card's memory (cuda) or the machine's RAM (host)
+    uint64_t capacity;     // what zinf may allocate: the limit in force
+    int cc_major, cc_minor;
+    bool async_copy;  // copies overlap compute (streams run concurrently)
+    bool bf16_tensor; // bf16 matmul in hardware (tensor cores; AVX512_BF16 on host)
+} zinf_device_caps;
+
+typedef struct zinf_device_mem {
+    uint64_t capacity;
+    uint64_t in_use;   // bytes allocated through zinf_device_alloc, not yet freed
+    uint64_t peak;     // the most in_use has been
+    int64_t allocations;
+} zinf_device_mem;
+
+zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p);
+// Frees what is still allocated on it (streams, events and buffers must be gone).
+void zinf_device_destroy(zinf_device *d); // NULL is a no-op
+const zinf_device_caps *zinf_device_get_caps(const zinf_device *d);
+void zinf_device_get_mem(zinf_device *d, zinf_device_mem *out);
+
+// Device memory, accounted against the capacity. `what` names the buffer in errors
+// and in the in-use report. Beyond the capacity: ZINF_ERR_NOMEM saying how many bytes
+// were asked for what, how many are in use in how many buffers, and the largest ones.
+// Allocations are aligned to 256 bytes.
+zinf_status zinf_device_alloc(zinf_device *d, size_t bytes, const char *what, void **out);
+void zinf_device_free(zinf_device *d, void *p); // NULL is a no-op
+
+// Pinned (page-locked) host memory on the calling thread's NUMA node, usable by
+// async copies at full speed and registered with the device (cudaHostRegister on
+// CUDA; mlock on host, where it only warns once when the lock is refused).
+zinf_status zinf_pinned_alloc(zinf_device *d, size_t bytes, void **out);
+void zinf_pinned_free(zinf_device *d, void *p); // NULL is a no-op
+// Pin memory the caller owns (page-aligned) for the life of the registration.
+zinf_status zinf_pinned_register(zinf_device *d, void *p, size_t bytes);
+void zinf_pinned_unregister(zinf_device *d, void *p);
+
+// ---- streams and events ----
+// Work on one stream runs in submission order; work on different streams may run
+// concurrently. An event recorded on a stream completes when the work submitted to
+// that stream before it has finished; a stream told to wait on an event runs nothing
+// submitted after the wait until then. Submitting never blocks on the device.
+
+zinf_status zinf_stream_create(zinf_device *d, zinf_stream **out);
+void zinf_stream_destroy(zinf_stream *s); // waits for its work; NULL is a no-op
+// Wait for everything submitted so far; returns the first failure of that work.
+zinf_status zinf_stream_sync(zinf_stream *s);
+
+zinf_status zinf_event_create(zinf_device *d, zinf_event **out);
+void zinf_event_destroy(zinf_event *e); // NULL is a no-op
+zinf_status zinf_event_record(zinf_event *e, zinf_stream *s);
+zinf_status zinf_stream_wait_event(zinf_stream *s, zinf_event *e);
+zinf_status zinf_event_sync(zinf_event *e);
+bool zinf_event_done(zinf_event *e); // true also when never recorded
+
+typedef enum zinf_copy_kind { ZINF_COPY_H2D, ZINF_COPY_D2H, ZINF_COPY_D2D, ZINF_COPY_H2H } zinf_copy_kind;
+// Async copy; host memory that is not pinned makes the copy synchronous on CUDA
+// (the runtime stages it), as cudaMemcpyAsync does.
+zinf_status zinf_copy_async(zinf_stream *s, void *dst, const void *src, size_t bytes, zinf_copy_kind kind);
+zinf_status zinf_memset_async(zinf_stream *s, void *dst, int byte, size_t bytes);
+// Run fn(arg) on a host thread once the stream's earlier work is done; later work on
+// the stream waits for it (cudaLaunchHostFunc). fn must not call the device API.
+zinf_status zinf_stream_host_fn(zinf_stream *s, void (*fn)(void *arg), void *arg);
+
+// ---- ops ----
+// Device pointers; `dt` is the storage type of activations, weights and their
+// gradients (F32, BF16 or F16); arithmetic and accumulation are fp32, statistics
+// (layernorm mean/rstd, attention log-sum-exp, losses) are fp32 arrays. Row-major
+// throughout. "+=" below means the op accumulates into its output.
+
+// C = alpha * op(A) op(B) + beta * C (+ bias[j] on every row j when bias != NULL),
+// op(A) m x k, op(B) k x n, C m x n; beta == 0 never reads C. With batch > 1, item i
+// uses A + i*stride_a and likewise for B and C (strides in elements; bias shared).
+typedef struct zinf_gemm_args {
+    zinf_dtype dt;
+    bool trans_a, trans_b;
+    int m, n, k;
+    const void *a;
+    int lda;
+    const void *b;
+    int ldb;
+    void *c;
+    int ldc;
+    const void *bias; // n elements, or NULL
+    float alpha, beta;
+    int batch; // 0 or 1: one product
+    int64_t stride_a, stride_b, stride_c;
+} zinf_gemm_args;
+zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a);
+
+// dbias[j] += sum over rows i of dout[i][j]; dout rows x cols.
+zinf_status zinf_bias_grad(zinf_stream *s, zinf_dtype dt, void *dbias, const void *dout, int rows, int cols);
+
+// out = (x - mean) * rstd * w + b per row of C; mean, rstd saved (fp32, rows).
+zinf_status zinf_layernorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *mean, float *rstd, const void *x,
+                               const void *w, const void *b, int rows, int C, float eps);
+// dx += , dw += , db += from dout.
+zinf_status zinf_layernorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, void *db, const void *dout,
+                               const void *x, const void *w, const float *mean, const float *rstd, int rows, int C);
+
+// GELU, tanh approximation: out = gelu(x); dx = gelu'(x) * dout (written, not added).
+zinf_status zinf_gelu_fwd(zinf_stream *s, zinf_dtype dt, void *out, const void *x, size_t n);
+zinf_status zinf_gelu_bwd(zinf_stream *s, zinf_dtype dt, void *dx, const void *x, const void *dout, size_t n);
+
+// Causal self-attention of GPT-2. qkv (B, T, 3C): q, k, v one after the other along
+// the channels, NH heads of C/NH channels each; out (B, T, C) with the heads side by
+// side; lse (B, NH, T) fp32, the log-sum-exp of each softmax row (scaled scores),
+// saved for the backward, which recomputes the probabilities from it. ws: a
+// workspace of zinf_attention_workspace() bytes (the backend's scratch).
+typedef struct zinf_attention_args {
+    zinf_dtype dt;
+    int B, T, C, NH;
+    const void *qkv;
+    void *out;
+    float *lse;
+    void *dqkv;       // backward: written (B, T, 3C)
+    const void *dout; // backward: (B, T, C)
+    void *ws;
+} zinf_attention_args;
+size_t zinf_attention_workspace(zinf_device *d, zinf_dtype dt, int B, int T, int C, int NH);
+zinf_status zinf_attention_fwd(zinf_stream *s, const zinf_attention_args *a);
+zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a);
+
+// Softmax cross-entropy over rows of V logits, fused with its gradient: losses[i] =
+// logsumexp(logits[i]) - logits[i][targets[i]] (fp32); when dlogits != NULL,
+// dlogits = (softmax(logits) - onehot(targets)) * dscale (it may be logits itself).
+zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, void *dlogits, const void *logits,
+                               const int32_t *targets, int rows, int V, float dscale);
+
+// out[b, t] = wte[tok[b, t]] + wpe[t], rows of C.
+zinf_status zinf_embedding_fwd(zinf_stream *s, zinf_dtype dt, void *out, const int32_t *tok, const void *wte,
+                               const void *wpe, int B, int T, int C);
+// dwte[tok] += dout, dwpe[t] += dout, each row's sum formed in fp32 and added once.
+// order: the B*T positions sorted by token id (stably), so the sums are deterministic.
+zinf_status zinf_embedding_bwd(zinf_stream *s, zinf_dtype dt, void *dwte, void *dwpe, const void *dout,
+                               const int32_t *tok, const int32_t *order, int B, int T, int C);
+
+// out = a + b (out may be a or b); x *= scale; dst = src converted (round to nearest even).
+zinf_status zinf_add(zinf_stream *s, zinf_dtype dt, void *out, const void *a, const void *b, size_t n);
+zinf_status zinf_scale(zinf_stream *s, zinf_dtype dt, void *x, float scale, size_t n);
+zinf_status zinf_cast(zinf_stream *s, void *dst, zinf_dtype dst_dt, const void *src, zinf_dtype src_dt, size_t n);
+
+// out[0] = sum of x^2 (fp64, in an order fixed for each backend and n), out[1] = the
+// number of inf/NaN elements. out: two doubles in device memory.
+zinf_status zinf_sumsq(zinf_stream *s, zinf_dtype dt, const void *x, size_t n, double *out);
+
+// The optimizer step on device memory (tile pointers are device pointers): the same
+// arithmetic as cpu_adam, bit for bit.
+zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const zinf_optim_tile *t);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
 
 #include "zinf_aio.h"
 #include "zinf_base.h"
+#include "zinf_gpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -141,8 +142,6 @@ typedef struct zinf_data_config {
     int64_t seq_len; // default: model.block_size
     zinf_sampling sampling;
 } zinf_data_config;
-
-typedef enum zinf_backend { ZINF_BACKEND_AUTO = 0, ZINF_BACKEND_HOST, ZINF_BACKEND_CUDA } zinf_backend;
 
 typedef struct zinf_device_config {
     zinf_backend backend;
