@@ -1,6 +1,8 @@
-// Device discovery, backend-independent: forwards to the CUDA backend when the build
-// has one and reads the PCIe link from sysfs (Documentation/ABI/testing/sysfs-bus-pci).
+// Devices, backend-independent: discovery (forwarded to the CUDA backend when the build
+// has one; the PCIe link from sysfs, Documentation/ABI/testing/sysfs-bus-pci), backend
+// choice and the capacity in force.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -67,3 +69,66 @@ zinf_status zinf_gpu_device_probe(int index, zinf_gpu_device_info *out) {
                      "device %d: this build has no CUDA backend (built with NO_CUDA=1 or without nvcc)", index);
 #endif
 }
+
+// ---- devices ----
+
+const char *zinf_backend_name(zinf_backend b) {
+    static const char *const names[] = {"auto", "host", "cuda"};
+    return (unsigned)b < ZINF_ARRAY_LEN(names) ? names[b] : "unknown";
+}
+
+// AUTO takes CUDA when this build has it and the runtime sees a device.
+static zinf_status pick_backend(zinf_backend want, const backend_ops **out) {
+    zinf_gpu_runtime_info rt;
+    if (want == ZINF_BACKEND_HOST) {
+        *out = &zinf_host_backend;
+        return ZINF_OK;
+    }
+    if (want != ZINF_BACKEND_AUTO && want != ZINF_BACKEND_CUDA)
+        return zinf_fail(ZINF_ERR_INVAL, "device.backend: unknown backend %d; expected auto, host or cuda", want);
+    zinf_gpu_runtime_probe(&rt);
+#ifdef ZINF_HAVE_CUDA
+    if (rt.device_count > 0) {
+        *out = &zinf_cuda_backend;
+        return ZINF_OK;
+    }
+#endif
+    if (want == ZINF_BACKEND_CUDA)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "device.backend is cuda but %s; use \"auto\" or \"host\"", rt.status);
+    *out = &zinf_host_backend;
+    return ZINF_OK;
+}
+
+zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p) {
+    *out = NULL;
+    const backend_ops *be;
+    ZINF_CHECK(pick_backend(p->backend, &be));
+    zinf_device *d = calloc(1, sizeof *d);
+    if (!d) return zinf_fail(ZINF_ERR_NOMEM, "device: out of host memory");
+    d->be = be;
+    d->params = *p;
+    pthread_mutex_init(&d->lock, NULL);
+    zinf_status st = be->open(d);
+    if (st != ZINF_OK) {
+        pthread_mutex_destroy(&d->lock);
+        free(d);
+        return st;
+    }
+    uint64_t limit = p->memory_limit > 0 ? (uint64_t)p->memory_limit : 0;
+    if (be == &zinf_host_backend) {
+        d->caps.capacity = limit ? limit : ZINF_HOST_DEVICE_DEFAULT_LIMIT;
+    } else if (limit > d->caps.total_memory) {
+        char a[32], b[32];
+        st = zinf_fail(ZINF_ERR_INVAL, "device.memory_limit %s exceeds %s's %s", zinf_size_format(limit, a, sizeof a),
+                       d->caps.name, zinf_size_format(d->caps.total_memory, b, sizeof b));
+        zinf_device_destroy(d);
+        return st;
+    } else {
+        d->caps.capacity = limit ? limit : d->caps.total_memory;
+    }
+    d->mem.capacity = d->caps.capacity;
+    *out = d;
+    return ZINF_OK;
+}
+
+const zinf_device_caps *zinf_device_get_caps(const zinf_device *d) { return &d->caps; }

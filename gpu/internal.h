@@ -100,7 +100,7 @@ typedef struct backend_ops {
     zinf_status (*mem_alloc)(zinf_device *d, size_t bytes, void **out);
     void (*mem_free)(zinf_device *d, void *p);
     zinf_status (*host_register)(zinf_device *d, void *p, size_t bytes);
-    void (*host_unregister)(zinf_device *d, void *p);
+    void (*host_unregister)(zinf_device *d, void *p, size_t bytes);
     zinf_status (*stream_create)(zinf_stream *s); // fills s->impl
     void (*stream_destroy)(zinf_stream *s);
     zinf_status (*stream_sync)(zinf_stream *s);

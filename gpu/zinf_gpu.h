@@ -219,8 +219,8 @@ zinf_status zinf_add(zinf_stream *s, zinf_dtype dt, void *out, const void *a, co
 zinf_status zinf_scale(zinf_stream *s, zinf_dtype dt, void *x, float scale, size_t n);
 zinf_status zinf_cast(zinf_stream *s, void *dst, zinf_dtype dst_dt, const void *src, zinf_dtype src_dt, size_t n);
 
-// out[0] = sum of x^2 (fp64, in an order fixed for each backend and n), out[1] = the
-// number of inf/NaN elements. out: two doubles in device memory.
+// out[0] = sum of x^2 (fp64, in an order fixed for each backend and n); out[1] = 1 when
+// some element is inf or NaN, else 0. out: two doubles in device memory.
 zinf_status zinf_sumsq(zinf_stream *s, zinf_dtype dt, const void *x, size_t n, double *out);
 
 // The optimizer step on device memory (tile pointers are device pointers): the same

@@ -1,0 +1,144 @@
+// The CUDA backend's internals, shared by its files (C++ only): the objects behind the
+// front end's handles, CUDA/cuBLAS error conversion, storage-type helpers, fixed-order
+// block reductions and the op entry points.
+#ifndef ZINF_CUDA_BACKEND_H
+#define ZINF_CUDA_BACKEND_H
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "../internal.h"
+
+// ---- objects ----
+
+// d->impl. The cuBLASLt handle holds no per-call state (stream and workspace are
+// arguments of each matmul), so every thread and stream of the device shares it.
+typedef struct cuda_device {
+    int index; // CUDA device index, made current by every entry point
+    cublasLtHandle_t lt;
+} cuda_device;
+
+// s->impl. Each stream has its own cuBLASLt workspace: two products running at once
+// on different streams must not share one, and a private workspace is what keeps
+// cuBLAS bit-reproducible with several streams active.
+typedef struct cuda_stream {
+    cudaStream_t st;
+    void *d_lt_ws; // CUDA_LT_WORKSPACE bytes, made by the stream's first product
+} cuda_stream;
+
+// 32 MiB, what cuBLAS asks for on Hopper. Allocated outside the front end's memory
+// account (one per stream that runs a matrix product).
+#define CUDA_LT_WORKSPACE ((size_t)32 << 20)
+
+static inline cuda_device *cuda_dev_of(zinf_device *d) { return (cuda_device *)d->impl; }
+static inline cuda_stream *cuda_stream_of(zinf_stream *s) { return (cuda_stream *)s->impl; }
+
+// ---- errors ----
+
+// Record a CUDA failure with the call's name and where it was made; clears the
+// runtime's last error so that a later launch check does not report it again.
+zinf_status cuda_fail_at(cudaError_t err, const char *call, const char *file, int line);
+zinf_status cublas_fail_at(cublasStatus_t st, const char *call, const char *file, int line);
+
+#define ZINF_CUDA_CHECK(call)                                                                                          \
+    do {                                                                                                               \
+        cudaError_t err_ = (call);                                                                                     \
+        if (err_ != cudaSuccess) return cuda_fail_at(err_, #call, __FILE__, __LINE__);                                 \
+    } while (0)
+
+// After a kernel launch: a bad configuration or a missing kernel image shows here;
+// faults during the run show at the next synchronization.
+#define ZINF_CUDA_LAUNCHED(name)                                                                                       \
+    do {                                                                                                               \
+        cudaError_t err_ = cudaGetLastError();                                                                         \
+        if (err_ != cudaSuccess) return cuda_fail_at(err_, name " launch", __FILE__, __LINE__);                        \
+    } while (0)
+
+zinf_status cuda_bad_dtype(zinf_dtype dt, const char *op);
+
+// The body of a function that runs fn<T>(args...) for the storage type dt.
+#define CUDA_DT_SWITCH(dt, op, fn, ...)                                                                                \
+    switch (dt) {                                                                                                      \
+    case ZINF_DTYPE_F32: return fn<float>(__VA_ARGS__);                                                                \
+    case ZINF_DTYPE_BF16: return fn<__nv_bfloat16>(__VA_ARGS__);                                                       \
+    case ZINF_DTYPE_F16: return fn<__half>(__VA_ARGS__);                                                               \
+    default: return cuda_bad_dtype(dt, op);                                                                            \
+    }
+
+// ---- storage types: loaded to fp32, stored rounded to nearest even ----
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+__device__ __forceinline__ void store_f32(float *p, float x) { *p = x; }
+__device__ __forceinline__ void store_f32(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void store_f32(__half *p, float x) { *p = __float2half_rn(x); }
+
+// ---- launch shapes ----
+
+enum { EW_THREADS = 256, ROW_THREADS = 256 };
+
+// Blocks for a grid-stride loop over n elements (n > 0).
+static inline unsigned ew_blocks(size_t n) {
+    size_t b = (n + EW_THREADS - 1) / EW_THREADS;
+    return (unsigned)(b < 65536 ? b : 65536);
+}
+
+// ---- reductions over a one-dimensional block of NT threads ----
+// Lanes combine by xor butterfly (every lane ends with the same value), then every
+// thread adds the warps' results in warp order: a fixed order for a fixed NT, so
+// results never depend on scheduling. red: NT / 32 floats of shared memory.
+
+template <int NT> __device__ __forceinline__ float block_sum(float v, float *red) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads(); // red may still be read by the previous reduction
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < NT / 32; w++)
+        r += red[w];
+    return r;
+}
+
+template <int NT> __device__ __forceinline__ float block_max(float v, float *red) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < NT / 32; w++)
+        r = fmaxf(r, red[w]);
+    return r;
+}
+
+// ---- ops (arguments checked by the front end) ----
+
+// gemm.cu. Also used by the attention for its fp32 products.
+zinf_status cuda_gemm(cuda_device *cd, cuda_stream *cs, const zinf_gemm_args *g);
+
+// ops.cu
+zinf_status cuda_bias_grad(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_layernorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
+zinf_status cuda_layernorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
+zinf_status cuda_gelu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_gelu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_cross_entropy(cudaStream_t st, zinf_dtype dt, const op_cross_entropy *a);
+zinf_status cuda_embedding_fwd(cudaStream_t st, zinf_dtype dt, const op_embedding *a);
+zinf_status cuda_embedding_bwd(cudaStream_t st, zinf_dtype dt, const op_embedding *a);
+zinf_status cuda_add(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_scale(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_cast(cudaStream_t st, zinf_dtype dst_dt, const op_elementwise *e);
+zinf_status cuda_sumsq(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_optim(cudaStream_t st, const op_optim *o);
+
+// attention.cu
+size_t cuda_attention_workspace(zinf_dtype dt, int B, int T, int C, int NH);
+zinf_status cuda_attention_fwd(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a);
+zinf_status cuda_attention_bwd(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a);
+
+#endif

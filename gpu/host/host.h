@@ -1,0 +1,59 @@
+// The host backend's ops, run on a stream's thread: fp32 arithmetic over storage of
+// any dtype, each value widened when loaded and rounded to nearest even when stored.
+#ifndef ZINF_GPU_HOST_H
+#define ZINF_GPU_HOST_H
+
+#include "../internal.h"
+#include "zinf_half.h"
+
+// Growable fp32 staging buffers owned by one stream's thread (never shared).
+enum { SCRATCH_SLOTS = 6 };
+typedef struct host_scratch {
+    float *buf[SCRATCH_SLOTS];
+    size_t cap[SCRATCH_SLOTS];
+} host_scratch;
+
+// Slot i with room for n floats (contents undefined); NULL when memory is out, with
+// the failure recorded.
+float *host_scratch_get(host_scratch *s, int slot, size_t n);
+void host_scratch_free(host_scratch *s);
+
+zinf_status host_run_op(const op_record *op, host_scratch *s);
+zinf_status host_gemm(const zinf_gemm_args *g, host_scratch *s);
+
+static inline float ld(const void *p, zinf_dtype dt, size_t i) {
+    switch (dt) {
+    case ZINF_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+    case ZINF_DTYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+static inline void st(void *p, zinf_dtype dt, size_t i, float v) {
+    switch (dt) {
+    case ZINF_DTYPE_BF16: ((uint16_t *)p)[i] = f32_to_bf16(v); break;
+    case ZINF_DTYPE_F16: ((uint16_t *)p)[i] = f32_to_f16(v); break;
+    default: ((float *)p)[i] = v;
+    }
+}
+
+// n values from p (element offset at) into fp32 out.
+static inline void ld_row(float *out, const void *p, zinf_dtype dt, size_t at, size_t n) {
+    if (dt == ZINF_DTYPE_F32) {
+        memcpy(out, (const float *)p + at, n * sizeof *out);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = ld(p, dt, at + i);
+}
+
+static inline void st_row(void *p, zinf_dtype dt, size_t at, const float *v, size_t n) {
+    if (dt == ZINF_DTYPE_F32) {
+        memcpy((float *)p + at, v, n * sizeof *v);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        st(p, dt, at + i, v[i]);
+}
+
+#endif

@@ -1,0 +1,365 @@
+// The host backend's ops (besides the matrix product, in blas.c), written after
+// llm.c's CPU reference (train_gpt2.c) with every sum in fp32 and a fixed order, and
+// the attention as a flash-attention-style pass that keeps only the log-sum-exp of
+// each row (Dao et al. 2022) and recomputes the probabilities in the backward.
+#include <math.h>
+#include <stdlib.h>
+
+#include "host.h"
+
+float *host_scratch_get(host_scratch *s, int slot, size_t n) {
+    if (n == 0) n = 1;
+    if (s->cap[slot] < n) {
+        float *p = realloc(s->buf[slot], n * sizeof *p);
+        if (!p) {
+            zinf_fail(ZINF_ERR_NOMEM, "host device: out of host memory for %zu staging floats", n);
+            return NULL;
+        }
+        s->buf[slot] = p;
+        s->cap[slot] = n;
+    }
+    return s->buf[slot];
+}
+
+void host_scratch_free(host_scratch *s) {
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        free(s->buf[i]);
+    memset(s, 0, sizeof *s);
+}
+
+// dst[i] += v[i] in dt, each element rounded once.
+static void add_row(void *dst, zinf_dtype dt, size_t at, const float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        st(dst, dt, at + i, ld(dst, dt, at + i) + v[i]);
+}
+
+#define SCRATCH(var, slot, n)                                                                                          \
+    float *var = host_scratch_get(s, slot, n);                                                                         \
+    if (!var) return ZINF_ERR_NOMEM
+
+// ---- layernorm ----
+
+static zinf_status layernorm_fwd(zinf_dtype dt, const op_layernorm *a, host_scratch *s) {
+    int C = a->C;
+    SCRATCH(x, 0, C);
+    SCRATCH(w, 1, C);
+    SCRATCH(b, 2, C);
+    ld_row(w, a->w, dt, 0, C);
+    ld_row(b, a->b, dt, 0, C);
+    for (int r = 0; r < a->rows; r++) {
+        ld_row(x, a->x, dt, (size_t)r * C, C);
+        float m = 0.0f;
+        for (int i = 0; i < C; i++)
+            m += x[i];
+        m /= C;
+        float v = 0.0f;
+        for (int i = 0; i < C; i++)
+            v += (x[i] - m) * (x[i] - m);
+        v /= C;
+        float rs = 1.0f / sqrtf(v + a->eps);
+        for (int i = 0; i < C; i++)
+            x[i] = (x[i] - m) * rs * w[i] + b[i];
+        st_row(a->out, dt, (size_t)r * C, x, C);
+        a->mean[r] = m;
+        a->rstd[r] = rs;
+    }
+    return ZINF_OK;
+}
+
+static zinf_status layernorm_bwd(zinf_dtype dt, const op_layernorm *a, host_scratch *s) {
+    int C = a->C;
+    SCRATCH(x, 0, C);
+    SCRATCH(w, 1, C);
+    SCRATCH(dout, 2, C);
+    SCRATCH(dx, 3, C);
+    SCRATCH(dw, 4, 2 * (size_t)C);
+    float *db = dw + C;
+    memset(dw, 0, 2 * (size_t)C * sizeof *dw);
+    ld_row(w, a->w, dt, 0, C);
+    for (int r = 0; r < a->rows; r++) {
+        ld_row(x, a->x, dt, (size_t)r * C, C);
+        ld_row(dout, a->dout, dt, (size_t)r * C, C);
+        float m = a->mean[r], rs = a->rstd[r];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * rs, dnorm = w[i] * dout[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        ld_row(dx, a->dx, dt, (size_t)r * C, C);
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * rs, dnorm = w[i] * dout[i];
+            db[i] += dout[i];
+            dw[i] += norm * dout[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
+        }
+        st_row(a->dx, dt, (size_t)r * C, dx, C);
+    }
+    add_row(a->dw, dt, 0, dw, C);
+    add_row(a->db, dt, 0, db, C);
+    return ZINF_OK;
+}
+
+// ---- elementwise ----
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
+
+static void gelu_fwd(zinf_dtype dt, const op_elementwise *a) {
+    for (size_t i = 0; i < a->n; i++) {
+        float x = ld(a->a, dt, i), cube = 0.044715f * x * x * x;
+        st(a->out, dt, i, 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
+    }
+}
+
+static void gelu_bwd(zinf_dtype dt, const op_elementwise *a) {
+    for (size_t i = 0; i < a->n; i++) {
+        float x = ld(a->a, dt, i), cube = 0.044715f * x * x * x;
+        float th = tanhf(GELU_SCALING_FACTOR * (x + cube));
+        float local = 0.5f * (1.0f + th) +
+                      x * 0.5f * (1.0f - th * th) * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+        st(a->out, dt, i, local * ld(a->b, dt, i));
+    }
+}
+
+static zinf_status bias_grad(zinf_dtype dt, const op_elementwise *a, host_scratch *s) {
+    int cols = a->cols;
+    SCRATCH(sum, 0, cols);
+    SCRATCH(row, 1, cols);
+    memset(sum, 0, (size_t)cols * sizeof *sum);
+    for (size_t r = 0; r < a->n; r++) {
+        ld_row(row, a->a, dt, r * cols, cols);
+        for (int j = 0; j < cols; j++)
+            sum[j] += row[j];
+    }
+    add_row(a->out, dt, 0, sum, cols);
+    return ZINF_OK;
+}
+
+// ---- attention ----
+// Per (batch, head): q, k, v of the head widened into T x hs fp32 rows, then row by
+// row over the causal prefix.
+
+typedef struct head_view {
+    float *q, *k, *v; // T x hs each
+} head_view;
+
+static void load_head(const zinf_attention_args *a, int b, int h, head_view *hv) {
+    int T = a->T, C = a->C, hs = C / a->NH;
+    for (int t = 0; t < T; t++) {
+        size_t base = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+        ld_row(hv->q + (size_t)t * hs, a->qkv, a->dt, base, hs);
+        ld_row(hv->k + (size_t)t * hs, a->qkv, a->dt, base + C, hs);
+        ld_row(hv->v + (size_t)t * hs, a->qkv, a->dt, base + 2 * (size_t)C, hs);
+    }
+}
+
+// Scaled scores of row t against keys 0..t into p; returns their maximum.
+static float scores(const head_view *hv, int t, int hs, float scale, float *p) {
+    float mx = -INFINITY;
+    const float *q = hv->q + (size_t)t * hs;
+    for (int j = 0; j <= t; j++) {
+        const float *k = hv->k + (size_t)j * hs;
+        float dot = 0.0f;
+        for (int i = 0; i < hs; i++)
+            dot += q[i] * k[i];
+        p[j] = dot * scale;
+        if (p[j] > mx) mx = p[j];
+    }
+    return mx;
+}
+
+static zinf_status attention_fwd(const zinf_attention_args *a, host_scratch *s) {
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    SCRATCH(qkv, 0, 3 * (size_t)T * hs);
+    SCRATCH(p, 1, T);
+    SCRATCH(o, 2, hs);
+    head_view hv = {qkv, qkv + (size_t)T * hs, qkv + 2 * (size_t)T * hs};
+    for (int b = 0; b < a->B; b++) {
+        for (int h = 0; h < NH; h++) {
+            load_head(a, b, h, &hv);
+            for (int t = 0; t < T; t++) {
+                float mx = scores(&hv, t, hs, scale, p), sum = 0.0f;
+                for (int j = 0; j <= t; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                float inv = 1.0f / sum;
+                memset(o, 0, (size_t)hs * sizeof *o);
+                for (int j = 0; j <= t; j++) {
+                    float pj = p[j] * inv;
+                    const float *v = hv.v + (size_t)j * hs;
+                    for (int i = 0; i < hs; i++)
+                        o[i] += pj * v[i];
+                }
+                a->lse[((size_t)b * NH + h) * T + t] = mx + logf(sum);
+                st_row(a->out, a->dt, ((size_t)b * T + t) * C + (size_t)h * hs, o, hs);
+            }
+        }
+    }
+    return ZINF_OK;
+}
+
+static zinf_status attention_bwd(const zinf_attention_args *a, host_scratch *s) {
+    int T = a->T, C = a->C, NH = a->NH, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    SCRATCH(qkv, 0, 3 * (size_t)T * hs);
+    SCRATCH(dqkv, 1, 3 * (size_t)T * hs);
+    SCRATCH(p, 2, 2 * (size_t)T);
+    SCRATCH(dout, 3, hs);
+    float *dp = p + T;
+    head_view hv = {qkv, qkv + (size_t)T * hs, qkv + 2 * (size_t)T * hs};
+    float *dq = dqkv, *dk = dqkv + (size_t)T * hs, *dv = dqkv + 2 * (size_t)T * hs;
+    for (int b = 0; b < a->B; b++) {
+        for (int h = 0; h < NH; h++) {
+            load_head(a, b, h, &hv);
+            memset(dqkv, 0, 3 * (size_t)T * hs * sizeof *dqkv);
+            for (int t = 0; t < T; t++) {
+                float lse = a->lse[((size_t)b * NH + h) * T + t];
+                scores(&hv, t, hs, scale, p);
+                ld_row(dout, a->dout, a->dt, ((size_t)b * T + t) * C + (size_t)h * hs, hs);
+                float D = 0.0f;
+                for (int j = 0; j <= t; j++) {
+                    p[j] = expf(p[j] - lse);
+                    const float *v = hv.v + (size_t)j * hs;
+                    float d = 0.0f;
+                    for (int i = 0; i < hs; i++)
+                        d += dout[i] * v[i];
+                    dp[j] = d;
+                    D += p[j] * d;
+                }
+                const float *q = hv.q + (size_t)t * hs;
+                float *dqt = dq + (size_t)t * hs;
+                for (int j = 0; j <= t; j++) {
+                    float ds = p[j] * (dp[j] - D) * scale;
+                    const float *k = hv.k + (size_t)j * hs;
+                    float *dkj = dk + (size_t)j * hs, *dvj = dv + (size_t)j * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dqt[i] += ds * k[i];
+                        dkj[i] += ds * q[i];
+                        dvj[i] += p[j] * dout[i];
+                    }
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                size_t base = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+                st_row(a->dqkv, a->dt, base, dq + (size_t)t * hs, hs);
+                st_row(a->dqkv, a->dt, base + C, dk + (size_t)t * hs, hs);
+                st_row(a->dqkv, a->dt, base + 2 * (size_t)C, dv + (size_t)t * hs, hs);
+            }
+        }
+    }
+    return ZINF_OK;
+}
+
+// ---- cross-entropy ----
+
+static zinf_status cross_entropy(zinf_dtype dt, const op_cross_entropy *a, host_scratch *s) {
+    int V = a->V;
+    SCRATCH(x, 0, V);
+    for (int r = 0; r < a->rows; r++) {
+        ld_row(x, a->logits, dt, (size_t)r * V, V);
+        float mx = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < V; i++)
+            mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < V; i++)
+            sum += expf(x[i] - mx);
+        float lse = mx + logf(sum);
+        int tgt = a->targets[r];
+        a->losses[r] = lse - x[tgt];
+        if (!a->dlogits) continue;
+        for (int i = 0; i < V; i++)
+            x[i] = (expf(x[i] - lse) - (i == tgt ? 1.0f : 0.0f)) * a->dscale;
+        st_row(a->dlogits, dt, (size_t)r * V, x, V);
+    }
+    return ZINF_OK;
+}
+
+// ---- embedding ----
+
+static zinf_status embedding_fwd(zinf_dtype dt, const op_embedding *a, host_scratch *s) {
+    int C = a->C;
+    SCRATCH(x, 0, C);
+    SCRATCH(y, 1, C);
+    for (int b = 0; b < a->B; b++) {
+        for (int t = 0; t < a->T; t++) {
+            size_t r = (size_t)b * a->T + t;
+            ld_row(x, a->wte, dt, (size_t)a->tok[r] * C, C);
+            ld_row(y, a->wpe, dt, (size_t)t * C, C);
+            for (int i = 0; i < C; i++)
+                x[i] += y[i];
+            st_row(a->out, dt, r * C, x, C);
+        }
+    }
+    return ZINF_OK;
+}
+
+static zinf_status embedding_bwd(zinf_dtype dt, const op_embedding *a, host_scratch *s) {
+    int C = a->C, N = a->B * a->T;
+    SCRATCH(sum, 0, C);
+    SCRATCH(row, 1, C);
+    // wte: the positions in token order, each token's rows summed, added once.
+    for (int i = 0; i < N;) {
+        int tok = a->tok[a->order[i]];
+        memset(sum, 0, (size_t)C * sizeof *sum);
+        for (; i < N && a->tok[a->order[i]] == tok; i++) {
+            ld_row(row, a->dout, dt, (size_t)a->order[i] * C, C);
+            for (int c = 0; c < C; c++)
+                sum[c] += row[c];
+        }
+        add_row(a->dwte, dt, (size_t)tok * C, sum, C);
+    }
+    for (int t = 0; t < a->T; t++) {
+        memset(sum, 0, (size_t)C * sizeof *sum);
+        for (int b = 0; b < a->B; b++) {
+            ld_row(row, a->dout, dt, ((size_t)b * a->T + t) * C, C);
+            for (int c = 0; c < C; c++)
+                sum[c] += row[c];
+        }
+        add_row(a->dwpe, dt, (size_t)t * C, sum, C);
+    }
+    return ZINF_OK;
+}
+
+// ---- dispatch ----
+
+zinf_status host_run_op(const op_record *op, host_scratch *s) {
+    zinf_dtype dt = op->dt;
+    const op_elementwise *e = &op->u.ew;
+    switch (op->kind) {
+    case OP_GEMM: return host_gemm(&op->u.gemm, s);
+    case OP_BIAS_GRAD: return bias_grad(dt, e, s);
+    case OP_LAYERNORM_FWD: return layernorm_fwd(dt, &op->u.ln, s);
+    case OP_LAYERNORM_BWD: return layernorm_bwd(dt, &op->u.ln, s);
+    case OP_GELU_FWD: gelu_fwd(dt, e); return ZINF_OK;
+    case OP_GELU_BWD: gelu_bwd(dt, e); return ZINF_OK;
+    case OP_ATTENTION_FWD: return attention_fwd(&op->u.attn, s);
+    case OP_ATTENTION_BWD: return attention_bwd(&op->u.attn, s);
+    case OP_CROSS_ENTROPY: return cross_entropy(dt, &op->u.xent, s);
+    case OP_EMBEDDING_FWD: return embedding_fwd(dt, &op->u.emb, s);
+    case OP_EMBEDDING_BWD: return embedding_bwd(dt, &op->u.emb, s);
+    case OP_ADD:
+        for (size_t i = 0; i < e->n; i++)
+            st(e->out, dt, i, ld(e->a, dt, i) + ld(e->b, dt, i));
+        return ZINF_OK;
+    case OP_SCALE:
+        for (size_t i = 0; i < e->n; i++)
+            st(e->out, dt, i, ld(e->out, dt, i) * e->scale);
+        return ZINF_OK;
+    case OP_CAST:
+        for (size_t i = 0; i < e->n; i++)
+            st(e->out, dt, i, ld(e->a, e->src_dt, i));
+        return ZINF_OK;
+    case OP_SUMSQ: {
+        zinf_grad_stats gs;
+        ZINF_CHECK(zinf_grad_stats_compute(e->a, dt, e->n, zinf_simd_active(), &gs));
+        e->stats[0] = gs.sumsq;
+        e->stats[1] = gs.nonfinite ? 1.0 : 0.0;
+        return ZINF_OK;
+    }
+    case OP_OPTIM: return zinf_optim_update(&op->u.optim.h, &op->u.optim.t, zinf_simd_active());
+    }
+    return zinf_fail(ZINF_ERR_INTERNAL, "host device: unknown op %d", op->kind);
+}

@@ -1,0 +1,164 @@
+// The ops' front end: check the arguments (so a backend never sees a bad one and a
+// mistake is reported where it was made, not as a fault on a stream's thread), then
+// hand one op record to the stream's backend.
+#include <stdio.h>
+
+#include "internal.h"
+
+static bool storage_dtype(zinf_dtype dt) {
+    return dt == ZINF_DTYPE_F32 || dt == ZINF_DTYPE_BF16 || dt == ZINF_DTYPE_F16;
+}
+
+static zinf_status bad(const char *op, const char *what) { return zinf_fail(ZINF_ERR_INVAL, "%s: %s", op, what); }
+
+#define REQUIRE(cond, op, what)                                                                                        \
+    do {                                                                                                               \
+        if (!(cond)) return bad(op, what);                                                                             \
+    } while (0)
+#define REQUIRE_DT(dt, op) REQUIRE(storage_dtype(dt), op, "the dtype must be fp32, bf16 or fp16")
+
+static zinf_status launch(zinf_stream *s, op_kind kind, zinf_dtype dt, op_record *r) {
+    r->kind = kind;
+    r->dt = dt;
+    return s->dev->be->launch(s, r);
+}
+
+zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a) {
+    const char *op = "gemm";
+    REQUIRE_DT(a->dt, op);
+    REQUIRE(a->m > 0 && a->n > 0 && a->k > 0, op, "m, n and k must be positive");
+    REQUIRE(a->a && a->b && a->c, op, "A, B and C are required");
+    int acols = a->trans_a ? a->m : a->k, bcols = a->trans_b ? a->k : a->n;
+    REQUIRE(a->lda >= acols && a->ldb >= bcols && a->ldc >= a->n, op, "a leading dimension is below its row length");
+    if (a->batch > 1) REQUIRE(a->stride_a >= 0 && a->stride_b >= 0 && a->stride_c > 0, op, "batch strides must be set");
+    op_record r = {.u.gemm = *a};
+    return launch(s, OP_GEMM, a->dt, &r);
+}
+
+zinf_status zinf_bias_grad(zinf_stream *s, zinf_dtype dt, void *dbias, const void *dout, int rows, int cols) {
+    REQUIRE_DT(dt, "bias_grad");
+    REQUIRE(dbias && dout && rows > 0 && cols > 0, "bias_grad", "needs dbias, dout and positive sizes");
+    op_record r = {.u.ew = {.out = dbias, .a = dout, .n = (size_t)rows, .cols = cols}};
+    return launch(s, OP_BIAS_GRAD, dt, &r);
+}
+
+zinf_status zinf_layernorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *mean, float *rstd, const void *x,
+                               const void *w, const void *b, int rows, int C, float eps) {
+    REQUIRE_DT(dt, "layernorm");
+    REQUIRE(out && mean && rstd && x && w && b, "layernorm", "a buffer is NULL");
+    REQUIRE(rows > 0 && C > 0 && eps >= 0, "layernorm", "rows and C must be positive, eps >= 0");
+    op_record r = {.u.ln = {.out = out, .mean = mean, .rstd = rstd, .x = x, .w = w, .b = b, .rows = rows, .C = C, .eps = eps}};
+    return launch(s, OP_LAYERNORM_FWD, dt, &r);
+}
+
+zinf_status zinf_layernorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, void *db, const void *dout,
+                               const void *x, const void *w, const float *mean, const float *rstd, int rows, int C) {
+    REQUIRE_DT(dt, "layernorm backward");
+    REQUIRE(dx && dw && db && dout && x && w && mean && rstd, "layernorm backward", "a buffer is NULL");
+    REQUIRE(rows > 0 && C > 0, "layernorm backward", "rows and C must be positive");
+    op_record r = {.u.ln = {.dx = dx, .dw = dw, .db = db, .dout = dout, .x = x, .w = w, .mean = (float *)mean,
+                            .rstd = (float *)rstd, .rows = rows, .C = C}};
+    return launch(s, OP_LAYERNORM_BWD, dt, &r);
+}
+
+zinf_status zinf_gelu_fwd(zinf_stream *s, zinf_dtype dt, void *out, const void *x, size_t n) {
+    REQUIRE_DT(dt, "gelu");
+    REQUIRE(out && x, "gelu", "a buffer is NULL");
+    op_record r = {.u.ew = {.out = out, .a = x, .n = n}};
+    return launch(s, OP_GELU_FWD, dt, &r);
+}
+
+zinf_status zinf_gelu_bwd(zinf_stream *s, zinf_dtype dt, void *dx, const void *x, const void *dout, size_t n) {
+    REQUIRE_DT(dt, "gelu backward");
+    REQUIRE(dx && x && dout, "gelu backward", "a buffer is NULL");
+    op_record r = {.u.ew = {.out = dx, .a = x, .b = dout, .n = n}};
+    return launch(s, OP_GELU_BWD, dt, &r);
+}
+
+size_t zinf_attention_workspace(zinf_device *d, zinf_dtype dt, int B, int T, int C, int NH) {
+    return d->be->attention_workspace(dt, B, T, C, NH);
+}
+
+static zinf_status attention_check(zinf_stream *s, const zinf_attention_args *a, const char *op, bool backward) {
+    REQUIRE_DT(a->dt, op);
+    REQUIRE(a->B > 0 && a->T > 0 && a->NH > 0 && a->C > 0 && a->C % a->NH == 0, op,
+            "B, T, C, NH must be positive with C a multiple of NH");
+    REQUIRE(a->qkv && a->lse, op, "qkv and lse are required");
+    REQUIRE(backward ? a->dqkv && a->dout : a->out != NULL, op, backward ? "dqkv and dout are required" : "out is required");
+    size_t ws = zinf_attention_workspace(s->dev, a->dt, a->B, a->T, a->C, a->NH);
+    REQUIRE(ws == 0 || a->ws, op, "this backend needs a workspace (zinf_attention_workspace bytes)");
+    return ZINF_OK;
+}
+
+zinf_status zinf_attention_fwd(zinf_stream *s, const zinf_attention_args *a) {
+    ZINF_CHECK(attention_check(s, a, "attention", false));
+    op_record r = {.u.attn = *a};
+    return launch(s, OP_ATTENTION_FWD, a->dt, &r);
+}
+
+zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a) {
+    ZINF_CHECK(attention_check(s, a, "attention backward", true));
+    op_record r = {.u.attn = *a};
+    return launch(s, OP_ATTENTION_BWD, a->dt, &r);
+}
+
+zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, void *dlogits, const void *logits,
+                               const int32_t *targets, int rows, int V, float dscale) {
+    REQUIRE_DT(dt, "cross_entropy");
+    REQUIRE(losses && logits && targets, "cross_entropy", "losses, logits and targets are required");
+    REQUIRE(rows > 0 && V > 0, "cross_entropy", "rows and V must be positive");
+    op_record r = {.u.xent = {losses, dlogits, logits, targets, rows, V, dscale}};
+    return launch(s, OP_CROSS_ENTROPY, dt, &r);
+}
+
+zinf_status zinf_embedding_fwd(zinf_stream *s, zinf_dtype dt, void *out, const int32_t *tok, const void *wte,
+                               const void *wpe, int B, int T, int C) {
+    REQUIRE_DT(dt, "embedding");
+    REQUIRE(out && tok && wte && wpe && B > 0 && T > 0 && C > 0, "embedding", "needs out, tok, wte, wpe and sizes");
+    op_record r = {.u.emb = {.out = out, .tok = tok, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C}};
+    return launch(s, OP_EMBEDDING_FWD, dt, &r);
+}
+
+zinf_status zinf_embedding_bwd(zinf_stream *s, zinf_dtype dt, void *dwte, void *dwpe, const void *dout,
+                               const int32_t *tok, const int32_t *order, int B, int T, int C) {
+    REQUIRE_DT(dt, "embedding backward");
+    REQUIRE(dwte && dwpe && dout && tok && order && B > 0 && T > 0 && C > 0, "embedding backward",
+            "needs dwte, dwpe, dout, tok, order and sizes");
+    op_record r = {.u.emb = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tok = tok, .order = order, .B = B, .T = T, .C = C}};
+    return launch(s, OP_EMBEDDING_BWD, dt, &r);
+}
+
+zinf_status zinf_add(zinf_stream *s, zinf_dtype dt, void *out, const void *a, const void *b, size_t n) {
+    REQUIRE_DT(dt, "add");
+    REQUIRE(out && a && b, "add", "a buffer is NULL");
+    op_record r = {.u.ew = {.out = out, .a = a, .b = b, .n = n}};
+    return launch(s, OP_ADD, dt, &r);
+}
+
+zinf_status zinf_scale(zinf_stream *s, zinf_dtype dt, void *x, float scale, size_t n) {
+    REQUIRE_DT(dt, "scale");
+    REQUIRE(x, "scale", "x is NULL");
+    op_record r = {.u.ew = {.out = x, .scale = scale, .n = n}};
+    return launch(s, OP_SCALE, dt, &r);
+}
+
+zinf_status zinf_cast(zinf_stream *s, void *dst, zinf_dtype dst_dt, const void *src, zinf_dtype src_dt, size_t n) {
+    REQUIRE(storage_dtype(dst_dt) && storage_dtype(src_dt), "cast", "dtypes must be fp32, bf16 or fp16");
+    REQUIRE(dst && src, "cast", "a buffer is NULL");
+    op_record r = {.u.ew = {.out = dst, .a = src, .src_dt = src_dt, .n = n}};
+    return launch(s, OP_CAST, dst_dt, &r);
+}
+
+zinf_status zinf_sumsq(zinf_stream *s, zinf_dtype dt, const void *x, size_t n, double *out) {
+    REQUIRE_DT(dt, "sumsq");
+    REQUIRE(x && out, "sumsq", "x and out are required");
+    op_record r = {.u.ew = {.a = x, .stats = out, .n = n}};
+    return launch(s, OP_SUMSQ, dt, &r);
+}
+
+zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const zinf_optim_tile *t) {
+    op_record r = {.u.optim = {.h = *h, .t = *t}};
+    // The same checks and constants as cpu_adam, so a bad hyperparameter fails here.
+    ZINF_CHECK(zinf_optim_consts_of(h, t, &r.u.optim.c));
+    return launch(s, OP_OPTIM, t->grad_dtype, &r);
+}

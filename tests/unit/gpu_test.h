@@ -1,0 +1,52 @@
+// Shared by the device-layer tests: the device the suite runs on (ZINF_TEST_BACKEND,
+// host unless `make test BACKEND=cuda`), and copies between test memory and it.
+#ifndef ZINF_TEST_GPU_H
+#define ZINF_TEST_GPU_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zinf.h"
+
+static inline zinf_backend test_backend(void) {
+    const char *b = getenv("ZINF_TEST_BACKEND");
+    return b && strcmp(b, "cuda") == 0 ? ZINF_BACKEND_CUDA : ZINF_BACKEND_HOST;
+}
+
+// The suite's device with the given capacity (0: the default); exits 1 when it cannot
+// be made, since every backend the suite is asked to run on must work.
+static inline zinf_device *test_device(int64_t limit) {
+    zinf_device *d;
+    zinf_device_params p = {.backend = test_backend(), .memory_limit = limit};
+    if (zinf_device_create(&d, &p) != ZINF_OK) {
+        fprintf(stderr, "cannot create the %s device: %s\n", zinf_backend_name(p.backend), zinf_last_error());
+        exit(1);
+    }
+    return d;
+}
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        zinf_status st_ = (x);                                                                                         \
+        if (st_ != ZINF_OK) {                                                                                          \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, zinf_last_error());                             \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+// A device copy of n bytes of h.
+static inline void *to_device(zinf_device *d, zinf_stream *s, const void *h, size_t n) {
+    void *p;
+    TRY(zinf_device_alloc(d, n, "test", &p));
+    TRY(zinf_copy_async(s, p, h, n, ZINF_COPY_H2D));
+    TRY(zinf_stream_sync(s));
+    return p;
+}
+
+static inline void from_device(zinf_stream *s, void *h, const void *p, size_t n) {
+    TRY(zinf_copy_async(s, h, p, n, ZINF_COPY_D2H));
+    TRY(zinf_stream_sync(s));
+}
+
+#endif

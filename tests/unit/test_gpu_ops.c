@@ -1,0 +1,479 @@
+// Every device op against a reference written here in double precision, in fp32, bf16
+// and fp16 storage, on random inputs (never zeros) with outputs poisoned (all bits
+// set: NaN in every dtype) before the op, so an element the op fails to write fails
+// the comparison. The device optimizer must equal cpu_adam bit for bit.
+// timeout: 120
+#include <math.h>
+
+#include "check.h"
+#include "gpu_test.h"
+#include "zinf_half.h"
+
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static zinf_device *dev;
+static zinf_stream *S;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static double urand(void) { // [0, 1)
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) * 0x1p-53;
+}
+
+static float rounded(zinf_dtype dt, float x) {
+    return dt == ZINF_DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(x)) : dt == ZINF_DTYPE_F16 ? f16_to_f32(f32_to_f16(x)) : x;
+}
+
+// n random values in [-scale, scale], away from zero, exactly representable in dt.
+static float *randv(zinf_dtype dt, size_t n, double scale) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) {
+        double u = 0.05 + 0.95 * urand();
+        v[i] = rounded(dt, (float)(scale * (urand() < 0.5 ? -u : u)));
+    }
+    return v;
+}
+
+static void *pack(zinf_dtype dt, const float *v, size_t n) {
+    size_t es = zinf_dtype_size(dt);
+    char *p = malloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == ZINF_DTYPE_F32) ((float *)p)[i] = v[i];
+        else if (dt == ZINF_DTYPE_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v[i]);
+        else ((uint16_t *)p)[i] = f32_to_f16(v[i]);
+    }
+    return p;
+}
+
+static float unpack1(zinf_dtype dt, const void *p, size_t i) {
+    if (dt == ZINF_DTYPE_F32) return ((const float *)p)[i];
+    if (dt == ZINF_DTYPE_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
+    return f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static void *dev_of(zinf_dtype dt, const float *v, size_t n) {
+    void *h = pack(dt, v, n);
+    void *d = to_device(dev, S, h, n * zinf_dtype_size(dt));
+    free(h);
+    return d;
+}
+
+static void *dev_poisoned(size_t bytes) {
+    void *d;
+    TRY(zinf_device_alloc(dev, bytes, "output", &d));
+    TRY(zinf_memset_async(S, d, 0xff, bytes));
+    return d;
+}
+
+// Relative tolerance per storage type: fp32 sums in another order; 16-bit results are
+// rounded once on the way out (half an ulp: 2^-9 bf16, 2^-12 fp16) after fp32 work.
+static double rtol_of(zinf_dtype dt) { return dt == ZINF_DTYPE_F32 ? 2e-5 : dt == ZINF_DTYPE_BF16 ? 1.0 / 128 : 1.0 / 1024; }
+
+// The device result (n elements of dt at d) against ref: |a - r| <= rtol (|r| + rms(ref)).
+static void compare(const char *what, zinf_dtype dt, const void *d, const double *ref, size_t n) {
+    size_t es = zinf_dtype_size(dt);
+    void *h = malloc(n * es);
+    from_device(S, h, d, n * es);
+    double rms = 0;
+    for (size_t i = 0; i < n; i++)
+        rms += ref[i] * ref[i];
+    rms = sqrt(rms / (double)n);
+    double rtol = rtol_of(dt), worst = 0;
+    size_t bad = 0, at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = unpack1(dt, h, i), err = fabs(a - ref[i]), lim = rtol * (fabs(ref[i]) + rms);
+        if (!(err <= lim)) {
+            if (!bad) at = i;
+            bad++;
+        }
+        if (err / (fabs(ref[i]) + rms) > worst || isnan(err)) worst = isnan(err) ? INFINITY : err / (fabs(ref[i]) + rms);
+    }
+    CHECK(bad == 0, "%s %s: %zu of %zu elements off, first at %zu: %g vs %g (worst rel %.3g, rtol %.3g)", what,
+          zinf_dtype_name(dt), bad, n, at, unpack1(dt, h, at), ref[at], worst, rtol);
+    free(h);
+}
+
+static void compare_f32(const char *what, const float *d, const double *ref, size_t n, double rtol) {
+    float *h = malloc(n * sizeof *h);
+    from_device(S, h, d, n * sizeof *h);
+    size_t bad = 0, at = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs(h[i] - ref[i]) <= rtol * (1 + fabs(ref[i])))) bad += !bad ? (at = i, 1) : 1;
+    CHECK(bad == 0, "%s: %zu of %zu off, first at %zu: %g vs %g", what, bad, n, at, h[at], ref[at]);
+    free(h);
+}
+
+static double gelu_ref(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+// ---- gemm ----
+
+static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, int batch) {
+    int m = 37, n = 29, k = 41, nb = batch > 1 ? batch : 1;
+    size_t sa = (size_t)m * k, sb = (size_t)k * n, sc = (size_t)m * n;
+    float *a = randv(dt, sa * nb, 1), *b = randv(dt, sb * nb, 1), *c = randv(dt, sc * nb, 1), *bv = randv(dt, n, 1);
+    void *da = dev_of(dt, a, sa * nb), *db = dev_of(dt, b, sb * nb), *dbias = dev_of(dt, bv, n);
+    void *dc = beta != 0 ? dev_of(dt, c, sc * nb) : dev_poisoned(sc * nb * zinf_dtype_size(dt));
+    zinf_gemm_args g = {.dt = dt, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .a = da, .lda = ta ? m : k,
+                        .b = db, .ldb = tb ? k : n, .c = dc, .ldc = n, .bias = bias ? dbias : NULL, .alpha = 0.75f,
+                        .beta = beta, .batch = batch, .stride_a = (int64_t)sa, .stride_b = (int64_t)sb,
+                        .stride_c = (int64_t)sc};
+    TRY(zinf_gemm(S, &g));
+    double *ref = malloc(sc * nb * sizeof *ref);
+    for (int x = 0; x < nb; x++)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double sum = 0;
+                for (int l = 0; l < k; l++)
+                    sum += (double)a[x * sa + (ta ? (size_t)l * m + i : (size_t)i * k + l)] *
+                           b[x * sb + (tb ? (size_t)j * k + l : (size_t)l * n + j)];
+                ref[x * sc + (size_t)i * n + j] = 0.75 * sum + beta * c[x * sc + (size_t)i * n + j] + (bias ? bv[j] : 0);
+            }
+    char what[64];
+    snprintf(what, sizeof what, "gemm ta=%d tb=%d bias=%d beta=%g batch=%d", ta, tb, bias, beta, batch);
+    compare(what, dt, dc, ref, sc * nb);
+    zinf_device_free(dev, da), zinf_device_free(dev, db), zinf_device_free(dev, dc), zinf_device_free(dev, dbias);
+    free(a), free(b), free(c), free(bv), free(ref);
+}
+
+static void test_bias_grad(zinf_dtype dt) {
+    int rows = 23, cols = 19;
+    float *g = randv(dt, (size_t)rows * cols, 1), *b0 = randv(dt, cols, 1);
+    void *dg = dev_of(dt, g, (size_t)rows * cols), *db = dev_of(dt, b0, cols);
+    TRY(zinf_bias_grad(S, dt, db, dg, rows, cols));
+    double ref[19];
+    for (int j = 0; j < cols; j++) {
+        ref[j] = b0[j];
+        for (int i = 0; i < rows; i++)
+            ref[j] += g[(size_t)i * cols + j];
+    }
+    compare("bias_grad", dt, db, ref, cols);
+    zinf_device_free(dev, dg), zinf_device_free(dev, db), free(g), free(b0);
+}
+
+// ---- layernorm ----
+
+static void test_layernorm(zinf_dtype dt) {
+    int R = 9, C = 33;
+    size_t n = (size_t)R * C;
+    float *x = randv(dt, n, 2), *w = randv(dt, C, 1), *b = randv(dt, C, 1), *dy = randv(dt, n, 1);
+    float *dx0 = randv(dt, n, 1), *dw0 = randv(dt, C, 1), *db0 = randv(dt, C, 1);
+    void *dx_ = dev_of(dt, x, n), *dw_ = dev_of(dt, w, C), *db_ = dev_of(dt, b, C), *ddy = dev_of(dt, dy, n);
+    void *out = dev_poisoned(n * zinf_dtype_size(dt));
+    float *mean = dev_poisoned(R * 4), *rstd = dev_poisoned(R * 4);
+    void *gx = dev_of(dt, dx0, n), *gw = dev_of(dt, dw0, C), *gb = dev_of(dt, db0, C);
+    TRY(zinf_layernorm_fwd(S, dt, out, mean, rstd, dx_, dw_, db_, R, C, 1e-5f));
+    TRY(zinf_layernorm_bwd(S, dt, gx, gw, gb, ddy, dx_, dw_, mean, rstd, R, C));
+    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), rm[9], rr[9], rgw[33], rgb[33];
+    for (int j = 0; j < C; j++)
+        rgw[j] = dw0[j], rgb[j] = db0[j];
+    for (int i = 0; i < R; i++) {
+        const float *xr = x + (size_t)i * C, *g = dy + (size_t)i * C;
+        double m = 0, v = 0;
+        for (int j = 0; j < C; j++)
+            m += xr[j];
+        m /= C;
+        for (int j = 0; j < C; j++)
+            v += (xr[j] - m) * (xr[j] - m);
+        v /= C;
+        double rs = 1 / sqrt(v + 1e-5), a = 0, bsum = 0;
+        rm[i] = m, rr[i] = rs;
+        for (int j = 0; j < C; j++) {
+            double xh = (xr[j] - m) * rs;
+            ref[(size_t)i * C + j] = xh * w[j] + b[j];
+            a += g[j] * w[j];
+            bsum += g[j] * w[j] * xh;
+            rgw[j] += g[j] * xh;
+            rgb[j] += g[j];
+        }
+        for (int j = 0; j < C; j++) {
+            double xh = (xr[j] - m) * rs;
+            rgx[(size_t)i * C + j] = dx0[(size_t)i * C + j] + rs * (g[j] * w[j] - a / C - xh * bsum / C);
+        }
+    }
+    compare("layernorm", dt, out, ref, n);
+    compare_f32("layernorm mean", mean, rm, R, 1e-5);
+    compare_f32("layernorm rstd", rstd, rr, R, 1e-5);
+    compare("layernorm backward dx", dt, gx, rgx, n);
+    compare("layernorm backward dw", dt, gw, rgw, C);
+    compare("layernorm backward db", dt, gb, rgb, C);
+    void *bufs[] = {dx_, dw_, db_, ddy, out, mean, rstd, gx, gw, gb};
+    for (size_t i = 0; i < LEN(bufs); i++)
+        zinf_device_free(dev, bufs[i]);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(ref), free(rgx);
+}
+
+// ---- elementwise ----
+
+static void test_elementwise(zinf_dtype dt) {
+    size_t n = 1037;
+    float *x = randv(dt, n, 3), *y = randv(dt, n, 1);
+    void *dx = dev_of(dt, x, n), *dy = dev_of(dt, y, n), *out = dev_poisoned(n * zinf_dtype_size(dt));
+    double *ref = malloc(n * sizeof *ref);
+
+    TRY(zinf_gelu_fwd(S, dt, out, dx, n));
+    for (size_t i = 0; i < n; i++)
+        ref[i] = gelu_ref(x[i]);
+    compare("gelu", dt, out, ref, n);
+
+    TRY(zinf_memset_async(S, out, 0xff, n * zinf_dtype_size(dt)));
+    TRY(zinf_gelu_bwd(S, dt, out, dx, dy, n));
+    for (size_t i = 0; i < n; i++) // central difference of the reference, in double
+        ref[i] = (gelu_ref(x[i] + 1e-6) - gelu_ref(x[i] - 1e-6)) / 2e-6 * y[i];
+    compare("gelu backward", dt, out, ref, n);
+
+    TRY(zinf_memset_async(S, out, 0xff, n * zinf_dtype_size(dt)));
+    TRY(zinf_add(S, dt, out, dx, dy, n));
+    for (size_t i = 0; i < n; i++)
+        ref[i] = (double)x[i] + y[i];
+    compare("add", dt, out, ref, n);
+
+    TRY(zinf_add(S, dt, dx, dx, dy, n)); // in place: x += y
+    compare("add in place", dt, dx, ref, n);
+
+    TRY(zinf_scale(S, dt, dy, -0.375f, n));
+    for (size_t i = 0; i < n; i++)
+        ref[i] = -0.375 * y[i];
+    compare("scale", dt, dy, ref, n);
+
+    zinf_device_free(dev, dx), zinf_device_free(dev, dy), zinf_device_free(dev, out);
+    free(x), free(y), free(ref);
+}
+
+static void test_cast(zinf_dtype from, zinf_dtype to) {
+    size_t n = 515;
+    float *x = randv(from, n, 100);
+    void *dx = dev_of(from, x, n), *out = dev_poisoned(n * zinf_dtype_size(to));
+    TRY(zinf_cast(S, out, to, dx, from, n));
+    // Conversion is exact rounding: the result must be the nearest value, bit for bit.
+    void *h = malloc(n * zinf_dtype_size(to)), *want = pack(to, x, n);
+    from_device(S, h, out, n * zinf_dtype_size(to));
+    CHECK(memcmp(h, want, n * zinf_dtype_size(to)) == 0, "cast %s -> %s is not round-to-nearest-even",
+          zinf_dtype_name(from), zinf_dtype_name(to));
+    zinf_device_free(dev, dx), zinf_device_free(dev, out), free(x), free(h), free(want);
+}
+
+static void test_sumsq(zinf_dtype dt) {
+    size_t n = 100003;
+    float *x = randv(dt, n, 2);
+    void *dx = dev_of(dt, x, n);
+    double *out = dev_poisoned(2 * sizeof(double)), h[2], ref = 0;
+    for (size_t i = 0; i < n; i++)
+        ref += (double)x[i] * x[i];
+    TRY(zinf_sumsq(S, dt, dx, n, out));
+    from_device(S, h, out, sizeof h);
+    CHECK(fabs(h[0] - ref) <= 1e-12 * ref && h[1] == 0, "sumsq %s: %.17g (%g) vs %.17g", zinf_dtype_name(dt), h[0], h[1], ref);
+    x[n / 2] = dt == ZINF_DTYPE_F32 ? NAN : INFINITY;
+    zinf_device_free(dev, dx);
+    dx = dev_of(dt, x, n);
+    TRY(zinf_sumsq(S, dt, dx, n, out));
+    from_device(S, h, out, sizeof h);
+    CHECK(h[1] == 1, "sumsq %s: a non-finite element not flagged (%g)", zinf_dtype_name(dt), h[1]);
+    zinf_device_free(dev, dx), zinf_device_free(dev, out), free(x);
+}
+
+// ---- attention ----
+
+static void test_attention(zinf_dtype dt) {
+    int B = 2, T = 13, C = 24, NH = 3, hs = C / NH;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    float *qkv = randv(dt, nq, 1), *dout = randv(dt, no, 1);
+    void *dq = dev_of(dt, qkv, nq), *ddo = dev_of(dt, dout, no), *out = dev_poisoned(no * zinf_dtype_size(dt));
+    void *dqkv = dev_poisoned(nq * zinf_dtype_size(dt));
+    float *lse = dev_poisoned((size_t)B * NH * T * 4);
+    size_t wsb = zinf_attention_workspace(dev, dt, B, T, C, NH);
+    void *ws = wsb ? dev_poisoned(wsb) : NULL;
+    zinf_attention_args a = {.dt = dt, .B = B, .T = T, .C = C, .NH = NH, .qkv = dq, .out = out, .lse = lse,
+                             .dqkv = dqkv, .dout = ddo, .ws = ws};
+    TRY(zinf_attention_fwd(S, &a));
+    TRY(zinf_attention_bwd(S, &a));
+    double *ro = calloc(no, sizeof *ro), *rg = calloc(nq, sizeof *rg), *rl = calloc((size_t)B * NH * T, sizeof *rl);
+    double p[13], dp[13], sc = 1 / sqrt(hs);
+#define Q(b, t, h, i) qkv[((size_t)(b) * T + (t)) * 3 * C + (size_t)(h) * hs + (i)]
+#define K(b, t, h, i) qkv[((size_t)(b) * T + (t)) * 3 * C + C + (size_t)(h) * hs + (i)]
+#define VV(b, t, h, i) qkv[((size_t)(b) * T + (t)) * 3 * C + 2 * C + (size_t)(h) * hs + (i)]
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double mx = -INFINITY, sum = 0, D = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int i = 0; i < hs; i++)
+                        s += (double)Q(b, t, h, i) * K(b, j, h, i);
+                    p[j] = s * sc;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j <= t; j++)
+                    sum += exp(p[j] - mx);
+                rl[((size_t)b * NH + h) * T + t] = mx + log(sum);
+                const float *g = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+                for (int j = 0; j <= t; j++) {
+                    p[j] = exp(p[j] - mx) / sum;
+                    dp[j] = 0;
+                    for (int i = 0; i < hs; i++) {
+                        ro[((size_t)b * T + t) * C + (size_t)h * hs + i] += p[j] * VV(b, j, h, i);
+                        dp[j] += (double)g[i] * VV(b, j, h, i);
+                    }
+                    D += p[j] * dp[j];
+                }
+                for (int j = 0; j <= t; j++) {
+                    double ds = p[j] * (dp[j] - D) * sc;
+                    for (int i = 0; i < hs; i++) {
+                        rg[((size_t)b * T + t) * 3 * C + (size_t)h * hs + i] += ds * K(b, j, h, i);
+                        rg[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs + i] += ds * Q(b, t, h, i);
+                        rg[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs + i] += p[j] * g[i];
+                    }
+                }
+            }
+    compare("attention", dt, out, ro, no);
+    compare_f32("attention lse", lse, rl, (size_t)B * NH * T, dt == ZINF_DTYPE_F32 ? 1e-5 : 1e-4);
+    compare("attention backward", dt, dqkv, rg, nq);
+    void *bufs[] = {dq, ddo, out, dqkv, lse, ws};
+    for (size_t i = 0; i < LEN(bufs); i++)
+        zinf_device_free(dev, bufs[i]);
+    free(qkv), free(dout), free(ro), free(rg), free(rl);
+}
+
+// ---- cross-entropy ----
+
+static void test_cross_entropy(zinf_dtype dt, bool in_place) {
+    int R = 11, V = 53;
+    size_t n = (size_t)R * V;
+    float *x = randv(dt, n, 4);
+    int32_t tgt[11];
+    for (int i = 0; i < R; i++)
+        tgt[i] = (int32_t)(urand() * V);
+    void *dx = dev_of(dt, x, n), *dt_ = to_device(dev, S, tgt, sizeof tgt);
+    void *dl = in_place ? dx : dev_poisoned(n * zinf_dtype_size(dt));
+    float *loss = dev_poisoned(R * 4);
+    TRY(zinf_cross_entropy(S, dt, loss, dl, dx, dt_, R, V, 0.125f));
+    double rl[11], *rg = malloc(n * sizeof *rg);
+    for (int i = 0; i < R; i++) {
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, x[(size_t)i * V + j]);
+        for (int j = 0; j < V; j++)
+            sum += exp(x[(size_t)i * V + j] - mx);
+        rl[i] = mx + log(sum) - x[(size_t)i * V + tgt[i]];
+        for (int j = 0; j < V; j++)
+            rg[(size_t)i * V + j] = (exp(x[(size_t)i * V + j] - mx) / sum - (j == tgt[i])) * 0.125;
+    }
+    compare_f32("cross_entropy losses", loss, rl, R, dt == ZINF_DTYPE_F32 ? 1e-5 : 1e-4);
+    compare(in_place ? "cross_entropy dlogits in place" : "cross_entropy dlogits", dt, dl, rg, n);
+    zinf_device_free(dev, dx), zinf_device_free(dev, dt_), zinf_device_free(dev, loss);
+    if (!in_place) zinf_device_free(dev, dl);
+    free(x), free(rg);
+}
+
+// ---- embedding ----
+
+static int cmp_pos(const void *a, const void *b, void *tok) {
+    const int32_t *t = tok;
+    int x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return t[x] != t[y] ? (t[x] > t[y]) - (t[x] < t[y]) : (x > y) - (x < y);
+}
+
+static void test_embedding(zinf_dtype dt) {
+    enum { B = 3, T = 7, C = 10, V = 5 }; // few tokens: repeats, so rows really sum
+    float *wte = randv(dt, V * C, 1), *wpe = randv(dt, T * C, 1), *dy = randv(dt, B * T * C, 1);
+    float *gte0 = randv(dt, V * C, 1), *gpe0 = randv(dt, T * C, 1);
+    int32_t tok[B * T], order[B * T];
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (int32_t)(urand() * V), order[i] = i;
+    qsort_r(order, B * T, sizeof *order, cmp_pos, tok);
+    void *dte = dev_of(dt, wte, V * C), *dpe = dev_of(dt, wpe, T * C), *ddy = dev_of(dt, dy, B * T * C);
+    void *gte = dev_of(dt, gte0, V * C), *gpe = dev_of(dt, gpe0, T * C);
+    void *dtok = to_device(dev, S, tok, sizeof tok), *dord = to_device(dev, S, order, sizeof order);
+    void *out = dev_poisoned((size_t)B * T * C * zinf_dtype_size(dt));
+    TRY(zinf_embedding_fwd(S, dt, out, dtok, dte, dpe, B, T, C));
+    TRY(zinf_embedding_bwd(S, dt, gte, gpe, ddy, dtok, dord, B, T, C));
+    double ro[B * T * C], rte[V * C], rpe[T * C];
+    for (int i = 0; i < V * C; i++)
+        rte[i] = gte0[i];
+    for (int i = 0; i < T * C; i++)
+        rpe[i] = gpe0[i];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                int r = b * T + t;
+                ro[r * C + c] = (double)wte[tok[r] * C + c] + wpe[t * C + c];
+                rte[tok[r] * C + c] += dy[r * C + c];
+                rpe[t * C + c] += dy[r * C + c];
+            }
+    compare("embedding", dt, out, ro, B * T * C);
+    compare("embedding backward wte", dt, gte, rte, V * C);
+    compare("embedding backward wpe", dt, gpe, rpe, T * C);
+    void *bufs[] = {dte, dpe, ddy, gte, gpe, dtok, dord, out};
+    for (size_t i = 0; i < LEN(bufs); i++)
+        zinf_device_free(dev, bufs[i]);
+    free(wte), free(wpe), free(dy), free(gte0), free(gpe0);
+}
+
+// ---- device optimizer ----
+
+static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt) {
+    size_t n = 4099;
+    float *p = randv(ZINF_DTYPE_F32, n, 1), *m = randv(ZINF_DTYPE_F32, n, 0.1), *v = randv(ZINF_DTYPE_F32, n, 0.1);
+    for (size_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *g = randv(grad_dt, n, 1);
+    void *gp = pack(grad_dt, g, n);
+    float *dp = to_device(dev, S, p, n * 4), *dm = to_device(dev, S, m, n * 4), *dv = to_device(dev, S, v, n * 4);
+    void *dg = to_device(dev, S, gp, n * zinf_dtype_size(grad_dt));
+    void *dout = out_dt ? dev_poisoned(n * 2) : NULL, *hout = out_dt ? malloc(n * 2) : NULL;
+    void *want_out = out_dt ? malloc(n * 2) : NULL;
+    zinf_optim_hparams h = {.kind = kind, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                            .lr_decay = 0.01, .bias_correction = true, .step = 3, .grad_scale = 0.5f};
+    zinf_optim_tile dtile = {dp, dm, dv, dg, grad_dt, dout, out_dt, n}, htile = {p, m, v, gp, grad_dt, want_out, out_dt, n};
+    TRY(zinf_device_optim(S, &h, &dtile));
+    TRY(zinf_optim_update(&h, &htile, ZINF_SIMD_SCALAR));
+    float *hp = malloc(n * 4), *hm = malloc(n * 4), *hv = malloc(n * 4);
+    from_device(S, hp, dp, n * 4), from_device(S, hm, dm, n * 4), from_device(S, hv, dv, n * 4);
+    bool same = memcmp(hp, p, n * 4) == 0 && (kind == ZINF_OPTIM_ADAGRAD || memcmp(hm, m, n * 4) == 0) &&
+                (kind == ZINF_OPTIM_LION || memcmp(hv, v, n * 4) == 0);
+    if (out_dt) {
+        from_device(S, hout, dout, n * 2);
+        same = same && memcmp(hout, want_out, n * 2) == 0;
+    }
+    CHECK(same, "device optimizer %d (grads %s, copy %s) differs from cpu_adam", kind, zinf_dtype_name(grad_dt),
+          zinf_dtype_name(out_dt));
+    zinf_device_free(dev, dp), zinf_device_free(dev, dm), zinf_device_free(dev, dv), zinf_device_free(dev, dg);
+    zinf_device_free(dev, dout);
+    free(p), free(m), free(v), free(g), free(gp), free(hp), free(hm), free(hv), free(hout), free(want_out);
+}
+
+int main(void) {
+    dev = test_device(0);
+    TRY(zinf_stream_create(dev, &S));
+    printf("backend %s: %s\n", zinf_backend_name(zinf_device_get_caps(dev)->backend), zinf_device_get_caps(dev)->name);
+    const zinf_dtype dts[] = {ZINF_DTYPE_F32, ZINF_DTYPE_BF16, ZINF_DTYPE_F16};
+    for (int i = 0; i < 3; i++) {
+        zinf_dtype dt = dts[i];
+        for (int t = 0; t < 4; t++)
+            test_gemm(dt, t & 1, t & 2, false, 0, 1);
+        test_gemm(dt, false, false, true, 0, 1);
+        test_gemm(dt, false, true, true, 0.5f, 1);
+        test_gemm(dt, true, false, false, 1, 3);
+        test_bias_grad(dt);
+        test_layernorm(dt);
+        test_elementwise(dt);
+        test_sumsq(dt);
+        test_attention(dt);
+        test_cross_entropy(dt, false);
+        test_cross_entropy(dt, true);
+        test_embedding(dt);
+        for (int j = 0; j < 3; j++)
+            test_cast(dt, dts[j]);
+    }
+    for (int k = ZINF_OPTIM_ADAM; k <= ZINF_OPTIM_LION; k++) {
+        test_optim(k, ZINF_DTYPE_F32, ZINF_DTYPE_NONE);
+        test_optim(k, ZINF_DTYPE_BF16, ZINF_DTYPE_BF16);
+        test_optim(k, ZINF_DTYPE_F16, ZINF_DTYPE_F16);
+    }
+    zinf_device_mem mem;
+    zinf_device_get_mem(dev, &mem);
+    CHECK(mem.in_use == 0 && mem.allocations == 0, "%lld buffers (%llu bytes) leaked", (long long)mem.allocations,
+          (unsigned long long)mem.in_use);
+    zinf_stream_destroy(S);
+    zinf_device_destroy(dev);
+    return check_exit("test_gpu_ops");
+}
