@@ -1,12 +1,15 @@
-// zinf models: the GPT-2 model and its weights files. This header starts with the
-// file format weights travel in: safetensors (an 8-byte little-endian header length,
-// a JSON header naming each tensor's dtype, shape and byte range, then the bytes).
+// zinf models: the GPT-2 model (modules with forward and backward over device
+// tensors, Hugging Face names and layouts), its weights files (safetensors: an 8-byte
+// little-endian header length, a JSON header naming each tensor's dtype, shape and
+// byte range, then the bytes) and the token data it reads.
 #ifndef ZINF_MODEL_H
 #define ZINF_MODEL_H
 
 #include <stdint.h>
 
 #include "zinf_base.h"
+#include "zinf_config.h"
+#include "zinf_gpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,6 +43,111 @@ const zinf_st_tensor *zinf_safetensors_find(const zinf_safetensors *st, const ch
 // Write n tensors to path (through a temporary file renamed into place, so a failed
 // or interrupted write leaves no partial file), in the order given.
 zinf_status zinf_safetensors_write(const char *path, const zinf_st_tensor *tensors, int n);
+
+
+// ---- GPT-2 ----
+
+typedef struct zinf_gpt_shape {
+    int n_layer, n_head, n_embd, vocab_size, block_size;
+} zinf_gpt_shape;
+
+// The shape a `model` config section gives (a preset, or its sizes); errors name the key.
+zinf_status zinf_gpt_shape_from_config(const zinf_model_config *mc, zinf_gpt_shape *out);
+// Parameters of the model (the tied head counted once): 124,439,808 for gpt2.
+int64_t zinf_gpt_param_count(const zinf_gpt_shape *s);
+
+// One parameter inside its module's flat buffer; names are Hugging Face's without the
+// `transformer.` prefix, shapes as HF stores them (Conv1D weights (in, out)).
+typedef struct zinf_param_info {
+    char name[48];
+    int ndim;
+    int64_t shape[2];
+    size_t offset; // elements from the start of the module's flat buffer
+    size_t numel;
+} zinf_param_info;
+
+// The unit of fetch and release. `external` is the module whose parameters this one
+// also uses (the head uses the embedding's wte), or -1.
+typedef struct zinf_module_info {
+    char name[24]; // "embedding", "h.3.attn", "h.3.mlp", "ln_f", "head"
+    int nparams;
+    const zinf_param_info *params;
+    size_t numel; // flat buffer elements (parameters at 64-element aligned offsets)
+    int external;
+} zinf_module_info;
+
+typedef enum zinf_pass { ZINF_PASS_FORWARD, ZINF_PASS_RECOMPUTE, ZINF_PASS_BACKWARD } zinf_pass;
+typedef struct zinf_model_op {
+    int module;
+    zinf_pass pass;
+} zinf_model_op;
+
+typedef struct zinf_model_params {
+    zinf_gpt_shape shape;
+    zinf_dtype dtype; // storage of weights, activations and gradients: F32, BF16 or F16
+    int batch;        // most sequences per call
+    int seq_len;      // tokens per sequence, <= block_size
+    bool training;    // allocate what the backward needs
+    bool checkpoint_activations; // keep only block inputs; recompute each block in backward
+} zinf_model_params;
+
+typedef struct zinf_model zinf_model;
+
+// Allocates the activations on dev (accounted: a model that does not fit fails here
+// with the device's out-of-memory message). Weights and gradients are the caller's.
+zinf_status zinf_model_create(zinf_model **out, zinf_device *dev, const zinf_model_params *p);
+void zinf_model_destroy(zinf_model *m); // NULL is a no-op
+const zinf_model_params *zinf_model_get_params(const zinf_model *m);
+int zinf_model_module_count(const zinf_model *m);
+const zinf_module_info *zinf_model_module(const zinf_model *m, int i);
+// The order modules run in: forward only, or forward, (recompute and) backward.
+const zinf_model_op *zinf_model_schedule(const zinf_model *m, bool backward, int *n);
+
+// Upload a batch of `batch` sequences (<= the model's batch) of seq_len tokens and
+// targets on stream s; ids outside the vocabulary are rejected. dloss is the gradient
+// of the objective with respect to this batch's mean loss (1, or a loss scale).
+zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *tokens, const int32_t *targets,
+                                 int batch, float dloss);
+// Run one op of the schedule on s. params[i] / grads[i]: module i's flat buffers on
+// the device (grads are added to, and only needed for backward); entries for modules
+// other than op's and its external one are not read.
+zinf_status zinf_model_run(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
+                           void *const *grads);
+// The batch's losses after the head's forward: their sum (fp64, in order) and count.
+zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t *count);
+
+// Copy the batch's logits (batch x seq_len x vocab, the model's dtype) to host memory
+// h_out after the head's forward. A training forward turns them into their gradient.
+zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out);
+
+// Read a safetensors file into module buffers of dtype dt in host memory (bufs[i]:
+// numel elements of module i; padding left as it is). Names with or without the
+// `transformer.` prefix; `attn.bias`/`attn.masked_bias` buffers and an lm_head.weight
+// equal to wte are ignored. A missing, unknown or misshapen tensor is an error
+// naming the file and the tensor.
+zinf_status zinf_model_read_weights(const zinf_model *m, const char *path, zinf_dtype dt, void *const *bufs);
+// Write module buffers (dtype buf_dt) as a Hugging Face GPT2LMHeadModel file with
+// tensors of file_dt (F32, BF16 or F16).
+zinf_status zinf_model_write_weights(const zinf_model *m, const char *path, zinf_dtype file_dt, zinf_dtype buf_dt,
+                                     const void *const *bufs);
+
+// ---- token data ----
+// The design's data contract: a file of tokens read as consecutive non-overlapping
+// windows of seq_len + 1 tokens at offsets 0, T, 2T, ...
+
+typedef struct zinf_tokens zinf_tokens;
+
+// tokens-u16 (an llm.c file with its 256 x int32 header is recognized by its magic)
+// or text-bytes (every byte a token).
+zinf_status zinf_tokens_open(zinf_tokens **out, const char *path, zinf_data_format format);
+void zinf_tokens_close(zinf_tokens *t); // NULL is a no-op
+int64_t zinf_tokens_count(const zinf_tokens *t);
+// Complete windows of seq_len + 1 tokens.
+int64_t zinf_tokens_windows(const zinf_tokens *t, int seq_len);
+// Window w as inputs and targets (seq_len each); ids >= vocab are an error naming the
+// file and the position.
+zinf_status zinf_tokens_window(const zinf_tokens *t, int64_t w, int seq_len, int vocab, int32_t *inputs,
+                               int32_t *targets);
 
 #ifdef __cplusplus
 }

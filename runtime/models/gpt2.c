@@ -1,0 +1,293 @@
+// GPT-2 (Radford et al. 2019; Hugging Face's GPT2LMHeadModel for names and layouts):
+// the module and parameter tables, the schedule, and the activation memory.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2_internal.h"
+
+zinf_status zinf_gpt_shape_from_config(const zinf_model_config *mc, zinf_gpt_shape *out) {
+    if (!mc->present) return zinf_fail(ZINF_ERR_INVAL, "model: the config has no model section");
+    *out = (zinf_gpt_shape){(int)mc->n_layer, (int)mc->n_head, (int)mc->n_embd, (int)mc->vocab_size,
+                            (int)mc->block_size};
+    return ZINF_OK;
+}
+
+int64_t zinf_gpt_param_count(const zinf_gpt_shape *s) {
+    int64_t C = s->n_embd, L = s->n_layer;
+    int64_t block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
+    return (int64_t)s->vocab_size * C + (int64_t)s->block_size * C + L * block + 2 * C;
+}
+
+// ---- tables ----
+
+static void add_param(zinf_module_info *mod, zinf_param_info *table, const char *name, int64_t d0, int64_t d1) {
+    zinf_param_info *p = &table[mod->nparams++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = d1 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+    p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    // 64-element offsets keep every weight aligned for vector loads and cuBLASLt.
+    p->offset = (mod->numel + 63) & ~(size_t)63;
+    mod->numel = p->offset + p->numel;
+}
+
+static zinf_status build_tables(zinf_model *m) {
+    const zinf_gpt_shape *s = &m->p.shape;
+    int L = s->n_layer;
+    int64_t C = s->n_embd;
+    m->nmod = 3 + 2 * L;
+    m->mods = calloc((size_t)m->nmod, sizeof *m->mods);
+    m->params = calloc((size_t)(4 + 12 * L), sizeof *m->params);
+    if (!m->mods || !m->params) return zinf_fail(ZINF_ERR_NOMEM, "gpt2: out of memory for the module tables");
+    zinf_param_info *next = m->params;
+    char name[48];
+    for (int i = 0; i < m->nmod; i++) {
+        zinf_module_info *mod = &m->mods[i];
+        mod->params = next;
+        mod->external = -1;
+        if (i == MOD_EMBEDDING) {
+            snprintf(mod->name, sizeof mod->name, "embedding");
+            add_param(mod, next, "wte.weight", s->vocab_size, C);
+            add_param(mod, next, "wpe.weight", s->block_size, C);
+        } else if (i == mod_lnf(L)) {
+            snprintf(mod->name, sizeof mod->name, "ln_f");
+            add_param(mod, next, "ln_f.weight", C, 0);
+            add_param(mod, next, "ln_f.bias", C, 0);
+        } else if (i == mod_head(L)) {
+            snprintf(mod->name, sizeof mod->name, "head");
+            mod->external = MOD_EMBEDDING; // tied: the head is wte transposed
+        } else {
+            int l = (i - 1) / 2;
+            bool attn = i == mod_attn(l);
+            const char *sub = attn ? "attn" : "mlp", *ln = attn ? "ln_1" : "ln_2";
+            snprintf(mod->name, sizeof mod->name, "h.%d.%s", l, sub);
+            int64_t wide = attn ? 3 * C : 4 * C, in = attn ? C : 4 * C;
+            snprintf(name, sizeof name, "h.%d.%s.weight", l, ln), add_param(mod, next, name, C, 0);
+            snprintf(name, sizeof name, "h.%d.%s.bias", l, ln), add_param(mod, next, name, C, 0);
+            snprintf(name, sizeof name, "h.%d.%s.%s.weight", l, sub, attn ? "c_attn" : "c_fc");
+            add_param(mod, next, name, C, wide);
+            snprintf(name, sizeof name, "h.%d.%s.%s.bias", l, sub, attn ? "c_attn" : "c_fc");
+            add_param(mod, next, name, wide, 0);
+            snprintf(name, sizeof name, "h.%d.%s.c_proj.weight", l, sub), add_param(mod, next, name, in, C);
+            snprintf(name, sizeof name, "h.%d.%s.c_proj.bias", l, sub), add_param(mod, next, name, C, 0);
+        }
+        next += mod->nparams;
+    }
+    return ZINF_OK;
+}
+
+// Forward in module order; the backward in reverse, each block recomputed (attn then
+// mlp) right before its backward when activations are checkpointed.
+static zinf_status build_schedule(zinf_model *m) {
+    int L = m->p.shape.n_layer;
+    m->sched = calloc(2 * (unsigned)m->nmod + 2 * (unsigned)L, sizeof *m->sched);
+    if (!m->sched) return zinf_fail(ZINF_ERR_NOMEM, "gpt2: out of memory for the schedule");
+    int n = 0;
+    for (int i = 0; i < m->nmod; i++)
+        m->sched[n++] = (zinf_model_op){i, ZINF_PASS_FORWARD};
+    m->n_fwd = n;
+    m->sched[n++] = (zinf_model_op){mod_head(L), ZINF_PASS_BACKWARD};
+    m->sched[n++] = (zinf_model_op){mod_lnf(L), ZINF_PASS_BACKWARD};
+    for (int l = L - 1; l >= 0; l--) {
+        if (m->p.checkpoint_activations) {
+            m->sched[n++] = (zinf_model_op){mod_attn(l), ZINF_PASS_RECOMPUTE};
+            m->sched[n++] = (zinf_model_op){mod_mlp(l), ZINF_PASS_RECOMPUTE};
+        }
+        m->sched[n++] = (zinf_model_op){mod_mlp(l), ZINF_PASS_BACKWARD};
+        m->sched[n++] = (zinf_model_op){mod_attn(l), ZINF_PASS_BACKWARD};
+    }
+    m->sched[n++] = (zinf_model_op){MOD_EMBEDDING, ZINF_PASS_BACKWARD};
+    m->n_all = n;
+    return ZINF_OK;
+}
+
+// ---- activations ----
+
+static zinf_status dalloc(zinf_model *m, void **p, size_t elems, size_t es, const char *what) {
+    return zinf_device_alloc(m->dev, elems * es, what, p);
+}
+
+static zinf_status alloc_layer(zinf_model *m, layer_acts *a) {
+    size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)m->p.shape.n_embd, es = zinf_dtype_size(m->p.dtype);
+    size_t NH = (size_t)m->p.shape.n_head;
+    ZINF_CHECK(dalloc(m, &a->ln1, BT * C, es, "activations: ln_1"));
+    ZINF_CHECK(dalloc(m, &a->qkv, BT * 3 * C, es, "activations: qkv"));
+    ZINF_CHECK(dalloc(m, &a->atty, BT * C, es, "activations: attention"));
+    ZINF_CHECK(dalloc(m, &a->res2, BT * C, es, "activations: residual"));
+    ZINF_CHECK(dalloc(m, &a->ln2, BT * C, es, "activations: ln_2"));
+    ZINF_CHECK(dalloc(m, &a->fch, BT * 4 * C, es, "activations: mlp"));
+    ZINF_CHECK(dalloc(m, &a->fch_gelu, BT * 4 * C, es, "activations: gelu"));
+    ZINF_CHECK(dalloc(m, (void **)&a->ln1_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&a->ln1_rstd, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&a->ln2_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&a->ln2_rstd, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&a->lse, BT * NH, 4, "activations: attention lse"));
+    return ZINF_OK;
+}
+
+static zinf_status alloc_acts(zinf_model *m) {
+    const zinf_gpt_shape *s = &m->p.shape;
+    size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)s->n_embd, es = zinf_dtype_size(m->p.dtype);
+    int L = s->n_layer, sets = m->p.checkpoint_activations ? 1 : L;
+    m->h_tok = malloc(BT * sizeof *m->h_tok);
+    m->h_order = malloc(BT * sizeof *m->h_order);
+    m->h_losses = malloc(BT * sizeof *m->h_losses);
+    m->res3 = calloc((size_t)L, sizeof *m->res3);
+    m->layers = calloc((size_t)sets, sizeof *m->layers);
+    if (!m->h_tok || !m->h_order || !m->h_losses || !m->res3 || !m->layers)
+        return zinf_fail(ZINF_ERR_NOMEM, "gpt2: out of host memory");
+    ZINF_CHECK(dalloc(m, (void **)&m->tok, BT, 4, "tokens"));
+    ZINF_CHECK(dalloc(m, (void **)&m->targets, BT, 4, "targets"));
+    ZINF_CHECK(dalloc(m, (void **)&m->order, BT, 4, "token order"));
+    ZINF_CHECK(dalloc(m, &m->encoded, BT * C, es, "activations: embedding"));
+    for (int l = 0; l < L; l++)
+        ZINF_CHECK(dalloc(m, &m->res3[l], BT * C, es, "activations: block outputs"));
+    for (int i = 0; i < sets; i++)
+        ZINF_CHECK(alloc_layer(m, &m->layers[i]));
+    ZINF_CHECK(dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
+    ZINF_CHECK(dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, &m->logits, BT * (size_t)s->vocab_size, es, "activations: logits"));
+    ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
+    size_t ws = zinf_attention_workspace(m->dev, m->p.dtype, m->p.batch, m->p.seq_len, s->n_embd, s->n_head);
+    if (ws) ZINF_CHECK(dalloc(m, &m->att_ws, ws, 1, "attention workspace"));
+    if (!m->p.training) return ZINF_OK;
+    ZINF_CHECK(dalloc(m, &m->dres, BT * C, es, "gradients: residual"));
+    ZINF_CHECK(dalloc(m, &m->dln, BT * C, es, "gradients: layernorm"));
+    ZINF_CHECK(dalloc(m, &m->dqkv, BT * 3 * C, es, "gradients: qkv"));
+    ZINF_CHECK(dalloc(m, &m->datty, BT * C, es, "gradients: attention"));
+    ZINF_CHECK(dalloc(m, &m->dfch, BT * 4 * C, es, "gradients: mlp"));
+    return ZINF_OK;
+}
+
+static void free_layer(zinf_device *d, layer_acts *a) {
+    void *bufs[] = {a->ln1, a->qkv, a->atty, a->res2, a->ln2, a->fch, a->fch_gelu,
+                    a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
+        zinf_device_free(d, bufs[i]);
+}
+
+void zinf_model_destroy(zinf_model *m) {
+    if (!m) return;
+    zinf_device *d = m->dev;
+    for (int l = 0; m->res3 && l < m->p.shape.n_layer; l++)
+        zinf_device_free(d, m->res3[l]);
+    for (int i = 0; m->layers && i < (m->p.checkpoint_activations ? 1 : m->p.shape.n_layer); i++)
+        free_layer(d, &m->layers[i]);
+    void *bufs[] = {m->tok, m->targets, m->order, m->encoded, m->lnf, m->lnf_mean, m->lnf_rstd, m->logits,
+                    m->losses, m->att_ws, m->dres, m->dln, m->dqkv, m->datty, m->dfch};
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
+        zinf_device_free(d, bufs[i]);
+    free(m->res3), free(m->layers), free(m->h_tok), free(m->h_order), free(m->h_losses);
+    free(m->mods), free(m->params), free(m->sched);
+    free(m);
+}
+
+static zinf_status check_params(const zinf_model_params *p) {
+    const zinf_gpt_shape *s = &p->shape;
+    if (s->n_layer < 1 || s->n_head < 1 || s->n_embd < 1 || s->vocab_size < 1 || s->block_size < 1)
+        return zinf_fail(ZINF_ERR_INVAL, "gpt2: n_layer, n_head, n_embd, vocab_size and block_size must be positive");
+    if (s->n_embd % s->n_head)
+        return zinf_fail(ZINF_ERR_INVAL, "gpt2: n_embd %d is not a multiple of n_head %d", s->n_embd, s->n_head);
+    if (p->seq_len < 1 || p->seq_len > s->block_size)
+        return zinf_fail(ZINF_ERR_INVAL, "gpt2: seq_len %d is not in 1..block_size (%d)", p->seq_len, s->block_size);
+    if (p->batch < 1) return zinf_fail(ZINF_ERR_INVAL, "gpt2: batch %d is below 1", p->batch);
+    if (p->dtype != ZINF_DTYPE_F32 && p->dtype != ZINF_DTYPE_BF16 && p->dtype != ZINF_DTYPE_F16)
+        return zinf_fail(ZINF_ERR_INVAL, "gpt2: dtype must be fp32, bf16 or fp16");
+    return ZINF_OK;
+}
+
+zinf_status zinf_model_create(zinf_model **out, zinf_device *dev, const zinf_model_params *p) {
+    *out = NULL;
+    ZINF_CHECK(check_params(p));
+    zinf_model *m = calloc(1, sizeof *m);
+    if (!m) return zinf_fail(ZINF_ERR_NOMEM, "gpt2: out of host memory");
+    m->dev = dev;
+    m->p = *p;
+    zinf_status st;
+    ZINF_CHECK_GOTO(build_tables(m), st, fail);
+    ZINF_CHECK_GOTO(build_schedule(m), st, fail);
+    ZINF_CHECK_GOTO(alloc_acts(m), st, fail);
+    *out = m;
+    return ZINF_OK;
+fail:
+    zinf_model_destroy(m);
+    return st;
+}
+
+const zinf_model_params *zinf_model_get_params(const zinf_model *m) { return &m->p; }
+int zinf_model_module_count(const zinf_model *m) { return m->nmod; }
+const zinf_module_info *zinf_model_module(const zinf_model *m, int i) {
+    return i >= 0 && i < m->nmod ? &m->mods[i] : NULL;
+}
+
+const zinf_model_op *zinf_model_schedule(const zinf_model *m, bool backward, int *n) {
+    *n = backward ? m->n_all : m->n_fwd;
+    return m->sched;
+}
+
+// ---- batches ----
+
+static const int32_t *sort_tok;
+static int by_token(const void *a, const void *b) {
+    int x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (sort_tok[x] != sort_tok[y]) return sort_tok[x] < sort_tok[y] ? -1 : 1;
+    return (x > y) - (x < y); // stable: equal tokens keep position order
+}
+
+zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *tokens, const int32_t *targets,
+                                 int batch, float dloss) {
+    if (batch < 1 || batch > m->p.batch)
+        return zinf_fail(ZINF_ERR_INVAL, "gpt2: batch of %d sequences; the model was made for 1..%d", batch,
+                         m->p.batch);
+    int n = batch * m->p.seq_len, V = m->p.shape.vocab_size;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
+            return zinf_fail(ZINF_ERR_INVAL, "gpt2: token %d at position %d is outside the vocabulary (0..%d)",
+                             tokens[i] < 0 || tokens[i] >= V ? tokens[i] : targets[i], i, V - 1);
+    // The streams may still read the previous batch's host copies: wait first.
+    ZINF_CHECK(zinf_stream_sync(s));
+    memcpy(m->h_tok, tokens, (size_t)n * sizeof *tokens);
+    for (int i = 0; i < n; i++)
+        m->h_order[i] = i;
+    sort_tok = m->h_tok; // qsort has no context argument in C11; batches are set from one thread
+    qsort(m->h_order, (size_t)n, sizeof *m->h_order, by_token);
+    ZINF_CHECK(zinf_copy_async(s, m->tok, m->h_tok, (size_t)n * 4, ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_copy_async(s, m->targets, targets, (size_t)n * 4, ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_copy_async(s, m->order, m->h_order, (size_t)n * 4, ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_stream_sync(s)); // targets is the caller's memory
+    m->b = batch;
+    m->dloss = dloss;
+    return ZINF_OK;
+}
+
+zinf_status zinf_model_run(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
+                           void *const *grads) {
+    if (op->module < 0 || op->module >= m->nmod) return zinf_fail(ZINF_ERR_INVAL, "gpt2: no module %d", op->module);
+    if (m->b == 0) return zinf_fail(ZINF_ERR_INVAL, "gpt2: run before zinf_model_set_batch");
+    if (op->pass == ZINF_PASS_BACKWARD) {
+        if (!m->p.training) return zinf_fail(ZINF_ERR_INVAL, "gpt2: backward of a model made without training");
+        return gpt2_backward(m, s, op->module, params, grads);
+    }
+    return gpt2_forward(m, s, op->module, params);
+}
+
+zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t *count) {
+    int n = m->b * m->p.seq_len;
+    ZINF_CHECK(zinf_copy_async(s, m->h_losses, m->losses, (size_t)n * sizeof *m->h_losses, ZINF_COPY_D2H));
+    ZINF_CHECK(zinf_stream_sync(s));
+    double t = 0;
+    for (int i = 0; i < n; i++)
+        t += m->h_losses[i];
+    *sum = t;
+    *count = n;
+    return ZINF_OK;
+}
+
+zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out) {
+    size_t n = (size_t)m->b * m->p.seq_len * m->p.shape.vocab_size;
+    ZINF_CHECK(zinf_copy_async(s, h_out, m->logits, n * zinf_dtype_size(m->p.dtype), ZINF_COPY_D2H));
+    return zinf_stream_sync(s);
+}

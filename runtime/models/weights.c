@@ -1,0 +1,146 @@
+// GPT-2 weights in safetensors files, by Hugging Face's names: read into module
+// buffers of any storage dtype, and written as a GPT2LMHeadModel file (names with the
+// `transformer.` prefix, the tied lm_head left out, as save_pretrained writes it).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2_internal.h"
+#include "zinf_half.h"
+
+static float get(const void *p, zinf_dtype dt, size_t i) {
+    if (dt == ZINF_DTYPE_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == ZINF_DTYPE_F16) return f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static void put(void *p, zinf_dtype dt, size_t i, float v) {
+    if (dt == ZINF_DTYPE_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v);
+    else if (dt == ZINF_DTYPE_F16) ((uint16_t *)p)[i] = f32_to_f16(v);
+    else ((float *)p)[i] = v;
+}
+
+static void convert(void *dst, zinf_dtype ddt, const void *src, zinf_dtype sdt, size_t n) {
+    if (ddt == sdt) {
+        memcpy(dst, src, n * zinf_dtype_size(ddt));
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        put(dst, ddt, i, get(src, sdt, i));
+}
+
+// The parameter named name (prefix already removed), or NULL.
+static const zinf_param_info *find_param(const zinf_model *m, const char *name, int *mod) {
+    for (int i = 0; i < m->nmod; i++)
+        for (int j = 0; j < m->mods[i].nparams; j++)
+            if (strcmp(m->mods[i].params[j].name, name) == 0) {
+                *mod = i;
+                return &m->mods[i].params[j];
+            }
+    return NULL;
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
+static void shape_str(char *out, size_t len, int ndim, const int64_t *shape) {
+    size_t at = (size_t)snprintf(out, len, "(");
+    for (int i = 0; i < ndim && at < len; i++)
+        at += (size_t)snprintf(out + at, len - at, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (at < len) snprintf(out + at, len - at, ")");
+}
+
+zinf_status zinf_model_read_weights(const zinf_model *m, const char *path, zinf_dtype dt, void *const *bufs) {
+    zinf_safetensors *st;
+    ZINF_CHECK(zinf_safetensors_open(&st, path));
+    int total = 0;
+    for (int i = 0; i < m->nmod; i++)
+        total += m->mods[i].nparams;
+    bool *seen = calloc((size_t)total + 1, sizeof *seen);
+    zinf_status rc = seen ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", path);
+    const zinf_st_tensor *lm_head = NULL;
+    for (int i = 0; rc == ZINF_OK && i < zinf_safetensors_count(st); i++) {
+        const zinf_st_tensor *t = zinf_safetensors_at(st, i);
+        const char *name = strncmp(t->name, "transformer.", 12) == 0 ? t->name + 12 : t->name;
+        // Old files carry the causal mask as a buffer; zinf builds the mask into the op.
+        if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
+        if (strcmp(name, "lm_head.weight") == 0) {
+            lm_head = t;
+            continue;
+        }
+        int mod;
+        const zinf_param_info *p = find_param(m, name, &mod);
+        if (!p) {
+            rc = zinf_fail(ZINF_ERR_INVAL, "%s: tensor %s is not a parameter of this GPT-2 (n_layer %d)", path, t->name,
+                           m->p.shape.n_layer);
+            break;
+        }
+        char want[64], got[64];
+        shape_str(want, sizeof want, p->ndim, p->shape);
+        shape_str(got, sizeof got, t->ndim, t->shape);
+        if (t->dtype == ZINF_DTYPE_NONE) {
+            rc = zinf_fail(ZINF_ERR_INVAL, "%s: tensor %s: dtype not F32, BF16 or F16", path, t->name);
+        } else if (strcmp(want, got) != 0) {
+            rc = zinf_fail(ZINF_ERR_INVAL, "%s: tensor %s has shape %s; the model's config needs %s", path, t->name, got,
+                           want);
+        } else {
+            convert((char *)bufs[mod] + p->offset * zinf_dtype_size(dt), dt, t->data, t->dtype, p->numel);
+            seen[p - m->params] = true;
+        }
+    }
+    for (int i = 0; rc == ZINF_OK && i < total; i++)
+        if (!seen[i]) rc = zinf_fail(ZINF_ERR_INVAL, "%s: tensor %s is missing", path, m->params[i].name);
+    // An untied head cannot be represented: accept lm_head.weight only as a copy of wte.
+    if (rc == ZINF_OK && lm_head) {
+        const zinf_st_tensor *wte = zinf_safetensors_find(st, "transformer.wte.weight");
+        if (!wte) wte = zinf_safetensors_find(st, "wte.weight");
+        if (!wte || wte->nbytes != lm_head->nbytes || wte->dtype != lm_head->dtype ||
+            memcmp(wte->data, lm_head->data, wte->nbytes) != 0)
+            rc = zinf_fail(ZINF_ERR_UNSUPPORTED,
+                           "%s: lm_head.weight differs from wte.weight; zinf's GPT-2 ties the head to the embedding",
+                           path);
+    }
+    free(seen);
+    zinf_safetensors_close(st);
+    return rc;
+}
+
+zinf_status zinf_model_write_weights(const zinf_model *m, const char *path, zinf_dtype file_dt, zinf_dtype buf_dt,
+                                     const void *const *bufs) {
+    if (file_dt != ZINF_DTYPE_F32 && file_dt != ZINF_DTYPE_BF16 && file_dt != ZINF_DTYPE_F16)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: weights are written as fp32, bf16 or fp16", path);
+    int total = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < m->nmod; i++) {
+        total += m->mods[i].nparams;
+        for (int j = 0; j < m->mods[i].nparams; j++)
+            bytes += m->mods[i].params[j].numel * zinf_dtype_size(file_dt);
+    }
+    zinf_st_tensor *t = calloc((size_t)total, sizeof *t);
+    char(*names)[64] = calloc((size_t)total, sizeof *names);
+    char *data = malloc(bytes);
+    zinf_status rc = ZINF_OK;
+    if (!t || !names || !data) {
+        rc = zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory for %zu bytes of weights", path, bytes);
+        goto done;
+    }
+    char *at = data;
+    int k = 0;
+    for (int i = 0; i < m->nmod; i++) {
+        for (int j = 0; j < m->mods[i].nparams; j++, k++) {
+            const zinf_param_info *p = &m->mods[i].params[j];
+            snprintf(names[k], sizeof names[k], "transformer.%s", p->name);
+            convert(at, file_dt, (const char *)bufs[i] + p->offset * zinf_dtype_size(buf_dt), buf_dt, p->numel);
+            t[k] = (zinf_st_tensor){.name = names[k], .dtype = file_dt, .ndim = p->ndim,
+                                    .nbytes = p->numel * zinf_dtype_size(file_dt), .data = at};
+            memcpy(t[k].shape, p->shape, sizeof p->shape);
+            at += t[k].nbytes;
+        }
+    }
+    rc = zinf_safetensors_write(path, t, total);
+done:
+    free(t), free(names), free(data);
+    return rc;
+}

@@ -1,0 +1,322 @@
+// GPT-2 against Hugging Face's GPT2LMHeadModel in PyTorch (tests/ref/gpt2_ref.py):
+// the same safetensors weights, tokens and targets; logits, loss and every parameter's
+// gradient compared in fp32 and bf16. Also: the file without the `transformer.`
+// prefix and with old mask buffers loads the same; activation checkpointing gives
+// the same bits; written weights read back unchanged; wrong files fail by name.
+// timeout: 120
+#include <math.h>
+
+#include "check.h"
+#include "gpu_test.h"
+#include "zinf_half.h"
+
+typedef struct fixture {
+    uint32_t L, NH, C, V, BS, B, T;
+    int32_t *tok, *tgt;
+    uint32_t np;
+    char (*names)[64];
+    size_t *numel;
+    float loss[2], *logits[2], **grads[2]; // [run][param]; run 0 fp32, 1 bf16
+} fixture;
+
+static char dir[512];
+
+static void rd(FILE *f, void *p, size_t n) {
+    if (fread(p, 1, n, f) != n) {
+        fprintf(stderr, "gpt2.bin: truncated; `make tests` regenerates it\n");
+        exit(1);
+    }
+}
+
+static void load_fixture(fixture *fx) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/gpt2.bin", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: missing; `make tests` generates it with tests/ref/gpt2_ref.py\n", path);
+        exit(1);
+    }
+    char magic[8];
+    uint32_t ver;
+    rd(f, magic, 8), rd(f, &ver, 4);
+    if (memcmp(magic, "ZINFGPT1", 8) || ver != 1) {
+        fprintf(stderr, "%s: not a version 1 GPT-2 fixture\n", path);
+        exit(1);
+    }
+    rd(f, &fx->L, 4 * 7);
+    size_t BT = (size_t)fx->B * fx->T;
+    fx->tok = malloc(BT * 4), fx->tgt = malloc(BT * 4);
+    rd(f, fx->tok, BT * 4), rd(f, fx->tgt, BT * 4);
+    rd(f, &fx->np, 4);
+    fx->names = calloc(fx->np, sizeof *fx->names);
+    fx->numel = calloc(fx->np, sizeof *fx->numel);
+    for (uint32_t i = 0; i < fx->np; i++) {
+        uint32_t nd, d;
+        rd(f, fx->names[i], 64), rd(f, &nd, 4);
+        fx->numel[i] = 1;
+        for (uint32_t j = 0; j < nd; j++)
+            rd(f, &d, 4), fx->numel[i] *= d;
+    }
+    for (int r = 0; r < 2; r++) {
+        rd(f, &fx->loss[r], 4);
+        fx->logits[r] = malloc(BT * fx->V * 4);
+        rd(f, fx->logits[r], BT * fx->V * 4);
+        fx->grads[r] = calloc(fx->np, sizeof(float *));
+        for (uint32_t i = 0; i < fx->np; i++) {
+            fx->grads[r][i] = malloc(fx->numel[i] * 4);
+            rd(f, fx->grads[r][i], fx->numel[i] * 4);
+        }
+    }
+    fclose(f);
+}
+
+static float as_f32(zinf_dtype dt, const void *p, size_t i) {
+    return dt == ZINF_DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+// max |a - ref| / max |ref| over a tensor: its error relative to its own scale.
+static double rel_err(zinf_dtype dt, const void *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(as_f32(dt, a, i) - ref[i]);
+        num = isnan(e) || e > num ? (isnan(e) ? INFINITY : e) : num;
+        den = fmax(den, fabs(ref[i]));
+    }
+    return num / den;
+}
+
+static double rel_err_f32(const float *a, const float *ref, size_t n) { return rel_err(ZINF_DTYPE_F32, a, ref, n); }
+
+typedef struct run {
+    zinf_device *dev;
+    zinf_stream *s;
+    zinf_model *m;
+    int nmod;
+    void **h_w, **d_w, **d_g, **h_g;
+    double loss;
+    void *logits;
+} run;
+
+static void run_model(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *file) {
+    memset(r, 0, sizeof *r);
+    r->dev = test_device(0);
+    TRY(zinf_stream_create(r->dev, &r->s));
+    zinf_model_params p = {.shape = {(int)fx->L, (int)fx->NH, (int)fx->C, (int)fx->V, (int)fx->BS},
+                           .dtype = dt, .batch = (int)fx->B, .seq_len = (int)fx->T, .training = training,
+                           .checkpoint_activations = ckpt};
+    TRY(zinf_model_create(&r->m, r->dev, &p));
+    r->nmod = zinf_model_module_count(r->m);
+    r->h_w = calloc(r->nmod, sizeof(void *)), r->d_w = calloc(r->nmod, sizeof(void *));
+    r->d_g = calloc(r->nmod, sizeof(void *)), r->h_g = calloc(r->nmod, sizeof(void *));
+    size_t es = zinf_dtype_size(dt);
+    for (int i = 0; i < r->nmod; i++) {
+        size_t n = zinf_model_module(r->m, i)->numel;
+        if (!n) continue;
+        r->h_w[i] = calloc(n, es), r->h_g[i] = malloc(n * es);
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    TRY(zinf_model_read_weights(r->m, path, dt, r->h_w));
+    for (int i = 0; i < r->nmod; i++) {
+        size_t n = zinf_model_module(r->m, i)->numel * es;
+        if (!n) continue;
+        r->d_w[i] = to_device(r->dev, r->s, r->h_w[i], n);
+        TRY(zinf_device_alloc(r->dev, n, "grads", &r->d_g[i]));
+        TRY(zinf_memset_async(r->s, r->d_g[i], 0, n));
+    }
+    TRY(zinf_model_set_batch(r->m, r->s, fx->tok, fx->tgt, (int)fx->B, 1.0f));
+    int n;
+    const zinf_model_op *ops = zinf_model_schedule(r->m, false, &n);
+    for (int i = 0; i < n; i++)
+        TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
+    r->logits = malloc((size_t)fx->B * fx->T * fx->V * es);
+    TRY(zinf_model_logits(r->m, r->s, r->logits)); // a training run holds their gradient here
+    double sum;
+    int64_t cnt;
+    TRY(zinf_model_loss(r->m, r->s, &sum, &cnt));
+    r->loss = sum / (double)cnt;
+    if (!training) return;
+    int nall;
+    ops = zinf_model_schedule(r->m, true, &nall);
+    for (int i = n; i < nall; i++)
+        TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
+    for (int i = 0; i < r->nmod; i++)
+        if (r->d_g[i]) from_device(r->s, r->h_g[i], r->d_g[i], zinf_model_module(r->m, i)->numel * es);
+}
+
+static void run_free(run *r) {
+    for (int i = 0; i < r->nmod; i++) {
+        zinf_device_free(r->dev, r->d_w[i]), zinf_device_free(r->dev, r->d_g[i]);
+        free(r->h_w[i]), free(r->h_g[i]);
+    }
+    free(r->h_w), free(r->d_w), free(r->d_g), free(r->h_g), free(r->logits);
+    zinf_model_destroy(r->m);
+    zinf_stream_destroy(r->s);
+    zinf_device_destroy(r->dev);
+}
+
+// The gradient of fixture parameter i inside a run's host buffers.
+static const void *grad_of(const run *r, const fixture *fx, uint32_t i, zinf_dtype dt) {
+    const char *name = fx->names[i] + strlen("transformer.");
+    for (int mi = 0; mi < r->nmod; mi++) {
+        const zinf_module_info *mod = zinf_model_module(r->m, mi);
+        for (int j = 0; j < mod->nparams; j++)
+            if (!strcmp(mod->params[j].name, name)) {
+                CHECK(mod->params[j].numel == fx->numel[i], "%s: %zu elements, torch has %zu", name,
+                      mod->params[j].numel, fx->numel[i]);
+                return (const char *)r->h_g[mi] + mod->params[j].offset * zinf_dtype_size(dt);
+            }
+    }
+    CHECK(0, "torch parameter %s not in zinf's GPT-2", fx->names[i]);
+    return NULL;
+}
+
+// fp32 against torch fp32: within 1e-5 of each tensor's scale. The logits come from an
+// inference run (a training forward replaces them by their gradient).
+static void test_fp32(const fixture *fx) {
+    run inf, tr;
+    size_t nl = (size_t)fx->B * fx->T * fx->V;
+    run_model(&inf, fx, ZINF_DTYPE_F32, false, false, "gpt2.safetensors");
+    double e = rel_err_f32(inf.logits, fx->logits[0], nl);
+    printf("fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", inf.loss, fx->loss[0], e);
+    CHECK(e <= 1e-5, "fp32 logits: rel err %.3g", e);
+    CHECK(fabs(inf.loss - fx->loss[0]) <= 1e-5 * fx->loss[0], "fp32 loss %.8f vs torch %.8f", inf.loss, fx->loss[0]);
+
+    run_model(&tr, fx, ZINF_DTYPE_F32, true, false, "gpt2.safetensors");
+    CHECK(tr.loss == inf.loss, "training forward loss %.9g differs from inference %.9g", tr.loss, inf.loss);
+    double worst = 0;
+    for (uint32_t i = 0; i < fx->np; i++) {
+        const void *g = grad_of(&tr, fx, i, ZINF_DTYPE_F32);
+        if (!g) continue;
+        double ge = rel_err_f32(g, fx->grads[0][i], fx->numel[i]);
+        worst = fmax(worst, ge);
+        CHECK(ge <= 1e-5, "fp32 gradient of %s: rel err %.3g", fx->names[i], ge);
+    }
+    printf("fp32: worst gradient rel err %.2e over %u tensors\n", worst, fx->np);
+
+    // Checkpointing recomputes the same ops in the same order: the same bits.
+    run ck;
+    run_model(&ck, fx, ZINF_DTYPE_F32, true, true, "gpt2-noprefix.safetensors");
+    CHECK(ck.loss == tr.loss, "checkpointed loss %.9g vs %.9g", ck.loss, tr.loss);
+    for (int i = 0; i < tr.nmod; i++) {
+        size_t n = zinf_model_module(tr.m, i)->numel * 4;
+        if (n) CHECK(!memcmp(ck.h_g[i], tr.h_g[i], n), "checkpointed gradients of %s differ",
+                     zinf_model_module(tr.m, i)->name);
+        if (n) CHECK(!memcmp(ck.h_w[i], tr.h_w[i], n), "the file without prefix gave other weights for %s",
+                     zinf_model_module(tr.m, i)->name);
+    }
+    int n_fwd, n_all;
+    zinf_model_schedule(ck.m, false, &n_fwd);
+    zinf_model_schedule(ck.m, true, &n_all);
+    CHECK(n_all - n_fwd == zinf_model_module_count(ck.m) + 2 * (int)fx->L, "checkpointed schedule has %d backward ops",
+          n_all - n_fwd);
+
+    // Written and read back: the same values; the noprefix writer is torch's.
+    char path[600];
+    snprintf(path, sizeof path, "%s/gpt2-zinf-written.safetensors", dir);
+    TRY(zinf_model_write_weights(tr.m, path, ZINF_DTYPE_F32, ZINF_DTYPE_F32, (const void *const *)tr.h_w));
+    for (int i = 0; i < tr.nmod; i++)
+        if (tr.h_w[i]) memset(ck.h_w[i], 0x7f, zinf_model_module(tr.m, i)->numel * 4);
+    TRY(zinf_model_read_weights(ck.m, path, ZINF_DTYPE_F32, ck.h_w));
+    for (int i = 0; i < tr.nmod; i++) {
+        const zinf_module_info *mod = zinf_model_module(tr.m, i);
+        for (int j = 0; j < mod->nparams; j++)
+            CHECK(!memcmp((float *)ck.h_w[i] + mod->params[j].offset, (float *)tr.h_w[i] + mod->params[j].offset,
+                          mod->params[j].numel * 4),
+                  "%s changed through write and read", mod->params[j].name);
+    }
+    remove(path);
+    run_free(&inf), run_free(&tr), run_free(&ck);
+}
+
+// bf16 against torch bf16. Both round every stored activation and gradient to 8
+// significant bits, but at different places (torch rounds inside attention and the
+// softmax; zinf's fused ops keep those in fp32), so neither is the other's exact
+// reference. The tolerance is torch's own bf16 error: zinf's bf16 result must be no
+// further from the fp32 truth than 2x torch's bf16 result is (plus 2^-8 of the
+// tensor's scale, one bf16 rounding, for tensors torch happens to get very close).
+static void test_bf16(const fixture *fx) {
+    run r;
+    size_t nl = (size_t)fx->B * fx->T * fx->V;
+    run_model(&r, fx, ZINF_DTYPE_BF16, false, false, "gpt2.safetensors");
+    double ez = rel_err(ZINF_DTYPE_BF16, r.logits, fx->logits[0], nl), et = rel_err_f32(fx->logits[1], fx->logits[0], nl);
+    printf("bf16: loss %.6f (torch bf16 %.6f, fp32 %.6f); logits vs fp32: zinf %.2e, torch %.2e\n", r.loss, fx->loss[1],
+           fx->loss[0], ez, et);
+    CHECK(ez <= 2 * et + 1.0 / 256, "bf16 logits: %.3g from fp32, torch's bf16 %.3g", ez, et);
+    CHECK(fabs(r.loss - fx->loss[0]) <= 2 * fabs(fx->loss[1] - fx->loss[0]) + 1e-3,
+          "bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", r.loss, fx->loss[0], fx->loss[1]);
+    run_free(&r);
+
+    run_model(&r, fx, ZINF_DTYPE_BF16, true, false, "gpt2.safetensors");
+    double worst = 0, worst_torch = 0;
+    for (uint32_t i = 0; i < fx->np; i++) {
+        const void *g = grad_of(&r, fx, i, ZINF_DTYPE_BF16);
+        if (!g) continue;
+        double gz = rel_err(ZINF_DTYPE_BF16, g, fx->grads[0][i], fx->numel[i]);
+        double gt = rel_err_f32(fx->grads[1][i], fx->grads[0][i], fx->numel[i]);
+        worst = fmax(worst, gz), worst_torch = fmax(worst_torch, gt);
+        CHECK(gz <= 2 * gt + 1.0 / 256, "bf16 gradient of %s: %.3g from fp32; torch's bf16: %.3g", fx->names[i], gz, gt);
+    }
+    printf("bf16: worst gradient error vs fp32: zinf %.2e, torch %.2e\n", worst, worst_torch);
+    run_free(&r);
+}
+
+// Files that do not match the model fail with the file and tensor named.
+static void test_bad_files(const fixture *fx) {
+    zinf_device *d = test_device(0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/gpt2.safetensors", dir);
+    struct {
+        int L, C;
+        const char *needle;
+    } cases[] = {{(int)fx->L + 1, (int)fx->C, "is missing"}, {(int)fx->L - 1, (int)fx->C, "is not a parameter"},
+                 {(int)fx->L, (int)fx->C + (int)fx->NH, "has shape"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        zinf_model *m;
+        zinf_model_params p = {.shape = {cases[c].L, (int)fx->NH, cases[c].C, (int)fx->V, (int)fx->BS},
+                               .dtype = ZINF_DTYPE_F32, .batch = 1, .seq_len = 4};
+        TRY(zinf_model_create(&m, d, &p));
+        int nm = zinf_model_module_count(m);
+        void **bufs = calloc(nm, sizeof *bufs);
+        for (int i = 0; i < nm; i++)
+            bufs[i] = calloc(zinf_model_module(m, i)->numel + 1, 4);
+        zinf_status st = zinf_model_read_weights(m, path, ZINF_DTYPE_F32, bufs);
+        CHECK(st == ZINF_ERR_INVAL, "case %zu: %s", c, zinf_status_str(st));
+        CHECK_CONTAINS(zinf_last_error(), cases[c].needle);
+        CHECK_CONTAINS(zinf_last_error(), "gpt2.safetensors");
+        for (int i = 0; i < nm; i++)
+            free(bufs[i]);
+        free(bufs);
+        zinf_model_destroy(m);
+    }
+    // A model too big for the device fails at create with the device's message.
+    zinf_device *small = test_device(1 << 20);
+    zinf_model *m;
+    zinf_model_params p = {.shape = {2, 4, 64, 101, 32}, .dtype = ZINF_DTYPE_F32, .batch = 64, .seq_len = 32,
+                           .training = true};
+    CHECK(zinf_model_create(&m, small, &p) == ZINF_ERR_NOMEM, "a 64 x 32 batch fit in 1 MiB");
+    CHECK_CONTAINS(zinf_last_error(), "activations");
+    zinf_device_mem mem;
+    zinf_device_get_mem(small, &mem);
+    CHECK(mem.in_use == 0, "a failed create left %llu bytes allocated", (unsigned long long)mem.in_use);
+    zinf_device_destroy(small);
+    zinf_device_destroy(d);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "%s", getenv("ZINF_REF_DIR") ? getenv("ZINF_REF_DIR") : "build/ref");
+    fixture fx;
+    load_fixture(&fx);
+    zinf_gpt_shape sh = {(int)fx.L, (int)fx.NH, (int)fx.C, (int)fx.V, (int)fx.BS};
+    int64_t total = 0;
+    for (uint32_t i = 0; i < fx.np; i++)
+        total += (int64_t)fx.numel[i];
+    CHECK(zinf_gpt_param_count(&sh) == total, "param count %lld, torch %lld", (long long)zinf_gpt_param_count(&sh),
+          (long long)total);
+    zinf_gpt_shape g2 = {12, 12, 768, 50257, 1024};
+    CHECK(zinf_gpt_param_count(&g2) == 124439808, "gpt2 has %lld parameters", (long long)zinf_gpt_param_count(&g2));
+    test_fp32(&fx);
+    test_bf16(&fx);
+    test_bad_files(&fx);
+    return check_exit("test_model_gpt2");
+}
