@@ -53,6 +53,10 @@ typedef struct zinf_gpt_shape {
 
 // The shape a `model` config section gives (a preset, or its sizes); errors name the key.
 zinf_status zinf_gpt_shape_from_config(const zinf_model_config *mc, zinf_gpt_shape *out);
+// The shape a GPT-2 safetensors file implies: n_layer from the blocks present, n_embd
+// and vocab_size from wte, block_size from wpe, and n_head = n_embd / 64 (the head
+// size of every GPT-2); errors name the file.
+zinf_status zinf_gpt_shape_from_file(const char *path, zinf_gpt_shape *out);
 // Parameters of the model (the tied head counted once): 124,439,808 for gpt2.
 int64_t zinf_gpt_param_count(const zinf_gpt_shape *s);
 

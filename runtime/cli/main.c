@@ -28,8 +28,16 @@ static const command commands[] = {
      "  --path DIR   also probe DIR for O_DIRECT, block size and free space (repeatable)\n"
      "  --json       one JSON object on stdout\n"},
     {"train", NULL, "train a model", "zinf train CONFIG.json [--steps N] [--json] [--set key.path=value ...]\n"},
-    {"eval", NULL, "evaluate a model on a token file",
-     "zinf eval --model FILE.safetensors --data FILE [--config CONFIG.json] [--json]\n"},
+    {"eval", cli_eval, "mean loss of a GPT-2 weights file on a token file",
+     "zinf eval --model FILE.safetensors --data FILE [--config CONFIG.json] [--json]\n"
+     "  Runs the model forward over every complete window of seq_len + 1 tokens of FILE\n"
+     "  (offsets 0, T, 2T, ...; inputs tok[o:o+T], targets tok[o+1:o+T+1]) and prints the\n"
+     "  mean loss over every predicted token. The config gives the model shape (model),\n"
+     "  the data format and seq_len (data), the batch (train_micro_batch_size_per_gpu),\n"
+     "  the precision (bf16 / fp16 sections; fp32 without them) and the device. Without\n"
+     "  it: the shape from the weights file with head size 64, tokens-u16 data,\n"
+     "  seq_len = block_size, batch 8, fp32, device auto.\n"
+     "  --json prints {\"loss\":X,\"tokens\":N}.\n"},
     {"io-bench", cli_io_bench, "measure NVMe read/write bandwidth",
      "zinf io-bench --path DIR [--path DIR ...] [--size S] [--block-size B]\n"
      "              [--queue-depth Q] [--threads T] [--read | --write] [--loops N]\n"

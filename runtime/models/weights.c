@@ -144,3 +144,29 @@ done:
     free(t), free(names), free(data);
     return rc;
 }
+
+zinf_status zinf_gpt_shape_from_file(const char *path, zinf_gpt_shape *out) {
+    zinf_safetensors *st;
+    ZINF_CHECK(zinf_safetensors_open(&st, path));
+    const zinf_st_tensor *wte = NULL, *wpe = NULL;
+    int layers = 0;
+    for (int i = 0; i < zinf_safetensors_count(st); i++) {
+        const zinf_st_tensor *t = zinf_safetensors_at(st, i);
+        const char *name = strncmp(t->name, "transformer.", 12) == 0 ? t->name + 12 : t->name;
+        int l;
+        if (strcmp(name, "wte.weight") == 0) wte = t;
+        if (strcmp(name, "wpe.weight") == 0) wpe = t;
+        if (sscanf(name, "h.%d.", &l) == 1 && l >= layers) layers = l + 1;
+    }
+    zinf_status rc = ZINF_OK;
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || layers == 0)
+        rc = zinf_fail(ZINF_ERR_INVAL, "%s: not a GPT-2 weights file (needs wte.weight, wpe.weight and h.N blocks)", path);
+    else if (wte->shape[1] % 64)
+        rc = zinf_fail(ZINF_ERR_INVAL, "%s: n_embd %lld is not a multiple of 64; give the shape in the config's model section",
+                       path, (long long)wte->shape[1]);
+    else
+        *out = (zinf_gpt_shape){layers, (int)(wte->shape[1] / 64), (int)wte->shape[1], (int)wte->shape[0],
+                                (int)wpe->shape[0]};
+    zinf_safetensors_close(st);
+    return rc;
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# zinf eval against PyTorch: the mean loss Hugging Face's GPT2LMHeadModel gives over
+# the same token file's windows (tests/ref/gpt2_ref.py), with and without the
+# `transformer.` prefix, in fp32 and bf16; the --json contract; errors that name the
+# file, and usage errors (exit 2).
+# timeout: 120
+set -u
+Z=${ZINF_BUILD:-build}/zinf
+R=${ZINF_REF_DIR:-build/ref}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+
+# torch's eval loss and token count are the fixture's last 16 bytes.
+read -r want_loss want_tokens < <(python3 -c "
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+print(*struct.unpack('<dQ', d[-16:]))" "$R/gpt2.bin")
+read -r L NH C V BS < <(python3 -c "
+import struct, sys
+print(*struct.unpack('<5I', open(sys.argv[1], 'rb').read()[12:32]))" "$R/gpt2.bin")
+config() { # $1: extra top-level keys
+  cat > "$tmp/cfg.json" <<JSON
+{"train_batch_size": 2, $1
+ "model": {"n_layer": $L, "n_head": $NH, "n_embd": $C, "vocab_size": $V, "block_size": $BS},
+ "data": {"path": "$R/gpt2.tokens", "seq_len": 16}}
+JSON
+}
+
+config ""
+for file in gpt2.safetensors gpt2-noprefix.safetensors; do
+  expect 0 "$Z" eval --model "$R/$file" --data "$R/gpt2.tokens" --config "$tmp/cfg.json" --json
+  python3 - "$tmp/out" "$want_loss" "$want_tokens" <<'PY' || fail "eval $file: $(cat "$tmp/out") vs torch $want_loss"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, lines
+o = json.loads(lines[0])
+assert set(o) == {"loss", "tokens"}, o
+assert o["tokens"] == int(sys.argv[3]), o
+assert abs(o["loss"] - float(sys.argv[2])) <= 1e-5 * float(sys.argv[2]), o
+PY
+done
+
+# bf16: within torch's bf16 error of the fp32 loss, far from it would mean a bug.
+config '"bf16": {"enabled": true},'
+expect 0 "$Z" eval --model "$R/gpt2.safetensors" --data "$R/gpt2.tokens" --config "$tmp/cfg.json"
+grep -q "over $want_tokens tokens (5 windows of 16, bf16)" "$tmp/out" || fail "bf16 human output: $(cat "$tmp/out")"
+python3 -c "
+import sys; got = float(sys.argv[1].split()[1]); want = float(sys.argv[2])
+assert abs(got - want) < 0.01 * want, (got, want)" "$(cat "$tmp/out")" "$want_loss" || fail "bf16 loss: $(cat "$tmp/out")"
+
+# Without a config the shape comes from the file (head size 64: one head here), so the
+# loss differs from torch's 4-head model but the run is whole: 32-token windows.
+expect 0 "$Z" eval --model "$R/gpt2.safetensors" --data "$R/gpt2.tokens" --json
+grep -q '"tokens":64' "$tmp/out" || fail "no-config eval: $(cat "$tmp/out")"
+
+# Errors: a missing or wrong file names it; a token beyond the vocabulary names where.
+config ""
+expect 1 "$Z" eval --model "$tmp/none.safetensors" --data "$R/gpt2.tokens" --config "$tmp/cfg.json"
+grep -q "none.safetensors" "$tmp/err" || fail "missing model: $(cat "$tmp/err")"
+expect 1 "$Z" eval --model "$R/gpt2.tokens" --data "$R/gpt2.tokens" --config "$tmp/cfg.json"
+grep -q "gpt2.tokens" "$tmp/err" || fail "not a weights file: $(cat "$tmp/err")"
+python3 -c "import sys; open(sys.argv[1], 'wb').write(b'\xff\xff' * 40)" "$tmp/big.tokens"
+expect 1 "$Z" eval --model "$R/gpt2.safetensors" --data "$tmp/big.tokens" --config "$tmp/cfg.json"
+grep -q "token 65535 at position 0 is not below vocab_size $V" "$tmp/err" || fail "bad token: $(cat "$tmp/err")"
+printf 'abc' > "$tmp/odd.tokens"
+expect 1 "$Z" eval --model "$R/gpt2.safetensors" --data "$tmp/odd.tokens" --config "$tmp/cfg.json"
+grep -q "not a whole number of uint16 tokens" "$tmp/err" || fail "odd file: $(cat "$tmp/err")"
+python3 -c "import sys; open(sys.argv[1], 'wb').write(b'\x01\x00' * 10)" "$tmp/short.tokens"
+expect 2 "$Z" eval --model "$R/gpt2.safetensors" --data "$tmp/short.tokens" --config "$tmp/cfg.json"
+grep -q "hold no window" "$tmp/err" || fail "short file: $(cat "$tmp/err")"
+for bad in "" "--model x" "--data x" "--model a --data b extra" "--frobnicate"; do
+  expect 2 "$Z" eval $bad
+done
+expect 0 "$Z" eval --help
+finish test_eval
