@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "io_copy.h"
 #include "io_measure.h"
 
 void cli_print_io_result(const io_spec *s, const io_result *r, bool json) {
@@ -40,11 +41,13 @@ int cli_io_bench(int argc, char **argv) {
         {"validate", no_argument, NULL, 'v'},
         {"json", no_argument, NULL, 'j'},
         {"sqpoll", no_argument, NULL, 'S'},
+        {"h2d", no_argument, NULL, 'H'},
+        {"d2h", no_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
     };
     const char **dirs = calloc((size_t)argc, sizeof *dirs);
     io_spec s = {.dirs = dirs, .size = 1ull << 30, .block_size = 1u << 20, .queue_depth = 8, .threads = 1, .loops = 3};
-    bool json = false;
+    bool json = false, h2d = false, d2h = false, size_set = false;
     int c, rc = CLI_OK;
     uint64_t v;
     opterr = 0;
@@ -56,7 +59,10 @@ int cli_io_bench(int argc, char **argv) {
             else
                 dirs[s.ndirs++] = optarg;
             break;
-        case 's': rc = cli_parse_size("io-bench", "--size", optarg, 4096, UINT64_MAX, &s.size); break;
+        case 's':
+            rc = cli_parse_size("io-bench", "--size", optarg, 4096, UINT64_MAX, &s.size);
+            size_set = true;
+            break;
         case 'b':
             rc = cli_parse_size("io-bench", "--block-size", optarg, 4096, 1u << 30, &v);
             s.block_size = (uint32_t)v;
@@ -77,12 +83,26 @@ int cli_io_bench(int argc, char **argv) {
         case 'w': s.write = true; break;
         case 'v': s.validate = true; break;
         case 'S': s.sqpoll = true; break;
+        case 'H': h2d = true; break;
+        case 'D': d2h = true; break;
         case 'j': json = true; break;
         default: rc = cli_usage("io-bench", "unknown option %s", argv[optind - 1]); break;
         }
     }
     if (rc == CLI_OK && optind < argc) rc = cli_usage("io-bench", "unexpected argument \"%s\"", argv[optind]);
-    if (rc == CLI_OK && s.ndirs == 0) rc = cli_usage("io-bench", "--path DIR is required");
+    if (rc == CLI_OK && (h2d || d2h)) {
+        if (s.ndirs || s.read || s.write)
+            rc = cli_usage("io-bench", "--h2d / --d2h measure the device link; --path, --read and --write the disk: "
+                                       "one or the other");
+        // 256 MiB by default: enough to reach a PCIe link's plateau, and it fits the
+        // host backend's default capacity with room to spare.
+        io_copy_spec cs = {.h2d = h2d, .d2h = d2h, .json = json, .bytes = size_set ? s.size : 256u << 20,
+                           .loops = s.loops};
+        if (rc == CLI_OK) rc = cli_io_copy(&cs);
+        free(dirs);
+        return rc;
+    }
+    if (rc == CLI_OK && s.ndirs == 0) rc = cli_usage("io-bench", "--path DIR (or --h2d / --d2h) is required");
     if (rc == CLI_OK && s.block_size % 4096) rc = cli_usage("io-bench", "--block-size must be a multiple of 4096");
     if (rc == CLI_OK && s.size % 4096) rc = cli_usage("io-bench", "--size must be a multiple of 4096");
     if (rc == CLI_OK) {

@@ -42,6 +42,7 @@ static const command commands[] = {
      "zinf io-bench --path DIR [--path DIR ...] [--size S] [--block-size B]\n"
      "              [--queue-depth Q] [--threads T] [--read | --write] [--loops N]\n"
      "              [--validate] [--sqpoll] [--json]\n"
+     "       zinf io-bench --h2d | --d2h [--size S] [--loops N] [--json]\n"
      "  Writes then reads a file of --size bytes (default 1G) striped over the --path\n"
      "  directories with O_DIRECT through io_uring, --loops times (default 3) each, and\n"
      "  reports the median bandwidth. --block-size (default 1M) bytes per request,\n"
@@ -50,7 +51,11 @@ static const command commands[] = {
      "  byte read back; --sqpoll lets a kernel thread poll the submission queue.\n"
      "  The test file is removed at the end, also when interrupted.\n"
      "  --json prints one object per op: op, bytes, seconds, bytes_per_s, block_size,\n"
-     "  queue_depth, threads, paths, direct.\n"},
+     "  queue_depth, threads, paths, direct.\n"
+     "  --h2d / --d2h time host-to-device / device-to-host copies of --size bytes\n"
+     "  (default 256M) from pinned and from pageable host memory on the default device;\n"
+     "  --json prints op (h2d, d2h), bytes, seconds, bytes_per_s, pinned, backend, device\n"
+     "  and memcpy (true on the host backend, where a copy is a memcpy in host memory).\n"},
     {"io-tune", cli_io_tune, "find the best aio settings for paths",
      "zinf io-tune --path DIR [--path DIR ...] [--size S] [--block-sizes LIST]\n"
      "             [--queue-depths LIST] [--threads LIST] [--json]\n"

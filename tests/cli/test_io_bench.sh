@@ -29,7 +29,7 @@ grep -q '^write' "$tmp/out" && grep -q '^read' "$tmp/out" || fail "human table: 
 [ -z "$(find "$tmp/a" "$tmp/b" -type f)" ] || fail "test files left behind: $(find "$tmp/a" "$tmp/b" -type f)"
 
 expect 2 "$Z" io-bench --size 4M
-grep -q -- "--path DIR is required" "$tmp/err" || fail "missing --path not explained"
+grep -q -- "--path DIR (or --h2d / --d2h) is required" "$tmp/err" || fail "missing --path not explained"
 expect 2 "$Z" io-bench --path "$tmp/a" --size 4Q
 grep -q -- "--size" "$tmp/err" || fail "bad --size not named"
 expect 2 "$Z" io-bench --path "$tmp/a" --block-size 5000
@@ -48,5 +48,22 @@ for _ in $(seq 100); do [ -n "$(find "$tmp/a" -type f)" ] && seen=yes && break; 
 [ $seen = yes ] || fail "the long run never created its test file"
 kill -INT $pid; wait $pid 2> /dev/null
 [ -z "$(find "$tmp/a" -type f)" ] || fail "an interrupted run left $(find "$tmp/a" -type f)"
+
+# The device link: one object per op and kind of host memory, on the suite's backend.
+expect 0 "$Z" io-bench --h2d --d2h --size 8M --loops 2 --json
+python3 - "$tmp/out" "${ZINF_TEST_BACKEND:-host}" <<'PY' || fail "io-bench --h2d --d2h --json: $(cat "$tmp/out")"
+import json, sys
+objs = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()]
+assert [(o["op"], o["pinned"]) for o in objs] == [("h2d", True), ("h2d", False), ("d2h", True), ("d2h", False)], objs
+for o in objs:
+    assert o["bytes"] == 8 << 20 and o["seconds"] > 0, o
+    assert abs(o["bytes_per_s"] * o["seconds"] - o["bytes"]) < 1e-6 * o["bytes"], o
+    assert o["backend"] == sys.argv[2] and o["memcpy"] == (sys.argv[2] == "host"), o
+PY
+expect 0 "$Z" io-bench --d2h --size 4M --loops 1
+grep -q "host backend: a memcpy" "$tmp/out" || [ "${ZINF_TEST_BACKEND:-host}" = cuda ] || fail "d2h human: $(cat "$tmp/out")"
+[ "$(grep -c '^d2h' "$tmp/out")" = 2 ] || fail "d2h human output has no pinned and pageable lines: $(cat "$tmp/out")"
+expect 2 "$Z" io-bench --h2d --path "$tmp"
+expect 2 "$Z" io-bench --d2h --read
 
 finish test_io_bench
