@@ -225,6 +225,23 @@ static void test_fp32(const fixture *fx) {
                           mod->params[j].numel * 4),
                   "%s changed through write and read", mod->params[j].name);
     }
+    // As bf16 and fp16: read back, every value is the original rounded to nearest even.
+    const zinf_dtype half[] = {ZINF_DTYPE_BF16, ZINF_DTYPE_F16};
+    for (int h = 0; h < 2; h++) {
+        TRY(zinf_model_write_weights(tr.m, path, half[h], ZINF_DTYPE_F32, (const void *const *)tr.h_w));
+        TRY(zinf_model_read_weights(ck.m, path, ZINF_DTYPE_F32, ck.h_w));
+        size_t off = 0;
+        for (int i = 0; i < tr.nmod; i++) {
+            const zinf_module_info *mod = zinf_model_module(tr.m, i);
+            for (int j = 0; j < mod->nparams; j++)
+                for (size_t k = 0; k < mod->params[j].numel; k++) {
+                    float x = ((float *)tr.h_w[i])[mod->params[j].offset + k];
+                    float want = h ? f16_to_f32(f32_to_f16(x)) : bf16_to_f32(f32_to_bf16(x));
+                    off += ((float *)ck.h_w[i])[mod->params[j].offset + k] != want;
+                }
+        }
+        CHECK(off == 0, "%zu weights written as %s did not read back rounded", off, zinf_dtype_name(half[h]));
+    }
     remove(path);
     run_free(&inf), run_free(&tr), run_free(&ck);
 }
