@@ -123,7 +123,9 @@ CPPFLAGS := -I$(B) $(addprefix -I,$(MODULES)) -D_GNU_SOURCE
 # No floating-point contraction: kernels fuse exactly where they say so (fmaf,
 # _mm256_fmadd_ps), which is what makes every SIMD level round the same.
 CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes -pthread -MMD -MP -ffp-contract=off
-NVCCFLAGS := -std=c++17 -O2 -g -Xcompiler -Wall,-Wextra -MMD -MP \
+# -fmad=false: as -ffp-contract=off for C, kernels fuse multiply-adds only where they
+# say so (__fmaf_rn), so the device optimizer rounds as cpu_adam does.
+NVCCFLAGS := -std=c++17 -O2 -g -fmad=false -Xcompiler -Wall,-Wextra -MMD -MP \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 LDLIBS := -ljansson -luring -lnuma -lopenblas -lm -pthread

@@ -101,7 +101,7 @@ static zinf_status pick_backend(zinf_backend want, const backend_ops **out) {
 
 zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p) {
     *out = NULL;
-    const backend_ops *be;
+    const backend_ops *be = NULL;
     ZINF_CHECK(pick_backend(p->backend, &be));
     zinf_device *d = calloc(1, sizeof *d);
     if (!d) return zinf_fail(ZINF_ERR_NOMEM, "device: out of host memory");

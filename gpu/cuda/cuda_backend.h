@@ -25,11 +25,11 @@ typedef struct cuda_device {
 // cuBLAS bit-reproducible with several streams active.
 typedef struct cuda_stream {
     cudaStream_t st;
-    void *d_lt_ws; // CUDA_LT_WORKSPACE bytes, made by the stream's first product
+    void *d_lt_ws; // CUDA_LT_WORKSPACE bytes
 } cuda_stream;
 
-// 32 MiB, what cuBLAS asks for on Hopper. Allocated outside the front end's memory
-// account (one per stream that runs a matrix product).
+// 32 MiB, what cuBLAS asks for on Hopper, one per stream, allocated with the stream
+// (outside the front end's memory account, like the CUDA context and cuBLASLt's own).
 #define CUDA_LT_WORKSPACE ((size_t)32 << 20)
 
 static inline cuda_device *cuda_dev_of(zinf_device *d) { return (cuda_device *)d->impl; }
@@ -58,7 +58,7 @@ zinf_status cublas_fail_at(cublasStatus_t st, const char *call, const char *file
 
 zinf_status cuda_bad_dtype(zinf_dtype dt, const char *op);
 
-// The body of a function that runs fn<T>(args...) for the storage type dt.
+// The body of a function that returns fn<T>(args...) for the storage type dt.
 #define CUDA_DT_SWITCH(dt, op, fn, ...)                                                                                \
     switch (dt) {                                                                                                      \
     case ZINF_DTYPE_F32: return fn<float>(__VA_ARGS__);                                                                \
@@ -86,6 +86,10 @@ static inline unsigned ew_blocks(size_t n) {
     size_t b = (n + EW_THREADS - 1) / EW_THREADS;
     return (unsigned)(b < 65536 ? b : 65536);
 }
+
+// Grid-stride loop over n elements.
+#define EW_LOOP(i, n)                                                                                                  \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 // ---- reductions over a one-dimensional block of NT threads ----
 // Lanes combine by xor butterfly (every lane ends with the same value), then every

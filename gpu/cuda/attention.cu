@@ -1,0 +1,267 @@
+// Causal self-attention of GPT-2 on the CUDA backend: the heads are gathered into fp32
+// (head, T, hs) matrices in the workspace, the T x T scores come from strided-batched
+// cuBLASLt products in fp32 (never TF32), and row kernels do the softmax and its
+// gradient (as llm.c's attention_forward/backward in train_gpt2.cu, with the
+// probabilities recomputed in the backward from the saved log-sum-exp, as flash
+// attention does, Dao et al. 2022). Every sum is a product in cuBLAS or a fixed-order
+// block reduction: the results repeat bit for bit.
+//
+// Forward, per head: S = scale Q K^T, lse = logsumexp over the causal prefix of each
+// row, P = exp(S - lse) (0 above the diagonal), Y = P V.
+// Backward: P recomputed; dV = P^T dY; dP = dY V^T; D_i = sum_j P_ij dP_ij;
+// dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q. The full T x T products are
+// computed; the masked entries of P and dS are exact zeros, so they add nothing.
+#include <string.h>
+
+#include "cuda_backend.h"
+
+// A chunk of heads is processed at a time so that the scores, two T x T fp32 matrices
+// per head in the backward, stay within this budget (a chunk holds at least one head).
+#define ATT_SCORES_BUDGET ((size_t)1 << 30)
+
+typedef struct att_plan {
+    int hs;             // head size C / NH
+    int BH;             // heads in all, B * NH
+    int chunk;          // heads per chunk
+    size_t head_elems;  // T * hs
+    size_t score_elems; // T * T
+} att_plan;
+
+static att_plan att_plan_of(int B, int T, int C, int NH) {
+    att_plan p;
+    p.hs = C / NH;
+    p.BH = B * NH;
+    p.head_elems = (size_t)T * p.hs;
+    p.score_elems = (size_t)T * T;
+    size_t chunk = ATT_SCORES_BUDGET / (2 * p.score_elems * sizeof(float));
+    if (chunk < 1) chunk = 1;
+    if (chunk > (size_t)p.BH) chunk = (size_t)p.BH;
+    p.chunk = (int)chunk;
+    return p;
+}
+
+// The workspace, fp32, each buffer 256-byte aligned: seven (chunk, T, hs) head buffers
+// and two (chunk, T, T) score buffers. The forward uses q, k, v, y (= dq) and s.
+typedef struct att_ws {
+    float *q, *k, *v, *dy, *dq, *dk, *dv; // (chunk, T, hs)
+    float *s, *dp;                        // (chunk, T, T)
+} att_ws;
+
+static size_t round256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+// Bytes of the workspace; fills *w from base when w is given.
+static size_t att_layout(const att_plan *p, void *base, att_ws *w) {
+    size_t head = round256((size_t)p->chunk * p->head_elems * sizeof(float));
+    size_t score = round256((size_t)p->chunk * p->score_elems * sizeof(float));
+    if (w) {
+        char *b = (char *)base;
+        w->q = (float *)(b + 0 * head);
+        w->k = (float *)(b + 1 * head);
+        w->v = (float *)(b + 2 * head);
+        w->dy = (float *)(b + 3 * head);
+        w->dq = (float *)(b + 4 * head);
+        w->dk = (float *)(b + 5 * head);
+        w->dv = (float *)(b + 6 * head);
+        w->s = (float *)(b + 7 * head);
+        w->dp = (float *)(b + 7 * head + score);
+    }
+    return 7 * head + 2 * score;
+}
+
+size_t cuda_attention_workspace(zinf_dtype dt, int B, int T, int C, int NH) {
+    (void)dt; // everything is staged in fp32
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return 0;
+    att_plan p = att_plan_of(B, T, C, NH);
+    return att_layout(&p, NULL, NULL);
+}
+
+// ---- kernels ----
+
+// dst[hb][t][d] = src[b][t][off + h * hs + d] for the chunk's heads bh = bh0 + hb
+// (b = bh / NH, h = bh % NH); src rows have ld elements. n = heads x seq x hs.
+template <typename T>
+static __global__ void gather_heads_kernel(float *dst, const T *src, int ld, int off, int bh0, int seq, int NH, int hs,
+                                           size_t n) {
+    EW_LOOP(i, n) {
+        size_t d = i % hs, t = (i / hs) % seq, bh = bh0 + i / ((size_t)hs * seq);
+        size_t b = bh / NH, h = bh % NH;
+        dst[i] = to_f32(src[(b * seq + t) * ld + off + h * hs + d]);
+    }
+}
+
+// The inverse of gather_heads_kernel, rounding to the storage type.
+template <typename T>
+static __global__ void scatter_heads_kernel(T *dst, const float *src, int ld, int off, int bh0, int seq, int NH, int hs,
+                                            size_t n) {
+    EW_LOOP(i, n) {
+        size_t d = i % hs, t = (i / hs) % seq, bh = bh0 + i / ((size_t)hs * seq);
+        size_t b = bh / NH, h = bh % NH;
+        store_f32(&dst[(b * seq + t) * ld + off + h * hs + d], src[i]);
+    }
+}
+
+// One block per row (head hb, query t) of the chunk's scores: lse over j <= t, then
+// the row becomes P = exp(S - lse), zero above the diagonal. lse is (B, NH, T), so the
+// chunk's rows start at bh0 * seq.
+static __global__ void __launch_bounds__(ROW_THREADS) softmax_fwd_kernel(float *s, float *lse, int bh0, int seq) {
+    __shared__ float red[ROW_THREADS / 32];
+    size_t row = blockIdx.x;
+    int t = (int)(row % seq);
+    float *x = s + row * seq;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j <= t; j += ROW_THREADS)
+        mx = fmaxf(mx, x[j]);
+    mx = block_max<ROW_THREADS>(mx, red);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j <= t; j += ROW_THREADS)
+        sum += expf(x[j] - mx);
+    float l = mx + logf(block_sum<ROW_THREADS>(sum, red));
+    for (int j = threadIdx.x; j < seq; j += ROW_THREADS)
+        x[j] = j <= t ? expf(x[j] - l) : 0.0f;
+    if (threadIdx.x == 0) lse[(size_t)bh0 * seq + row] = l;
+}
+
+// The backward's P from the recomputed S and the saved lse: the same expression as
+// the forward's on the same values, so the same probabilities.
+static __global__ void probs_kernel(float *s, const float *lse, int bh0, int seq, size_t n) {
+    EW_LOOP(i, n) {
+        size_t row = i / seq, j = i % seq, t = row % seq;
+        s[i] = j <= t ? expf(s[i] - lse[(size_t)bh0 * seq + row]) : 0.0f;
+    }
+}
+
+// One block per row: D = sum_{j <= t} P_j dP_j, then dS = P (dP - D) over P.
+static __global__ void __launch_bounds__(ROW_THREADS) dscores_kernel(float *p, const float *dp, int seq) {
+    __shared__ float red[ROW_THREADS / 32];
+    size_t row = blockIdx.x;
+    int t = (int)(row % seq);
+    float *pr = p + row * seq;
+    const float *dr = dp + row * seq;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j <= t; j += ROW_THREADS)
+        s += pr[j] * dr[j];
+    float D = block_sum<ROW_THREADS>(s, red);
+    for (int j = threadIdx.x; j < seq; j += ROW_THREADS)
+        pr[j] = j <= t ? pr[j] * (dr[j] - D) : 0.0f;
+}
+
+// ---- products ----
+
+// C = alpha op(A) op(B) for each of `batch` heads, fp32, strides in elements.
+static zinf_status head_gemm(cuda_device *cd, cuda_stream *cs, bool trans_a, bool trans_b, int m, int n, int k,
+                             const float *A, int lda, int64_t sa, const float *B, int ldb, int64_t sb, float *C,
+                             int ldc, int64_t sc, float alpha, int batch) {
+    zinf_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.dt = ZINF_DTYPE_F32;
+    g.trans_a = trans_a;
+    g.trans_b = trans_b;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = A;
+    g.lda = lda;
+    g.b = B;
+    g.ldb = ldb;
+    g.c = C;
+    g.ldc = ldc;
+    g.alpha = alpha;
+    g.beta = 0.0f;
+    g.batch = batch;
+    g.stride_a = sa;
+    g.stride_b = sb;
+    g.stride_c = sc;
+    return cuda_gemm(cd, cs, &g);
+}
+
+// ---- forward and backward ----
+
+template <typename T>
+static zinf_status gather(cudaStream_t st, float *dst, const void *src, int ld, int off, int bh0, int nb, int seq,
+                          int NH, int hs) {
+    size_t n = (size_t)nb * seq * hs;
+    gather_heads_kernel<T><<<ew_blocks(n), EW_THREADS, 0, st>>>(dst, (const T *)src, ld, off, bh0, seq, NH, hs, n);
+    ZINF_CUDA_LAUNCHED("gather_heads_kernel");
+    return ZINF_OK;
+}
+
+template <typename T>
+static zinf_status scatter(cudaStream_t st, void *dst, const float *src, int ld, int off, int bh0, int nb, int seq,
+                           int NH, int hs) {
+    size_t n = (size_t)nb * seq * hs;
+    scatter_heads_kernel<T><<<ew_blocks(n), EW_THREADS, 0, st>>>((T *)dst, src, ld, off, bh0, seq, NH, hs, n);
+    ZINF_CUDA_LAUNCHED("scatter_heads_kernel");
+    return ZINF_OK;
+}
+
+template <typename T>
+static zinf_status attention_fwd_t(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a) {
+    att_plan p = att_plan_of(a->B, a->T, a->C, a->NH);
+    att_ws w;
+    att_layout(&p, a->ws, &w);
+    cudaStream_t st = cs->st;
+    int seq = a->T, C = a->C, NH = a->NH, hs = p.hs;
+    float scale = 1.0f / sqrtf((float)hs);
+    int64_t sh = (int64_t)p.head_elems, ss = (int64_t)p.score_elems;
+    float *y = w.dq; // the forward's output heads
+    for (int bh0 = 0; bh0 < p.BH; bh0 += p.chunk) {
+        int nb = p.BH - bh0 < p.chunk ? p.BH - bh0 : p.chunk;
+        ZINF_CHECK(gather<T>(st, w.q, a->qkv, 3 * C, 0, bh0, nb, seq, NH, hs));
+        ZINF_CHECK(gather<T>(st, w.k, a->qkv, 3 * C, C, bh0, nb, seq, NH, hs));
+        ZINF_CHECK(gather<T>(st, w.v, a->qkv, 3 * C, 2 * C, bh0, nb, seq, NH, hs));
+        // S = scale Q K^T: (seq x hs) (hs x seq)
+        ZINF_CHECK(head_gemm(cd, cs, false, true, seq, seq, hs, w.q, hs, sh, w.k, hs, sh, w.s, seq, ss, scale, nb));
+        softmax_fwd_kernel<<<(unsigned)nb * seq, ROW_THREADS, 0, st>>>(w.s, a->lse, bh0, seq);
+        ZINF_CUDA_LAUNCHED("softmax_fwd_kernel");
+        // Y = P V: (seq x seq) (seq x hs)
+        ZINF_CHECK(head_gemm(cd, cs, false, false, seq, hs, seq, w.s, seq, ss, w.v, hs, sh, y, hs, sh, 1.0f, nb));
+        ZINF_CHECK(scatter<T>(st, a->out, y, C, 0, bh0, nb, seq, NH, hs));
+    }
+    return ZINF_OK;
+}
+
+template <typename T>
+static zinf_status attention_bwd_t(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a) {
+    att_plan p = att_plan_of(a->B, a->T, a->C, a->NH);
+    att_ws w;
+    att_layout(&p, a->ws, &w);
+    cudaStream_t st = cs->st;
+    int seq = a->T, C = a->C, NH = a->NH, hs = p.hs;
+    float scale = 1.0f / sqrtf((float)hs);
+    int64_t sh = (int64_t)p.head_elems, ss = (int64_t)p.score_elems;
+    for (int bh0 = 0; bh0 < p.BH; bh0 += p.chunk) {
+        int nb = p.BH - bh0 < p.chunk ? p.BH - bh0 : p.chunk;
+        size_t ns = (size_t)nb * p.score_elems;
+        ZINF_CHECK(gather<T>(st, w.q, a->qkv, 3 * C, 0, bh0, nb, seq, NH, hs));
+        ZINF_CHECK(gather<T>(st, w.k, a->qkv, 3 * C, C, bh0, nb, seq, NH, hs));
+        ZINF_CHECK(gather<T>(st, w.v, a->qkv, 3 * C, 2 * C, bh0, nb, seq, NH, hs));
+        ZINF_CHECK(gather<T>(st, w.dy, a->dout, C, 0, bh0, nb, seq, NH, hs));
+        // P, recomputed: S = scale Q K^T, then exp(S - lse)
+        ZINF_CHECK(head_gemm(cd, cs, false, true, seq, seq, hs, w.q, hs, sh, w.k, hs, sh, w.s, seq, ss, scale, nb));
+        probs_kernel<<<ew_blocks(ns), EW_THREADS, 0, st>>>(w.s, a->lse, bh0, seq, ns);
+        ZINF_CUDA_LAUNCHED("probs_kernel");
+        // dV = P^T dY: (seq x seq)^T (seq x hs)
+        ZINF_CHECK(head_gemm(cd, cs, true, false, seq, hs, seq, w.s, seq, ss, w.dy, hs, sh, w.dv, hs, sh, 1.0f, nb));
+        // dP = dY V^T: (seq x hs) (hs x seq)
+        ZINF_CHECK(head_gemm(cd, cs, false, true, seq, seq, hs, w.dy, hs, sh, w.v, hs, sh, w.dp, seq, ss, 1.0f, nb));
+        dscores_kernel<<<(unsigned)nb * seq, ROW_THREADS, 0, st>>>(w.s, w.dp, seq);
+        ZINF_CUDA_LAUNCHED("dscores_kernel");
+        // dQ = scale dS K; dK = scale dS^T Q
+        ZINF_CHECK(head_gemm(cd, cs, false, false, seq, hs, seq, w.s, seq, ss, w.k, hs, sh, w.dq, hs, sh, scale, nb));
+        ZINF_CHECK(head_gemm(cd, cs, true, false, seq, hs, seq, w.s, seq, ss, w.q, hs, sh, w.dk, hs, sh, scale, nb));
+        ZINF_CHECK(scatter<T>(st, a->dqkv, w.dq, 3 * C, 0, bh0, nb, seq, NH, hs));
+        ZINF_CHECK(scatter<T>(st, a->dqkv, w.dk, 3 * C, C, bh0, nb, seq, NH, hs));
+        ZINF_CHECK(scatter<T>(st, a->dqkv, w.dv, 3 * C, 2 * C, bh0, nb, seq, NH, hs));
+    }
+    return ZINF_OK;
+}
+
+zinf_status cuda_attention_fwd(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a) {
+    if (a->B <= 0 || a->T <= 0 || a->C <= 0 || a->NH <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(a->dt, "attention_fwd", attention_fwd_t, cd, cs, a);
+}
+
+zinf_status cuda_attention_bwd(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a) {
+    if (a->B <= 0 || a->T <= 0 || a->C <= 0 || a->NH <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(a->dt, "attention_bwd", attention_bwd_t, cd, cs, a);
+}

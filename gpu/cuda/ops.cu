@@ -1,0 +1,515 @@
+// The CUDA backend's kernels besides the matrix product and the attention: the same
+// arithmetic as the host backend (gpu/host/ops.c, after llm.c's train_gpt2.c) on
+// storage of any type, loaded to fp32 and stored rounded to nearest even. Every
+// reduction runs in an order fixed by the sizes alone (no float atomics), so results
+// repeat bit for bit. The optimizer is cpu_adam's element functions (cpu_adam/
+// internal.h) with every operation spelled as its rounding intrinsic.
+#include "cuda_backend.h"
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
+
+// Column sums: a block of COL_X columns x COL_Y row phases. Thread (x, y) sums rows
+// y, y + COL_Y, ... in order, then thread (x, 0) adds the COL_Y partials in order.
+enum { COL_X = 32, COL_Y = 16 };
+
+static unsigned col_blocks(int cols) { return (unsigned)((cols + COL_X - 1) / COL_X); }
+
+// ---- bias gradient ----
+
+template <typename T> static __global__ void bias_grad_kernel(T *dbias, const T *dout, size_t rows, int cols) {
+    __shared__ float part[COL_Y][COL_X];
+    int j = blockIdx.x * COL_X + threadIdx.x;
+    float s = 0.0f;
+    if (j < cols)
+        for (size_t r = threadIdx.y; r < rows; r += COL_Y)
+            s += to_f32(dout[r * cols + j]);
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < cols) {
+        float t = part[0][threadIdx.x];
+        for (int y = 1; y < COL_Y; y++)
+            t += part[y][threadIdx.x];
+        store_f32(&dbias[j], to_f32(dbias[j]) + t);
+    }
+}
+
+template <typename T> static zinf_status bias_grad_t(cudaStream_t st, const op_elementwise *e) {
+    bias_grad_kernel<T>
+        <<<col_blocks(e->cols), dim3(COL_X, COL_Y), 0, st>>>((T *)e->out, (const T *)e->a, e->n, e->cols);
+    ZINF_CUDA_LAUNCHED("bias_grad_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_bias_grad(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+    if (e->n == 0 || e->cols <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "bias_grad", bias_grad_t, st, e);
+}
+
+// ---- layernorm ----
+// One block per row; biased variance, rstd = 1 / sqrtf(var + eps) (IEEE division and
+// square root: the build has no fast-math flags).
+
+template <typename T>
+static __global__ void __launch_bounds__(ROW_THREADS)
+    layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b, int C, float eps) {
+    __shared__ float red[ROW_THREADS / 32];
+    size_t r = blockIdx.x;
+    const T *xr = x + r * C;
+    T *o = out + r * C;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS)
+        s += to_f32(xr[i]);
+    float m = block_sum<ROW_THREADS>(s, red) / (float)C;
+    float v = 0.0f;
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+        float d = to_f32(xr[i]) - m;
+        v += d * d;
+    }
+    v = block_sum<ROW_THREADS>(v, red) / (float)C;
+    float rs = 1.0f / sqrtf(v + eps);
+    // Each thread writes only the elements it reads, after every read of the row's
+    // statistics: out may be x.
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS)
+        store_f32(&o[i], (to_f32(xr[i]) - m) * rs * to_f32(w[i]) + to_f32(b[i]));
+    if (threadIdx.x == 0) {
+        mean[r] = m;
+        rstd[r] = rs;
+    }
+}
+
+template <typename T> static zinf_status layernorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
+    layernorm_fwd_kernel<T><<<(unsigned)a->rows, ROW_THREADS, 0, st>>>((T *)a->out, a->mean, a->rstd, (const T *)a->x,
+                                                                       (const T *)a->w, (const T *)a->b, a->C, a->eps);
+    ZINF_CUDA_LAUNCHED("layernorm_fwd_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_layernorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {
+    if (a->rows <= 0 || a->C <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "layernorm_fwd", layernorm_fwd_t, st, a);
+}
+
+// dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = w * dout.
+template <typename T>
+static __global__ void __launch_bounds__(ROW_THREADS)
+    layernorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *mean, const float *rstd, int C) {
+    __shared__ float red[ROW_THREADS / 32];
+    size_t r = blockIdx.x;
+    const T *xr = x + r * C, *dr = dout + r * C;
+    T *dxr = dx + r * C;
+    float m = mean[r], rs = rstd[r];
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+        float norm = (to_f32(xr[i]) - m) * rs, dnorm = to_f32(w[i]) * to_f32(dr[i]);
+        s1 += dnorm;
+        s2 += dnorm * norm;
+    }
+    float dnorm_mean = block_sum<ROW_THREADS>(s1, red) / (float)C;
+    float dnorm_norm_mean = block_sum<ROW_THREADS>(s2, red) / (float)C;
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+        float norm = (to_f32(xr[i]) - m) * rs, dnorm = to_f32(w[i]) * to_f32(dr[i]);
+        store_f32(&dxr[i], to_f32(dxr[i]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs);
+    }
+}
+
+// dw[c] += sum_r norm[r][c] * dout[r][c], db[c] += sum_r dout[r][c]: column sums.
+template <typename T>
+static __global__ void layernorm_bwd_dwdb_kernel(T *dw, T *db, const T *dout, const T *x, const float *mean,
+                                                 const float *rstd, int rows, int C) {
+    __shared__ float pw[COL_Y][COL_X], pb[COL_Y][COL_X];
+    int j = blockIdx.x * COL_X + threadIdx.x;
+    float sw = 0.0f, sb = 0.0f;
+    if (j < C) {
+        for (int r = threadIdx.y; r < rows; r += COL_Y) {
+            size_t at = (size_t)r * C + j;
+            float d = to_f32(dout[at]), norm = (to_f32(x[at]) - mean[r]) * rstd[r];
+            sw += norm * d;
+            sb += d;
+        }
+    }
+    pw[threadIdx.y][threadIdx.x] = sw;
+    pb[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < C) {
+        float tw = pw[0][threadIdx.x], tb = pb[0][threadIdx.x];
+        for (int y = 1; y < COL_Y; y++) {
+            tw += pw[y][threadIdx.x];
+            tb += pb[y][threadIdx.x];
+        }
+        store_f32(&dw[j], to_f32(dw[j]) + tw);
+        store_f32(&db[j], to_f32(db[j]) + tb);
+    }
+}
+
+template <typename T> static zinf_status layernorm_bwd_t(cudaStream_t st, const op_layernorm *a) {
+    layernorm_bwd_dx_kernel<T><<<(unsigned)a->rows, ROW_THREADS, 0, st>>>(
+        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, a->C);
+    ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
+    layernorm_bwd_dwdb_kernel<T><<<col_blocks(a->C), dim3(COL_X, COL_Y), 0, st>>>(
+        (T *)a->dw, (T *)a->db, (const T *)a->dout, (const T *)a->x, a->mean, a->rstd, a->rows, a->C);
+    ZINF_CUDA_LAUNCHED("layernorm_bwd_dwdb_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_layernorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {
+    if (a->rows <= 0 || a->C <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "layernorm_bwd", layernorm_bwd_t, st, a);
+}
+
+// ---- GELU (tanh approximation) ----
+
+template <typename T> static __global__ void gelu_fwd_kernel(T *out, const T *x, size_t n) {
+    EW_LOOP(i, n) {
+        float v = to_f32(x[i]), cube = 0.044715f * v * v * v;
+        store_f32(&out[i], 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube))));
+    }
+}
+
+template <typename T> static __global__ void gelu_bwd_kernel(T *dx, const T *x, const T *dout, size_t n) {
+    EW_LOOP(i, n) {
+        float v = to_f32(x[i]), cube = 0.044715f * v * v * v;
+        float th = tanhf(GELU_SCALING_FACTOR * (v + cube));
+        float local =
+            0.5f * (1.0f + th) + v * 0.5f * (1.0f - th * th) * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
+        store_f32(&dx[i], local * to_f32(dout[i]));
+    }
+}
+
+template <typename T> static zinf_status gelu_fwd_t(cudaStream_t st, const op_elementwise *e) {
+    gelu_fwd_kernel<T><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((T *)e->out, (const T *)e->a, e->n);
+    ZINF_CUDA_LAUNCHED("gelu_fwd_kernel");
+    return ZINF_OK;
+}
+
+template <typename T> static zinf_status gelu_bwd_t(cudaStream_t st, const op_elementwise *e) {
+    gelu_bwd_kernel<T><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((T *)e->out, (const T *)e->a, (const T *)e->b, e->n);
+    ZINF_CUDA_LAUNCHED("gelu_bwd_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_gelu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+    if (e->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "gelu_fwd", gelu_fwd_t, st, e);
+}
+
+zinf_status cuda_gelu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+    if (e->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "gelu_bwd", gelu_bwd_t, st, e);
+}
+
+// ---- cross-entropy ----
+// One block per row: the maximum, the sum of exp(x - max), lse = max + log(sum); the
+// loss lse - x[target]; dlogits = (exp(x - lse) - onehot) * dscale. dlogits may be the
+// logits: every read of another thread's element happens before the reductions'
+// barriers, and the last pass has each thread read then write its own elements. A
+// target outside [0, V) gives a NaN loss and no one-hot instead of a stray read.
+
+template <typename T>
+static __global__ void __launch_bounds__(ROW_THREADS)
+    cross_entropy_kernel(float *losses, T *dlogits, const T *logits, const int32_t *targets, int V, float dscale) {
+    __shared__ float red[ROW_THREADS / 32];
+    size_t r = blockIdx.x;
+    const T *x = logits + r * V;
+    int tgt = targets[r];
+    bool valid = tgt >= 0 && tgt < V;
+    float x_tgt = valid ? to_f32(x[tgt]) : __int_as_float(0x7fc00000);
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += ROW_THREADS)
+        mx = fmaxf(mx, to_f32(x[i]));
+    mx = block_max<ROW_THREADS>(mx, red);
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += ROW_THREADS)
+        s += expf(to_f32(x[i]) - mx);
+    float lse = mx + logf(block_sum<ROW_THREADS>(s, red));
+    if (threadIdx.x == 0) losses[r] = lse - x_tgt;
+    if (!dlogits) return;
+    T *d = dlogits + r * V;
+    for (int i = threadIdx.x; i < V; i += ROW_THREADS) {
+        float p = expf(to_f32(x[i]) - lse);
+        store_f32(&d[i], (p - (i == tgt ? 1.0f : 0.0f)) * dscale);
+    }
+}
+
+template <typename T> static zinf_status cross_entropy_t(cudaStream_t st, const op_cross_entropy *a) {
+    cross_entropy_kernel<T><<<(unsigned)a->rows, ROW_THREADS, 0, st>>>(a->losses, (T *)a->dlogits, (const T *)a->logits,
+                                                                       a->targets, a->V, a->dscale);
+    ZINF_CUDA_LAUNCHED("cross_entropy_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_cross_entropy(cudaStream_t st, zinf_dtype dt, const op_cross_entropy *a) {
+    if (a->rows <= 0 || a->V <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "cross_entropy", cross_entropy_t, st, a);
+}
+
+// ---- embedding ----
+
+template <typename T>
+static __global__ void embedding_fwd_kernel(T *out, const int32_t *tok, const T *wte, const T *wpe, int seq, int C,
+                                            size_t n) {
+    EW_LOOP(i, n) {
+        size_t r = i / C, c = i % C, t = r % seq;
+        store_f32(&out[i], to_f32(wte[(size_t)tok[r] * C + c]) + to_f32(wpe[t * C + c]));
+    }
+}
+
+// dwte: one block per position of `order` (the positions sorted by token); the block
+// at the first position of each token's run sums the run's rows in order, channel by
+// channel, and adds the sum once. The same order as the host backend's.
+template <typename T>
+static __global__ void embedding_bwd_wte_kernel(T *dwte, const T *dout, const int32_t *tok, const int32_t *order, int N,
+                                                int C) {
+    int p = blockIdx.x;
+    int token = tok[order[p]];
+    if (p > 0 && tok[order[p - 1]] == token) return; // inside a run: its first block does it
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = 0.0f;
+        for (int q = p; q < N && tok[order[q]] == token; q++)
+            s += to_f32(dout[(size_t)order[q] * C + c]);
+        T *w = dwte + (size_t)token * C + c;
+        store_f32(w, to_f32(*w) + s);
+    }
+}
+
+// dwpe[t][c] += sum over b of dout[b][t][c], b in order.
+template <typename T> static __global__ void embedding_bwd_wpe_kernel(T *dwpe, const T *dout, int B, int seq, int C) {
+    size_t n = (size_t)seq * C;
+    EW_LOOP(i, n) {
+        float s = 0.0f;
+        for (int b = 0; b < B; b++)
+            s += to_f32(dout[(size_t)b * n + i]);
+        store_f32(&dwpe[i], to_f32(dwpe[i]) + s);
+    }
+}
+
+template <typename T> static zinf_status embedding_fwd_t(cudaStream_t st, const op_embedding *a) {
+    size_t n = (size_t)a->B * a->T * a->C;
+    embedding_fwd_kernel<T>
+        <<<ew_blocks(n), EW_THREADS, 0, st>>>((T *)a->out, a->tok, (const T *)a->wte, (const T *)a->wpe, a->T, a->C, n);
+    ZINF_CUDA_LAUNCHED("embedding_fwd_kernel");
+    return ZINF_OK;
+}
+
+template <typename T> static zinf_status embedding_bwd_t(cudaStream_t st, const op_embedding *a) {
+    int N = a->B * a->T;
+    if (a->dwte) {
+        embedding_bwd_wte_kernel<T>
+            <<<(unsigned)N, ROW_THREADS, 0, st>>>((T *)a->dwte, (const T *)a->dout, a->tok, a->order, N, a->C);
+        ZINF_CUDA_LAUNCHED("embedding_bwd_wte_kernel");
+    }
+    if (a->dwpe) {
+        embedding_bwd_wpe_kernel<T>
+            <<<ew_blocks((size_t)a->T * a->C), EW_THREADS, 0, st>>>((T *)a->dwpe, (const T *)a->dout, a->B, a->T, a->C);
+        ZINF_CUDA_LAUNCHED("embedding_bwd_wpe_kernel");
+    }
+    return ZINF_OK;
+}
+
+zinf_status cuda_embedding_fwd(cudaStream_t st, zinf_dtype dt, const op_embedding *a) {
+    if (a->B <= 0 || a->T <= 0 || a->C <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "embedding_fwd", embedding_fwd_t, st, a);
+}
+
+zinf_status cuda_embedding_bwd(cudaStream_t st, zinf_dtype dt, const op_embedding *a) {
+    if (a->B <= 0 || a->T <= 0 || a->C <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "embedding_bwd", embedding_bwd_t, st, a);
+}
+
+// ---- add, scale, cast ----
+
+template <typename T> static __global__ void add_kernel(T *out, const T *a, const T *b, size_t n) {
+    EW_LOOP(i, n) store_f32(&out[i], to_f32(a[i]) + to_f32(b[i]));
+}
+
+template <typename T> static __global__ void scale_kernel(T *x, float scale, size_t n) {
+    EW_LOOP(i, n) store_f32(&x[i], to_f32(x[i]) * scale);
+}
+
+template <typename D, typename S> static __global__ void cast_kernel(D *dst, const S *src, size_t n) {
+    EW_LOOP(i, n) store_f32(&dst[i], to_f32(src[i])); // widening to fp32 is exact: one rounding
+}
+
+template <typename T> static zinf_status add_t(cudaStream_t st, const op_elementwise *e) {
+    add_kernel<T><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((T *)e->out, (const T *)e->a, (const T *)e->b, e->n);
+    ZINF_CUDA_LAUNCHED("add_kernel");
+    return ZINF_OK;
+}
+
+template <typename T> static zinf_status scale_t(cudaStream_t st, const op_elementwise *e) {
+    scale_kernel<T><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((T *)e->out, e->scale, e->n);
+    ZINF_CUDA_LAUNCHED("scale_kernel");
+    return ZINF_OK;
+}
+
+template <typename D, typename S> static zinf_status cast_t(cudaStream_t st, const op_elementwise *e) {
+    cast_kernel<D, S><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((D *)e->out, (const S *)e->a, e->n);
+    ZINF_CUDA_LAUNCHED("cast_kernel");
+    return ZINF_OK;
+}
+
+template <typename D> static zinf_status cast_to(cudaStream_t st, const op_elementwise *e) {
+    switch (e->src_dt) {
+    case ZINF_DTYPE_F32: return cast_t<D, float>(st, e);
+    case ZINF_DTYPE_BF16: return cast_t<D, __nv_bfloat16>(st, e);
+    case ZINF_DTYPE_F16: return cast_t<D, __half>(st, e);
+    default: return cuda_bad_dtype(e->src_dt, "cast");
+    }
+}
+
+zinf_status cuda_add(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+    if (e->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "add", add_t, st, e);
+}
+
+zinf_status cuda_scale(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+    if (e->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "scale", scale_t, st, e);
+}
+
+zinf_status cuda_cast(cudaStream_t st, zinf_dtype dst_dt, const op_elementwise *e) {
+    if (e->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dst_dt, "cast", cast_to, st, e);
+}
+
+// ---- sum of squares ----
+// One block of SUMSQ_THREADS: thread t sums x[t], x[t + SUMSQ_THREADS], ... in that
+// order in fp64 (a float's square is exact in fp64), then the threads' sums are folded
+// in a fixed tree. The order depends on n alone. Loads go four at a time so that one
+// block keeps enough memory requests in flight.
+
+enum { SUMSQ_THREADS = 1024 };
+
+static __device__ __forceinline__ int not_finite(float v) { return (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u; }
+
+template <typename T>
+static __global__ void __launch_bounds__(SUMSQ_THREADS) sumsq_kernel(const T *x, size_t n, double *out) {
+    __shared__ double part[SUMSQ_THREADS];
+    __shared__ int bad[SUMSQ_THREADS];
+    int t = threadIdx.x;
+    double s = 0.0;
+    int nonfinite = 0;
+    size_t i = t;
+    for (; i + 3 * (size_t)SUMSQ_THREADS < n; i += 4 * (size_t)SUMSQ_THREADS) {
+        float v0 = to_f32(x[i]), v1 = to_f32(x[i + SUMSQ_THREADS]);
+        float v2 = to_f32(x[i + 2 * SUMSQ_THREADS]), v3 = to_f32(x[i + 3 * SUMSQ_THREADS]);
+        s = fma((double)v0, (double)v0, s);
+        s = fma((double)v1, (double)v1, s);
+        s = fma((double)v2, (double)v2, s);
+        s = fma((double)v3, (double)v3, s);
+        nonfinite |= not_finite(v0) | not_finite(v1) | not_finite(v2) | not_finite(v3);
+    }
+    for (; i < n; i += SUMSQ_THREADS) {
+        float v = to_f32(x[i]);
+        s = fma((double)v, (double)v, s);
+        nonfinite |= not_finite(v);
+    }
+    part[t] = s;
+    bad[t] = nonfinite;
+    __syncthreads();
+    for (int w = SUMSQ_THREADS / 2; w > 0; w >>= 1) {
+        if (t < w) {
+            part[t] += part[t + w];
+            bad[t] |= bad[t + w];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        out[0] = part[0];
+        out[1] = bad[0] ? 1.0 : 0.0;
+    }
+}
+
+template <typename T> static zinf_status sumsq_t(cudaStream_t st, const op_elementwise *e) {
+    sumsq_kernel<T><<<1, SUMSQ_THREADS, 0, st>>>((const T *)e->a, e->n, e->stats);
+    ZINF_CUDA_LAUNCHED("sumsq_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_sumsq(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+    // n == 0 still writes the two zeros.
+    CUDA_DT_SWITCH(dt, "sumsq", sumsq_t, st, e);
+}
+
+// ---- optimizer ----
+// adam_elem, adagrad_elem and lion_elem of cpu_adam/internal.h, operation for
+// operation. nvcc contracts a * b + c into an fma by default (--fmad=true), which
+// the host build forbids (-ffp-contract=off); the _rn intrinsics are never contracted,
+// so each operation rounds exactly where the C code rounds.
+
+static __device__ __forceinline__ float sign_of(float x) { return (float)((x > 0.0f) - (x < 0.0f)); } // 0 for NaN
+
+static __device__ __forceinline__ void adam_elem(const zinf_optim_consts &c, float &p, float &m, float &v, float g) {
+    if (c.scale != 1.0f) g = __fmul_rn(g, c.scale);
+    float x = __fmul_rn(p, c.decay);
+    if (c.l2 != 0.0f) g = __fmaf_rn(c.l2, x, g);
+    float mm = __fmaf_rn(c.b1c, __fsub_rn(g, m), m);
+    float vv = __fmaf_rn(__fmul_rn(c.b2c, g), g, __fmul_rn(v, c.b2));
+    float den = __fmaf_rn(__fsqrt_rn(vv), c.inv_bc2_sqrt, c.eps);
+    p = __fadd_rn(x, __fdiv_rn(__fmul_rn(c.neg_step, mm), den));
+    m = mm;
+    v = vv;
+}
+
+static __device__ __forceinline__ void adagrad_elem(const zinf_optim_consts &c, float &p, float &v, float g) {
+    if (c.scale != 1.0f) g = __fmul_rn(g, c.scale);
+    float x = p;
+    if (c.l2 != 0.0f) g = __fmaf_rn(c.l2, x, g);
+    float vv = __fmaf_rn(g, g, v);
+    float den = __fadd_rn(__fsqrt_rn(vv), c.eps);
+    p = __fadd_rn(x, __fdiv_rn(__fmul_rn(c.neg_step, g), den));
+    v = vv;
+}
+
+static __device__ __forceinline__ void lion_elem(const zinf_optim_consts &c, float &p, float &m, float g) {
+    if (c.scale != 1.0f) g = __fmul_rn(g, c.scale);
+    float x = __fmul_rn(p, c.decay);
+    float u = sign_of(__fmaf_rn(g, c.b1c, __fmul_rn(m, c.b1)));
+    p = __fmaf_rn(c.neg_step, u, x);
+    m = __fmaf_rn(g, c.b2c, __fmul_rn(m, c.b2));
+}
+
+// The arrays an optimizer does not use are not touched (they may be NULL).
+template <typename G> static __global__ void optim_kernel(zinf_optim_consts c, zinf_optim_tile t) {
+    const G *grad = (const G *)t.grad;
+    EW_LOOP(i, t.n) {
+        float g = to_f32(grad[i]), p = t.param[i];
+        switch (c.kind) {
+        case ZINF_OPTIM_ADAM:
+        case ZINF_OPTIM_ADAMW: {
+            float m = t.exp_avg[i], v = t.exp_avg_sq[i];
+            adam_elem(c, p, m, v, g);
+            t.exp_avg[i] = m;
+            t.exp_avg_sq[i] = v;
+            break;
+        }
+        case ZINF_OPTIM_ADAGRAD: {
+            float v = t.exp_avg_sq[i];
+            adagrad_elem(c, p, v, g);
+            t.exp_avg_sq[i] = v;
+            break;
+        }
+        case ZINF_OPTIM_LION: {
+            float m = t.exp_avg[i];
+            lion_elem(c, p, m, g);
+            t.exp_avg[i] = m;
+            break;
+        }
+        }
+        t.param[i] = p;
+        if (t.out_dtype == ZINF_DTYPE_BF16)
+            ((__nv_bfloat16 *)t.out)[i] = __float2bfloat16_rn(p);
+        else if (t.out_dtype == ZINF_DTYPE_F16)
+            ((__half *)t.out)[i] = __float2half_rn(p);
+    }
+}
+
+template <typename G> static zinf_status optim_t(cudaStream_t st, const op_optim *o) {
+    optim_kernel<G><<<ew_blocks(o->t.n), EW_THREADS, 0, st>>>(o->c, o->t);
+    ZINF_CUDA_LAUNCHED("optim_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_optim(cudaStream_t st, const op_optim *o) {
+    if (o->t.n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(o->t.grad_dtype, "optim", optim_t, st, o);
+}
