@@ -113,11 +113,10 @@ zinf_status zinf_device_alloc(zinf_device *d, size_t bytes, const char *what, vo
         }
         return st;
     }
-    e->next = d->allocs;
-    d->allocs = e;
     d->mem.allocations++;
     if (d->mem.in_use > d->mem.peak) d->mem.peak = d->mem.in_use;
     pthread_mutex_unlock(&d->lock);
+    entry_push(d, e);
     *out = p;
     return ZINF_OK;
 }

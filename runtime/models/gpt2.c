@@ -230,10 +230,10 @@ const zinf_model_op *zinf_model_schedule(const zinf_model *m, bool backward, int
 
 // ---- batches ----
 
-static const int32_t *sort_tok;
-static int by_token(const void *a, const void *b) {
+static int by_token(const void *a, const void *b, void *tok) {
+    const int32_t *t = tok;
     int x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (sort_tok[x] != sort_tok[y]) return sort_tok[x] < sort_tok[y] ? -1 : 1;
+    if (t[x] != t[y]) return t[x] < t[y] ? -1 : 1;
     return (x > y) - (x < y); // stable: equal tokens keep position order
 }
 
@@ -252,8 +252,7 @@ zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *t
     memcpy(m->h_tok, tokens, (size_t)n * sizeof *tokens);
     for (int i = 0; i < n; i++)
         m->h_order[i] = i;
-    sort_tok = m->h_tok; // qsort has no context argument in C11; batches are set from one thread
-    qsort(m->h_order, (size_t)n, sizeof *m->h_order, by_token);
+    qsort_r(m->h_order, (size_t)n, sizeof *m->h_order, by_token, m->h_tok);
     ZINF_CHECK(zinf_copy_async(s, m->tok, m->h_tok, (size_t)n * 4, ZINF_COPY_H2D));
     ZINF_CHECK(zinf_copy_async(s, m->targets, targets, (size_t)n * 4, ZINF_COPY_H2D));
     ZINF_CHECK(zinf_copy_async(s, m->order, m->h_order, (size_t)n * 4, ZINF_COPY_H2D));
