@@ -152,9 +152,9 @@ int cli_eval(int argc, char **argv) {
     if (zinf_tokens_open(&tok, data, e.format) != ZINF_OK) return cli_fail("eval", CLI_FAIL);
     int64_t nw = zinf_tokens_windows(tok, e.seq_len);
     if (nw == 0) {
+        long long n = (long long)zinf_tokens_count(tok);
         zinf_tokens_close(tok);
-        return cli_usage("eval", "%s: %lld tokens hold no window of %d + 1", data,
-                         (long long)zinf_tokens_count(tok), e.seq_len);
+        return cli_usage("eval", "%s: %lld tokens hold no window of %d + 1", data, n, e.seq_len);
     }
     int batch = nw < e.batch ? (int)nw : e.batch;
     evaluator ev = {0};

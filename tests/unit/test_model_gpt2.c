@@ -70,6 +70,15 @@ static void load_fixture(fixture *fx) {
     fclose(f);
 }
 
+static void free_fixture(fixture *fx) {
+    for (int r = 0; r < 2; r++) {
+        for (uint32_t i = 0; i < fx->np; i++)
+            free(fx->grads[r][i]);
+        free(fx->grads[r]), free(fx->logits[r]);
+    }
+    free(fx->tok), free(fx->tgt), free(fx->names), free(fx->numel);
+}
+
 static float as_f32(zinf_dtype dt, const void *p, size_t i) {
     return dt == ZINF_DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
@@ -335,5 +344,6 @@ int main(void) {
     test_fp32(&fx);
     test_bf16(&fx);
     test_bad_files(&fx);
+    free_fixture(&fx);
     return check_exit("test_model_gpt2");
 }
