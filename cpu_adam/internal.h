@@ -18,19 +18,9 @@ bool cpu_core_of(long cpu, long *package, long *core);
 // Gradients are summed in blocks of this many elements, each in 16 fp64 lanes.
 enum { STATS_BLOCK = 1 << 16, STATS_LANES = 16 };
 
-static inline float grad_at(const void *g, zinf_dtype dt, size_t i) {
-    switch (dt) {
-    case ZINF_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)g)[i]);
-    case ZINF_DTYPE_F16: return f16_to_f32(((const uint16_t *)g)[i]);
-    default: return ((const float *)g)[i];
-    }
-}
-
+// The 16-bit copy of an updated weight; none when dt is NONE.
 static inline void out_at(void *out, zinf_dtype dt, size_t i, float x) {
-    if (dt == ZINF_DTYPE_BF16)
-        ((uint16_t *)out)[i] = f32_to_bf16(x);
-    else if (dt == ZINF_DTYPE_F16)
-        ((uint16_t *)out)[i] = f32_to_f16(x);
+    if (dt != ZINF_DTYPE_NONE) dt_store(out, dt, i, x);
 }
 
 // ---- the element updates: the definition every SIMD path reproduces ----

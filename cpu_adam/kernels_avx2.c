@@ -75,7 +75,7 @@ double sumsq_avx2(const void *g, zinf_dtype dt, size_t n) {
     for (int k = 0; k < 4; k++)
         _mm256_storeu_pd(lanes + 4 * k, acc[k]);
     for (size_t j = 0; i < n; i++, j++) {
-        double x = grad_at(g, dt, i);
+        double x = dt_load(g, dt, i);
         lanes[j] = fma(x, x, lanes[j]);
     }
     return fold_lanes(lanes);

@@ -73,7 +73,7 @@ double sumsq_avx512(const void *g, zinf_dtype dt, size_t n) {
     _mm512_storeu_pd(lanes, acc[0]);
     _mm512_storeu_pd(lanes + 8, acc[1]);
     for (size_t j = 0; i < n; i++, j++) {
-        double x = grad_at(g, dt, i);
+        double x = dt_load(g, dt, i);
         lanes[j] = fma(x, x, lanes[j]);
     }
     return fold_lanes(lanes);

@@ -4,7 +4,7 @@
 
 void optim_scalar(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; i++) {
-        float g = grad_at(t->grad, t->grad_dtype, i);
+        float g = dt_load(t->grad, t->grad_dtype, i);
         switch (c->kind) {
         case ZINF_OPTIM_ADAM:
         case ZINF_OPTIM_ADAMW: adam_elem(c, &t->param[i], &t->exp_avg[i], &t->exp_avg_sq[i], g); break;
@@ -18,7 +18,7 @@ void optim_scalar(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t l
 double sumsq_scalar(const void *g, zinf_dtype dt, size_t n) {
     double lanes[STATS_LANES] = {0};
     for (size_t i = 0; i < n; i++) {
-        double x = grad_at(g, dt, i);
+        double x = dt_load(g, dt, i);
         lanes[i % STATS_LANES] = fma(x, x, lanes[i % STATS_LANES]);
     }
     return fold_lanes(lanes);

@@ -48,7 +48,7 @@ static zinf_status gemm_one(const zinf_gemm_args *g, const void *a, const void *
         float *row = fc + (size_t)i * g->n;
         if (g->bias)
             for (int j = 0; j < g->n; j++)
-                row[j] += ld(g->bias, g->dt, (size_t)j);
+                row[j] += dt_load(g->bias, g->dt, (size_t)j);
         st_row(c, g->dt, (size_t)i * g->ldc, row, (size_t)g->n);
     }
     return ZINF_OK;

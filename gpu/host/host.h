@@ -21,22 +21,6 @@ void host_scratch_free(host_scratch *s);
 zinf_status host_run_op(const op_record *op, host_scratch *s);
 zinf_status host_gemm(const zinf_gemm_args *g, host_scratch *s);
 
-static inline float ld(const void *p, zinf_dtype dt, size_t i) {
-    switch (dt) {
-    case ZINF_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
-    case ZINF_DTYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
-static inline void st(void *p, zinf_dtype dt, size_t i, float v) {
-    switch (dt) {
-    case ZINF_DTYPE_BF16: ((uint16_t *)p)[i] = f32_to_bf16(v); break;
-    case ZINF_DTYPE_F16: ((uint16_t *)p)[i] = f32_to_f16(v); break;
-    default: ((float *)p)[i] = v;
-    }
-}
-
 // n values from p (element offset at) into fp32 out.
 static inline void ld_row(float *out, const void *p, zinf_dtype dt, size_t at, size_t n) {
     if (dt == ZINF_DTYPE_F32) {
@@ -44,7 +28,7 @@ static inline void ld_row(float *out, const void *p, zinf_dtype dt, size_t at, s
         return;
     }
     for (size_t i = 0; i < n; i++)
-        out[i] = ld(p, dt, at + i);
+        out[i] = dt_load(p, dt, at + i);
 }
 
 static inline void st_row(void *p, zinf_dtype dt, size_t at, const float *v, size_t n) {
@@ -53,7 +37,7 @@ static inline void st_row(void *p, zinf_dtype dt, size_t at, const float *v, siz
         return;
     }
     for (size_t i = 0; i < n; i++)
-        st(p, dt, at + i, v[i]);
+        dt_store(p, dt, at + i, v[i]);
 }
 
 #endif

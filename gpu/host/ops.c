@@ -30,7 +30,7 @@ void host_scratch_free(host_scratch *s) {
 // dst[i] += v[i] in dt, each element rounded once.
 static void add_row(void *dst, zinf_dtype dt, size_t at, const float *v, size_t n) {
     for (size_t i = 0; i < n; i++)
-        st(dst, dt, at + i, ld(dst, dt, at + i) + v[i]);
+        dt_store(dst, dt, at + i, dt_load(dst, dt, at + i) + v[i]);
 }
 
 #define SCRATCH(var, slot, n)                                                                                          \
@@ -108,18 +108,18 @@ static zinf_status layernorm_bwd(zinf_dtype dt, const op_layernorm *a, host_scra
 
 static void gelu_fwd(zinf_dtype dt, const op_elementwise *a) {
     for (size_t i = 0; i < a->n; i++) {
-        float x = ld(a->a, dt, i), cube = 0.044715f * x * x * x;
-        st(a->out, dt, i, 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
+        float x = dt_load(a->a, dt, i), cube = 0.044715f * x * x * x;
+        dt_store(a->out, dt, i, 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
     }
 }
 
 static void gelu_bwd(zinf_dtype dt, const op_elementwise *a) {
     for (size_t i = 0; i < a->n; i++) {
-        float x = ld(a->a, dt, i), cube = 0.044715f * x * x * x;
+        float x = dt_load(a->a, dt, i), cube = 0.044715f * x * x * x;
         float th = tanhf(GELU_SCALING_FACTOR * (x + cube));
         float local = 0.5f * (1.0f + th) +
                       x * 0.5f * (1.0f - th * th) * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-        st(a->out, dt, i, local * ld(a->b, dt, i));
+        dt_store(a->out, dt, i, local * dt_load(a->b, dt, i));
     }
 }
 
@@ -342,15 +342,15 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
     case OP_EMBEDDING_BWD: return embedding_bwd(dt, &op->u.emb, s);
     case OP_ADD:
         for (size_t i = 0; i < e->n; i++)
-            st(e->out, dt, i, ld(e->a, dt, i) + ld(e->b, dt, i));
+            dt_store(e->out, dt, i, dt_load(e->a, dt, i) + dt_load(e->b, dt, i));
         return ZINF_OK;
     case OP_SCALE:
         for (size_t i = 0; i < e->n; i++)
-            st(e->out, dt, i, ld(e->out, dt, i) * e->scale);
+            dt_store(e->out, dt, i, dt_load(e->out, dt, i) * e->scale);
         return ZINF_OK;
     case OP_CAST:
         for (size_t i = 0; i < e->n; i++)
-            st(e->out, dt, i, ld(e->a, e->src_dt, i));
+            dt_store(e->out, dt, i, dt_load(e->a, e->src_dt, i));
         return ZINF_OK;
     case OP_SUMSQ: {
         zinf_grad_stats gs;

@@ -1,11 +1,13 @@
 // zinf internals: fp32 <-> bf16 / fp16 conversions in plain C, rounding to nearest even
 // and keeping NaN a NaN, bit for bit as F16C and the CUDA intrinsics convert finite
-// values. Shared by cpu_adam's kernels and the host device backend.
+// values. Shared by cpu_adam's kernels, the host device backend and the weights files.
 #ifndef ZINF_HALF_H
 #define ZINF_HALF_H
 
 #include <stdint.h>
 #include <string.h>
+
+#include "zinf_base.h"
 
 static inline uint32_t f32_bits(float x) {
     uint32_t b;
@@ -49,6 +51,24 @@ static inline uint16_t f32_to_f16(float x) {
         return (uint16_t)(sign | (f32_bits(r) - 0x3f000000));
     }
     return (uint16_t)(sign | ((a - 0x38000000 + 0xfff + ((a >> 13) & 1)) >> 13));
+}
+
+// Element i of p, stored as dt (F32, BF16 or F16), as a float; and the reverse,
+// rounding to nearest even.
+static inline float dt_load(const void *p, zinf_dtype dt, size_t i) {
+    switch (dt) {
+    case ZINF_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+    case ZINF_DTYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+static inline void dt_store(void *p, zinf_dtype dt, size_t i, float v) {
+    switch (dt) {
+    case ZINF_DTYPE_BF16: ((uint16_t *)p)[i] = f32_to_bf16(v); break;
+    case ZINF_DTYPE_F16: ((uint16_t *)p)[i] = f32_to_f16(v); break;
+    default: ((float *)p)[i] = v;
+    }
 }
 
 #endif

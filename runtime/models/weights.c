@@ -8,25 +8,13 @@
 #include "gpt2_internal.h"
 #include "zinf_half.h"
 
-static float get(const void *p, zinf_dtype dt, size_t i) {
-    if (dt == ZINF_DTYPE_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
-    if (dt == ZINF_DTYPE_F16) return f16_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-static void put(void *p, zinf_dtype dt, size_t i, float v) {
-    if (dt == ZINF_DTYPE_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v);
-    else if (dt == ZINF_DTYPE_F16) ((uint16_t *)p)[i] = f32_to_f16(v);
-    else ((float *)p)[i] = v;
-}
-
 static void convert(void *dst, zinf_dtype ddt, const void *src, zinf_dtype sdt, size_t n) {
     if (ddt == sdt) {
         memcpy(dst, src, n * zinf_dtype_size(ddt));
         return;
     }
     for (size_t i = 0; i < n; i++)
-        put(dst, ddt, i, get(src, sdt, i));
+        dt_store(dst, ddt, i, dt_load(src, sdt, i));
 }
 
 // The parameter named name (prefix already removed), or NULL.

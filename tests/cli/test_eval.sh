@@ -41,6 +41,22 @@ assert abs(o["loss"] - float(sys.argv[2])) <= 1e-5 * float(sys.argv[2]), o
 PY
 done
 
+# The same tokens behind an llm.c header (magic 20240520, version 1, count) give the
+# same loss; a header that claims more tokens than the file holds is refused.
+python3 - "$R/gpt2.tokens" "$tmp/llmc.bin" "$tmp/llmc-bad.bin" <<'PY'
+import struct, sys
+tok = open(sys.argv[1], "rb").read()
+for path, count in ((sys.argv[2], len(tok) // 2), (sys.argv[3], len(tok) // 2 + 1)):
+    open(path, "wb").write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)) + tok)
+PY
+expect 0 "$Z" eval --model "$R/gpt2.safetensors" --data "$tmp/llmc.bin" --config "$tmp/cfg.json" --json
+python3 -c "
+import json, sys; o = json.loads(open(sys.argv[1]).read())
+assert o['tokens'] == int(sys.argv[3]) and abs(o['loss'] - float(sys.argv[2])) <= 1e-5 * float(sys.argv[2]), o
+" "$tmp/out" "$want_loss" "$want_tokens" || fail "llm.c token file: $(cat "$tmp/out")"
+expect 1 "$Z" eval --model "$R/gpt2.safetensors" --data "$tmp/llmc-bad.bin" --config "$tmp/cfg.json"
+grep -q "llm.c header (version 1) says" "$tmp/err" || fail "bad llm.c header: $(cat "$tmp/err")"
+
 # bf16: within torch's bf16 error of the fp32 loss, far from it would mean a bug.
 config '"bf16": {"enabled": true},'
 expect 0 "$Z" eval --model "$R/gpt2.safetensors" --data "$R/gpt2.tokens" --config "$tmp/cfg.json"

@@ -35,20 +35,10 @@ static float *randv(zinf_dtype dt, size_t n, double scale) {
 }
 
 static void *pack(zinf_dtype dt, const float *v, size_t n) {
-    size_t es = zinf_dtype_size(dt);
-    char *p = malloc(n * es);
-    for (size_t i = 0; i < n; i++) {
-        if (dt == ZINF_DTYPE_F32) ((float *)p)[i] = v[i];
-        else if (dt == ZINF_DTYPE_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v[i]);
-        else ((uint16_t *)p)[i] = f32_to_f16(v[i]);
-    }
+    char *p = malloc(n * zinf_dtype_size(dt));
+    for (size_t i = 0; i < n; i++)
+        dt_store(p, dt, i, v[i]);
     return p;
-}
-
-static float unpack1(zinf_dtype dt, const void *p, size_t i) {
-    if (dt == ZINF_DTYPE_F32) return ((const float *)p)[i];
-    if (dt == ZINF_DTYPE_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
-    return f16_to_f32(((const uint16_t *)p)[i]);
 }
 
 static void *dev_of(zinf_dtype dt, const float *v, size_t n) {
@@ -81,7 +71,7 @@ static void compare(const char *what, zinf_dtype dt, const void *d, const double
     double rtol = rtol_of(dt), worst = 0;
     size_t bad = 0, at = 0;
     for (size_t i = 0; i < n; i++) {
-        double a = unpack1(dt, h, i), err = fabs(a - ref[i]), lim = rtol * (fabs(ref[i]) + rms);
+        double a = dt_load(h, dt, i), err = fabs(a - ref[i]), lim = rtol * (fabs(ref[i]) + rms);
         if (!(err <= lim)) {
             if (!bad) at = i;
             bad++;
@@ -89,7 +79,7 @@ static void compare(const char *what, zinf_dtype dt, const void *d, const double
         if (err / (fabs(ref[i]) + rms) > worst || isnan(err)) worst = isnan(err) ? INFINITY : err / (fabs(ref[i]) + rms);
     }
     CHECK(bad == 0, "%s %s: %zu of %zu elements off, first at %zu: %g vs %g (worst rel %.3g, rtol %.3g)", what,
-          zinf_dtype_name(dt), bad, n, at, unpack1(dt, h, at), ref[at], worst, rtol);
+          zinf_dtype_name(dt), bad, n, at, dt_load(h, dt, at), ref[at], worst, rtol);
     free(h);
 }
 

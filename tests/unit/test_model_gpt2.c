@@ -79,15 +79,11 @@ static void free_fixture(fixture *fx) {
     free(fx->tok), free(fx->tgt), free(fx->names), free(fx->numel);
 }
 
-static float as_f32(zinf_dtype dt, const void *p, size_t i) {
-    return dt == ZINF_DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
 // max |a - ref| / max |ref| over a tensor: its error relative to its own scale.
 static double rel_err(zinf_dtype dt, const void *a, const float *ref, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
-        double e = fabs(as_f32(dt, a, i) - ref[i]);
+        double e = fabs(dt_load(a, dt, i) - ref[i]);
         num = isnan(e) || e > num ? (isnan(e) ? INFINITY : e) : num;
         den = fmax(den, fabs(ref[i]));
     }
