@@ -1,0 +1,290 @@
+// The communicator's front end: create/destroy, argument checks, the single-rank
+// paths, and the deterministic sums. A backend only moves bytes (alltoall, allgather,
+// bcast, barrier); every sum is formed here, x_0 + x_1 + ... + x_{W-1} left to right in
+// the element's type, so all ranks get the same bits as a sequential sum over ranks.
+// reduce-scatter = alltoall of blocks + local sum; allreduce = reduce-scatter +
+// allgather (the bandwidth-optimal pair, as in NCCL's ring, without its order drift).
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "internal.h"
+
+// ---- create / destroy ----
+
+zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeout_s) {
+    if (!out) return zinf_fail(ZINF_ERR_INVAL, "comm: out is NULL");
+    *out = NULL;
+    if (!(timeout_s >= 0) || isinf(timeout_s))
+        return zinf_fail(ZINF_ERR_INVAL, "comm: timeout_s %g is not a number of seconds >= 0 (0: %g s)", timeout_s,
+                         COMM_DEFAULT_TIMEOUT_S);
+    if (kind != ZINF_COMM_AUTO && kind != ZINF_COMM_SINGLE && kind != ZINF_COMM_MPI)
+        return zinf_fail(ZINF_ERR_INVAL, "comm: kind %d is not auto, single or mpi", (int)kind);
+    if (kind == ZINF_COMM_AUTO) {
+        int rank, world;
+        zinf_launcher_rank(&rank, &world);
+#ifdef ZINF_HAVE_MPI
+        kind = world > 1 ? ZINF_COMM_MPI : ZINF_COMM_SINGLE;
+#else
+        // Each rank would train alone on its own data: say so loudly, it is rarely meant.
+        if (world > 1)
+            ZINF_LOG_WARN("comm: the launcher started %d ranks but this build has no MPI; rank %d runs alone", world,
+                          rank);
+        kind = ZINF_COMM_SINGLE;
+#endif
+    }
+
+    zinf_comm *c = calloc(1, sizeof *c);
+    if (!c) return zinf_fail(ZINF_ERR_NOMEM, "comm: out of memory for the communicator");
+    c->rank = 0;
+    c->size = 1;
+    c->timeout_s = timeout_s > 0 ? timeout_s : COMM_DEFAULT_TIMEOUT_S;
+    c->chunk_bytes = COMM_DEFAULT_CHUNK;
+    c->scratch_max = COMM_DEFAULT_SCRATCH;
+    pthread_mutex_init(&c->lock, NULL);
+    if (kind == ZINF_COMM_MPI) {
+        c->ops = &zinf_comm_mpi_ops;
+        zinf_status st = c->ops->open(c);
+        if (st != ZINF_OK) {
+            pthread_mutex_destroy(&c->lock);
+            free(c);
+            return st;
+        }
+        zinf_log_set_rank(c->rank, c->size);
+    }
+    *out = c;
+    return ZINF_OK;
+}
+
+// After a failure the timed-out transfer stays pending in MPI, pointing at the
+// caller's buffers and the scratch; nothing drives MPI for this communicator again,
+// and the process is expected to exit, so both are freed as usual.
+void zinf_comm_destroy(zinf_comm *c) {
+    if (!c) return;
+    if (c->ops) c->ops->close(c);
+    free(c->scratch);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+int zinf_comm_rank(const zinf_comm *c) { return c ? c->rank : 0; }
+int zinf_comm_size(const zinf_comm *c) { return c ? c->size : 1; }
+const char *zinf_comm_name(const zinf_comm *c) { return !c ? "none" : c->ops ? c->ops->name : "single"; }
+
+// ---- helpers ----
+
+static const char *name(const zinf_comm *c) { return c->ops ? c->ops->name : "single"; }
+
+// Take the communicator for one collective; a failed one refuses at once, since the
+// ranks no longer agree on which call comes next.
+static zinf_status enter(zinf_comm *c, const char *op) {
+    pthread_mutex_lock(&c->lock);
+    if (!c->failed) return ZINF_OK;
+    pthread_mutex_unlock(&c->lock);
+    return zinf_fail(ZINF_ERR_COMM, "comm %s: %s refused: this communicator failed earlier: %s", name(c), op,
+                     c->failure);
+}
+
+static zinf_status leave(zinf_comm *c, zinf_status st) {
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+// A backend failure is final (see enter); keep its text for the refusals.
+static zinf_status moved(zinf_comm *c, zinf_status st) {
+    if (st != ZINF_OK && !c->failed) {
+        c->failed = true;
+        snprintf(c->failure, sizeof c->failure, "%s", zinf_last_error());
+    }
+    return st;
+}
+
+// Scratch for the reduce paths, kept between calls (about scratch_max at most). A
+// failed communicator refuses every call, so scratch a timed-out transfer points into
+// is never reallocated under it.
+static zinf_status scratch(zinf_comm *c, const char *op, size_t bytes, void **out) {
+    if (bytes > c->scratch_bytes) {
+        free(c->scratch);
+        c->scratch_bytes = 0;
+        c->scratch = malloc(bytes);
+        if (!c->scratch) {
+            char sz[32];
+            return zinf_fail(ZINF_ERR_NOMEM, "comm %s: %s: out of memory for %s of scratch", name(c), op,
+                             zinf_size_format(bytes, sz, sizeof sz));
+        }
+        c->scratch_bytes = bytes;
+    }
+    *out = c->scratch;
+    return ZINF_OK;
+}
+
+// Elements each rank contributes per round of a reduce path: W of them fill scratch.
+static size_t per_round(const zinf_comm *c, size_t elem) {
+    size_t s = c->scratch_max / ((size_t)c->size * elem);
+    if (s > c->chunk_bytes / elem) s = c->chunk_bytes / elem;
+    return s ? s : 1;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
+// dst[j] = src[j] + src[m + j] + ... + src[(w - 1) * m + j], left to right.
+static void sum_f32(float *dst, const float *src, size_t m, int w) {
+    memcpy(dst, src, m * sizeof *dst);
+    for (int k = 1; k < w; k++) {
+        const float *s = src + (size_t)k * m;
+        for (size_t j = 0; j < m; j++)
+            dst[j] += s[j];
+    }
+}
+
+static void sum_f64(double *dst, const double *src, size_t m, int w) {
+    memcpy(dst, src, m * sizeof *dst);
+    for (int k = 1; k < w; k++) {
+        const double *s = src + (size_t)k * m;
+        for (size_t j = 0; j < m; j++)
+            dst[j] += s[j];
+    }
+}
+
+#define NO_COMM(op) zinf_fail(ZINF_ERR_INVAL, "comm %s: c is NULL", op)
+#define NULL_ARG(c, op, arg, n)                                                                                        \
+    zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: " #arg " is NULL with " #n " %zu", name(c), op, (size_t)(n))
+
+// ---- collectives ----
+
+zinf_status zinf_comm_reduce_scatter_f32(zinf_comm *c, const float *in, float *out, size_t count) {
+    static const char op[] = "reduce_scatter_f32";
+    if (!c) return NO_COMM(op);
+    const size_t W = (size_t)c->size;
+    if (count > SIZE_MAX / sizeof(float) / W)
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: count %zu for %zu ranks overflows", name(c), op, count, W);
+    if (count && !in) return NULL_ARG(c, op, in, count);
+    if (count && !out) return NULL_ARG(c, op, out, count);
+    // out may be this rank's block of in: each round overwrites only what it has sent.
+    if (count && out != in + (size_t)c->rank * count && overlap(in, W * count * 4, out, count * 4))
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: out overlaps in without being in + rank * count", name(c), op);
+    ZINF_CHECK(enter(c, op));
+    zinf_status st = ZINF_OK;
+    if (!c->ops) {
+        if (count && out != in) memcpy(out, in, count * sizeof *out);
+        return leave(c, st);
+    }
+    const size_t s = per_round(c, sizeof(float));
+    float *sc = NULL;
+    if (count) st = scratch(c, op, W * min_size(s, count) * sizeof(float), (void **)&sc);
+    for (size_t o = 0, m; st == ZINF_OK && o < count; o += m) {
+        m = min_size(s, count - o);
+        st = moved(c, c->ops->alltoall(c, op, in + o, count * sizeof(float), sc, m * sizeof(float)));
+        if (st == ZINF_OK) sum_f32(out + o, sc, m, c->size);
+    }
+    return leave(c, st);
+}
+
+// Rounds of W blocks of m floats: rank r sums block r, then all gather the sums in
+// place. The n % W floats left after the last whole round are gathered and summed by
+// everyone, which costs one small round instead of a padded copy of buf.
+zinf_status zinf_comm_allreduce_f32(zinf_comm *c, float *buf, size_t n) {
+    static const char op[] = "allreduce_f32";
+    if (!c) return NO_COMM(op);
+    if (n && !buf) return NULL_ARG(c, op, buf, n);
+    if (n > SIZE_MAX / sizeof(float) / (size_t)c->size)
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: n %zu is too large", name(c), op, n);
+    ZINF_CHECK(enter(c, op));
+    zinf_status st = ZINF_OK;
+    if (!c->ops || n == 0) return leave(c, st);
+    const size_t W = (size_t)c->size, s = per_round(c, sizeof(float)), tail = n % W;
+    size_t most = min_size(s, n / W);
+    if (tail > most) most = tail;
+    float *sc;
+    st = scratch(c, op, W * most * sizeof(float), (void **)&sc);
+    size_t o = 0;
+    while (st == ZINF_OK && n - o >= W) {
+        size_t m = min_size(s, (n - o) / W), len = m * sizeof(float);
+        st = moved(c, c->ops->alltoall(c, op, buf + o, len, sc, len));
+        if (st != ZINF_OK) break;
+        // The alltoall has completed, so this rank's block of buf may take the sum.
+        sum_f32(buf + o + (size_t)c->rank * m, sc, m, c->size);
+        st = moved(c, c->ops->allgather(c, op, NULL, buf + o, len, len));
+        o += m * W;
+    }
+    if (st == ZINF_OK && o < n) {
+        size_t len = (n - o) * sizeof(float);
+        st = moved(c, c->ops->allgather(c, op, buf + o, sc, len, len));
+        if (st == ZINF_OK) sum_f32(buf + o, sc, n - o, c->size);
+    }
+    return leave(c, st);
+}
+
+// Small arrays (losses, norms, flags): gather everything and sum locally.
+zinf_status zinf_comm_allreduce_f64(zinf_comm *c, double *buf, size_t n) {
+    static const char op[] = "allreduce_f64";
+    if (!c) return NO_COMM(op);
+    if (n && !buf) return NULL_ARG(c, op, buf, n);
+    ZINF_CHECK(enter(c, op));
+    zinf_status st = ZINF_OK;
+    if (!c->ops || n == 0) return leave(c, st);
+    const size_t s = per_round(c, sizeof(double));
+    double *sc;
+    st = scratch(c, op, (size_t)c->size * min_size(s, n) * sizeof(double), (void **)&sc);
+    for (size_t o = 0, m; st == ZINF_OK && o < n; o += m) {
+        m = min_size(s, n - o);
+        size_t len = m * sizeof(double);
+        st = moved(c, c->ops->allgather(c, op, buf + o, sc, len, len));
+        if (st == ZINF_OK) sum_f64(buf + o, sc, m, c->size);
+    }
+    return leave(c, st);
+}
+
+zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t bytes) {
+    static const char op[] = "allgather";
+    if (!c) return NO_COMM(op);
+    const size_t W = (size_t)c->size;
+    if (bytes > SIZE_MAX / W)
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: %zu bytes for %zu ranks overflows", name(c), op, bytes, W);
+    if (bytes && !in) return NULL_ARG(c, op, in, bytes);
+    if (bytes && !out) return NULL_ARG(c, op, out, bytes);
+    bool in_place = bytes && in == (const char *)out + (size_t)c->rank * bytes;
+    if (!in_place && overlap(in, bytes, out, W * bytes))
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: in overlaps out without being out + rank * bytes", name(c), op);
+    ZINF_CHECK(enter(c, op));
+    zinf_status st = ZINF_OK;
+    if (!c->ops) {
+        if (bytes && !in_place) memcpy(out, in, bytes);
+        return leave(c, st);
+    }
+    for (size_t o = 0, len; st == ZINF_OK && o < bytes; o += len) {
+        len = min_size(c->chunk_bytes, bytes - o);
+        st = moved(c, c->ops->allgather(c, op, in_place ? NULL : (const char *)in + o, (char *)out + o, bytes, len));
+    }
+    return leave(c, st);
+}
+
+zinf_status zinf_comm_broadcast(zinf_comm *c, void *buf, size_t bytes, int root) {
+    static const char op[] = "broadcast";
+    if (!c) return NO_COMM(op);
+    if (root < 0 || root >= c->size)
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: root %d is not a rank (0..%d)", name(c), op, root, c->size - 1);
+    if (bytes && !buf) return NULL_ARG(c, op, buf, bytes);
+    ZINF_CHECK(enter(c, op));
+    zinf_status st = ZINF_OK;
+    for (size_t o = 0, len; c->ops && st == ZINF_OK && o < bytes; o += len) {
+        len = min_size(c->chunk_bytes, bytes - o);
+        st = moved(c, c->ops->bcast(c, op, (char *)buf + o, len, root));
+    }
+    return leave(c, st);
+}
+
+zinf_status zinf_comm_barrier(zinf_comm *c) {
+    static const char op[] = "barrier";
+    if (!c) return NO_COMM(op);
+    ZINF_CHECK(enter(c, op));
+    return leave(c, c->ops ? moved(c, c->ops->barrier(c, op)) : ZINF_OK);
+}

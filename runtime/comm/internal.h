@@ -1,0 +1,54 @@
+// zinf comm internals: the communicator object and the table of data movements a
+// backend provides. The front end (comm.c) checks arguments, splits long transfers and
+// forms every sum itself, in rank order, from what the backend moves; so the sums are
+// the same bits whatever the backend. Plain C: nothing outside mpi.c sees MPI types.
+#ifndef ZINF_COMM_INTERNAL_H
+#define ZINF_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "zinf_comm.h"
+#include "zinf_internal.h"
+
+// Moves between ranks, each waited for within c->timeout_s. Lengths are at most
+// c->chunk_bytes (<= INT_MAX, an MPI count); the front end splits longer transfers.
+// op names the public call, for messages. Any failure is final: the front end marks
+// the communicator failed and refuses later calls.
+typedef struct comm_ops {
+    const char *name;
+    zinf_status (*open)(zinf_comm *c); // fills rank, size and impl
+    void (*close)(zinf_comm *c);       // after a failure (c->failed) it leaves MPI alone
+    // Rank r gets [in + r * in_stride, + len) from every rank, in rank order, in out
+    // (size * len bytes).
+    zinf_status (*alltoall)(zinf_comm *c, const char *op, const void *in, size_t in_stride, void *out, size_t len);
+    // [out + r * out_stride, + len) = rank r's in; in NULL: this rank's part is already
+    // in place at out + rank * out_stride.
+    zinf_status (*allgather)(zinf_comm *c, const char *op, const void *in, void *out, size_t out_stride, size_t len);
+    zinf_status (*bcast)(zinf_comm *c, const char *op, void *buf, size_t len, int root);
+    zinf_status (*barrier)(zinf_comm *c, const char *op);
+} comm_ops;
+
+// Always defined; without MPI in the build its open says so (ZINF_ERR_UNSUPPORTED).
+extern const comm_ops zinf_comm_mpi_ops;
+
+#define COMM_DEFAULT_TIMEOUT_S 300.0
+#define COMM_DEFAULT_CHUNK     ((size_t)1 << 30)  // bytes per backend call (an MPI int count)
+#define COMM_DEFAULT_SCRATCH   ((size_t)64 << 20) // the reduce paths' scratch, at most
+
+struct zinf_comm {
+    const comm_ops *ops;  // NULL: single (one rank, collectives are copies)
+    int rank, size;       // size >= 1
+    double timeout_s;     // how long one backend call may wait for the other ranks
+    size_t chunk_bytes;   // most bytes per backend call, <= INT_MAX (tests lower it)
+    size_t scratch_max;   // bound on the scratch of reduce_scatter / allreduce (tests lower it)
+    pthread_mutex_t lock; // one collective at a time, from whichever thread
+    bool failed;          // a backend call failed: later calls refuse at once
+    char failure[512];    // what that failure said
+    void *scratch;        // grown on demand, freed by destroy
+    size_t scratch_bytes;
+    void *impl; // the backend's state
+};
+
+#endif

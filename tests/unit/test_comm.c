@@ -1,0 +1,276 @@
+// The communicator: single here, then mpi under mpirun with 1, 2 and 3 ranks (the
+// test starts itself): every collective against sequential rank-order sums, bit for
+// bit, at sizes 0, 1, odd and several MiB, also split into many small rounds; and a
+// rank that stops makes the others fail within the timeout, then fail at once.
+// timeout: 180
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "comm/internal.h" // chunk_bytes, scratch_max: lowered to split every call
+#include "zinf.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(ASAN)
+// Open MPI leaks in MPI_Init and in plugins it unloads (frames without a module); the
+// slow unwinder reaches MPI's own libraries, and only stacks through them are spared.
+const char *__lsan_default_options(void), *__lsan_default_suppressions(void);
+const char *__lsan_default_options(void) { return "fast_unwind_on_malloc=0:print_suppressions=0"; }
+const char *__lsan_default_suppressions(void) {
+    return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libevent\n";
+}
+#endif
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// Large values of opposite sign on ranks 0 and 1, small ones elsewhere: the sum depends
+// on the order of the additions, so a sum formed in any other order shows.
+static uint32_t mix(int r, size_t i) { return (uint32_t)(i * 2654435761u) ^ ((uint32_t)r * 40503u); }
+static float val32(int r, size_t i) {
+    float small = (float)(mix(r, i) % 997) * 0.013f + 0.5f;
+    return r < 2 && i % 2 == 0 ? (r ? -1e8f : 1e8f) * (float)(1 + i % 5) + small : small;
+}
+static double val64(int r, size_t i) {
+    double small = (double)(mix(r, i) % 997) * 0.013 + 0.5;
+    return r < 2 && i % 2 == 0 ? (r ? -1e17 : 1e17) * (double)(1 + i % 5) + small : small;
+}
+static float sum32(int W, size_t i) {
+    float s = val32(0, i);
+    for (int r = 1; r < W; r++)
+        s += val32(r, i);
+    return s;
+}
+static double sum64(int W, size_t i) {
+    double s = val64(0, i);
+    for (int r = 1; r < W; r++)
+        s += val64(r, i);
+    return s;
+}
+static uint8_t pat(int r, size_t i) { return (uint8_t)(mix(r, i) >> 7); }
+
+static void *barrier_thread(void *c) { return (void *)(intptr_t)zinf_comm_barrier(c); }
+
+// Every collective at sizes 0, 1, odd and big (floats), results poisoned first.
+static void suite(zinf_comm *c, size_t big) {
+    const int R = zinf_comm_rank(c), W = zinf_comm_size(c);
+    const size_t sizes[] = {0, 1, 7, 1001, big};
+    for (size_t k = 0; k < ZINF_ARRAY_LEN(sizes); k++) {
+        size_t n = sizes[k], bad = 0;
+        float *in = malloc((W * n + 1) * sizeof *in), *out = malloc((n + 1) * sizeof *out);
+        for (size_t i = 0; i < W * n; i++)
+            in[i] = val32(R, i);
+        memset(out, 0xff, (n + 1) * sizeof *out);
+        CHECK(zinf_comm_reduce_scatter_f32(c, in, out, n) == ZINF_OK, "reduce_scatter %zu: %s", n, zinf_last_error());
+        CHECK(zinf_comm_reduce_scatter_f32(c, in, in + R * n, n) == ZINF_OK, "in place: %s", zinf_last_error());
+        for (size_t j = 0; j < n; j++) {
+            float want = sum32(W, R * n + j);
+            bad += memcmp(&out[j], &want, 4) != 0 || memcmp(&in[R * n + j], &want, 4) != 0;
+        }
+        CHECK(bad == 0, "reduce_scatter_f32 of %zu: %zu wrong", n, bad);
+
+        n += 1 + k % 2; // 1, 3, 8, 1003, big + 2: not multiples of 2 or 3 ranks
+        float *buf = malloc(n * sizeof *buf);
+        size_t reordered = 0;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = val32(R, i);
+        CHECK(zinf_comm_allreduce_f32(c, buf, n) == ZINF_OK, "allreduce_f32 %zu: %s", n, zinf_last_error());
+        bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            float want = sum32(W, i), back = val32(W - 1, i);
+            for (int r = W - 2; r >= 0; r--)
+                back += val32(r, i);
+            reordered += back != want;
+            bad += memcmp(&buf[i], &want, 4) != 0;
+        }
+        CHECK(bad == 0, "allreduce_f32 of %zu: %zu wrong", n, bad);
+        if (W >= 3 && n > 100) CHECK(reordered > 0, "the values do not tell the order of the sum");
+
+        double *d = malloc(n * sizeof *d);
+        for (size_t i = 0; i < n; i++)
+            d[i] = val64(R, i);
+        CHECK(zinf_comm_allreduce_f64(c, d, n) == ZINF_OK, "allreduce_f64 %zu: %s", n, zinf_last_error());
+        bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += memcmp(&d[i], &(double){sum64(W, i)}, 8) != 0;
+        CHECK(bad == 0, "allreduce_f64 of %zu: %zu wrong", n, bad);
+
+        size_t bytes = sizes[k] * 4 + (k > 0); // 0, 5, 29, 4005, 4 big + 1
+        uint8_t *g = malloc(W * bytes + 1), *mine = malloc(bytes + 1);
+        for (size_t i = 0; i < bytes; i++)
+            mine[i] = pat(R, i);
+        for (int pass = 0; pass < 2; pass++) { // separate in, then in place
+            for (size_t i = 0; i < W * bytes; i++)
+                g[i] = (uint8_t)~pat((int)(i / bytes), i % bytes);
+            if (pass) memcpy(g + R * bytes, mine, bytes);
+            zinf_status st = zinf_comm_allgather(c, pass ? g + R * bytes : mine, g, bytes);
+            CHECK(st == ZINF_OK, "allgather %zu: %s", bytes, zinf_last_error());
+            bad = 0;
+            for (size_t i = 0; i < W * bytes; i++)
+                bad += g[i] != pat((int)(i / bytes), i % bytes);
+            CHECK(bad == 0, "allgather of %zu (pass %d): %zu wrong", bytes, pass, bad);
+        }
+        int root = (int)(k % W);
+        for (size_t i = 0; i < bytes; i++)
+            g[i] = R == root ? pat(root, i) : (uint8_t)~pat(root, i);
+        CHECK(zinf_comm_broadcast(c, g, bytes, root) == ZINF_OK, "broadcast: %s", zinf_last_error());
+        bad = 0;
+        for (size_t i = 0; i < bytes; i++)
+            bad += g[i] != pat(root, i);
+        CHECK(bad == 0, "broadcast of %zu from %d: %zu wrong", bytes, root, bad);
+        free(in), free(out), free(buf), free(d), free(g), free(mine);
+    }
+    // Calls may come from any thread, one at a time.
+    pthread_t t;
+    void *st;
+    pthread_create(&t, NULL, barrier_thread, c);
+    pthread_join(t, &st);
+    CHECK((zinf_status)(intptr_t)st == ZINF_OK, "barrier from another thread: %s", zinf_last_error());
+}
+
+// Argument errors are local: no rank enters a collective, so the others stay in step.
+static void errors(zinf_comm *c) {
+    const int R = zinf_comm_rank(c), W = zinf_comm_size(c);
+    float f[4 * 3 + 1] = {0};
+#define CHECK_INVAL(call, word)                                                                                        \
+    do {                                                                                                               \
+        CHECK((call) == ZINF_ERR_INVAL, "%s accepted", #call);                                                         \
+        CHECK_CONTAINS(zinf_last_error(), word);                                                                       \
+    } while (0)
+    CHECK_INVAL(zinf_comm_broadcast(c, f, 4, W), "root");
+    CHECK_INVAL(zinf_comm_broadcast(c, f, 4, -1), "root");
+    CHECK_INVAL(zinf_comm_broadcast(c, NULL, 4, 0), "buf is NULL");
+    CHECK_INVAL(zinf_comm_reduce_scatter_f32(c, NULL, f, 1), "in is NULL");
+    CHECK_INVAL(zinf_comm_reduce_scatter_f32(c, f, NULL, 1), "out is NULL");
+    CHECK_INVAL(zinf_comm_reduce_scatter_f32(c, f, f + 1, 4), "overlaps");
+    CHECK_INVAL(zinf_comm_allreduce_f32(c, NULL, 3), "buf is NULL");
+    CHECK_INVAL(zinf_comm_allreduce_f64(c, NULL, 3), "buf is NULL");
+    CHECK_INVAL(zinf_comm_allgather(c, NULL, f, 4), "in is NULL");
+    CHECK_INVAL(zinf_comm_allgather(c, f, NULL, 4), "out is NULL");
+    CHECK_INVAL(zinf_comm_allgather(c, (char *)f + R * 4 + 1, f, 4), "overlaps");
+    CHECK_INVAL(zinf_comm_barrier(NULL), "c is NULL");
+    // Nothing to move: NULL is fine (every rank makes these calls).
+    CHECK(zinf_comm_allgather(c, NULL, NULL, 0) == ZINF_OK, "empty allgather: %s", zinf_last_error());
+    CHECK(zinf_comm_broadcast(c, NULL, 0, 0) == ZINF_OK, "empty broadcast: %s", zinf_last_error());
+    CHECK(zinf_comm_allreduce_f32(c, NULL, 0) == ZINF_OK, "empty allreduce: %s", zinf_last_error());
+}
+
+// Under mpirun: "ranks" checks every collective, "stop" the bounded failure.
+static int child(const char *mode) {
+    int rank, world;
+    zinf_launcher_rank(&rank, &world);
+    bool stop = strcmp(mode, "stop") == 0;
+    zinf_comm *c = NULL;
+    zinf_status st = zinf_comm_create(&c, world > 1 ? ZINF_COMM_AUTO : ZINF_COMM_MPI, stop ? 2 : 60);
+    CHECK(st == ZINF_OK, "create: %s", zinf_last_error());
+    if (st != ZINF_OK) return 1;
+    CHECK(strcmp(zinf_comm_name(c), "mpi") == 0, "name %s", zinf_comm_name(c));
+    CHECK(zinf_comm_rank(c) == rank && zinf_comm_size(c) == world, "rank %d of %d", zinf_comm_rank(c),
+          zinf_comm_size(c));
+    char name[64];
+    snprintf(name, sizeof name, "test_comm rank %d of %d (%s)", rank, world, mode);
+    if (!stop) {
+        suite(c, (5u << 20) / 4 + 3); // 5 MiB of floats and more
+        errors(c);
+        c->chunk_bytes = 1000; // many rounds, strided MPI datatypes, tails
+        c->scratch_max = 4096;
+        suite(c, 3001);
+        zinf_comm_destroy(c); // finalizes
+        return check_exit(name);
+    }
+    CHECK(zinf_comm_barrier(c) == ZINF_OK, "barrier: %s", zinf_last_error());
+    if (rank == world - 1) { // skip the allgather; mpirun ends this rank when the others leave
+        printf("%s: stopping\n", name);
+        fflush(stdout);
+        sleep(30);
+        _exit(0);
+    }
+    double t0 = now_s(), x = rank, out[8];
+    st = zinf_comm_allgather(c, &x, out, sizeof x);
+    double dt = now_s() - t0;
+    CHECK(st == ZINF_ERR_COMM && dt >= 1.9 && dt < 5, "allgather gave %d after %.2f s", (int)st, dt);
+    CHECK_CONTAINS(zinf_last_error(), "waited 2 s for allgather of 8 B with");
+    t0 = now_s();
+    st = zinf_comm_allreduce_f64(c, &x, 1);
+    CHECK(st == ZINF_ERR_COMM && now_s() - t0 < 0.5, "later call gave %d after %.2f s", (int)st, now_s() - t0);
+    CHECK_CONTAINS(zinf_last_error(), "allreduce_f64 refused: this communicator failed earlier: comm mpi: rank");
+    t0 = now_s();
+    zinf_comm_destroy(c); // must not finalize: that would wait for the stopped rank
+    CHECK(now_s() - t0 < 1, "destroy took %.2f s", now_s() - t0);
+    if (!check_failures) printf("%s: bounded failure ok\n", name);
+    fflush(stdout);
+    sleep(1); // leaving without MPI_Finalize ends the job: let the other survivors report first
+    return check_exit(name);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) return child(argv[1]);
+    setvbuf(stdout, NULL, _IOLBF, 0); // in order with the ranks' lines in the log
+    zinf_comm *c = (zinf_comm *)&c;   // not NULL: a failed create must clear it
+    CHECK(zinf_comm_create(NULL, ZINF_COMM_AUTO, 0) == ZINF_ERR_INVAL, "NULL out");
+    CHECK(zinf_comm_create(&c, ZINF_COMM_AUTO, -1) == ZINF_ERR_INVAL && !c, "negative timeout");
+    CHECK_CONTAINS(zinf_last_error(), "timeout_s");
+    CHECK(zinf_comm_create(&c, ZINF_COMM_AUTO, NAN) == ZINF_ERR_INVAL, "NaN timeout");
+    CHECK(zinf_comm_create(&c, (zinf_comm_kind)7, 0) == ZINF_ERR_INVAL, "kind 7");
+    CHECK_CONTAINS(zinf_last_error(), "kind 7");
+    zinf_comm_destroy(NULL);
+    CHECK(zinf_comm_create(&c, ZINF_COMM_AUTO, 0) == ZINF_OK, "%s", zinf_last_error());
+    CHECK(strcmp(zinf_comm_name(c), "single") == 0 && zinf_comm_rank(c) == 0 && zinf_comm_size(c) == 1, "%s",
+          zinf_comm_name(c));
+    suite(c, 3001);
+    errors(c);
+    zinf_comm_destroy(c);
+
+    zinf_comm_info info;
+    zinf_comm_probe(&info);
+    if (!info.mpi) {
+        CHECK(zinf_comm_create(&c, ZINF_COMM_MPI, 0) == ZINF_ERR_UNSUPPORTED, "mpi without MPI");
+        CHECK_CONTAINS(zinf_last_error(), "this build has no MPI");
+        printf("test_comm: this build has no MPI: single only\n");
+        return check_exit("test_comm");
+    }
+    // tests/run sets these; so does this, for a run by hand.
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+    char exe[4096], cmd[4300];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return fprintf(stderr, "test_comm: cannot read /proc/self/exe\n"), 1;
+    exe[len] = '\0';
+    for (int np = 1; np <= 3; np++) {
+        snprintf(cmd, sizeof cmd, "mpirun -np %d '%s' ranks", np, exe);
+        double t0 = now_s();
+        int rc = system(cmd);
+        CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s: status %d", cmd, rc);
+        printf("test_comm: %d rank(s): %.1f s\n", np, now_s() - t0);
+    }
+    // The survivors leave without MPI_Finalize, so mpirun fails the job: each reports.
+    printf("test_comm: next, mpirun's complaint about ranks that left without finalize is expected\n");
+    snprintf(cmd, sizeof cmd, "mpirun -np 3 '%s' stop 2>&1", exe);
+    double t0 = now_s();
+    FILE *p = popen(cmd, "r");
+    char line[1024];
+    int ok = 0, sanitizer = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        fputs(line, stdout);
+        ok += strstr(line, "bounded failure ok") != NULL;
+        sanitizer += strstr(line, "ERROR: AddressSanitizer") || strstr(line, "ERROR: LeakSanitizer") ||
+                     strstr(line, "runtime error:");
+    }
+    if (p) pclose(p);
+    CHECK(ok == 2 && !sanitizer, "%d of 2 survivors reported, %d sanitizer reports", ok, sanitizer);
+    printf("test_comm: bounded failure: %.1f s\n", now_s() - t0);
+    return check_exit("test_comm");
+}
