@@ -11,5 +11,7 @@
 #include "zinf_comm.h"
 #include "zinf_config.h"
 #include "zinf_model.h"
+#include "zinf_schedule.h"
+#include "zinf_engine.h"
 
 #endif

@@ -125,7 +125,8 @@ zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t 
 zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out);
 
 // Read a safetensors file into module buffers of dtype dt in host memory (bufs[i]:
-// numel elements of module i; padding left as it is). Names with or without the
+// numel elements of module i, or NULL to skip the module, so a caller can hold one
+// module at a time; padding left as it is). Names with or without the
 // `transformer.` prefix; `attn.bias`/`attn.masked_bias` buffers and an lm_head.weight
 // equal to wte are ignored. A missing, unknown or misshapen tensor is an error
 // naming the file and the tensor.
@@ -152,6 +153,19 @@ int64_t zinf_tokens_windows(const zinf_tokens *t, int seq_len);
 // file and the position.
 zinf_status zinf_tokens_window(const zinf_tokens *t, int64_t w, int seq_len, int vocab, int32_t *inputs,
                                int32_t *targets);
+
+// Which window each training sequence reads (the design's sampling contract). The
+// sequences of the run are numbered 0, 1, 2, ...: global batch i (B =
+// train_batch_size) is positions i*B ... i*B+B-1, and in it rank r's micro-batch m
+// holds (m*world + r)*micro ... +micro-1. Sequential sampling reads window p mod nw
+// for position p; random sampling reads the windows of epoch p / nw in a permutation
+// drawn from the seed and the epoch, so every rank computes the same order.
+typedef struct zinf_sampler zinf_sampler;
+
+zinf_status zinf_sampler_create(zinf_sampler **out, int64_t windows, zinf_sampling sampling, uint64_t seed);
+void zinf_sampler_destroy(zinf_sampler *s); // NULL is a no-op
+// The window of sequence position p (>= 0).
+zinf_status zinf_sampler_window(zinf_sampler *s, int64_t p, int64_t *window);
 
 #ifdef __cplusplus
 }

@@ -277,6 +277,7 @@ static zinf_status h_open(zinf_device *d) {
     zinf_cpu_info cpu;
     zinf_cpu_probe(&cpu);
     d->caps.bf16_tensor = cpu.avx512_bf16 || cpu.amx_bf16;
+    host_blas_fix_threads();
     return ZINF_OK;
 }
 

@@ -10,6 +10,12 @@ const char *zinf_gpu_host_blas_config(void) { return openblas_get_config(); }
 
 int zinf_gpu_host_blas_threads(void) { return openblas_get_num_threads(); }
 
+// OpenBLAS's sgemm rounds differently with different thread counts (measured with
+// OpenBLAS 0.3.21: one thread and two give different losses for the same step), and
+// its default count follows the cores it may run on, which mpirun's binding changes.
+// A device computes the same bits wherever it runs, so the host device uses one.
+void host_blas_fix_threads(void) { openblas_set_num_threads(1); }
+
 // The rows x cols matrix at p with leading dimension ld, widened into a dense fp32
 // copy with leading dimension cols.
 static void widen(float *out, const void *p, zinf_dtype dt, int rows, int cols, int ld) {

@@ -20,6 +20,7 @@ void host_scratch_free(host_scratch *s);
 
 zinf_status host_run_op(const op_record *op, host_scratch *s);
 zinf_status host_gemm(const zinf_gemm_args *g, host_scratch *s);
+void host_blas_fix_threads(void); // one OpenBLAS thread: the same bits on every machine
 
 // n values from p (element offset at) into fp32 out.
 static inline void ld_row(float *out, const void *p, zinf_dtype dt, size_t at, size_t n) {

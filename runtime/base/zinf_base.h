@@ -83,6 +83,7 @@ int zinf_log_level_parse(const char *s);
 typedef enum zinf_env_knob {
     ZINF_ENV_LOG_LEVEL,
     ZINF_ENV_SIMD,
+    ZINF_ENV_COMM_TIMEOUT,
     ZINF_ENV_COUNT,
 } zinf_env_knob;
 

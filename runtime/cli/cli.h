@@ -30,5 +30,6 @@ int cli_eval(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_io_bench(int argc, char **argv);
 int cli_io_tune(int argc, char **argv);
+int cli_train(int argc, char **argv);
 
 #endif

@@ -27,7 +27,19 @@ static const command commands[] = {
      "  limit, huge pages, io_uring, CUDA devices, MPI and NCCL.\n"
      "  --path DIR   also probe DIR for O_DIRECT, block size and free space (repeatable)\n"
      "  --json       one JSON object on stdout\n"},
-    {"train", NULL, "train a model", "zinf train CONFIG.json [--steps N] [--json] [--set key.path=value ...]\n"},
+    {"train", cli_train, "train a model",
+     "zinf train CONFIG.json [--steps N] [--json] [--set key.path=value ...]\n"
+     "  Trains the config's model on its data with its optimizer and ZeRO stage, on one\n"
+     "  rank or on every rank mpirun starts (mpirun -np N zinf train ...). Prints the\n"
+     "  plan (what lives where, in bytes) before step 1, then a log line every\n"
+     "  steps_per_print steps: loss, lr, tokens/s, achieved TFLOPS, memory per tier.\n"
+     "  --steps N overrides \"steps\" (the run's total optimizer steps). --set overrides\n"
+     "  one config key (value parsed as JSON, else a string), e.g.\n"
+     "  --set zero_optimization.stage=3. --json prints one object per step (step, loss,\n"
+     "  lr, grad_norm, step_seconds, tokens_per_s, tflops, loss_scale, skipped, bytes per\n"
+     "  tier) and a last one with \"final\": true, the totals and weights_digest (a hex\n"
+     "  digest of the fp32 master weights: identical runs print identical digests);\n"
+     "  the plan and logs then go to stderr.\n"},
     {"eval", cli_eval, "mean loss of a GPT-2 weights file on a token file",
      "zinf eval --model FILE.safetensors --data FILE [--config CONFIG.json] [--json]\n"
      "  Runs the model forward over every complete window of seq_len + 1 tokens of FILE\n"

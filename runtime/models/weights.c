@@ -74,7 +74,7 @@ zinf_status zinf_model_read_weights(const zinf_model *m, const char *path, zinf_
             rc = zinf_fail(ZINF_ERR_INVAL, "%s: tensor %s has shape %s; the model's config needs %s", path, t->name, got,
                            want);
         } else {
-            convert((char *)bufs[mod] + p->offset * zinf_dtype_size(dt), dt, t->data, t->dtype, p->numel);
+            if (bufs[mod]) convert((char *)bufs[mod] + p->offset * zinf_dtype_size(dt), dt, t->data, t->dtype, p->numel);
             seen[p - m->params] = true;
         }
     }

@@ -1,0 +1,214 @@
+// zinf train: the main job. Every rank reads the same config and data, drives its
+// engine through the public API (forward and backward per micro-batch, a step per
+// batch) on the micro-batches the sampling contract gives it, and rank 0 reports.
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+#define TRY(call)                                                                                                      \
+    do {                                                                                                               \
+        zinf_status st_ = (call);                                                                                      \
+        if (st_ != ZINF_OK) return st_;                                                                                \
+    } while (0)
+
+typedef struct trainer {
+    zinf_config cfg;
+    bool have_cfg, json;
+    int64_t steps;
+    zinf_comm *comm;
+    zinf_tokens *tok;
+    zinf_sampler *sampler;
+    zinf_engine *e;
+    int seq_len, micro;
+    int32_t *in, *tg;
+    FILE *log; // human output: stdout, or stderr under --json
+} trainer;
+
+static int parse(trainer *t, int argc, char **argv) {
+    static const struct option opts[] = {
+        {"steps", required_argument, NULL, 'n'},
+        {"json", no_argument, NULL, 'j'},
+        {"set", required_argument, NULL, 's'},
+        {NULL, 0, NULL, 0},
+    };
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    zinf_config_options co = {.sets = sets};
+    int c, rc = sets ? CLI_OK : cli_usage("train", "out of memory");
+    t->steps = -1;
+    opterr = 0;
+    while (rc == CLI_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'n':
+            t->steps = strtoll(optarg, &end, 10);
+            if (*end || t->steps < 1) rc = cli_usage("train", "--steps: \"%s\" is not a positive integer", optarg);
+            break;
+        case 'j': t->json = true; break;
+        case 's': sets[co.nsets++] = optarg; break;
+        default: rc = cli_usage("train", "unknown option %s", argv[optind - 1]); break;
+        }
+    }
+    if (rc == CLI_OK && optind != argc - 1)
+        rc = cli_usage("train", optind == argc ? "missing CONFIG.json" : "unexpected argument \"%s\"", argv[argc - 1]);
+    if (rc == CLI_OK) {
+        if (zinf_config_load(&t->cfg, argv[optind], &co) != ZINF_OK) rc = cli_fail("train", CLI_USAGE);
+        else t->have_cfg = true;
+    }
+    free(sets);
+    if (rc != CLI_OK) return rc;
+    if (t->steps < 0) t->steps = t->cfg.steps;
+    if (t->steps < 0) return cli_usage("train", "%s: set \"steps\" in the config or pass --steps N", argv[optind]);
+    if (!t->cfg.data.present || !t->cfg.data.path)
+        return cli_usage("train", "%s: no \"data\" section; add {\"data\": {\"path\": FILE, \"format\": ...}}",
+                         argv[optind]);
+    if (!t->cfg.model.present)
+        return cli_usage("train", "%s: no \"model\" section; add e.g. {\"model\": {\"preset\": \"gpt2\"}}", argv[optind]);
+    if (zinf_schedule_check(&t->cfg.scheduler) != ZINF_OK) return cli_fail("train", CLI_USAGE);
+    return CLI_OK;
+}
+
+static zinf_status open_all(trainer *t) {
+    double timeout = zinf_env(ZINF_ENV_COMM_TIMEOUT) ? atof(zinf_env(ZINF_ENV_COMM_TIMEOUT)) : 0;
+    TRY(zinf_comm_create(&t->comm, ZINF_COMM_AUTO, timeout));
+    TRY(zinf_tokens_open(&t->tok, t->cfg.data.path, t->cfg.data.format));
+    zinf_gpt_shape shape;
+    TRY(zinf_gpt_shape_from_config(&t->cfg.model, &shape));
+    t->seq_len = t->cfg.data.seq_len > 0 ? (int)t->cfg.data.seq_len : shape.block_size;
+    int64_t nw = zinf_tokens_windows(t->tok, t->seq_len);
+    if (nw == 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %lld tokens hold no window of data.seq_len %d + 1", t->cfg.data.path,
+                         (long long)zinf_tokens_count(t->tok), t->seq_len);
+    TRY(zinf_sampler_create(&t->sampler, nw, t->cfg.data.sampling, (uint64_t)t->cfg.seed));
+    t->micro = (int)t->cfg.train_micro_batch_size_per_gpu;
+    t->in = malloc((size_t)t->micro * t->seq_len * sizeof *t->in);
+    t->tg = malloc((size_t)t->micro * t->seq_len * sizeof *t->tg);
+    if (!t->in || !t->tg) return zinf_fail(ZINF_ERR_NOMEM, "train: out of memory");
+    return zinf_engine_create(&t->e, &t->cfg, t->comm);
+}
+
+static void close_all(trainer *t) {
+    zinf_engine_destroy(t->e);
+    zinf_sampler_destroy(t->sampler);
+    zinf_tokens_close(t->tok);
+    zinf_comm_destroy(t->comm);
+    free(t->in), free(t->tg);
+    if (t->have_cfg) zinf_config_free(&t->cfg);
+}
+
+static const char *sz(int64_t bytes, char *buf) { return zinf_size_format((uint64_t)bytes, buf, 32); }
+
+static void print_plan(const trainer *t) {
+    const zinf_config *c = &t->cfg;
+    const zinf_gpt_shape *s = &zinf_model_get_params(zinf_engine_model(t->e))->shape;
+    zinf_engine_memory m;
+    zinf_engine_memory_get(t->e, &m);
+    const char *dt = c->bf16 ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
+    int stage = (int)c->zero.stage, world = zinf_comm_size(t->comm);
+    char b[8][32];
+    fprintf(t->log, "plan: GPT n_layer %d n_head %d n_embd %d vocab %d (%.2f M parameters), %s, ZeRO stage %d over %d "
+                    "rank%s (%s)\n",
+            s->n_layer, s->n_head, s->n_embd, s->vocab_size, (double)m.model_numel / 1e6, dt, stage, world,
+            world > 1 ? "s" : "", zinf_comm_name(t->comm));
+    fprintf(t->log, "  batch %lld = micro %lld x accumulation %lld x %d rank%s, %d tokens each; data %s (%lld windows, "
+                    "%s)\n",
+            (long long)c->train_batch_size, (long long)c->train_micro_batch_size_per_gpu,
+            (long long)c->gradient_accumulation_steps, world, world > 1 ? "s" : "", t->seq_len, c->data.path,
+            (long long)zinf_tokens_windows(t->tok, t->seq_len),
+            c->data.sampling == ZINF_SAMPLING_SEQUENTIAL ? "sequential" : "random");
+    fprintf(t->log, "  per rank, device: %s parameters (%s), %s fp32 master, %s optimizer states, %s fp32 gradients "
+                    "(partition of %lld elements), %s activations, %s gradient buckets; %s in use of %s\n",
+            sz(m.params16, b[0]), stage == 3 ? "its slices; modules gathered as they run" : "full",
+            sz(m.master, b[1]), sz(m.optim_states, b[2]), sz(m.grads32, b[3]), (long long)m.partition_numel,
+            sz(m.activations, b[4]), sz(m.reduce_bufs, b[5]), sz(m.device_in_use, b[6]), sz(m.device_capacity, b[7]));
+    fprintf(t->log, "  per rank, pinned host: %s (communication staging); NVMe: none\n", sz(m.pinned, b[0]));
+}
+
+// Model FLOPs per token of a training step (forward and backward, no recompute): 6 per
+// parameter, and attention's scores and weighted sums, 12 * n_layer * T * C.
+static double flops_per_token(const trainer *t) {
+    const zinf_gpt_shape *s = &zinf_model_get_params(zinf_engine_model(t->e))->shape;
+    zinf_engine_memory m;
+    zinf_engine_memory_get(t->e, &m);
+    return 6.0 * (double)m.model_numel + 12.0 * s->n_layer * (double)t->seq_len * s->n_embd;
+}
+
+// Rank r's micro-batch m of global batch i (the sampling contract).
+static zinf_status load_micro(trainer *t, int64_t i, int m) {
+    const zinf_config *c = &t->cfg;
+    int world = zinf_comm_size(t->comm), rank = zinf_comm_rank(t->comm);
+    int vocab = zinf_model_get_params(zinf_engine_model(t->e))->shape.vocab_size;
+    int64_t first = i * c->train_batch_size + ((int64_t)m * world + rank) * t->micro;
+    for (int j = 0; j < t->micro; j++) {
+        int64_t w;
+        TRY(zinf_sampler_window(t->sampler, first + j, &w));
+        size_t at = (size_t)j * t->seq_len;
+        TRY(zinf_tokens_window(t->tok, w, t->seq_len, vocab, t->in + at, t->tg + at));
+    }
+    return ZINF_OK;
+}
+
+static void report(trainer *t, const zinf_step_info *si, double secs, double fpt) {
+    zinf_engine_memory m;
+    zinf_engine_memory_get(t->e, &m);
+    double tokens = (double)t->cfg.train_batch_size * t->seq_len, tps = tokens / secs, tflops = tps * fpt / 1e12;
+    if (t->json) {
+        cli_print_json_line(json_pack(
+            "{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step", (json_int_t)si->step, "loss",
+            si->loss, "lr", si->lr, "grad_norm", si->grad_norm, "step_seconds", secs, "tokens_per_s", tps, "tflops",
+            tflops, "loss_scale", si->loss_scale, "skipped", si->skipped, "device_bytes", (json_int_t)m.device_in_use,
+            "device_peak_bytes", (json_int_t)m.device_peak, "pinned_bytes", (json_int_t)m.pinned, "nvme_bytes",
+            (json_int_t)0));
+    }
+    if (si->step % t->cfg.steps_per_print == 0 || si->step == t->steps) {
+        char b[3][32];
+        fprintf(t->log, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | %.3f TFLOPS | device "
+                        "%s (peak %s) | pinned %s\n",
+                (long long)si->step, (long long)t->steps, si->loss, si->lr, si->grad_norm, tps, tflops,
+                sz(m.device_in_use, b[0]), sz(m.device_peak, b[1]), sz(m.pinned, b[2]));
+        fflush(t->log);
+    }
+}
+
+static zinf_status train(trainer *t) {
+    bool speak = zinf_comm_rank(t->comm) == 0;
+    if (speak) print_plan(t);
+    double fpt = flops_per_token(t), start = cli_now(), loss = NAN;
+    for (int64_t i = 0; i < t->steps; i++) {
+        double t0 = cli_now(), l;
+        for (int m = 0; m < t->cfg.gradient_accumulation_steps; m++) {
+            TRY(load_micro(t, i, m));
+            TRY(zinf_engine_forward(t->e, t->in, t->tg, t->micro, &l));
+            TRY(zinf_engine_backward(t->e));
+        }
+        zinf_step_info si;
+        TRY(zinf_engine_step(t->e, &si));
+        loss = si.loss;
+        if (speak) report(t, &si, cli_now() - t0, fpt);
+    }
+    char digest[17];
+    TRY(zinf_engine_weights_digest(t->e, digest));
+    double secs = cli_now() - start, tokens = (double)t->steps * t->cfg.train_batch_size * t->seq_len;
+    zinf_engine_memory m;
+    zinf_engine_memory_get(t->e, &m);
+    if (speak && t->json)
+        cli_print_json_line(json_pack("{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:s}", "final", 1, "steps",
+                                      (json_int_t)t->steps, "loss", loss, "seconds", secs, "tokens", tokens,
+                                      "tokens_per_s", tokens / secs, "device_peak_bytes", (json_int_t)m.device_peak,
+                                      "weights_digest", digest));
+    if (speak)
+        fprintf(t->log, "done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s), final loss %.4f, weights %s\n",
+                (long long)t->steps, tokens, secs, tokens / secs, loss, digest);
+    return ZINF_OK;
+}
+
+int cli_train(int argc, char **argv) {
+    trainer t = {0};
+    int rc = parse(&t, argc, argv);
+    t.log = t.json ? stderr : stdout;
+    if (rc == CLI_OK && (open_all(&t) != ZINF_OK || train(&t) != ZINF_OK)) rc = cli_fail("train", CLI_FAIL);
+    close_all(&t);
+    return rc;
+}

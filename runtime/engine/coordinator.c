@@ -1,0 +1,170 @@
+// The stage-3 parameter coordinator. Before a module runs, its parameters (and those
+// of the module it borrows from, the head's wte) are gathered from every rank's slice
+// into a full buffer on the communication stream; after, the buffer is released unless
+// the module is persistent (smaller than param_persistence_threshold) or used again
+// within max_reuse_distance elements. The first step records the trace of module uses;
+// later steps gather ahead along it, up to prefetch_bucket_size elements ahead and
+// max_live_parameters gathered at once. Every decision depends only on the trace and
+// element counts, never on timing, so all ranks issue the same collectives in the same
+// order. When execution departs from the trace, the rest of the step gathers on demand
+// and its uses become the new trace.
+#include <string.h>
+
+#include "internal.h"
+
+zinf_status coord_create(zinf_engine *e) {
+    coordinator *co = &e->co;
+    size_t n = (size_t)e->nmod;
+    co->gathered = calloc(n, sizeof *co->gathered);
+    co->landed = calloc(n, sizeof *co->landed);
+    co->use_pos = malloc(n * sizeof *co->use_pos);
+    if (!co->gathered || !co->landed || !co->use_pos) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; i < e->nmod; i++) {
+        co->use_pos[i] = -1;
+        ZINF_CHECK(zinf_event_create(e->dev, &co->landed[i]));
+    }
+    return ZINF_OK;
+}
+
+static void free_all(zinf_engine *e) {
+    coordinator *co = &e->co;
+    for (int i = 0; co->gathered && i < e->nmod; i++) {
+        zinf_device_free(e->dev, co->gathered[i]);
+        co->gathered[i] = NULL;
+    }
+    co->live = 0;
+}
+
+void coord_destroy(zinf_engine *e) {
+    coordinator *co = &e->co;
+    free_all(e);
+    for (int i = 0; co->landed && i < e->nmod; i++)
+        zinf_event_destroy(co->landed[i]);
+    free(co->gathered), free(co->landed), free(co->use_pos);
+    free(co->trace), free(co->next_use), free(co->rec);
+}
+
+// Queue the gather of module x on the communication stream.
+static zinf_status gather(zinf_engine *e, int x) {
+    coordinator *co = &e->co;
+    const mod_layout *l = &e->lay[x];
+    size_t sb = l->slice * e->es;
+    ZINF_CHECK(engine_alloc(e, l->padded * e->es, "gathered parameters", &co->gathered[x]));
+    co->live += (int64_t)l->padded;
+    if (co->live * (int64_t)e->es > co->live_peak_bytes) co->live_peak_bytes = co->live * (int64_t)e->es;
+    const char *mine = (const char *)e->part16 + l->part_off * e->es;
+    if (e->world == 1) {
+        ZINF_CHECK(zinf_copy_async(e->xs, co->gathered[x], mine, sb, ZINF_COPY_D2D));
+    } else {
+        char *h = (char *)e->h_comm + (size_t)e->rank * sb;
+        ZINF_CHECK(zinf_copy_async(e->xs, h, mine, sb, ZINF_COPY_D2H));
+        ZINF_CHECK(engine_comm(e, COMM_ALLGATHER, h, e->h_comm, sb));
+        ZINF_CHECK(zinf_copy_async(e->xs, co->gathered[x], e->h_comm, l->padded * e->es, ZINF_COPY_H2D));
+    }
+    return zinf_event_record(co->landed[x], e->xs);
+}
+
+// Gather along the trace from position `from`, within the prefetch budgets.
+static zinf_status prefetch(zinf_engine *e, int from) {
+    coordinator *co = &e->co;
+    int64_t ahead = 0;
+    for (int i = from; i < co->ntrace; i++) {
+        int x = co->trace[i];
+        if (co->gathered[x]) continue;
+        int64_t n = (int64_t)e->lay[x].padded;
+        ahead += n;
+        if (ahead > e->cfg.zero.prefetch_bucket_size || co->live + n > e->cfg.zero.max_live_parameters) break;
+        ZINF_CHECK(gather(e, x));
+    }
+    return ZINF_OK;
+}
+
+static zinf_status record_use(coordinator *co, int x) {
+    if (co->nrec == co->caprec) {
+        int cap = co->caprec ? 2 * co->caprec : 64;
+        int *n = realloc(co->rec, (size_t)cap * sizeof *n);
+        if (!n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+        co->rec = n, co->caprec = cap;
+    }
+    co->rec[co->nrec++] = x;
+    return ZINF_OK;
+}
+
+static zinf_status use(zinf_engine *e, int x, void **params) {
+    coordinator *co = &e->co;
+    if (x < 0 || !e->lay[x].padded) return ZINF_OK;
+    ZINF_CHECK(record_use(co, x));
+    co->use_pos[x] = -1;
+    if (co->have_trace && co->pos >= 0) {
+        if (co->pos < co->ntrace && co->trace[co->pos] == x) {
+            co->use_pos[x] = co->pos++;
+        } else {
+            const char *want = co->pos < co->ntrace ? zinf_model_module(e->m, co->trace[co->pos])->name : "the step";
+            ZINF_LOG_INFO("stage 3: execution departed from the recorded module trace at use %d (expected %s, got "
+                          "%s); gathering on demand and recording a new trace",
+                          co->pos, want, zinf_model_module(e->m, x)->name);
+            co->pos = -1;
+        }
+    }
+    if (!co->gathered[x]) ZINF_CHECK(gather(e, x));
+    if (co->use_pos[x] >= 0) ZINF_CHECK(prefetch(e, co->pos));
+    ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
+    params[x] = co->gathered[x];
+    return ZINF_OK;
+}
+
+zinf_status coord_fetch(zinf_engine *e, int mod, void **params) {
+    ZINF_CHECK(use(e, mod, params));
+    return use(e, zinf_model_module(e->m, mod)->external, params);
+}
+
+// Whether x, just used, stays gathered for a use soon enough.
+static bool keep(const zinf_engine *e, int x) {
+    const coordinator *co = &e->co;
+    if ((int64_t)e->lay[x].numel < e->cfg.zero.param_persistence_threshold) return true;
+    int p = co->use_pos[x];
+    if (p < 0 || co->next_use[p] < 0) return false;
+    int64_t dist = 0;
+    for (int i = p + 1; i < co->next_use[p]; i++)
+        dist += (int64_t)e->lay[co->trace[i]].numel;
+    return dist <= e->cfg.zero.max_reuse_distance;
+}
+
+static zinf_status release(zinf_engine *e, int x) {
+    coordinator *co = &e->co;
+    if (x < 0 || !co->gathered[x] || keep(e, x)) return ZINF_OK;
+    ZINF_CHECK(engine_free_after(e, co->gathered[x], e->cs));
+    co->gathered[x] = NULL;
+    co->live -= (int64_t)e->lay[x].padded;
+    return ZINF_OK;
+}
+
+zinf_status coord_done(zinf_engine *e, int mod) {
+    ZINF_CHECK(release(e, mod));
+    return release(e, zinf_model_module(e->m, mod)->external);
+}
+
+// The step is over (both streams idle) and the slices changed: drop every gathered
+// buffer, and adopt this step's uses as the trace when they differ from it.
+zinf_status coord_end_step(zinf_engine *e) {
+    coordinator *co = &e->co;
+    free_all(e);
+    bool same = co->have_trace && co->nrec == co->ntrace &&
+                memcmp(co->rec, co->trace, (size_t)co->nrec * sizeof *co->rec) == 0;
+    if (!same) {
+        int *next = malloc((size_t)(co->nrec ? co->nrec : 1) * sizeof *next);
+        if (!next) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+        for (int i = 0; i < co->nrec; i++) {
+            next[i] = -1;
+            for (int j = i + 1; j < co->nrec && next[i] < 0; j++)
+                if (co->rec[j] == co->rec[i]) next[i] = j;
+        }
+        free(co->trace), free(co->next_use);
+        co->trace = co->rec, co->ntrace = co->nrec, co->next_use = next;
+        co->rec = NULL, co->caprec = 0;
+        co->have_trace = true;
+    }
+    co->nrec = 0;
+    co->pos = 0;
+    return ZINF_OK;
+}

@@ -1,0 +1,441 @@
+// The engine: creation, forward and backward of a micro-batch, the full-value view of
+// a rank's partition (DeepSpeed's safe_get_full_* / safe_set_full_*), and the pieces
+// every engine file shares (deferred frees, collectives on the communication stream).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "zinf_half.h"
+
+// ---- failures on the communication stream's thread ----
+
+static void async_set(async_error *a, zinf_status st) {
+    pthread_mutex_lock(&a->mu);
+    if (a->st == ZINF_OK) {
+        a->st = st;
+        snprintf(a->msg, sizeof a->msg, "%s", zinf_last_error());
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+static zinf_status async_get(async_error *a) {
+    pthread_mutex_lock(&a->mu);
+    zinf_status st = a->st;
+    pthread_mutex_unlock(&a->mu);
+    return st == ZINF_OK ? ZINF_OK : zinf_fail(st, "%s", a->msg);
+}
+
+typedef struct comm_job {
+    zinf_engine *e;
+    comm_op op;
+    void *in, *out;
+    size_t n;
+} comm_job;
+
+static void comm_job_run(void *arg) {
+    comm_job *j = arg;
+    zinf_engine *e = j->e;
+    // After a failure the ranks no longer agree on what comes next: run nothing more.
+    if (async_get(&e->aerr) == ZINF_OK) {
+        zinf_status st = ZINF_OK;
+        switch (j->op) {
+        case COMM_ALLREDUCE: st = zinf_comm_allreduce_f32(e->comm, j->in, j->n); break;
+        case COMM_REDUCE_SCATTER: st = zinf_comm_reduce_scatter_f32(e->comm, j->in, j->out, j->n); break;
+        case COMM_ALLGATHER: st = zinf_comm_allgather(e->comm, j->in, j->out, j->n); break;
+        }
+        if (st != ZINF_OK) async_set(&e->aerr, st);
+    }
+    free(j);
+}
+
+zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t n) {
+    comm_job *j = malloc(sizeof *j);
+    if (!j) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    *j = (comm_job){e, op, in, out, n};
+    zinf_status st = zinf_stream_host_fn(e->xs, comm_job_run, j);
+    if (st != ZINF_OK) free(j);
+    return st;
+}
+
+zinf_status engine_sync(zinf_engine *e) {
+    zinf_status a = zinf_stream_sync(e->xs), b = zinf_stream_sync(e->cs);
+    ZINF_CHECK(async_get(&e->aerr));
+    return a != ZINF_OK ? a : b;
+}
+
+// ---- device memory ----
+
+zinf_status engine_reap(zinf_engine *e, bool wait) {
+    zinf_status st = ZINF_OK;
+    int kept = 0;
+    for (int i = 0; i < e->npend; i++) {
+        pending_free *p = &e->pend[i];
+        if (wait) {
+            zinf_status s = zinf_event_sync(p->ev);
+            if (st == ZINF_OK) st = s;
+        }
+        if (wait || zinf_event_done(p->ev)) {
+            zinf_device_free(e->dev, p->p);
+            zinf_event_destroy(p->ev);
+        } else {
+            e->pend[kept++] = *p;
+        }
+    }
+    e->npend = kept;
+    return st;
+}
+
+zinf_status engine_free_after(zinf_engine *e, void *p, zinf_stream *s) {
+    if (!p) return ZINF_OK;
+    if (e->npend == e->cappend) {
+        int cap = e->cappend ? 2 * e->cappend : 16;
+        pending_free *n = realloc(e->pend, (size_t)cap * sizeof *n);
+        if (!n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+        e->pend = n, e->cappend = cap;
+    }
+    zinf_event *ev;
+    ZINF_CHECK(zinf_event_create(e->dev, &ev));
+    zinf_status st = zinf_event_record(ev, s);
+    if (st != ZINF_OK) {
+        zinf_event_destroy(ev);
+        return st;
+    }
+    e->pend[e->npend++] = (pending_free){p, ev};
+    return ZINF_OK;
+}
+
+zinf_status engine_alloc(zinf_engine *e, size_t bytes, const char *what, void **p) {
+    ZINF_CHECK(engine_reap(e, false));
+    if (zinf_device_alloc(e->dev, bytes, what, p) == ZINF_OK) return ZINF_OK;
+    if (e->npend == 0) return zinf_fail(ZINF_ERR_NOMEM, "%s", zinf_last_error());
+    ZINF_CHECK(engine_reap(e, true));
+    return zinf_device_alloc(e->dev, bytes, what, p);
+}
+
+// ---- creation ----
+
+static zinf_status check_config(const zinf_config *cfg, const zinf_comm *comm) {
+    if (!cfg->model.present)
+        return zinf_fail(ZINF_ERR_INVAL, "engine: the config has no \"model\" section; add one, e.g. "
+                                         "{\"model\": {\"preset\": \"gpt2\"}}");
+    if (zinf_comm_size(comm) != cfg->world_size)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "engine: the config's batch sizes were resolved for %d ranks but the communicator has %d",
+                         cfg->world_size, zinf_comm_size(comm));
+    if (cfg->zero.offload_optimizer.device != ZINF_OFFLOAD_NONE || cfg->zero.offload_param.device != ZINF_OFFLOAD_NONE)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer / offload_param: the CPU and NVMe "
+                                               "tiers are not in this build yet; set their \"device\" to \"none\"");
+    return ZINF_OK;
+}
+
+static zinf_status alloc_states(zinf_engine *e) {
+    for (int i = 0; e->stage < 3 && i < e->nmod; i++)
+        if (e->lay[i].padded) ZINF_CHECK(zinf_device_alloc(e->dev, e->lay[i].padded * e->es, "parameters", &e->params16[i]));
+    if (e->stage == 3) ZINF_CHECK(zinf_device_alloc(e->dev, e->npart * e->es, "parameter slices", &e->part16));
+    size_t b = e->npart * sizeof(float);
+    ZINF_CHECK(zinf_device_alloc(e->dev, b, "fp32 master weights", (void **)&e->master));
+    ZINF_CHECK(zinf_device_alloc(e->dev, b, "optimizer exp_avg", (void **)&e->exp_avg));
+    ZINF_CHECK(zinf_device_alloc(e->dev, b, "optimizer exp_avg_sq", (void **)&e->exp_avg_sq));
+    ZINF_CHECK(zinf_device_alloc(e->dev, b, "fp32 gradients", (void **)&e->grads32));
+    return zinf_device_alloc(e->dev, (size_t)e->nmod * e->world * 2 * sizeof(double), "gradient norms",
+                             (void **)&e->d_stats);
+}
+
+static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *comm) {
+    ZINF_CHECK(check_config(cfg, comm));
+    e->cfg = *cfg;
+    e->comm = comm;
+    e->rank = zinf_comm_rank(comm);
+    e->world = zinf_comm_size(comm);
+    e->stage = (int)cfg->zero.stage;
+    e->dt = cfg->bf16 ? ZINF_DTYPE_BF16 : cfg->fp16.enabled ? ZINF_DTYPE_F16 : ZINF_DTYPE_F32;
+    e->es = zinf_dtype_size(e->dt);
+    zinf_loss_scaler_init(&e->scaler, &cfg->fp16);
+
+    zinf_model_params mp = {.dtype = e->dt, .batch = (int)cfg->train_micro_batch_size_per_gpu, .training = true,
+                            .checkpoint_activations = cfg->activation_checkpointing.enabled};
+    ZINF_CHECK(zinf_gpt_shape_from_config(&cfg->model, &mp.shape));
+    mp.seq_len = cfg->data.present && cfg->data.seq_len > 0 ? (int)cfg->data.seq_len : mp.shape.block_size;
+    if (mp.seq_len > mp.shape.block_size)
+        return zinf_fail(ZINF_ERR_INVAL, "data.seq_len: %d is longer than the model's block_size %d", mp.seq_len,
+                         mp.shape.block_size);
+    zinf_device_params dp = {.backend = cfg->device.backend, .memory_limit = cfg->device.memory_limit};
+    ZINF_CHECK(zinf_device_create(&e->dev, &dp));
+    ZINF_CHECK(zinf_stream_create(e->dev, &e->cs));
+    ZINF_CHECK(zinf_stream_create(e->dev, &e->xs));
+    ZINF_CHECK(zinf_event_create(e->dev, &e->ev_cs));
+    zinf_device_mem before, after;
+    zinf_device_get_mem(e->dev, &before);
+    ZINF_CHECK(zinf_model_create(&e->m, e->dev, &mp));
+    zinf_device_get_mem(e->dev, &after);
+    e->act_bytes = (int64_t)(after.in_use - before.in_use);
+    e->nmod = zinf_model_module_count(e->m);
+    e->params16 = calloc((size_t)e->nmod, sizeof *e->params16);
+    e->grads16 = calloc((size_t)e->nmod, sizeof *e->grads16);
+    e->pview = calloc((size_t)e->nmod, sizeof *e->pview);
+    if (!e->params16 || !e->grads16 || !e->pview) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    ZINF_CHECK(layout_build(e));
+    ZINF_CHECK(alloc_states(e));
+    ZINF_CHECK(reduce_create(e));
+    if (e->stage == 3) ZINF_CHECK(coord_create(e));
+    else memcpy(e->pview, e->params16, (size_t)e->nmod * sizeof *e->pview);
+    return init_partition(e);
+}
+
+zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_comm *comm) {
+    if (!out || !cfg || !comm) return zinf_fail(ZINF_ERR_INVAL, "engine: out, cfg and comm are required");
+    *out = NULL;
+    zinf_engine *e = calloc(1, sizeof *e);
+    if (!e) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    pthread_mutex_init(&e->aerr.mu, NULL);
+    zinf_status st = create(e, cfg, comm);
+    if (st != ZINF_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zinf_last_error());
+        zinf_engine_destroy(e);
+        return zinf_fail(st, "%s", msg);
+    }
+    *out = e;
+    return ZINF_OK;
+}
+
+void zinf_engine_destroy(zinf_engine *e) {
+    if (!e) return;
+    if (e->xs) zinf_stream_sync(e->xs);
+    if (e->cs) zinf_stream_sync(e->cs);
+    engine_reap(e, true);
+    free(e->pend);
+    if (e->stage == 3) coord_destroy(e);
+    reduce_destroy(e);
+    for (int i = 0; i < e->nmod; i++) {
+        zinf_device_free(e->dev, e->params16[i]);
+        zinf_device_free(e->dev, e->grads16[i]);
+    }
+    if (e->dev) {
+        zinf_device_free(e->dev, e->part16);
+        zinf_device_free(e->dev, e->master);
+        zinf_device_free(e->dev, e->exp_avg);
+        zinf_device_free(e->dev, e->exp_avg_sq);
+        zinf_device_free(e->dev, e->grads32);
+        zinf_device_free(e->dev, e->d_stats);
+    }
+    free(e->params16), free(e->grads16), free(e->pview), free(e->lay);
+    zinf_model_destroy(e->m);
+    zinf_event_destroy(e->ev_cs);
+    zinf_stream_destroy(e->xs);
+    zinf_stream_destroy(e->cs);
+    zinf_device_destroy(e->dev);
+    pthread_mutex_destroy(&e->aerr.mu);
+    free(e);
+}
+
+const zinf_model *zinf_engine_model(const zinf_engine *e) { return e ? e->m : NULL; }
+
+// ---- forward and backward ----
+
+// Make op's modules available (stage 3 gathers them) and run it.
+static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
+    if (e->stage == 3) ZINF_CHECK(coord_fetch(e, op->module, e->pview));
+    ZINF_CHECK(zinf_model_run(e->m, e->cs, op, e->pview, e->grads16));
+    return e->stage == 3 ? coord_done(e, op->module) : ZINF_OK;
+}
+
+zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss) {
+    if (!e || !tokens || !targets || !loss) return zinf_fail(ZINF_ERR_INVAL, "engine forward: a required argument is NULL");
+    ZINF_CHECK(async_get(&e->aerr));
+    // The objective is the mean over every micro-batch of every rank; fp16 scales it.
+    double scale = e->cfg.fp16.enabled ? e->scaler.scale : 1.0;
+    float dloss = (float)(scale / ((double)e->cfg.gradient_accumulation_steps * e->world));
+    ZINF_CHECK(zinf_model_set_batch(e->m, e->cs, tokens, targets, n, dloss));
+    int nf;
+    const zinf_model_op *ops = zinf_model_schedule(e->m, false, &nf);
+    for (int i = 0; i < nf; i++)
+        ZINF_CHECK(run_op(e, &ops[i]));
+    double sum;
+    int64_t count;
+    ZINF_CHECK(zinf_model_loss(e->m, e->cs, &sum, &count));
+    *loss = e->last_loss = sum / (double)count;
+    e->have_forward = true;
+    return ZINF_OK;
+}
+
+// Module mod's 16-bit gradient buffer, zeroed, for the backward about to add to it.
+static zinf_status need_grad(zinf_engine *e, int mod) {
+    if (mod < 0 || e->grads16[mod] || !e->lay[mod].padded) return ZINF_OK;
+    size_t bytes = e->lay[mod].padded * e->es;
+    ZINF_CHECK(engine_alloc(e, bytes, "gradients", &e->grads16[mod]));
+    return zinf_memset_async(e->cs, e->grads16[mod], 0, bytes);
+}
+
+zinf_status zinf_engine_backward(zinf_engine *e) {
+    if (!e) return zinf_fail(ZINF_ERR_INVAL, "engine backward: e is NULL");
+    if (!e->have_forward) return zinf_fail(ZINF_ERR_INVAL, "engine backward: no forward to take the backward of");
+    int nf, nall;
+    zinf_model_schedule(e->m, false, &nf);
+    const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);
+    for (int k = nf; k < nall; k++) {
+        const zinf_model_op *op = &ops[k];
+        if (op->pass == ZINF_PASS_BACKWARD) {
+            ZINF_CHECK(need_grad(e, op->module));
+            ZINF_CHECK(need_grad(e, zinf_model_module(e->m, op->module)->external));
+        }
+        ZINF_CHECK(run_op(e, op));
+        for (int i = 0; i < e->nmod; i++)
+            if (e->last_bwd[i] == k) ZINF_CHECK(reduce_module_ready(e, i));
+    }
+    e->have_forward = false;
+    e->micro++;
+    e->loss_sum += e->last_loss;
+    return ZINF_OK;
+}
+
+zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
+    if (!e || !info) return zinf_fail(ZINF_ERR_INVAL, "engine step: e and info are required");
+    if (e->micro == 0) return zinf_fail(ZINF_ERR_INVAL, "engine step: no backward since the last step");
+    return step_run(e, info);
+}
+
+double zinf_engine_loss_scale(const zinf_engine *e) { return e && e->cfg.fp16.enabled ? e->scaler.scale : 1.0; }
+
+// ---- full values ----
+
+static const zinf_param_info *find_param(const zinf_engine *e, const char *name, int *mod) {
+    if (name && strncmp(name, "transformer.", 12) == 0) name += 12;
+    for (int i = 0; name && i < e->nmod; i++) {
+        const zinf_module_info *mi = zinf_model_module(e->m, i);
+        for (int j = 0; j < mi->nparams; j++)
+            if (strcmp(mi->params[j].name, name) == 0) {
+                *mod = i;
+                return &mi->params[j];
+            }
+    }
+    zinf_fail(ZINF_ERR_INVAL, "engine: \"%s\" is not a parameter of this model (e.g. \"h.0.attn.c_attn.weight\")",
+              name ? name : "(null)");
+    return NULL;
+}
+
+static float *state_array(zinf_engine *e, zinf_state_kind kind) {
+    switch (kind) {
+    case ZINF_STATE_PARAM: return e->master;
+    case ZINF_STATE_GRAD: return e->grads32;
+    case ZINF_STATE_EXP_AVG: return e->exp_avg;
+    case ZINF_STATE_EXP_AVG_SQ: return e->exp_avg_sq;
+    }
+    return NULL;
+}
+
+// The part of parameter p (elements [a, b) of its module) this rank holds: [*lo, *hi).
+static bool owned(const zinf_engine *e, int mod, const zinf_param_info *p, size_t *lo, size_t *hi) {
+    const mod_layout *l = &e->lay[mod];
+    *lo = p->offset > l->part_lo ? p->offset : l->part_lo;
+    *hi = p->offset + p->numel < l->part_lo + l->part_n ? p->offset + p->numel : l->part_lo + l->part_n;
+    return *lo < *hi;
+}
+
+zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_kind kind, float *out) {
+    int mod;
+    const zinf_param_info *p = e && out ? find_param(e, name, &mod) : NULL;
+    if (!p) return e && out ? ZINF_ERR_INVAL : zinf_fail(ZINF_ERR_INVAL, "engine get_full: e and out are required");
+    float *src = state_array(e, kind);
+    if (!src) return zinf_fail(ZINF_ERR_INVAL, "engine get_full: unknown state kind %d", (int)kind);
+    ZINF_CHECK(engine_sync(e));
+    const mod_layout *l = &e->lay[mod];
+    size_t lo, hi;
+    memset(out, 0, p->numel * sizeof *out);
+    if (owned(e, mod, p, &lo, &hi))
+        ZINF_CHECK(zinf_copy_async(e->cs, out + (lo - p->offset), src + l->part_off + (lo - l->part_lo),
+                                   (hi - lo) * sizeof *out, ZINF_COPY_D2H));
+    ZINF_CHECK(zinf_stream_sync(e->cs));
+    // Each element is held by one rank; the others add zeros, which changes no bits.
+    if (e->stage > 0 && e->world > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->comm, out, p->numel));
+    if (kind == ZINF_STATE_GRAD && e->cfg.fp16.enabled)
+        for (size_t i = 0; i < p->numel; i++)
+            out[i] = (float)(out[i] / e->scaler.scale);
+    return ZINF_OK;
+}
+
+zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_kind kind, const float *in) {
+    int mod;
+    const zinf_param_info *p = e && in ? find_param(e, name, &mod) : NULL;
+    if (!p) return e && in ? ZINF_ERR_INVAL : zinf_fail(ZINF_ERR_INVAL, "engine set_full: e and in are required");
+    float *dst = state_array(e, kind);
+    if (!dst) return zinf_fail(ZINF_ERR_INVAL, "engine set_full: unknown state kind %d", (int)kind);
+    if (kind == ZINF_STATE_GRAD && e->cfg.fp16.enabled)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "engine set_full: setting gradients under fp16 loss scaling");
+    ZINF_CHECK(engine_sync(e));
+    const mod_layout *l = &e->lay[mod];
+    size_t lo, hi;
+    if (owned(e, mod, p, &lo, &hi))
+        ZINF_CHECK(zinf_copy_async(e->cs, dst + l->part_off + (lo - l->part_lo), in + (lo - p->offset),
+                                   (hi - lo) * sizeof *in, ZINF_COPY_H2D));
+    if (kind == ZINF_STATE_PARAM) {
+        // The 16-bit copy: the whole parameter at stages 0-2, this rank's slice at 3.
+        size_t a = p->offset, b = p->offset + p->numel;
+        void *base = e->params16[mod];
+        if (e->stage == 3) {
+            a = a > l->part_lo ? a : l->part_lo;
+            b = b < l->part_lo + l->slice ? b : l->part_lo + l->slice;
+            base = (char *)e->part16 + (l->part_off - l->part_lo) * e->es;
+        }
+        void *tmp = a < b ? malloc((b - a) * e->es) : NULL;
+        if (a < b && !tmp) return zinf_fail(ZINF_ERR_NOMEM, "engine set_full: out of memory");
+        for (size_t i = a; i < b; i++)
+            dt_store(tmp, e->dt, i - a, in[i - p->offset]);
+        zinf_status st = a < b ? zinf_copy_async(e->cs, (char *)base + a * e->es, tmp, (b - a) * e->es, ZINF_COPY_H2D)
+                               : ZINF_OK;
+        if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
+        free(tmp);
+        ZINF_CHECK(st);
+    }
+    return zinf_stream_sync(e->cs);
+}
+
+zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]) {
+    if (!e || !out) return zinf_fail(ZINF_ERR_INVAL, "engine digest: e and out are required");
+    size_t most = 0;
+    for (int i = 0; i < e->nmod; i++) {
+        const zinf_module_info *mi = zinf_model_module(e->m, i);
+        for (int j = 0; j < mi->nparams; j++)
+            if (mi->params[j].numel > most) most = mi->params[j].numel;
+    }
+    float *buf = malloc(most * sizeof *buf);
+    if (!buf) return zinf_fail(ZINF_ERR_NOMEM, "engine digest: out of memory");
+    uint64_t h = 0xcbf29ce484222325ull; // FNV-1a over the bytes, in model order
+    zinf_status st = ZINF_OK;
+    for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
+        const zinf_module_info *mi = zinf_model_module(e->m, i);
+        for (int j = 0; st == ZINF_OK && j < mi->nparams; j++) {
+            st = zinf_engine_get_full(e, mi->params[j].name, ZINF_STATE_PARAM, buf);
+            const unsigned char *b = (const unsigned char *)buf;
+            for (size_t k = 0; st == ZINF_OK && k < mi->params[j].numel * sizeof *buf; k++)
+                h = (h ^ b[k]) * 0x100000001b3ull;
+        }
+    }
+    free(buf);
+    if (st == ZINF_OK) snprintf(out, 17, "%016llx", (unsigned long long)h);
+    return st;
+}
+
+void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (!e) return;
+    size_t p16 = 0;
+    for (int i = 0; i < e->nmod; i++)
+        p16 += e->stage == 3 ? e->lay[i].slice : e->lay[i].padded;
+    out->params16 = (int64_t)(p16 * e->es);
+    out->gathered_max = e->co.live_peak_bytes;
+    out->master = (int64_t)(e->npart * sizeof(float));
+    out->optim_states = 2 * out->master;
+    out->grads32 = out->master;
+    out->activations = e->act_bytes;
+    out->reduce_bufs = (int64_t)(2 * e->bucket_cap * sizeof(float));
+    out->pinned = (int64_t)e->h_comm_bytes;
+    zinf_device_mem mem;
+    zinf_device_get_mem(e->dev, &mem);
+    out->device_in_use = (int64_t)mem.in_use;
+    out->device_peak = (int64_t)mem.peak;
+    out->device_capacity = (int64_t)mem.capacity;
+    out->partition_numel = (int64_t)e->npart;
+    out->model_numel = e->model_numel;
+}

@@ -1,0 +1,102 @@
+// The starting weights of a rank's partition, one module at a time: read from
+// model.init_from, or drawn as GPT-2 initializes itself (Hugging Face's
+// _init_weights: normal(0, 0.02) for weights and embeddings, c_proj weights with std
+// 0.02 / sqrt(2 n_layer), zero biases, unit layernorm weights). The draws come from a
+// counter-based generator keyed by (seed, module, element), so a value depends only on
+// where it is in the model: every stage and world size starts identically and no rank
+// computes more than it keeps.
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "zinf_half.h"
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// A standard normal draw for element j of module mod (Box-Muller on two 53-bit uniforms).
+static double normal_at(uint64_t seed, int mod, size_t j) {
+    uint64_t k = splitmix64(splitmix64(seed) ^ ((uint64_t)mod << 40) ^ (uint64_t)j);
+    uint64_t k2 = splitmix64(k);
+    double u1 = ((double)(k >> 11) + 1.0) * 0x1p-53; // (0, 1]
+    double u2 = (double)(k2 >> 11) * 0x1p-53;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+// Flat elements [lo, lo + n) of module mod: from file (the module's numel values read
+// from init_from) or drawn; padding is zero.
+static void fill_range(const zinf_engine *e, int mod, const float *file, size_t lo, size_t n, float *out) {
+    const zinf_module_info *mi = zinf_model_module(e->m, mod);
+    memset(out, 0, n * sizeof *out);
+    double proj_std = 0.02 / sqrt(2.0 * e->cfg.model.n_layer);
+    for (int p = 0; p < mi->nparams; p++) {
+        const zinf_param_info *pi = &mi->params[p];
+        size_t a = pi->offset > lo ? pi->offset : lo, b = pi->offset + pi->numel;
+        if (b > lo + n) b = lo + n;
+        if (a >= b) continue;
+        bool bias = ends_with(pi->name, ".bias"), ln = strstr(pi->name, "ln_") != NULL;
+        double std = ends_with(pi->name, "c_proj.weight") ? proj_std : 0.02;
+        for (size_t j = a; j < b; j++) {
+            float v;
+            if (file) v = file[j];
+            else if (bias) v = 0.0f;
+            else if (ln) v = 1.0f;
+            else v = (float)(std * normal_at((uint64_t)e->cfg.seed, mod, j));
+            out[j - lo] = v;
+        }
+    }
+}
+
+// The 16-bit range [lo, lo + n) of module mod from fp32 values, uploaded to dst.
+static zinf_status upload16(zinf_engine *e, void *dst, const float *v, size_t n, void *tmp) {
+    for (size_t i = 0; i < n; i++)
+        dt_store(tmp, e->dt, i, v[i]);
+    return zinf_copy_async(e->cs, dst, tmp, n * e->es, ZINF_COPY_H2D);
+}
+
+zinf_status init_partition(zinf_engine *e) {
+    const char *from = e->cfg.model.init_from;
+    size_t most = 0;
+    for (int i = 0; i < e->nmod; i++)
+        if (e->lay[i].padded > most) most = e->lay[i].padded;
+    float *file = NULL, *vals = malloc(most * sizeof *vals);
+    void *tmp = malloc(most * 4), **bufs = calloc((size_t)e->nmod, sizeof *bufs);
+    if (from) file = malloc(most * sizeof *file);
+    zinf_status st = vals && tmp && bufs && (file || !from) ? ZINF_OK
+                                                            : zinf_fail(ZINF_ERR_NOMEM, "engine init: out of memory");
+    for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
+        const mod_layout *l = &e->lay[i];
+        if (!l->numel) continue;
+        if (from) {
+            bufs[i] = file;
+            st = zinf_model_read_weights(e->m, from, ZINF_DTYPE_F32, bufs);
+            bufs[i] = NULL;
+            if (st != ZINF_OK) break;
+        }
+        // Stages 0-2 keep the full 16-bit buffer; stage 3 only the slice.
+        size_t lo = e->stage == 3 ? (size_t)e->rank * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
+        fill_range(e, i, file, lo, n, vals);
+        void *dst = e->stage == 3 ? (char *)e->part16 + l->part_off * e->es : e->params16[i];
+        st = upload16(e, dst, vals, n, tmp);
+        if (st == ZINF_OK) st = zinf_stream_sync(e->cs); // vals and tmp are reused
+        const float *part = vals + (l->part_lo - lo);
+        if (st == ZINF_OK) st = zinf_copy_async(e->cs, e->master + l->part_off, part, l->part_n * 4, ZINF_COPY_H2D);
+        if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
+    }
+    size_t bytes = e->npart * sizeof(float);
+    if (st == ZINF_OK) st = zinf_memset_async(e->cs, e->exp_avg, 0, bytes);
+    if (st == ZINF_OK) st = zinf_memset_async(e->cs, e->exp_avg_sq, 0, bytes);
+    if (st == ZINF_OK) st = zinf_memset_async(e->cs, e->grads32, 0, bytes);
+    if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
+    free(vals), free(tmp), free(file), free(bufs);
+    return st;
+}

@@ -1,0 +1,154 @@
+// The engine's internals, shared by its files: the flat layout (layout.c), the
+// initialization (init.c), the stage-3 coordinator (coordinator.c), the gradient
+// buckets (reduce.c), the optimizer step (step.c) and the rest (engine.c).
+#ifndef ZINF_ENGINE_INTERNAL_H
+#define ZINF_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "zinf_engine.h"
+#include "zinf_internal.h"
+#include "zinf_schedule.h"
+
+// Each rank's slice of a module is a multiple of this many elements: 4 KiB in 16-bit
+// dtypes (8 KiB in fp32), so a slice goes to disk with O_DIRECT in every dtype.
+enum { SLICE_ALIGN = 2048 };
+
+// Module i's place in the flat layout. Its flat buffer (padded numel) splits into
+// `world` slices of `slice` elements; rank r owns [r * slice, (r + 1) * slice).
+typedef struct mod_layout {
+    size_t numel;  // parameters (the model's flat buffer size)
+    size_t padded; // world * slice
+    size_t slice;
+    size_t part_lo; // start of this rank's optimizer part inside the flat buffer
+    size_t part_n;  // its length: the whole buffer at stage 0, else the slice
+    size_t part_off; // where that part starts in the rank's partition
+} mod_layout;
+
+// A group of modules whose gradients are reduced together (in the order backward
+// finishes them). Its buffer is rank-major: rank r's slices of every member, in member
+// order, form block r, so a reduce-scatter hands each rank its slices.
+typedef struct bucket {
+    int first, count; // members: ready[first .. first + count)
+    size_t block;     // elements per rank block (sum of the members' slices)
+} bucket;
+
+// A failure on a host thread (a collective run from a stream), raised at the next
+// synchronization on the engine's thread.
+typedef struct async_error {
+    pthread_mutex_t mu;
+    zinf_status st;
+    char msg[512];
+} async_error;
+
+// The stage-3 coordinator's state: which modules are gathered, the trace of module
+// uses recorded in the first step, and where execution is in it.
+typedef struct coordinator {
+    void **gathered;        // per module: its full 16-bit buffer on the device, or NULL
+    zinf_event **landed;    // per module: recorded on the communication stream when its gather lands
+    int *use_pos;           // per module: the trace position of its current use, or -1
+    int *trace, ntrace;     // module uses of the recorded step
+    int *next_use;          // per trace position: the next position of the same module, or -1
+    int *rec, nrec, caprec; // uses of the running step
+    int pos;                // position in the trace; -1 once execution departed from it
+    bool have_trace;
+    int64_t live;           // gathered elements now
+    int64_t live_peak_bytes;
+} coordinator;
+
+// A device buffer freed once the stream work recorded in ev has passed it.
+typedef struct pending_free {
+    void *p;
+    zinf_event *ev;
+} pending_free;
+
+struct zinf_engine {
+    zinf_config cfg; // the caller's config (pointer members borrowed)
+    zinf_comm *comm;
+    int rank, world, stage;
+    zinf_device *dev;
+    zinf_stream *cs; // compute
+    zinf_stream *xs; // communication and the copies around it
+    zinf_model *m;
+    int nmod;
+    zinf_dtype dt; // model storage: F32, BF16 or F16
+    size_t es;
+    mod_layout *lay;
+    size_t npart;   // N_r
+    int64_t model_numel;
+    int64_t act_bytes; // the model's activations and scratch on the device
+
+    // device buffers
+    void **params16;   // stages 0-2: full buffers per module
+    void *part16;      // stage 3: this rank's slices, in partition order
+    void **grads16;    // per module during backward
+    void **pview;      // what the model reads: params16, or the gathered buffers at stage 3
+    float *master, *exp_avg, *exp_avg_sq, *grads32;
+    double *d_stats;   // zinf_sumsq output per module part (2 doubles each)
+
+    // gradient reduction
+    int *ready_order;   // modules in the order backward finishes them
+    int *last_bwd;      // per module: index in the schedule of its last backward use, or -1
+    int *bucket_of;     // per module: its bucket
+    size_t *blk_off;    // per module: where its slices start inside each rank block
+    bucket *buckets;
+    int nbuckets;
+    size_t bucket_cap;  // elements of the largest bucket (world * block)
+    float *d_bucket[2]; // device: the bucket being filled and the one being reduced
+    zinf_event *bucket_free[2];
+    float *h_comm;      // pinned: staging for every collective on xs (xs runs them in order)
+    size_t h_comm_bytes;
+
+    coordinator co;
+    zinf_event *fwd_done, *ev_cs;
+
+    // the current step
+    int micro;            // micro-batches since the last step
+    double loss_sum;      // their mean losses, summed in order
+    double last_loss;     // of the last forward
+    bool have_forward;
+    int64_t steps_taken;  // optimizer steps so far (skipped included)
+    int64_t steps_applied;
+    zinf_loss_scaler scaler;
+
+    pending_free *pend;
+    int npend, cappend;
+
+    async_error aerr;
+};
+
+// layout.c
+zinf_status layout_build(zinf_engine *e);
+// init.c
+zinf_status init_partition(zinf_engine *e);
+// coordinator.c (stage 3)
+zinf_status coord_create(zinf_engine *e);
+void coord_destroy(zinf_engine *e);
+// Make module mod's parameters (and its external module's) available for op index k
+// of the running pass; params[] gets the buffers.
+zinf_status coord_fetch(zinf_engine *e, int mod, void **params);
+zinf_status coord_done(zinf_engine *e, int mod);
+zinf_status coord_end_step(zinf_engine *e);
+// reduce.c
+zinf_status reduce_create(zinf_engine *e);
+void reduce_destroy(zinf_engine *e);
+zinf_status reduce_module_ready(zinf_engine *e, int mod);
+// step.c
+zinf_status step_run(zinf_engine *e, zinf_step_info *info);
+
+// engine.c
+// Device memory that, when the account is full, first waits for deferred frees.
+zinf_status engine_alloc(zinf_engine *e, size_t bytes, const char *what, void **p);
+// Free p once the work submitted to s so far is done; engine_reap frees what is due
+// (all of it, waiting, when wait is set).
+zinf_status engine_free_after(zinf_engine *e, void *p, zinf_stream *s);
+zinf_status engine_reap(zinf_engine *e, bool wait);
+// Collectives queued on the communication stream, in the same order on every rank. A
+// failure is kept and raised by engine_sync.
+typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALLGATHER } comm_op;
+zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t n);
+// Wait for both streams and raise a failure of the collectives.
+zinf_status engine_sync(zinf_engine *e);
+
+#endif

@@ -1,0 +1,29 @@
+// The flat layout: each module's parameters are one buffer, padded so it splits into
+// `world` equal slices of a multiple of SLICE_ALIGN elements. Rank r's optimizer part
+// of a module is its slice (stages 1-3) or the whole buffer (stage 0, where every rank
+// steps the whole model); its partition is those parts in module order.
+#include "internal.h"
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+zinf_status layout_build(zinf_engine *e) {
+    e->lay = calloc((size_t)e->nmod, sizeof *e->lay);
+    if (!e->lay) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory for the layout");
+    size_t off = 0;
+    e->model_numel = 0;
+    for (int i = 0; i < e->nmod; i++) {
+        mod_layout *l = &e->lay[i];
+        const zinf_module_info *mi = zinf_model_module(e->m, i);
+        l->numel = mi->numel;
+        l->padded = round_up(l->numel, (size_t)e->world * SLICE_ALIGN);
+        l->slice = l->padded / (size_t)e->world;
+        l->part_lo = e->stage == 0 ? 0 : (size_t)e->rank * l->slice;
+        l->part_n = e->stage == 0 ? l->padded : l->slice;
+        l->part_off = off;
+        off += l->part_n;
+        for (int j = 0; j < mi->nparams; j++)
+            e->model_numel += (int64_t)mi->params[j].numel;
+    }
+    e->npart = off;
+    return ZINF_OK;
+}

@@ -1,0 +1,128 @@
+// Gradient reduction. As backward finishes a module (the last op that adds to its
+// gradient), its 16-bit gradient is widened into a bucket; a full bucket goes to the
+// communication stream, which sums it over the ranks in fp32 (all-reduce at stages
+// 0-1, reduce-scatter into the owners' slices at 2-3) and adds each rank's part to its
+// fp32 gradient partition, while the compute stream goes on with backward
+// (overlap_comm). Every stage forms the same sums in the same order, so for one world
+// size all stages accumulate bit-identical gradients.
+#include "internal.h"
+
+static zinf_status plan_buckets(zinf_engine *e) {
+    int nf, nall, n = 0;
+    zinf_model_schedule(e->m, false, &nf);
+    const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);
+    for (int i = 0; i < e->nmod; i++)
+        e->last_bwd[i] = -1;
+    for (int k = nf; k < nall; k++) {
+        if (ops[k].pass != ZINF_PASS_BACKWARD) continue;
+        e->last_bwd[ops[k].module] = k;
+        int ext = zinf_model_module(e->m, ops[k].module)->external;
+        if (ext >= 0) e->last_bwd[ext] = k > e->last_bwd[ext] ? k : e->last_bwd[ext];
+    }
+    for (int k = nf; k < nall; k++) // modules in the order their gradients are done
+        for (int i = 0; i < e->nmod; i++)
+            if (e->last_bwd[i] == k && e->lay[i].padded) e->ready_order[n++] = i;
+    // Greedy buckets of up to reduce_bucket_size elements; a bigger module is its own.
+    size_t cap = (size_t)e->cfg.zero.reduce_bucket_size, used = 0;
+    for (int j = 0; j < n; j++) {
+        int mod = e->ready_order[j];
+        size_t padded = e->lay[mod].padded;
+        bucket *b = e->nbuckets ? &e->buckets[e->nbuckets - 1] : NULL;
+        if (!b || used + padded > cap) {
+            b = &e->buckets[e->nbuckets++];
+            *b = (bucket){.first = j};
+            used = 0;
+        }
+        e->bucket_of[mod] = (int)(b - e->buckets);
+        e->blk_off[mod] = b->block;
+        b->count++;
+        b->block += e->lay[mod].slice;
+        used += padded;
+        if ((size_t)e->world * b->block > e->bucket_cap) e->bucket_cap = (size_t)e->world * b->block;
+    }
+    return ZINF_OK;
+}
+
+zinf_status reduce_create(zinf_engine *e) {
+    size_t nm = (size_t)e->nmod;
+    e->last_bwd = malloc(nm * sizeof *e->last_bwd);
+    e->ready_order = malloc(nm * sizeof *e->ready_order);
+    e->bucket_of = calloc(nm, sizeof *e->bucket_of);
+    e->blk_off = calloc(nm, sizeof *e->blk_off);
+    e->buckets = calloc(nm, sizeof *e->buckets);
+    if (!e->last_bwd || !e->ready_order || !e->bucket_of || !e->blk_off || !e->buckets)
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    ZINF_CHECK(plan_buckets(e));
+    for (int s = 0; s < 2; s++) {
+        ZINF_CHECK(zinf_device_alloc(e->dev, e->bucket_cap * sizeof(float), "gradient buckets", (void **)&e->d_bucket[s]));
+        ZINF_CHECK(zinf_event_create(e->dev, &e->bucket_free[s]));
+    }
+    if (e->world == 1) return ZINF_OK;
+    // One pinned staging buffer serves every collective: the communication stream runs
+    // them one after another. A reduce-scatter needs its input and one block of output;
+    // a gather one module's 16-bit buffer.
+    size_t bytes = 0, block = e->bucket_cap / (size_t)e->world;
+    for (int i = 0; i < e->nmod; i++)
+        if (e->lay[i].padded * e->es > bytes) bytes = e->lay[i].padded * e->es;
+    if ((e->bucket_cap + block) * sizeof(float) > bytes) bytes = (e->bucket_cap + block) * sizeof(float);
+    ZINF_CHECK(zinf_pinned_alloc(e->dev, bytes, (void **)&e->h_comm));
+    e->h_comm_bytes = bytes;
+    return ZINF_OK;
+}
+
+void reduce_destroy(zinf_engine *e) {
+    for (int s = 0; s < 2; s++) {
+        if (e->dev) zinf_device_free(e->dev, e->d_bucket[s]);
+        zinf_event_destroy(e->bucket_free[s]);
+    }
+    if (e->h_comm) zinf_pinned_free(e->dev, e->h_comm);
+    free(e->last_bwd), free(e->ready_order), free(e->bucket_of), free(e->blk_off), free(e->buckets);
+}
+
+// Sum bucket b over the ranks and add this rank's parts to its gradient partition.
+static zinf_status flush(zinf_engine *e, int b) {
+    const bucket *bk = &e->buckets[b];
+    float *d = e->d_bucket[b & 1], *h = e->h_comm;
+    size_t blk = bk->block, W = (size_t)e->world;
+    ZINF_CHECK(zinf_event_record(e->ev_cs, e->cs));
+    ZINF_CHECK(zinf_stream_wait_event(e->xs, e->ev_cs));
+    bool scattered = e->stage >= 2 && W > 1;
+    if (W > 1) {
+        ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
+        if (scattered) {
+            ZINF_CHECK(engine_comm(e, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
+            ZINF_CHECK(zinf_copy_async(e->xs, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
+        } else {
+            ZINF_CHECK(engine_comm(e, COMM_ALLREDUCE, h, NULL, W * blk));
+            ZINF_CHECK(zinf_copy_async(e->xs, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
+        }
+    }
+    for (int j = bk->first; j < bk->first + bk->count; j++) {
+        int mod = e->ready_order[j];
+        const mod_layout *l = &e->lay[mod];
+        for (size_t r = 0; r < W; r++) {
+            if (e->stage > 0 && r != (size_t)e->rank) continue; // not this rank's part
+            const float *src = d + (scattered ? 0 : r * blk) + e->blk_off[mod];
+            float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo);
+            ZINF_CHECK(zinf_add(e->xs, ZINF_DTYPE_F32, dst, dst, src, l->slice));
+        }
+    }
+    ZINF_CHECK(zinf_event_record(e->bucket_free[b & 1], e->xs));
+    return e->cfg.zero.overlap_comm ? ZINF_OK : engine_sync(e);
+}
+
+zinf_status reduce_module_ready(zinf_engine *e, int mod) {
+    const mod_layout *l = &e->lay[mod];
+    if (!l->padded) return ZINF_OK;
+    int b = e->bucket_of[mod];
+    const bucket *bk = &e->buckets[b];
+    float *d = e->d_bucket[b & 1];
+    // The bucket's buffer is reused once the communication stream is done with it.
+    if (mod == e->ready_order[bk->first]) ZINF_CHECK(zinf_stream_wait_event(e->cs, e->bucket_free[b & 1]));
+    for (int r = 0; r < e->world; r++)
+        ZINF_CHECK(zinf_cast(e->cs, d + (size_t)r * bk->block + e->blk_off[mod], ZINF_DTYPE_F32,
+                             (char *)e->grads16[mod] + (size_t)r * l->slice * e->es, e->dt, l->slice));
+    ZINF_CHECK(engine_free_after(e, e->grads16[mod], e->cs));
+    e->grads16[mod] = NULL;
+    return mod == e->ready_order[bk->first + bk->count - 1] ? flush(e, b) : ZINF_OK;
+}

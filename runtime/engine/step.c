@@ -1,0 +1,119 @@
+// The optimizer step: the global gradient norm and overflow check, the loss scaler,
+// clipping, Adam/AdamW on this rank's partition (writing the 16-bit copy as it goes),
+// and at stages 1-2 the all-gather that gives every rank the new 16-bit parameters.
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+// Squared norm and inf/NaN flag of every (module, rank slice) piece, summed module by
+// module and rank by rank: the same pieces in the same order whatever the stage, so
+// the clip coefficient (and so the update) is the same bits at every stage.
+static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
+    size_t W = (size_t)e->world, np = (size_t)e->nmod * W;
+    double *h = calloc(2 * np, sizeof *h);
+    if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
+    zinf_status st = zinf_memset_async(e->cs, e->d_stats, 0, 2 * np * sizeof *h);
+    for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
+        const mod_layout *l = &e->lay[i];
+        for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
+            if (e->stage > 0 && r != (size_t)e->rank) continue;
+            st = zinf_sumsq(e->cs, ZINF_DTYPE_F32, e->grads32 + l->part_off + (r * l->slice - l->part_lo), l->slice,
+                            e->d_stats + 2 * (i * W + r));
+        }
+    }
+    if (st == ZINF_OK) st = zinf_copy_async(e->cs, h, e->d_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
+    if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
+    // Each piece lives on one rank (or on all, at stage 0); adding the others' zeros
+    // keeps its bits.
+    if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->comm, h, 2 * np);
+    *sumsq = 0, *nonfinite = false;
+    for (size_t k = 0; st == ZINF_OK && k < np; k++) {
+        *sumsq += h[2 * k];
+        if (h[2 * k + 1] != 0) *nonfinite = true;
+    }
+    free(h);
+    return st;
+}
+
+static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_scale) {
+    const zinf_optimizer_config *o = &e->cfg.optimizer;
+    // DeepSpeed's "Adam" decouples weight decay unless adam_w_mode is false.
+    bool decoupled = o->type == ZINF_OPT_ADAMW || o->adam_w_mode;
+    return (zinf_optim_hparams){.kind = decoupled ? ZINF_OPTIM_ADAMW : ZINF_OPTIM_ADAM, .lr = lr,
+                                .beta1 = o->betas[0], .beta2 = o->betas[1], .eps = o->eps,
+                                .weight_decay = o->weight_decay, .bias_correction = o->bias_correction,
+                                .step = e->steps_applied + 1, .grad_scale = grad_scale};
+}
+
+// Where the optimizer writes module mod's new 16-bit part.
+static void *out16(zinf_engine *e, int mod) {
+    const mod_layout *l = &e->lay[mod];
+    if (e->stage == 3) return (char *)e->part16 + l->part_off * e->es;
+    return (char *)e->params16[mod] + l->part_lo * e->es;
+}
+
+static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
+    for (int i = 0; i < e->nmod; i++) {
+        const mod_layout *l = &e->lay[i];
+        if (!l->padded) continue;
+        bool f32 = e->dt == ZINF_DTYPE_F32;
+        zinf_optim_tile t = {.param = e->master + l->part_off, .exp_avg = e->exp_avg + l->part_off,
+                             .exp_avg_sq = e->exp_avg_sq + l->part_off, .grad = e->grads32 + l->part_off,
+                             .grad_dtype = ZINF_DTYPE_F32, .out = f32 ? NULL : out16(e, i),
+                             .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dt, .n = l->part_n};
+        ZINF_CHECK(zinf_device_optim(e->cs, h, &t));
+        if (f32) ZINF_CHECK(zinf_copy_async(e->cs, out16(e, i), t.param, l->part_n * 4, ZINF_COPY_D2D));
+    }
+    return ZINF_OK;
+}
+
+// Stages 1-2: every rank updated its slices; gather the full 16-bit buffers.
+static zinf_status share_params(zinf_engine *e) {
+    ZINF_CHECK(zinf_event_record(e->ev_cs, e->cs));
+    ZINF_CHECK(zinf_stream_wait_event(e->xs, e->ev_cs));
+    for (int i = 0; i < e->nmod; i++) {
+        const mod_layout *l = &e->lay[i];
+        size_t sb = l->slice * e->es;
+        if (!sb) continue;
+        char *mine = (char *)e->h_comm + (size_t)e->rank * sb;
+        ZINF_CHECK(zinf_copy_async(e->xs, mine, (char *)e->params16[i] + e->rank * sb, sb, ZINF_COPY_D2H));
+        ZINF_CHECK(engine_comm(e, COMM_ALLGATHER, mine, e->h_comm, sb));
+        ZINF_CHECK(zinf_copy_async(e->xs, e->params16[i], e->h_comm, l->padded * e->es, ZINF_COPY_H2D));
+    }
+    return ZINF_OK;
+}
+
+zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
+    ZINF_CHECK(engine_sync(e)); // every bucket reduced
+    double sumsq = 0;
+    bool nonfinite = false;
+    ZINF_CHECK(grad_stats(e, &sumsq, &nonfinite));
+    double lm[2] = {e->loss_sum, (double)e->micro};
+    if (e->world > 1) ZINF_CHECK(zinf_comm_allreduce_f64(e->comm, lm, 2));
+
+    bool fp16 = e->cfg.fp16.enabled;
+    double scale = fp16 ? e->scaler.scale : 1.0;
+    *info = (zinf_step_info){.step = e->steps_taken + 1, .loss = lm[0] / lm[1], .loss_scale = scale,
+                             .grad_norm = sqrt(sumsq) / scale};
+    info->lr = zinf_lr_at(&e->cfg.optimizer, &e->cfg.scheduler, e->steps_applied + 1);
+    // fp16 overflow skips the step and lowers the scale; bf16 and fp32 have no scaler.
+    if (fp16) ZINF_CHECK(zinf_loss_scaler_update(&e->scaler, nonfinite, &info->skipped));
+    if (!info->skipped) {
+        // DeepSpeed's clipping: one multiplier unscales and clips, applied when
+        // (norm + 1e-6) / gradient_clipping exceeds 1.
+        double combined = scale, clip = e->cfg.gradient_clipping;
+        if (clip > 0 && (info->grad_norm + 1e-6) / clip > 1) combined = scale * (info->grad_norm + 1e-6) / clip;
+        zinf_optim_hparams h = hparams(e, info->lr, (float)(1.0 / combined));
+        ZINF_CHECK(update(e, &h));
+        e->steps_applied++;
+        if (e->stage > 0 && e->stage < 3 && e->world > 1) ZINF_CHECK(share_params(e));
+    }
+    ZINF_CHECK(zinf_memset_async(e->cs, e->grads32, 0, e->npart * sizeof(float)));
+    ZINF_CHECK(engine_sync(e));
+    if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
+    e->steps_taken++;
+    e->micro = 0;
+    e->loss_sum = 0;
+    return ZINF_OK;
+}

@@ -1,0 +1,96 @@
+// zinf engine: data-parallel training of a GPT with ZeRO stages 0-3. Each rank holds
+// its share of the model states: stage 1 partitions the optimizer states, stage 2 also
+// the gradients, stage 3 also the 16-bit parameters, which are gathered module by
+// module when they are needed and released after.
+//
+// A program drives it like DeepSpeed's engine: for every micro-batch forward then
+// backward, then step once per gradient_accumulation_steps micro-batches. Every rank
+// makes the same calls in the same order.
+#ifndef ZINF_ENGINE_H
+#define ZINF_ENGINE_H
+
+#include <stdint.h>
+
+#include "zinf_base.h"
+#include "zinf_comm.h"
+#include "zinf_config.h"
+#include "zinf_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zinf_engine zinf_engine;
+
+// Build the model cfg->model describes on cfg->device, lay out this rank's partition
+// and initialize it: from model.init_from, else GPT-2's initialization drawn from
+// `seed` (each element's value depends only on the seed and its place in the model, so
+// every stage and world size starts from the same weights and no rank ever holds more
+// than its partition). comm's size must be cfg->world_size; the engine borrows it.
+zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_comm *comm);
+void zinf_engine_destroy(zinf_engine *e); // NULL is a no-op
+const zinf_model *zinf_engine_model(const zinf_engine *e);
+
+// Forward one micro-batch of n sequences (<= train_micro_batch_size_per_gpu) of
+// seq_len tokens; *loss is its mean loss. Without a following backward it is an
+// evaluation.
+zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss);
+// Backward of the last forward; the gradients are reduced across ranks and added to
+// this rank's fp32 gradient partition.
+zinf_status zinf_engine_backward(zinf_engine *e);
+
+typedef struct zinf_step_info {
+    int64_t step;       // optimizer steps taken so far, this one included (skipped too)
+    double loss;        // mean loss over the step's micro-batches on every rank
+    double lr;          // the learning rate this step used
+    double grad_norm;   // global L2 norm of the gradient, before clipping (unscaled)
+    double loss_scale;  // the scale this step's gradients carried
+    bool skipped;       // fp16 overflow: no update, the scale was lowered
+} zinf_step_info;
+
+// Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients.
+zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info);
+
+// The fp16 loss scale the next step's gradients carry (1 without fp16).
+double zinf_engine_loss_scale(const zinf_engine *e);
+
+typedef enum zinf_state_kind {
+    ZINF_STATE_PARAM,      // fp32 master weights
+    ZINF_STATE_GRAD,       // the gradient accumulated since the last step, unscaled
+    ZINF_STATE_EXP_AVG,    // Adam's first moment
+    ZINF_STATE_EXP_AVG_SQ, // Adam's second moment
+} zinf_state_kind;
+
+// The full fp32 value of one parameter (Hugging Face name without `transformer.`,
+// e.g. "h.0.attn.c_attn.weight"), gathered from every rank's partition into out
+// (numel floats) on every rank; DeepSpeed's safe_get_full_*. Collective.
+zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_kind kind, float *out);
+// Set it on every rank (each keeps its part); setting PARAM also rewrites the 16-bit
+// copy. Collective: every rank passes the same values.
+zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_kind kind, const float *in);
+
+// A hex digest (16 digits and a NUL) of the full fp32 master weights in model order,
+// the same on every rank: identical runs print identical digests. Collective.
+zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]);
+
+// Where the engine's bytes live, for the plan and the log line.
+typedef struct zinf_engine_memory {
+    int64_t params16;     // device: 16-bit parameters (full, or this rank's slices at stage 3)
+    int64_t gathered_max; // device: most bytes of gathered parameters at once (stage 3), measured
+    int64_t master;       // device: fp32 master weights of this rank's partition
+    int64_t optim_states; // device: exp_avg and exp_avg_sq
+    int64_t grads32;      // device: fp32 gradient partition
+    int64_t activations;  // device: the model's activations and scratch
+    int64_t reduce_bufs;  // device: gradient buckets
+    int64_t pinned;       // pinned host: staging for communication
+    int64_t device_in_use, device_peak, device_capacity;
+    int64_t partition_numel; // N_r: elements of this rank's partition
+    int64_t model_numel;     // parameters of the model
+} zinf_engine_memory;
+
+void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
