@@ -202,6 +202,15 @@ check-required: $(B)/config.mk
 
 all: check-required $(B)/zinf
 
+# ---- the README's main job ----
+# A small real English corpus (Jane Austen's novels, from Debian's archive) that the
+# example config trains a byte-level GPT on.
+build/data/english.txt: examples/corpus.sh
+	$(say) CORPUS $@
+	$(Q)examples/corpus.sh $@ > /dev/null
+
+corpus: build/data/english.txt
+
 # ---- Python references (PyTorch) ----
 # One virtual environment for every build variant, made on first need; the reference
 # files the tests compare against are generated from the scripts in tests/ref/.
@@ -238,7 +247,7 @@ clean:
 distclean:
 	rm -rf build
 
-.PHONY: all deps test tests bench clean distclean check-required
+.PHONY: all corpus deps test tests bench clean distclean check-required
 .DELETE_ON_ERROR:
 
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

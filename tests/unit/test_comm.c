@@ -15,21 +15,6 @@
 #include "comm/internal.h" // chunk_bytes, scratch_max: lowered to split every call
 #include "zinf.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(ASAN)
-// Open MPI leaks in MPI_Init and in plugins it unloads (frames without a module); the
-// slow unwinder reaches MPI's own libraries, and only stacks through them are spared.
-const char *__lsan_default_options(void), *__lsan_default_suppressions(void);
-const char *__lsan_default_options(void) { return "fast_unwind_on_malloc=0:print_suppressions=0"; }
-const char *__lsan_default_suppressions(void) {
-    return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libevent\n";
-}
-#endif
-
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
