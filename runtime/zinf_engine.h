@@ -45,7 +45,7 @@ typedef struct zinf_step_info {
     double lr;          // the learning rate this step used
     double grad_norm;   // global L2 norm of the gradient, before clipping (unscaled)
     double loss_scale;  // the scale this step's gradients carried
-    bool skipped;       // fp16 overflow: no update, the scale was lowered
+    bool skipped;       // inf or NaN in the gradients: no update (fp16: the scale was lowered)
 } zinf_step_info;
 
 // Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients.

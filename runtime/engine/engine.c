@@ -194,7 +194,11 @@ zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_c
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", zinf_last_error());
         zinf_engine_destroy(e);
-        return zinf_fail(st, "%s", msg);
+        // Say what to change, not just what ran out.
+        return zinf_fail(st, "%s%s", msg,
+                         st == ZINF_ERR_NOMEM ? "; lower train_micro_batch_size_per_gpu, turn on activation_checkpointing, "
+                                                "raise zero_optimization.stage or device.memory_limit"
+                                              : "");
     }
     *out = e;
     return ZINF_OK;
@@ -245,7 +249,7 @@ zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int
     if (!e || !tokens || !targets || !loss) return zinf_fail(ZINF_ERR_INVAL, "engine forward: a required argument is NULL");
     ZINF_CHECK(async_get(&e->aerr));
     // The objective is the mean over every micro-batch of every rank; fp16 scales it.
-    double scale = e->cfg.fp16.enabled ? e->scaler.scale : 1.0;
+    double scale = e->scaler.scale;
     float dloss = (float)(scale / ((double)e->cfg.gradient_accumulation_steps * e->world));
     ZINF_CHECK(zinf_model_set_batch(e->m, e->cs, tokens, targets, n, dloss));
     int nf;
@@ -296,7 +300,7 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     return step_run(e, info);
 }
 
-double zinf_engine_loss_scale(const zinf_engine *e) { return e && e->cfg.fp16.enabled ? e->scaler.scale : 1.0; }
+double zinf_engine_loss_scale(const zinf_engine *e) { return e ? e->scaler.scale : 1.0; }
 
 // ---- full values ----
 
@@ -349,7 +353,7 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
     ZINF_CHECK(zinf_stream_sync(e->cs));
     // Each element is held by one rank; the others add zeros, which changes no bits.
     if (e->stage > 0 && e->world > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->comm, out, p->numel));
-    if (kind == ZINF_STATE_GRAD && e->cfg.fp16.enabled)
+    if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
         for (size_t i = 0; i < p->numel; i++)
             out[i] = (float)(out[i] / e->scaler.scale);
     return ZINF_OK;
@@ -361,7 +365,7 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
     if (!p) return e && in ? ZINF_ERR_INVAL : zinf_fail(ZINF_ERR_INVAL, "engine set_full: e and in are required");
     float *dst = state_array(e, kind);
     if (!dst) return zinf_fail(ZINF_ERR_INVAL, "engine set_full: unknown state kind %d", (int)kind);
-    if (kind == ZINF_STATE_GRAD && e->cfg.fp16.enabled)
+    if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "engine set_full: setting gradients under fp16 loss scaling");
     ZINF_CHECK(engine_sync(e));
     const mod_layout *l = &e->lay[mod];

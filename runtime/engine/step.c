@@ -92,13 +92,13 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
     double lm[2] = {e->loss_sum, (double)e->micro};
     if (e->world > 1) ZINF_CHECK(zinf_comm_allreduce_f64(e->comm, lm, 2));
 
-    bool fp16 = e->cfg.fp16.enabled;
-    double scale = fp16 ? e->scaler.scale : 1.0;
+    double scale = e->scaler.scale;
     *info = (zinf_step_info){.step = e->steps_taken + 1, .loss = lm[0] / lm[1], .loss_scale = scale,
                              .grad_norm = sqrt(sumsq) / scale};
     info->lr = zinf_lr_at(&e->cfg.optimizer, &e->cfg.scheduler, e->steps_applied + 1);
-    // fp16 overflow skips the step and lowers the scale; bf16 and fp32 have no scaler.
-    if (fp16) ZINF_CHECK(zinf_loss_scaler_update(&e->scaler, nonfinite, &info->skipped));
+    // A gradient with inf or NaN skips the step, as DeepSpeed's ZeRO optimizers do in
+    // every precision; under fp16 the dynamic scaler also lowers the scale.
+    ZINF_CHECK(zinf_loss_scaler_update(&e->scaler, nonfinite, &info->skipped));
     if (!info->skipped) {
         // DeepSpeed's clipping: one multiplier unscales and clips, applied when
         // (norm + 1e-6) / gradient_clipping exceeds 1.

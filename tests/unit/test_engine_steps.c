@@ -97,6 +97,27 @@ out:
     zinf_config_free(&cfg);
 }
 
+static void test_bf16_nan_skips(zinf_comm *comm) {
+    zinf_config cfg;
+    zinf_engine *e = make(comm, &cfg, ", \"bf16\": {\"enabled\": true}");
+    float nan[32];
+    for (int i = 0; i < 32; i++)
+        nan[i] = NAN;
+    CHECK(e && zinf_engine_set_full(e, "ln_f.bias", ZINF_STATE_PARAM, nan) == ZINF_OK, "%s", zinf_last_error());
+    if (!e || !fwd_bwd(e, 0)) goto out;
+    size_t n;
+    float *before = all_of(e, ZINF_STATE_PARAM, &n);
+    zinf_step_info si;
+    CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
+    CHECK(si.skipped && isnan(si.loss) && si.loss_scale == 1, "skipped %d, loss %g", si.skipped, si.loss);
+    float *after = all_of(e, ZINF_STATE_PARAM, &n);
+    CHECK(memcmp(before, after, n * sizeof *after) == 0, "a NaN step changed the weights");
+    free(before), free(after);
+out:
+    zinf_engine_destroy(e);
+    zinf_config_free(&cfg);
+}
+
 static void test_clipping(zinf_comm *comm) {
     zinf_config cfg;
     zinf_engine *e = make(comm, &cfg, ", \"gradient_clipping\": 0.05, \"zero_optimization\": {\"stage\": 2}");
@@ -175,6 +196,7 @@ int main(void) {
     zinf_comm *comm;
     CHECK(zinf_comm_create(&comm, ZINF_COMM_SINGLE, 0) == ZINF_OK, "%s", zinf_last_error());
     test_fp16_overflow(comm);
+    test_bf16_nan_skips(comm);
     test_clipping(comm);
     test_trace_change(comm);
     zinf_comm_destroy(comm);
