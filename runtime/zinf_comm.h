@@ -1,7 +1,8 @@
 // zinf comm: communication between data-parallel ranks. `single` is one rank; `mpi`
 // runs collectives over host memory between processes started by mpirun (it is also
-// what bootstraps NCCL). Every collective returns within the communicator's timeout:
-// a rank that died or stopped makes the others fail with ZINF_ERR_COMM, never hang.
+// what bootstraps NCCL). No wait inside a collective outlasts the communicator's
+// timeout (a large call may take several waits while it makes progress): a rank that
+// died or stopped makes the others fail with ZINF_ERR_COMM, never hang.
 #ifndef ZINF_COMM_H
 #define ZINF_COMM_H
 
