@@ -228,7 +228,7 @@ build/ref/%.bin: tests/ref/%_ref.py $(PYENV)/.ok
 	$(say) REF $@
 	$(Q)$(PY) $< $@ > /dev/null
 
-tests: all $(TEST_BIN) $(REF_BIN)
+tests: all corpus $(TEST_BIN) $(REF_BIN)
 
 test: tests
 	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run

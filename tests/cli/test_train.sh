@@ -101,6 +101,10 @@ grep -q 'parameters (its slices' "$tmp/out" || fail "the plan does not say stage
 [ "$(grep -c '^step ' "$tmp/out")" = 2 ] || fail "want log lines at steps 5 and 10: $(cat "$tmp/out")"
 grep -q '^step 10/10 | loss [0-9.]* | lr .* tok/s | .* TFLOPS | device ' "$tmp/out" || fail "log line: $(cat "$tmp/out")"
 
+# The README's main job starts (its corpus is made by `make tests` too).
+expect 0 "$Z" train examples/gpt-bytes-zero3.json --steps 2 --set steps_per_print=1
+grep -q '^step 2/2 | loss' "$tmp/out" || fail "the README's main job: $(tail -c 400 "$tmp/out") $(tail -c 400 "$tmp/err")"
+
 # Errors: usage and config problems exit 2 naming the key or the file.
 expect 2 "$Z" train "$tmp/cfg.json" --set steps=null
 grep -q 'steps' "$tmp/err" || fail "no steps: $(cat "$tmp/err")"
