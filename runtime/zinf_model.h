@@ -112,6 +112,9 @@ const zinf_model_op *zinf_model_schedule(const zinf_model *m, bool backward, int
 // of the objective with respect to this batch's mean loss (1, or a loss scale).
 zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *tokens, const int32_t *targets,
                                  int batch, float dloss);
+// The parameter called name (with or without `transformer.`) and its module, or NULL.
+const zinf_param_info *zinf_model_find_param(const zinf_model *m, const char *name, int *mod);
+
 // Run one op of the schedule on s. params[i] / grads[i]: module i's flat buffers on
 // the device (grads are added to, and only needed for backward); entries for modules
 // other than op's and its external one are not read.

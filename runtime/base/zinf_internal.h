@@ -2,6 +2,10 @@
 #ifndef ZINF_INTERNAL_H
 #define ZINF_INTERNAL_H
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
 #include "zinf_base.h"
 
 // Propagate a non-OK status to the caller.
@@ -19,5 +23,19 @@
     } while (0)
 
 #define ZINF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+// splitmix64's output function: 64 well-mixed bits from a counter, for the seeded
+// draws (initialization, sampling) that must depend only on their key.
+static inline uint64_t zinf_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+#define ZINF_GOLDEN64 0x9e3779b97f4a7c15ull // splitmix64's counter step
+
+static inline bool zinf_ends_with(const char *s, const char *tail) {
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
 
 #endif

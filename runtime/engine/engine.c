@@ -304,19 +304,13 @@ double zinf_engine_loss_scale(const zinf_engine *e) { return e ? e->scaler.scale
 
 // ---- full values ----
 
+// The parameter called name, or NULL after failing with a message naming it.
 static const zinf_param_info *find_param(const zinf_engine *e, const char *name, int *mod) {
-    if (name && strncmp(name, "transformer.", 12) == 0) name += 12;
-    for (int i = 0; name && i < e->nmod; i++) {
-        const zinf_module_info *mi = zinf_model_module(e->m, i);
-        for (int j = 0; j < mi->nparams; j++)
-            if (strcmp(mi->params[j].name, name) == 0) {
-                *mod = i;
-                return &mi->params[j];
-            }
-    }
-    zinf_fail(ZINF_ERR_INVAL, "engine: \"%s\" is not a parameter of this model (e.g. \"h.0.attn.c_attn.weight\")",
-              name ? name : "(null)");
-    return NULL;
+    const zinf_param_info *p = zinf_model_find_param(e->m, name, mod);
+    if (!p)
+        zinf_fail(ZINF_ERR_INVAL, "engine: \"%s\" is not a parameter of this model (e.g. \"h.0.attn.c_attn.weight\")",
+                  name ? name : "(null)");
+    return p;
 }
 
 static float *state_array(zinf_engine *e, zinf_state_kind kind) {

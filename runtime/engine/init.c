@@ -11,25 +11,13 @@
 #include "internal.h"
 #include "zinf_half.h"
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 // A standard normal draw for element j of module mod (Box-Muller on two 53-bit uniforms).
 static double normal_at(uint64_t seed, int mod, size_t j) {
-    uint64_t k = splitmix64(splitmix64(seed) ^ ((uint64_t)mod << 40) ^ (uint64_t)j);
-    uint64_t k2 = splitmix64(k);
+    uint64_t k = zinf_mix64((zinf_mix64(seed + ZINF_GOLDEN64) ^ ((uint64_t)mod << 40) ^ (uint64_t)j) + ZINF_GOLDEN64);
+    uint64_t k2 = zinf_mix64(k + ZINF_GOLDEN64);
     double u1 = ((double)(k >> 11) + 1.0) * 0x1p-53; // (0, 1]
     double u2 = (double)(k2 >> 11) * 0x1p-53;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
-static bool ends_with(const char *s, const char *tail) {
-    size_t a = strlen(s), b = strlen(tail);
-    return a >= b && strcmp(s + a - b, tail) == 0;
 }
 
 // Flat elements [lo, lo + n) of module mod: from file (the module's numel values read
@@ -43,8 +31,8 @@ static void fill_range(const zinf_engine *e, int mod, const float *file, size_t 
         size_t a = pi->offset > lo ? pi->offset : lo, b = pi->offset + pi->numel;
         if (b > lo + n) b = lo + n;
         if (a >= b) continue;
-        bool bias = ends_with(pi->name, ".bias"), ln = strstr(pi->name, "ln_") != NULL;
-        double std = ends_with(pi->name, "c_proj.weight") ? proj_std : 0.02;
+        bool bias = zinf_ends_with(pi->name, ".bias"), ln = strstr(pi->name, "ln_") != NULL;
+        double std = zinf_ends_with(pi->name, "c_proj.weight") ? proj_std : 0.02;
         for (size_t j = a; j < b; j++) {
             float v;
             if (file) v = file[j];

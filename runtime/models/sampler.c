@@ -14,22 +14,15 @@ struct zinf_sampler {
     int64_t *perm;
 };
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 zinf_status zinf_sampler_create(zinf_sampler **out, int64_t windows, zinf_sampling sampling, uint64_t seed) {
     if (!out || windows <= 0) return zinf_fail(ZINF_ERR_INVAL, "sampler: %lld windows; the data holds none", (long long)windows);
-    zinf_sampler *s = calloc(1, sizeof *s);
-    if (s && sampling == ZINF_SAMPLING_RANDOM) s->perm = malloc((size_t)windows * sizeof *s->perm);
-    if (!s || (sampling == ZINF_SAMPLING_RANDOM && !s->perm)) {
-        free(s);
+    zinf_sampler *s = malloc(sizeof *s);
+    int64_t *perm = sampling == ZINF_SAMPLING_RANDOM ? malloc((size_t)windows * sizeof *perm) : NULL;
+    if (!s || (sampling == ZINF_SAMPLING_RANDOM && !perm)) {
+        free(s), free(perm);
         return zinf_fail(ZINF_ERR_NOMEM, "sampler: out of memory for %lld windows", (long long)windows);
     }
-    *s = (zinf_sampler){.n = windows, .sampling = sampling, .seed = seed, .epoch = -1, .perm = s->perm};
+    *s = (zinf_sampler){.n = windows, .sampling = sampling, .seed = seed, .epoch = -1, .perm = perm};
     *out = s;
     return ZINF_OK;
 }
@@ -46,7 +39,7 @@ static void draw(zinf_sampler *s, int64_t epoch) {
         s->perm[i] = i;
     for (int64_t i = s->n - 1; i > 0; i--) {
         // Multiply-shift maps 64 random bits onto [0, i] (bias below 2^-32 here).
-        int64_t j = (int64_t)(((unsigned __int128)splitmix64(&state) * (uint64_t)(i + 1)) >> 64);
+        int64_t j = (int64_t)(((unsigned __int128)zinf_mix64(state += ZINF_GOLDEN64) * (uint64_t)(i + 1)) >> 64);
         int64_t t = s->perm[i];
         s->perm[i] = s->perm[j], s->perm[j] = t;
     }

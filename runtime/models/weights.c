@@ -17,21 +17,18 @@ static void convert(void *dst, zinf_dtype ddt, const void *src, zinf_dtype sdt, 
         dt_store(dst, ddt, i, dt_load(src, sdt, i));
 }
 
-// The parameter named name (prefix already removed), or NULL.
-static const zinf_param_info *find_param(const zinf_model *m, const char *name, int *mod) {
+const zinf_param_info *zinf_model_find_param(const zinf_model *m, const char *name, int *mod) {
+    if (!m || !name) return NULL;
+    if (strncmp(name, "transformer.", 12) == 0) name += 12;
     for (int i = 0; i < m->nmod; i++)
         for (int j = 0; j < m->mods[i].nparams; j++)
             if (strcmp(m->mods[i].params[j].name, name) == 0) {
-                *mod = i;
+                if (mod) *mod = i;
                 return &m->mods[i].params[j];
             }
     return NULL;
 }
 
-static bool ends_with(const char *s, const char *tail) {
-    size_t n = strlen(s), t = strlen(tail);
-    return n >= t && strcmp(s + n - t, tail) == 0;
-}
 
 static void shape_str(char *out, size_t len, int ndim, const int64_t *shape) {
     size_t at = (size_t)snprintf(out, len, "(");
@@ -53,13 +50,13 @@ zinf_status zinf_model_read_weights(const zinf_model *m, const char *path, zinf_
         const zinf_st_tensor *t = zinf_safetensors_at(st, i);
         const char *name = strncmp(t->name, "transformer.", 12) == 0 ? t->name + 12 : t->name;
         // Old files carry the causal mask as a buffer; zinf builds the mask into the op.
-        if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
+        if (zinf_ends_with(name, ".attn.bias") || zinf_ends_with(name, ".attn.masked_bias")) continue;
         if (strcmp(name, "lm_head.weight") == 0) {
             lm_head = t;
             continue;
         }
         int mod;
-        const zinf_param_info *p = find_param(m, name, &mod);
+        const zinf_param_info *p = zinf_model_find_param(m, name, &mod);
         if (!p) {
             rc = zinf_fail(ZINF_ERR_INVAL, "%s: tensor %s is not a parameter of this GPT-2 (n_layer %d)", path, t->name,
                            m->p.shape.n_layer);
