@@ -34,7 +34,7 @@ typedef struct zinf_comm zinf_comm;
 
 // Join the job. mpi initializes MPI (threads: every collective may come from a
 // different thread, one at a time) unless the program already did. timeout_s bounds
-// every later call (0: 300 s).
+// every later wait (0: ZINF_COMM_TIMEOUT, else 300 s).
 zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeout_s);
 // Finalizes MPI when this communicator initialized it and nothing failed; after a
 // failure it leaves MPI as it is, so the process can exit without hanging in finalize.

@@ -71,8 +71,7 @@ static int parse(trainer *t, int argc, char **argv) {
 }
 
 static zinf_status open_all(trainer *t) {
-    double timeout = zinf_env(ZINF_ENV_COMM_TIMEOUT) ? atof(zinf_env(ZINF_ENV_COMM_TIMEOUT)) : 0;
-    TRY(zinf_comm_create(&t->comm, ZINF_COMM_AUTO, timeout));
+    TRY(zinf_comm_create(&t->comm, ZINF_COMM_AUTO, 0));
     TRY(zinf_tokens_open(&t->tok, t->cfg.data.path, t->cfg.data.format));
     zinf_gpt_shape shape;
     TRY(zinf_gpt_shape_from_config(&t->cfg.model, &shape));
@@ -194,10 +193,10 @@ static zinf_status train(trainer *t) {
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
     if (speak && t->json)
-        cli_print_json_line(json_pack("{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:s}", "final", 1, "steps",
+        cli_print_json_line(json_pack("{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:s}", "final", 1, "steps",
                                       (json_int_t)t->steps, "loss", loss, "seconds", secs, "tokens", tokens,
                                       "tokens_per_s", tokens / secs, "device_peak_bytes", (json_int_t)m.device_peak,
-                                      "weights_digest", digest));
+                                      "gathered_peak_bytes", (json_int_t)m.gathered_max, "weights_digest", digest));
     if (speak)
         fprintf(t->log, "done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s), final loss %.4f, weights %s\n",
                 (long long)t->steps, tokens, secs, tokens / secs, loss, digest);

@@ -37,6 +37,15 @@ zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeou
 #endif
     }
 
+    // 0 takes ZINF_COMM_TIMEOUT, so every program that embeds the engine honours it.
+    const char *knob = zinf_env(ZINF_ENV_COMM_TIMEOUT);
+    if (timeout_s == 0 && knob) {
+        char *end;
+        timeout_s = strtod(knob, &end);
+        if (end == knob || *end || !(timeout_s > 0) || isinf(timeout_s))
+            return zinf_fail(ZINF_ERR_INVAL, "%s: \"%s\" is not a number of seconds > 0", zinf_env_name(ZINF_ENV_COMM_TIMEOUT),
+                             knob);
+    }
     zinf_comm *c = calloc(1, sizeof *c);
     if (!c) return zinf_fail(ZINF_ERR_NOMEM, "comm: out of memory for the communicator");
     c->rank = 0;

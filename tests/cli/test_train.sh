@@ -91,6 +91,7 @@ want = [0, 0, 7.5e-4, 1.5e-3, 2.25e-3, 3e-3, 3e-3]
 assert all(abs(s["lr"] - w) <= 1e-12 * w for s, w in zip(lines, want)), [s["lr"] for s in lines[:7]]
 f = lines[-1]
 assert f["final"] is True and f["steps"] == 10 and re.fullmatch(r"[0-9a-f]{16}", f["weights_digest"]), f
+assert 0 < f["gathered_peak_bytes"] < f["device_peak_bytes"], f  # stage 3 gathered modules, never all at once
 assert lines[9]["loss"] < lines[0]["loss"] - 0.5, (lines[0]["loss"], lines[9]["loss"])
 PY
 
@@ -116,6 +117,14 @@ expect 2 "$Z" train "$tmp/cfg.json" --set data.path=/nonexistent/tokens
 grep -q '/nonexistent/tokens' "$tmp/err" || fail "missing data: $(cat "$tmp/err")"
 expect 2 "$Z" train "$tmp/cfg.json" --set data.seq_len=64
 grep -q 'seq_len' "$tmp/err" || fail "seq_len beyond block_size: $(cat "$tmp/err")"
+
+# What the engine refuses at start: exit 1 with what to change.
+ZINF_COMM_TIMEOUT=abc expect 1 "$Z" train "$tmp/cfg.json"
+grep -q 'ZINF_COMM_TIMEOUT: "abc"' "$tmp/err" || fail "bad timeout knob: $(cat "$tmp/err")"
+expect 1 "$Z" train "$tmp/cfg.json" --set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu
+grep -q 'offload_optimizer' "$tmp/err" || fail "offload refusal: $(cat "$tmp/err")"
+expect 1 "$Z" train "$tmp/cfg.json" --set device.memory_limit=1M
+grep -q 'does not fit.*lower train_micro_batch_size_per_gpu' "$tmp/err" || fail "out of memory: $(cat "$tmp/err")"
 
 # A rank that dies (SIGKILL) or stops (SIGSTOP, found by the collectives' timeout):
 # the job ends non-zero with a message within 60 s.
