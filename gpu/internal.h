@@ -104,6 +104,7 @@ typedef struct backend_ops {
     zinf_status (*stream_create)(zinf_stream *s); // fills s->impl
     void (*stream_destroy)(zinf_stream *s);
     zinf_status (*stream_sync)(zinf_stream *s);
+    void *(*stream_native)(zinf_stream *s); // the backend's own handle, or NULL
     zinf_status (*event_create)(zinf_event *e); // fills e->impl
     void (*event_destroy)(zinf_event *e);
     zinf_status (*event_record)(zinf_event *e, zinf_stream *s);

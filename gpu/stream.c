@@ -25,6 +25,8 @@ void zinf_stream_destroy(zinf_stream *s) {
 
 zinf_status zinf_stream_sync(zinf_stream *s) { return s->dev->be->stream_sync(s); }
 
+void *zinf_stream_native(zinf_stream *s) { return s->dev->be->stream_native(s); }
+
 zinf_status zinf_event_create(zinf_device *d, zinf_event **out) {
     *out = NULL;
     zinf_event *e = calloc(1, sizeof *e);

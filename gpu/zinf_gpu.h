@@ -77,6 +77,7 @@ typedef struct zinf_event zinf_event;
 
 typedef struct zinf_device_caps {
     zinf_backend backend;  // HOST or CUDA, never AUTO
+    int index;             // the CUDA device index; -1 on host
     char name[96];         // "NVIDIA H100 80GB HBM3", "host (OpenBLAS ...)"
     uint64_t total_memory; // the card's memory (cuda) or the machine's RAM (host)
     uint64_t capacity;     // what zinf may allocate: the limit in force
@@ -124,6 +125,9 @@ zinf_status zinf_stream_create(zinf_device *d, zinf_stream **out);
 void zinf_stream_destroy(zinf_stream *s); // waits for its work; NULL is a no-op
 // Wait for everything submitted so far; returns the first failure of that work.
 zinf_status zinf_stream_sync(zinf_stream *s);
+// The backend's own handle, for a library that enqueues its work on the stream (NCCL):
+// the cudaStream_t on CUDA, NULL on host.
+void *zinf_stream_native(zinf_stream *s);
 
 zinf_status zinf_event_create(zinf_device *d, zinf_event **out);
 void zinf_event_destroy(zinf_event *e); // NULL is a no-op

@@ -1,6 +1,7 @@
 // zinf comm: communication between data-parallel ranks. `single` is one rank; `mpi`
-// runs collectives over host memory between processes started by mpirun (it is also
-// what bootstraps NCCL). No wait inside a collective outlasts the communicator's
+// runs collectives over host memory between processes started by mpirun; attached to
+// a CUDA device, the communicator becomes `nccl`: NCCL, bootstrapped over MPI, runs the
+// collectives on device buffers, on the caller's stream. No wait inside a collective outlasts the communicator's
 // timeout (a large call may take several waits while it makes progress): a rank that
 // died or stopped makes the others fail with ZINF_ERR_COMM, never hang.
 #ifndef ZINF_COMM_H
@@ -10,6 +11,7 @@
 #include <stddef.h>
 
 #include "zinf_base.h"
+#include "zinf_gpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,7 +43,10 @@ zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeou
 void zinf_comm_destroy(zinf_comm *c); // NULL is a no-op
 int zinf_comm_rank(const zinf_comm *c);
 int zinf_comm_size(const zinf_comm *c);
-const char *zinf_comm_name(const zinf_comm *c); // "single", "mpi"
+// Among the ranks on this host (same host name): which GPU a rank takes.
+int zinf_comm_local_rank(const zinf_comm *c);
+int zinf_comm_local_size(const zinf_comm *c);
+const char *zinf_comm_name(const zinf_comm *c); // "single", "mpi", "nccl"
 
 // Collectives over host memory. All ranks call them in the same order with the same
 // sizes. Sums are formed in rank order, x_0 + x_1 + ... + x_{W-1} left to right, so
@@ -59,6 +64,29 @@ zinf_status zinf_comm_allreduce_f64(zinf_comm *c, double *buf, size_t n);
 zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t bytes);
 zinf_status zinf_comm_broadcast(zinf_comm *c, void *buf, size_t bytes, int root);
 zinf_status zinf_comm_barrier(zinf_comm *c);
+
+// ---- device buffers (NCCL) ----
+// Sums are NCCL's (its ring or tree order), not the host path's rank order: results
+// agree with the host path within rounding, not bit for bit.
+
+// Start NCCL on d's GPU (every rank calls it, each with its own GPU). Host collectives
+// keep working beside it. ZINF_ERR_UNSUPPORTED when the build has no NCCL or d is not
+// a CUDA device; ZINF_ERR_COMM when NCCL fails or a rank does not join in time.
+zinf_status zinf_comm_attach_device(zinf_comm *c, zinf_device *d);
+// Finish every device collective and stop NCCL; before d is destroyed.
+void zinf_comm_detach_device(zinf_comm *c); // not attached: a no-op
+bool zinf_comm_on_device(const zinf_comm *c);
+// The collectives above, on device memory of the attached device, enqueued on s (a
+// stream of that device) and complete when s passes them. A collective that does not
+// complete within the timeout (a rank died or stopped) aborts NCCL: the streams move
+// on, and zinf_comm_status and every later call report ZINF_ERR_COMM.
+zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,
+                                                size_t count); // out may be in + rank * count
+zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n);
+zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out,
+                                       size_t bytes); // in may be out + rank * bytes
+// ZINF_OK, or the failure that ended the communicator (host or device side).
+zinf_status zinf_comm_status(zinf_comm *c);
 
 #ifdef __cplusplus
 }

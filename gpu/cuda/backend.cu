@@ -62,6 +62,7 @@ static zinf_status cuda_open(zinf_device *d) {
     }
     d->impl = cd;
     d->caps.backend = ZINF_BACKEND_CUDA;
+    d->caps.index = index;
     snprintf(d->caps.name, sizeof d->caps.name, "%.*s", (int)sizeof d->caps.name - 1, prop.name);
     d->caps.total_memory = prop.totalGlobalMem;
     d->caps.cc_major = prop.major;
@@ -147,6 +148,8 @@ static zinf_status cuda_stream_sync(zinf_stream *s) {
     ZINF_CUDA_CHECK(cudaStreamSynchronize(cuda_stream_of(s)->st));
     return ZINF_OK;
 }
+
+static void *cuda_stream_native(zinf_stream *s) { return (void *)cuda_stream_of(s)->st; }
 
 // ---- events ----
 // e->impl is the cudaEvent_t itself. Without timing, recording and waiting are cheapest.
@@ -264,6 +267,7 @@ const backend_ops zinf_cuda_backend = {
     cuda_stream_create,
     cuda_stream_destroy,
     cuda_stream_sync,
+    cuda_stream_native,
     cuda_event_create,
     cuda_event_destroy,
     cuda_event_record,

@@ -266,10 +266,17 @@ static zinf_status h_launch(zinf_stream *s, const op_record *op) {
     return submit(s, &t);
 }
 
+// Host streams are threads of zinf's own; no library can enqueue on them.
+static void *h_stream_native(zinf_stream *s) {
+    (void)s;
+    return NULL;
+}
+
 // ---- device and memory ----
 
 static zinf_status h_open(zinf_device *d) {
     d->caps.backend = ZINF_BACKEND_HOST;
+    d->caps.index = -1;
     snprintf(d->caps.name, sizeof d->caps.name, "host (%.80s)", zinf_gpu_host_blas_config());
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     d->caps.total_memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
@@ -332,6 +339,7 @@ const backend_ops zinf_host_backend = {
     .stream_create = h_stream_create,
     .stream_destroy = h_stream_destroy,
     .stream_sync = h_stream_sync,
+    .stream_native = h_stream_native,
     .event_create = h_event_create,
     .event_destroy = h_event_destroy,
     .event_record = h_event_record,

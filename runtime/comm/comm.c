@@ -9,11 +9,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "internal.h"
 
 // ---- create / destroy ----
+
+// This rank's place among the ranks on its host (which GPU it takes), from every
+// rank's host name: an exchange bounded like every collective, where
+// MPI_Comm_split_type would block without a deadline.
+static zinf_status find_local(zinf_comm *c) {
+    enum { HOST = 256 };
+    char *names = calloc((size_t)c->size, HOST), me[HOST] = {0};
+    if (!names) return zinf_fail(ZINF_ERR_NOMEM, "comm: out of memory for %d host names", c->size);
+    if (gethostname(me, HOST - 1) != 0) snprintf(me, sizeof me, "?");
+    zinf_status st = zinf_comm_allgather(c, me, names, HOST);
+    for (int r = 0; st == ZINF_OK && r < c->size; r++) {
+        if (r == c->rank || strcmp(names + (size_t)r * HOST, me) != 0) continue;
+        c->local_size++;
+        if (r < c->rank) c->local_rank++;
+    }
+    free(names);
+    return st;
+}
 
 zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeout_s) {
     if (!out) return zinf_fail(ZINF_ERR_INVAL, "comm: out is NULL");
@@ -64,6 +83,12 @@ zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeou
         }
         zinf_log_set_rank(c->rank, c->size);
     }
+    c->local_size = 1;
+    zinf_status st = c->size > 1 ? find_local(c) : ZINF_OK;
+    if (st != ZINF_OK) {
+        zinf_comm_destroy(c);
+        return st;
+    }
     *out = c;
     return ZINF_OK;
 }
@@ -73,6 +98,7 @@ zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeou
 // and the process is expected to exit, so both are freed as usual.
 void zinf_comm_destroy(zinf_comm *c) {
     if (!c) return;
+    zinf_comm_detach_device(c);
     if (c->ops) c->ops->close(c);
     free(c->scratch);
     pthread_mutex_destroy(&c->lock);
@@ -81,7 +107,11 @@ void zinf_comm_destroy(zinf_comm *c) {
 
 int zinf_comm_rank(const zinf_comm *c) { return c ? c->rank : 0; }
 int zinf_comm_size(const zinf_comm *c) { return c ? c->size : 1; }
-const char *zinf_comm_name(const zinf_comm *c) { return !c ? "none" : c->ops ? c->ops->name : "single"; }
+int zinf_comm_local_rank(const zinf_comm *c) { return c ? c->local_rank : 0; }
+int zinf_comm_local_size(const zinf_comm *c) { return c ? c->local_size : 1; }
+const char *zinf_comm_name(const zinf_comm *c) {
+    return !c ? "none" : c->nccl ? "nccl" : c->ops ? c->ops->name : "single";
+}
 
 // ---- helpers ----
 

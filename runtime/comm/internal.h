@@ -40,6 +40,7 @@ extern const comm_ops zinf_comm_mpi_ops;
 struct zinf_comm {
     const comm_ops *ops;  // NULL: single (one rank, collectives are copies)
     int rank, size;       // size >= 1
+    int local_rank, local_size; // among the ranks on this host
     double timeout_s;     // how long one backend call may wait for the other ranks
     size_t chunk_bytes;   // most bytes per backend call, <= INT_MAX (tests lower it)
     size_t scratch_max;   // bound on the scratch of reduce_scatter / allreduce (tests lower it)
@@ -49,6 +50,7 @@ struct zinf_comm {
     void *scratch;        // grown on demand, freed by destroy
     size_t scratch_bytes;
     void *impl; // the backend's state
+    struct nccl_state *nccl; // device collectives, once attached to a device (nccl.c)
 };
 
 #endif

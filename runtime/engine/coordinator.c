@@ -52,15 +52,7 @@ static zinf_status gather(zinf_engine *e, int x) {
     ZINF_CHECK(engine_alloc(e, l->padded * e->es, "gathered parameters", &co->gathered[x]));
     co->live += (int64_t)l->padded;
     if (co->live * (int64_t)e->es > co->live_peak_bytes) co->live_peak_bytes = co->live * (int64_t)e->es;
-    const char *mine = (const char *)e->part16 + l->part_off * e->es;
-    if (e->world == 1) {
-        ZINF_CHECK(zinf_copy_async(e->xs, co->gathered[x], mine, sb, ZINF_COPY_D2D));
-    } else {
-        char *h = (char *)e->h_comm + (size_t)e->rank * sb;
-        ZINF_CHECK(zinf_copy_async(e->xs, h, mine, sb, ZINF_COPY_D2H));
-        ZINF_CHECK(engine_comm(e, COMM_ALLGATHER, h, e->h_comm, sb));
-        ZINF_CHECK(zinf_copy_async(e->xs, co->gathered[x], e->h_comm, l->padded * e->es, ZINF_COPY_H2D));
-    }
+    ZINF_CHECK(engine_allgather(e, (const char *)e->part16 + l->part_off * e->es, co->gathered[x], sb));
     return zinf_event_record(co->landed[x], e->xs);
 }
 

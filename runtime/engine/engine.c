@@ -61,7 +61,17 @@ zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t 
 zinf_status engine_sync(zinf_engine *e) {
     zinf_status a = zinf_stream_sync(e->xs), b = zinf_stream_sync(e->cs);
     ZINF_CHECK(async_get(&e->aerr));
+    if (e->nccl) ZINF_CHECK(zinf_comm_status(e->comm)); // an abort lets the streams pass
     return a != ZINF_OK ? a : b;
+}
+
+zinf_status engine_allgather(zinf_engine *e, const void *mine, void *full, size_t bytes) {
+    if (e->world == 1) return mine == full ? ZINF_OK : zinf_copy_async(e->xs, full, mine, bytes, ZINF_COPY_D2D);
+    if (e->nccl) return zinf_comm_device_allgather(e->comm, e->xs, mine, full, bytes);
+    char *h = (char *)e->h_comm + (size_t)e->rank * bytes;
+    ZINF_CHECK(zinf_copy_async(e->xs, h, mine, bytes, ZINF_COPY_D2H));
+    ZINF_CHECK(engine_comm(e, COMM_ALLGATHER, h, e->h_comm, bytes));
+    return zinf_copy_async(e->xs, full, e->h_comm, (size_t)e->world * bytes, ZINF_COPY_H2D);
 }
 
 // ---- device memory ----
@@ -142,6 +152,31 @@ static zinf_status alloc_states(zinf_engine *e) {
                              (void **)&e->d_stats);
 }
 
+// Each rank on a host takes its own GPU (local rank); with more ranks than GPUs they
+// share, and collectives stay on host memory, since NCCL refuses a GPU twice.
+static zinf_status open_device(zinf_engine *e, const zinf_config *cfg) {
+    zinf_gpu_runtime_info ri;
+    zinf_gpu_runtime_probe(&ri);
+    int local = zinf_comm_local_rank(e->comm), nlocal = zinf_comm_local_size(e->comm);
+    zinf_device_params dp = {.backend = cfg->device.backend, .memory_limit = cfg->device.memory_limit,
+                             .index = ri.device_count > 0 ? local % ri.device_count : 0};
+    ZINF_CHECK(zinf_device_create(&e->dev, &dp));
+    if (e->world == 1 || zinf_device_get_caps(e->dev)->backend != ZINF_BACKEND_CUDA) return ZINF_OK;
+    if (nlocal > ri.device_count) {
+        ZINF_LOG_WARN("engine: %d ranks share %d GPUs on this host; collectives go through host memory", nlocal,
+                      ri.device_count);
+        return ZINF_OK;
+    }
+    zinf_status st = zinf_comm_attach_device(e->comm, e->dev);
+    if (st == ZINF_ERR_UNSUPPORTED) { // a build without NCCL
+        ZINF_LOG_WARN("engine: %s", zinf_last_error());
+        return ZINF_OK;
+    }
+    ZINF_CHECK(st);
+    e->nccl = true;
+    return ZINF_OK;
+}
+
 static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *comm) {
     ZINF_CHECK(check_config(cfg, comm));
     e->cfg = *cfg;
@@ -160,8 +195,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     if (mp.seq_len > mp.shape.block_size)
         return zinf_fail(ZINF_ERR_INVAL, "data.seq_len: %d is longer than the model's block_size %d", mp.seq_len,
                          mp.shape.block_size);
-    zinf_device_params dp = {.backend = cfg->device.backend, .memory_limit = cfg->device.memory_limit};
-    ZINF_CHECK(zinf_device_create(&e->dev, &dp));
+    ZINF_CHECK(open_device(e, cfg));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->cs));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->xs));
     ZINF_CHECK(zinf_event_create(e->dev, &e->ev_cs));
@@ -227,6 +261,7 @@ void zinf_engine_destroy(zinf_engine *e) {
     free(e->params16), free(e->grads16), free(e->pview), free(e->lay);
     zinf_model_destroy(e->m);
     zinf_event_destroy(e->ev_cs);
+    if (e->nccl) zinf_comm_detach_device(e->comm);
     zinf_stream_destroy(e->xs);
     zinf_stream_destroy(e->cs);
     zinf_device_destroy(e->dev);

@@ -66,6 +66,7 @@ typedef struct pending_free {
 struct zinf_engine {
     zinf_config cfg; // the caller's config (pointer members borrowed)
     zinf_comm *comm;
+    bool nccl; // collectives on device buffers (the comm is attached to dev)
     int rank, world, stage;
     zinf_device *dev;
     zinf_stream *cs; // compute
@@ -97,7 +98,7 @@ struct zinf_engine {
     size_t bucket_cap;  // elements of the largest bucket (world * block)
     float *d_bucket[2]; // device: the bucket being filled and the one being reduced
     zinf_event *bucket_free[2];
-    float *h_comm;      // pinned: staging for every collective on xs (xs runs them in order)
+    float *h_comm;      // pinned: staging for every host collective on xs (xs runs them in order)
     size_t h_comm_bytes;
 
     coordinator co;
@@ -148,6 +149,9 @@ zinf_status engine_reap(zinf_engine *e, bool wait);
 // failure is kept and raised by engine_sync.
 typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALLGATHER } comm_op;
 zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t n);
+// On the communication stream: full (world * bytes, device) = every rank's mine
+// (bytes, device; may be full + rank * bytes), by NCCL or through pinned staging.
+zinf_status engine_allgather(zinf_engine *e, const void *mine, void *full, size_t bytes);
 // Wait for both streams and raise a failure of the collectives.
 zinf_status engine_sync(zinf_engine *e);
 

@@ -57,7 +57,7 @@ zinf_status reduce_create(zinf_engine *e) {
         ZINF_CHECK(zinf_device_alloc(e->dev, e->bucket_cap * sizeof(float), "gradient buckets", (void **)&e->d_bucket[s]));
         ZINF_CHECK(zinf_event_create(e->dev, &e->bucket_free[s]));
     }
-    if (e->world == 1) return ZINF_OK;
+    if (e->world == 1 || e->nccl) return ZINF_OK;
     // One pinned staging buffer serves every collective: the communication stream runs
     // them one after another. A reduce-scatter needs its input and one block of output;
     // a gather one module's 16-bit buffer.
@@ -87,7 +87,14 @@ static zinf_status flush(zinf_engine *e, int b) {
     ZINF_CHECK(zinf_event_record(e->ev_cs, e->cs));
     ZINF_CHECK(zinf_stream_wait_event(e->xs, e->ev_cs));
     bool scattered = e->stage >= 2 && W > 1;
-    if (W > 1) {
+    bool packed = scattered && !e->nccl; // this rank's reduced block came back to the start of d
+    if (W > 1 && e->nccl) {
+        // In place: a rank's reduced block stays where its block was.
+        if (scattered)
+            ZINF_CHECK(zinf_comm_device_reduce_scatter_f32(e->comm, e->xs, d, d + (size_t)e->rank * blk, blk));
+        else
+            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->comm, e->xs, d, W * blk));
+    } else if (W > 1) {
         ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
         if (scattered) {
             ZINF_CHECK(engine_comm(e, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
@@ -102,7 +109,7 @@ static zinf_status flush(zinf_engine *e, int b) {
         const mod_layout *l = &e->lay[mod];
         for (size_t r = 0; r < W; r++) {
             if (e->stage > 0 && r != (size_t)e->rank) continue; // not this rank's part
-            const float *src = d + (scattered ? 0 : r * blk) + e->blk_off[mod];
+            const float *src = d + (packed ? 0 : r * blk) + e->blk_off[mod];
             float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo);
             ZINF_CHECK(zinf_add(e->xs, ZINF_DTYPE_F32, dst, dst, src, l->slice));
         }

@@ -76,10 +76,7 @@ static zinf_status share_params(zinf_engine *e) {
         const mod_layout *l = &e->lay[i];
         size_t sb = l->slice * e->es;
         if (!sb) continue;
-        char *mine = (char *)e->h_comm + (size_t)e->rank * sb;
-        ZINF_CHECK(zinf_copy_async(e->xs, mine, (char *)e->params16[i] + e->rank * sb, sb, ZINF_COPY_D2H));
-        ZINF_CHECK(engine_comm(e, COMM_ALLGATHER, mine, e->h_comm, sb));
-        ZINF_CHECK(zinf_copy_async(e->xs, e->params16[i], e->h_comm, l->padded * e->es, ZINF_COPY_H2D));
+        ZINF_CHECK(engine_allgather(e, (char *)e->params16[i] + e->rank * sb, e->params16[i], sb));
     }
     return ZINF_OK;
 }

@@ -146,6 +146,22 @@ static void errors(zinf_comm *c) {
     CHECK_INVAL(zinf_comm_allgather(c, f, NULL, 4), "out is NULL");
     CHECK_INVAL(zinf_comm_allgather(c, (char *)f + R * 4 + 1, f, 4), "overlaps");
     CHECK_INVAL(zinf_comm_barrier(NULL), "c is NULL");
+    // Device collectives need an attached GPU; a host device is refused, naming it.
+    zinf_device *d = NULL;
+    CHECK(zinf_device_create(&d, &(zinf_device_params){.backend = ZINF_BACKEND_HOST}) == ZINF_OK, "%s",
+          zinf_last_error());
+    CHECK(zinf_comm_attach_device(c, d) == ZINF_ERR_UNSUPPORTED, "attached to the host device");
+    CHECK_CONTAINS(zinf_last_error(), "host (");
+    CHECK(!zinf_comm_on_device(c), "on device after a refused attach");
+    zinf_stream *s = NULL;
+    CHECK(zinf_stream_create(d, &s) == ZINF_OK, "%s", zinf_last_error());
+    CHECK(zinf_comm_device_allreduce_f32(c, s, f, 1) != ZINF_OK, "device allreduce without a device");
+    CHECK(zinf_comm_device_allgather(c, s, f, f, 4) != ZINF_OK, "device allgather without a device");
+    CHECK(zinf_comm_device_reduce_scatter_f32(c, s, f, f, 1) != ZINF_OK, "device reduce_scatter without a device");
+    zinf_comm_detach_device(c); // not attached: nothing to do
+    zinf_stream_destroy(s);
+    zinf_device_destroy(d);
+    CHECK(zinf_comm_status(c) == ZINF_OK, "status after refusals: %s", zinf_last_error());
     // Nothing to move: NULL is fine (every rank makes these calls).
     CHECK(zinf_comm_allgather(c, NULL, NULL, 0) == ZINF_OK, "empty allgather: %s", zinf_last_error());
     CHECK(zinf_comm_broadcast(c, NULL, 0, 0) == ZINF_OK, "empty broadcast: %s", zinf_last_error());
@@ -164,6 +180,9 @@ static int child(const char *mode) {
     CHECK(strcmp(zinf_comm_name(c), "mpi") == 0, "name %s", zinf_comm_name(c));
     CHECK(zinf_comm_rank(c) == rank && zinf_comm_size(c) == world, "rank %d of %d", zinf_comm_rank(c),
           zinf_comm_size(c));
+    // mpirun starts every rank on this host: local ranks are the ranks.
+    CHECK(zinf_comm_local_rank(c) == rank && zinf_comm_local_size(c) == world, "local rank %d of %d",
+          zinf_comm_local_rank(c), zinf_comm_local_size(c));
     char name[64];
     snprintf(name, sizeof name, "test_comm rank %d of %d (%s)", rank, world, mode);
     if (!stop) {
@@ -214,6 +233,8 @@ int main(int argc, char **argv) {
     CHECK(zinf_comm_create(&c, ZINF_COMM_AUTO, 0) == ZINF_OK, "%s", zinf_last_error());
     CHECK(strcmp(zinf_comm_name(c), "single") == 0 && zinf_comm_rank(c) == 0 && zinf_comm_size(c) == 1, "%s",
           zinf_comm_name(c));
+    CHECK(zinf_comm_local_rank(c) == 0 && zinf_comm_local_size(c) == 1, "single: local rank %d of %d",
+          zinf_comm_local_rank(c), zinf_comm_local_size(c));
     suite(c, 3001);
     errors(c);
     zinf_comm_destroy(c);

@@ -1,0 +1,304 @@
+// Collectives on device buffers through NCCL, bootstrapped over the host communicator.
+// NCCL kernels wait for their peers without a deadline, so a rank that dies would hang
+// the others' streams: every collective records an event behind it, and a watchdog
+// thread aborts NCCL when the oldest one has not passed within the timeout or NCCL
+// reports an asynchronous error. The abort ends the waiting kernels, the streams move
+// on, and zinf_comm_status says what happened. The communicator is nonblocking
+// (config.blocking = 0), so joining is bounded the same way.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "internal.h"
+
+#if defined(ZINF_HAVE_NCCL) && defined(ZINF_HAVE_CUDA)
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdatomic.h>
+#include <time.h>
+
+// Collectives in flight at once; one more waits for the oldest to pass.
+enum { PENDING_MAX = 256 };
+
+struct nccl_state {
+    ncclComm_t nc;
+    int index; // the CUDA device
+    double timeout_s;
+    pthread_t watchdog;
+    bool watching;
+    pthread_mutex_t mu; // guards the ring and stop
+    pthread_cond_t cv;  // signalled when the ring shrinks or stop is set
+    bool stop;
+    zinf_event *ev[PENDING_MAX];
+    double since[PENDING_MAX];
+    const char *what[PENDING_MAX];
+    int head, count;
+    atomic_bool failed;
+    char failure[512]; // written once, before failed is set
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec t = {0, (long)ms * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+// The first failure wins; it aborts NCCL so that kernels waiting on peers end.
+static void fail_once(zinf_comm *c, const char *msg) {
+    struct nccl_state *n = c->nccl;
+    pthread_mutex_lock(&n->mu);
+    if (!atomic_load(&n->failed)) {
+        snprintf(n->failure, sizeof n->failure, "comm nccl: rank %d: %s", c->rank, msg);
+        atomic_store(&n->failed, true);
+        ZINF_LOG_ERROR("%s", n->failure);
+        ncclCommAbort(n->nc);
+    }
+    pthread_mutex_unlock(&n->mu);
+}
+
+// NCCL's words for a failed call or an asynchronous error.
+static void fail_nccl(zinf_comm *c, const char *what, ncclResult_t r) {
+    char m[400];
+    snprintf(m, sizeof m, "%s failed: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(c->nccl->nc));
+    fail_once(c, m);
+}
+
+static void fail_late(zinf_comm *c, const char *what, const char *verb) {
+    char m[200];
+    snprintf(m, sizeof m, "%s did not %s within %g s; a rank has died or stopped", what, verb, c->nccl->timeout_s);
+    fail_once(c, m);
+}
+
+static zinf_status failed_status(zinf_comm *c) {
+    return zinf_fail(ZINF_ERR_COMM, "%s", c->nccl->failure);
+}
+
+static bool nccl_error(ncclResult_t r) { return r != ncclSuccess && r != ncclInProgress; }
+
+// A nonblocking call returned: wait (bounded) until NCCL has taken it.
+static zinf_status settle(zinf_comm *c, ncclResult_t r, const char *what) {
+    struct nccl_state *n = c->nccl;
+    double deadline = now_s() + n->timeout_s;
+    while (r == ncclInProgress && !atomic_load(&n->failed)) {
+        if (now_s() > deadline) {
+            fail_late(c, what, "start");
+            break;
+        }
+        sleep_ms(1);
+        if (ncclCommGetAsyncError(n->nc, &r) != ncclSuccess) r = ncclInternalError;
+    }
+    if (nccl_error(r)) fail_nccl(c, what, r);
+    return atomic_load(&n->failed) ? failed_status(c) : ZINF_OK;
+}
+
+static void *watch(void *arg) {
+    zinf_comm *c = arg;
+    struct nccl_state *n = c->nccl;
+    cudaSetDevice(n->index);
+    pthread_mutex_lock(&n->mu);
+    while (!n->stop && !atomic_load(&n->failed)) {
+        while (n->count && zinf_event_done(n->ev[n->head])) {
+            n->head = (n->head + 1) % PENDING_MAX;
+            n->count--;
+            pthread_cond_broadcast(&n->cv);
+        }
+        double waited = n->count ? now_s() - n->since[n->head] : 0;
+        const char *what = n->count ? n->what[n->head] : "";
+        pthread_mutex_unlock(&n->mu);
+        ncclResult_t r = ncclSuccess;
+        if (ncclCommGetAsyncError(n->nc, &r) != ncclSuccess) r = ncclInternalError;
+        if (nccl_error(r)) fail_nccl(c, what[0] ? what : "a collective", r);
+        else if (waited > n->timeout_s) fail_late(c, what, "complete");
+        sleep_ms(20);
+        pthread_mutex_lock(&n->mu);
+    }
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    return NULL;
+}
+
+// Record an event behind the collective just enqueued on s, for the watchdog.
+static zinf_status track(zinf_comm *c, zinf_stream *s, const char *what) {
+    struct nccl_state *n = c->nccl;
+    pthread_mutex_lock(&n->mu);
+    while (n->count == PENDING_MAX && !atomic_load(&n->failed) && !n->stop)
+        pthread_cond_wait(&n->cv, &n->mu);
+    zinf_status st = ZINF_OK;
+    if (atomic_load(&n->failed)) {
+        st = failed_status(c);
+    } else {
+        int slot = (n->head + n->count) % PENDING_MAX;
+        st = zinf_event_record(n->ev[slot], s);
+        if (st == ZINF_OK) {
+            n->since[slot] = now_s();
+            n->what[slot] = what;
+            n->count++;
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
+    return st;
+}
+
+static void release(zinf_comm *c) {
+    struct nccl_state *n = c->nccl;
+    if (n->watching) {
+        pthread_mutex_lock(&n->mu);
+        n->stop = true;
+        pthread_cond_broadcast(&n->cv);
+        pthread_mutex_unlock(&n->mu);
+        pthread_join(n->watchdog, NULL);
+    }
+    if (n->nc) {
+        cudaSetDevice(n->index);
+        if (atomic_load(&n->failed)) {
+            // ncclCommAbort already freed it.
+        } else {
+            // Finalize flushes what is in flight; bounded, then abort.
+            ncclResult_t r = ncclCommFinalize(n->nc);
+            if (settle(c, r, "finalize") == ZINF_OK) ncclCommDestroy(n->nc);
+        }
+    }
+    for (int i = 0; i < PENDING_MAX; i++)
+        zinf_event_destroy(n->ev[i]);
+    pthread_cond_destroy(&n->cv);
+    pthread_mutex_destroy(&n->mu);
+    free(n);
+    c->nccl = NULL;
+}
+
+zinf_status zinf_comm_attach_device(zinf_comm *c, zinf_device *d) {
+    if (!c || !d) return zinf_fail(ZINF_ERR_INVAL, "comm attach: c and d are required");
+    if (c->nccl) return zinf_fail(ZINF_ERR_INVAL, "comm attach: already attached to a device");
+    const zinf_device_caps *caps = zinf_device_get_caps(d);
+    if (caps->backend != ZINF_BACKEND_CUDA)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "comm attach: NCCL needs a CUDA device; %s keeps host collectives",
+                         caps->name);
+    ZINF_CHECK(zinf_comm_status(c));
+    struct nccl_state *n = calloc(1, sizeof *n);
+    if (!n) return zinf_fail(ZINF_ERR_NOMEM, "comm attach: out of memory");
+    n->index = caps->index;
+    n->timeout_s = c->timeout_s;
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_cond_init(&n->cv, NULL);
+    c->nccl = n;
+    zinf_status st = ZINF_OK;
+    for (int i = 0; st == ZINF_OK && i < PENDING_MAX; i++)
+        st = zinf_event_create(d, &n->ev[i]);
+
+    // Rank 0 makes the id; every rank learns whether that worked before it waits on it.
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } boot = {0};
+    if (c->rank == 0 && st == ZINF_OK) boot.ok = ncclGetUniqueId(&boot.id) == ncclSuccess;
+    zinf_status bst = zinf_comm_broadcast(c, &boot, sizeof boot, 0);
+    if (st == ZINF_OK) st = bst;
+    if (st == ZINF_OK && !boot.ok) st = zinf_fail(ZINF_ERR_COMM, "comm nccl: rank 0 could not make an NCCL id");
+    if (st == ZINF_OK && cudaSetDevice(n->index) != cudaSuccess)
+        st = zinf_fail(ZINF_ERR_CUDA, "comm nccl: cudaSetDevice(%d) failed", n->index);
+    if (st == ZINF_OK) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        st = settle(c, ncclCommInitRankConfig(&n->nc, c->size, boot.id, c->rank, &cfg), "joining");
+    }
+    if (st == ZINF_OK) {
+        n->watching = pthread_create(&n->watchdog, NULL, watch, c) == 0;
+        if (!n->watching) st = zinf_fail(ZINF_ERR_NOMEM, "comm nccl: cannot start the watchdog thread");
+    }
+    if (st != ZINF_OK) {
+        char msg[640];
+        snprintf(msg, sizeof msg, "%s", zinf_last_error());
+        release(c);
+        return zinf_fail(st, "%s", msg);
+    }
+    ZINF_LOG_INFO("comm nccl: rank %d of %d on GPU %d", c->rank, c->size, n->index);
+    return ZINF_OK;
+}
+
+void zinf_comm_detach_device(zinf_comm *c) {
+    if (c && c->nccl) release(c);
+}
+
+bool zinf_comm_on_device(const zinf_comm *c) { return c && c->nccl; }
+
+// Every device call: attached, not failed, on the right device; then NCCL, then track.
+#define DEVICE_CALL(c, s, what, call)                                                                                  \
+    do {                                                                                                               \
+        if (!(c) || !(c)->nccl) return zinf_fail(ZINF_ERR_INVAL, "comm %s: not attached to a device", what);          \
+        if (!(s)) return zinf_fail(ZINF_ERR_INVAL, "comm %s: no stream", what);                                      \
+        if (atomic_load(&(c)->nccl->failed)) return failed_status(c);                                                  \
+        cudaSetDevice((c)->nccl->index);                                                                               \
+        ZINF_CHECK(settle(c, call, what));                                                                             \
+        return track(c, s, what);                                                                                      \
+    } while (0)
+
+zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,
+                                                size_t count) {
+    DEVICE_CALL(c, s, "reduce_scatter",
+                ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, c->nccl->nc, zinf_stream_native(s)));
+}
+
+zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n) {
+    DEVICE_CALL(c, s, "allreduce", ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->nccl->nc, zinf_stream_native(s)));
+}
+
+zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
+    DEVICE_CALL(c, s, "allgather", ncclAllGather(in, out, bytes, ncclUint8, c->nccl->nc, zinf_stream_native(s)));
+}
+
+static bool device_failed(const zinf_comm *c) { return c->nccl && atomic_load(&c->nccl->failed); }
+static const char *device_failure(const zinf_comm *c) { return c->nccl->failure; }
+
+#else // no NCCL in this build
+
+#define NO_NCCL(what)                                                                                                  \
+    zinf_fail(ZINF_ERR_UNSUPPORTED, "comm %s: this build has no NCCL (built with NO_CUDA=1 or without NCCL " \
+                                    "installed); collectives stay on host memory", what)
+
+zinf_status zinf_comm_attach_device(zinf_comm *c, zinf_device *d) {
+    (void)c, (void)d;
+    return NO_NCCL("attach");
+}
+void zinf_comm_detach_device(zinf_comm *c) { (void)c; }
+bool zinf_comm_on_device(const zinf_comm *c) {
+    (void)c;
+    return false;
+}
+zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,
+                                                size_t count) {
+    (void)c, (void)s, (void)in, (void)out, (void)count;
+    return NO_NCCL("reduce_scatter");
+}
+zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n) {
+    (void)c, (void)s, (void)buf, (void)n;
+    return NO_NCCL("allreduce");
+}
+zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
+    (void)c, (void)s, (void)in, (void)out, (void)bytes;
+    return NO_NCCL("allgather");
+}
+static bool device_failed(const zinf_comm *c) {
+    (void)c;
+    return false;
+}
+static const char *device_failure(const zinf_comm *c) {
+    (void)c;
+    return "";
+}
+
+#endif
+
+zinf_status zinf_comm_status(zinf_comm *c) {
+    if (!c) return zinf_fail(ZINF_ERR_INVAL, "comm status: c is NULL");
+    if (device_failed(c)) return zinf_fail(ZINF_ERR_COMM, "%s", device_failure(c));
+    pthread_mutex_lock(&c->lock);
+    zinf_status st = c->failed ? zinf_fail(ZINF_ERR_COMM, "%s", c->failure) : ZINF_OK;
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
