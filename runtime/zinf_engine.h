@@ -77,12 +77,19 @@ zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]);
 typedef struct zinf_engine_memory {
     int64_t params16;     // device: 16-bit parameters (full, or this rank's slices at stage 3)
     int64_t gathered_max; // device: most bytes of gathered parameters at once (stage 3), measured
-    int64_t master;       // device: fp32 master weights of this rank's partition
-    int64_t optim_states; // device: exp_avg and exp_avg_sq
-    int64_t grads32;      // device: fp32 gradient partition
+    zinf_offload_device optimizer_tier; // where the three below live: NONE is the device,
+                                        // CPU pinned host memory, NVME the swap store
+    int64_t master;       // fp32 master weights of this rank's partition
+    int64_t optim_states; // exp_avg and exp_avg_sq
+    int64_t grads32;      // fp32 gradient partition (host memory when the optimizer is offloaded)
     int64_t activations;  // device: the model's activations and scratch
     int64_t reduce_bufs;  // device: gradient buckets
-    int64_t pinned;       // pinned host: staging for communication
+    int64_t staging;      // pinned host: communication and gradient staging
+    int64_t host;         // host memory of the optimizer tier: states (cpu), gradients, IO buffers
+    int64_t pinned;       // pinned host in all: staging, plus host when offload_optimizer.pin_memory
+    int64_t nvme;         // the swap store's files
+    int subgroups;        // offloaded optimizer: sub-groups per step, and the largest's elements
+    int64_t subgroup_max;
     int64_t device_in_use, device_peak, device_capacity;
     int64_t partition_numel; // N_r: elements of this rank's partition
     int64_t model_numel;     // parameters of the model

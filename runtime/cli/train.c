@@ -117,12 +117,36 @@ static void print_plan(const trainer *t) {
             (long long)c->gradient_accumulation_steps, world, world > 1 ? "s" : "", t->seq_len, c->data.path,
             (long long)zinf_tokens_windows(t->tok, t->seq_len),
             c->data.sampling == ZINF_SAMPLING_SEQUENTIAL ? "sequential" : "random");
-    fprintf(t->log, "  per rank, device: %s parameters (%s), %s fp32 master, %s optimizer states, %s fp32 gradients "
-                    "(partition of %lld elements), %s activations, %s gradient buckets; %s in use of %s\n",
-            sz(m.params16, b[0]), stage == 3 ? "its slices; modules gathered as they run" : "full",
-            sz(m.master, b[1]), sz(m.optim_states, b[2]), sz(m.grads32, b[3]), (long long)m.partition_numel,
-            sz(m.activations, b[4]), sz(m.reduce_bufs, b[5]), sz(m.device_in_use, b[6]), sz(m.device_capacity, b[7]));
-    fprintf(t->log, "  per rank, pinned host: %s (communication staging); NVMe: none\n", sz(m.pinned, b[0]));
+    bool off = m.optimizer_tier != ZINF_OFFLOAD_NONE;
+    fprintf(t->log, "  per rank, device: %s parameters (%s), ", sz(m.params16, b[0]),
+            stage == 3 ? "its slices; modules gathered as they run" : "full");
+    if (!off)
+        fprintf(t->log, "%s fp32 master, %s optimizer states, %s fp32 gradients (partition of %lld elements), ",
+                sz(m.master, b[0]), sz(m.optim_states, b[1]), sz(m.grads32, b[2]), (long long)m.partition_numel);
+    fprintf(t->log, "%s activations, %s gradient buckets; %s in use of %s\n", sz(m.activations, b[0]),
+            sz(m.reduce_bufs, b[1]), sz(m.device_in_use, b[2]), sz(m.device_capacity, b[3]));
+    if (off) {
+        const zinf_offload_optimizer_config *oo = &c->zero.offload_optimizer;
+        bool nvme = m.optimizer_tier == ZINF_OFFLOAD_NVME;
+        fprintf(t->log, "  per rank, optimizer offloaded to %s: %s fp32 master and %s optimizer states %s, %s fp32 "
+                        "gradients in %s host memory (partition of %lld elements); %d sub-group%s of up to %lld "
+                        "elements%s\n",
+                nvme ? "nvme" : "cpu", sz(m.master, b[0]), sz(m.optim_states, b[1]),
+                nvme ? "on NVMe" : oo->pin_memory ? "in pinned host memory" : "in host memory", sz(m.grads32, b[2]),
+                oo->pin_memory ? "pinned" : "pageable", (long long)m.partition_numel, m.subgroups,
+                m.subgroups == 1 ? "" : "s", (long long)m.subgroup_max,
+                nvme ? (oo->pipeline_read && oo->pipeline_write ? ", reads and writes pipelined"
+                        : oo->pipeline_read                     ? ", reads pipelined"
+                        : oo->pipeline_write                    ? ", writes pipelined"
+                                                                : ", not pipelined")
+                     : "");
+    }
+    fprintf(t->log, "  per rank, pinned host: %s (communication staging %s); host memory of the optimizer: %s; NVMe: %s",
+            sz(m.pinned, b[0]), sz(m.staging, b[1]), sz(m.host, b[2]), m.nvme ? sz(m.nvme, b[3]) : "none");
+    const zinf_path_list *np = &c->zero.offload_optimizer.nvme_path;
+    for (int i = 0; m.nvme && i < np->count; i++)
+        fprintf(t->log, "%s%s", i ? ", " : " under ", np->paths[i]);
+    fprintf(t->log, "\n");
 }
 
 // Model FLOPs per token of a training step (forward and backward, no recompute): 6 per
@@ -159,14 +183,14 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
             si->loss, "lr", si->lr, "grad_norm", si->grad_norm, "step_seconds", secs, "tokens_per_s", tps, "tflops",
             tflops, "loss_scale", si->loss_scale, "skipped", si->skipped, "device_bytes", (json_int_t)m.device_in_use,
             "device_peak_bytes", (json_int_t)m.device_peak, "pinned_bytes", (json_int_t)m.pinned, "nvme_bytes",
-            (json_int_t)0));
+            (json_int_t)m.nvme));
     }
     if (si->step % t->cfg.steps_per_print == 0 || si->step == t->steps) {
-        char b[3][32];
+        char b[4][32];
         fprintf(t->log, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | %.3f TFLOPS | device "
-                        "%s (peak %s) | pinned %s\n",
+                        "%s (peak %s) | pinned %s | nvme %s\n",
                 (long long)si->step, (long long)t->steps, si->loss, si->lr, si->grad_norm, tps, tflops,
-                sz(m.device_in_use, b[0]), sz(m.device_peak, b[1]), sz(m.pinned, b[2]));
+                sz(m.device_in_use, b[0]), sz(m.device_peak, b[1]), sz(m.pinned, b[2]), sz(m.nvme, b[3]));
         fflush(t->log);
     }
 }

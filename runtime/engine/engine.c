@@ -7,6 +7,7 @@
 
 #include "internal.h"
 #include "zinf_half.h"
+#include "zinf_swap.h"
 
 // ---- failures on the communication stream's thread ----
 
@@ -133,9 +134,9 @@ static zinf_status check_config(const zinf_config *cfg, const zinf_comm *comm) {
         return zinf_fail(ZINF_ERR_INVAL,
                          "engine: the config's batch sizes were resolved for %d ranks but the communicator has %d",
                          cfg->world_size, zinf_comm_size(comm));
-    if (cfg->zero.offload_optimizer.device != ZINF_OFFLOAD_NONE || cfg->zero.offload_param.device != ZINF_OFFLOAD_NONE)
-        return zinf_fail(ZINF_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer / offload_param: the CPU and NVMe "
-                                               "tiers are not in this build yet; set their \"device\" to \"none\"");
+    if (cfg->zero.offload_param.device != ZINF_OFFLOAD_NONE)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "zero_optimization.offload_param: the CPU and NVMe parameter tiers are "
+                                               "not in this build yet; set its \"device\" to \"none\"");
     return ZINF_OK;
 }
 
@@ -143,11 +144,7 @@ static zinf_status alloc_states(zinf_engine *e) {
     for (int i = 0; e->stage < 3 && i < e->nmod; i++)
         if (e->lay[i].padded) ZINF_CHECK(zinf_device_alloc(e->dev, e->lay[i].padded * e->es, "parameters", &e->params16[i]));
     if (e->stage == 3) ZINF_CHECK(zinf_device_alloc(e->dev, e->npart * e->es, "parameter slices", &e->part16));
-    size_t b = e->npart * sizeof(float);
-    ZINF_CHECK(zinf_device_alloc(e->dev, b, "fp32 master weights", (void **)&e->master));
-    ZINF_CHECK(zinf_device_alloc(e->dev, b, "optimizer exp_avg", (void **)&e->exp_avg));
-    ZINF_CHECK(zinf_device_alloc(e->dev, b, "optimizer exp_avg_sq", (void **)&e->exp_avg_sq));
-    ZINF_CHECK(zinf_device_alloc(e->dev, b, "fp32 gradients", (void **)&e->grads32));
+    ZINF_CHECK(tier_create(e));
     return zinf_device_alloc(e->dev, (size_t)e->nmod * e->world * 2 * sizeof(double), "gradient norms",
                              (void **)&e->d_stats);
 }
@@ -252,12 +249,9 @@ void zinf_engine_destroy(zinf_engine *e) {
     }
     if (e->dev) {
         zinf_device_free(e->dev, e->part16);
-        zinf_device_free(e->dev, e->master);
-        zinf_device_free(e->dev, e->exp_avg);
-        zinf_device_free(e->dev, e->exp_avg_sq);
-        zinf_device_free(e->dev, e->grads32);
         zinf_device_free(e->dev, e->d_stats);
     }
+    tier_destroy(e);
     free(e->params16), free(e->grads16), free(e->pview), free(e->lay);
     zinf_model_destroy(e->m);
     zinf_event_destroy(e->ev_cs);
@@ -348,14 +342,38 @@ static const zinf_param_info *find_param(const zinf_engine *e, const char *name,
     return p;
 }
 
-static float *state_array(zinf_engine *e, zinf_state_kind kind) {
+// The optimizer tier's index of a state, or -1 for gradients (which live beside it).
+static int state_index(zinf_state_kind kind) {
     switch (kind) {
-    case ZINF_STATE_PARAM: return e->master;
-    case ZINF_STATE_GRAD: return e->grads32;
-    case ZINF_STATE_EXP_AVG: return e->exp_avg;
-    case ZINF_STATE_EXP_AVG_SQ: return e->exp_avg_sq;
+    case ZINF_STATE_PARAM: return ST_MASTER;
+    case ZINF_STATE_EXP_AVG: return ST_EXP_AVG;
+    case ZINF_STATE_EXP_AVG_SQ: return ST_EXP_AVG_SQ;
+    case ZINF_STATE_GRAD: return -1;
     }
-    return NULL;
+    return -2;
+}
+
+// n elements of a state at partition offset off, to (get) or from (put) host memory.
+static zinf_status state_get(zinf_engine *e, zinf_state_kind kind, size_t off, size_t n, float *dst) {
+    int s = state_index(kind);
+    if (s >= 0) return tier_read(e, s, off, n, dst);
+    if (e->otier != ZINF_OFFLOAD_NONE) {
+        memcpy(dst, e->h_grads32 + off, n * sizeof *dst);
+        return ZINF_OK;
+    }
+    ZINF_CHECK(zinf_copy_async(e->cs, dst, e->grads32 + off, n * sizeof *dst, ZINF_COPY_D2H));
+    return zinf_stream_sync(e->cs);
+}
+
+static zinf_status state_put(zinf_engine *e, zinf_state_kind kind, size_t off, size_t n, const float *src) {
+    int s = state_index(kind);
+    if (s >= 0) return tier_write(e, s, off, n, src);
+    if (e->otier != ZINF_OFFLOAD_NONE) {
+        memcpy(e->h_grads32 + off, src, n * sizeof *src);
+        return ZINF_OK;
+    }
+    ZINF_CHECK(zinf_copy_async(e->cs, e->grads32 + off, src, n * sizeof *src, ZINF_COPY_H2D));
+    return zinf_stream_sync(e->cs);
 }
 
 // The part of parameter p (elements [a, b) of its module) this rank holds: [*lo, *hi).
@@ -370,16 +388,13 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
     int mod;
     const zinf_param_info *p = e && out ? find_param(e, name, &mod) : NULL;
     if (!p) return e && out ? ZINF_ERR_INVAL : zinf_fail(ZINF_ERR_INVAL, "engine get_full: e and out are required");
-    float *src = state_array(e, kind);
-    if (!src) return zinf_fail(ZINF_ERR_INVAL, "engine get_full: unknown state kind %d", (int)kind);
+    if (state_index(kind) < -1) return zinf_fail(ZINF_ERR_INVAL, "engine get_full: unknown state kind %d", (int)kind);
     ZINF_CHECK(engine_sync(e));
     const mod_layout *l = &e->lay[mod];
     size_t lo, hi;
     memset(out, 0, p->numel * sizeof *out);
     if (owned(e, mod, p, &lo, &hi))
-        ZINF_CHECK(zinf_copy_async(e->cs, out + (lo - p->offset), src + l->part_off + (lo - l->part_lo),
-                                   (hi - lo) * sizeof *out, ZINF_COPY_D2H));
-    ZINF_CHECK(zinf_stream_sync(e->cs));
+        ZINF_CHECK(state_get(e, kind, l->part_off + (lo - l->part_lo), hi - lo, out + (lo - p->offset)));
     // Each element is held by one rank; the others add zeros, which changes no bits.
     if (e->stage > 0 && e->world > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->comm, out, p->numel));
     if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
@@ -392,16 +407,14 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
     int mod;
     const zinf_param_info *p = e && in ? find_param(e, name, &mod) : NULL;
     if (!p) return e && in ? ZINF_ERR_INVAL : zinf_fail(ZINF_ERR_INVAL, "engine set_full: e and in are required");
-    float *dst = state_array(e, kind);
-    if (!dst) return zinf_fail(ZINF_ERR_INVAL, "engine set_full: unknown state kind %d", (int)kind);
+    if (state_index(kind) < -1) return zinf_fail(ZINF_ERR_INVAL, "engine set_full: unknown state kind %d", (int)kind);
     if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "engine set_full: setting gradients under fp16 loss scaling");
     ZINF_CHECK(engine_sync(e));
     const mod_layout *l = &e->lay[mod];
     size_t lo, hi;
     if (owned(e, mod, p, &lo, &hi))
-        ZINF_CHECK(zinf_copy_async(e->cs, dst + l->part_off + (lo - l->part_lo), in + (lo - p->offset),
-                                   (hi - lo) * sizeof *in, ZINF_COPY_H2D));
+        ZINF_CHECK(state_put(e, kind, l->part_off + (lo - l->part_lo), hi - lo, in + (lo - p->offset)));
     if (kind == ZINF_STATE_PARAM) {
         // The 16-bit copy: the whole parameter at stages 0-2, this rank's slice at 3.
         size_t a = p->offset, b = p->offset + p->numel;
@@ -463,7 +476,13 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->grads32 = out->master;
     out->activations = e->act_bytes;
     out->reduce_bufs = (int64_t)(2 * e->bucket_cap * sizeof(float));
-    out->pinned = (int64_t)e->h_comm_bytes;
+    out->optimizer_tier = e->otier;
+    out->staging = (int64_t)e->h_comm_bytes;
+    out->host = e->host_bytes;
+    out->pinned = out->staging + (e->cfg.zero.offload_optimizer.pin_memory ? out->host : 0);
+    out->nvme = e->swap ? (int64_t)zinf_swap_bytes(e->swap) : 0;
+    out->subgroups = e->nsg;
+    out->subgroup_max = (int64_t)e->sg_max;
     zinf_device_mem mem;
     zinf_device_get_mem(e->dev, &mem);
     out->device_in_use = (int64_t)mem.in_use;

@@ -76,15 +76,9 @@ zinf_status init_partition(zinf_engine *e) {
         void *dst = e->stage == 3 ? (char *)e->part16 + l->part_off * e->es : e->params16[i];
         st = upload16(e, dst, vals, n, tmp);
         if (st == ZINF_OK) st = zinf_stream_sync(e->cs); // vals and tmp are reused
-        const float *part = vals + (l->part_lo - lo);
-        if (st == ZINF_OK) st = zinf_copy_async(e->cs, e->master + l->part_off, part, l->part_n * 4, ZINF_COPY_H2D);
-        if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
+        if (st == ZINF_OK) st = tier_write(e, ST_MASTER, l->part_off, l->part_n, vals + (l->part_lo - lo));
     }
-    size_t bytes = e->npart * sizeof(float);
-    if (st == ZINF_OK) st = zinf_memset_async(e->cs, e->exp_avg, 0, bytes);
-    if (st == ZINF_OK) st = zinf_memset_async(e->cs, e->exp_avg_sq, 0, bytes);
-    if (st == ZINF_OK) st = zinf_memset_async(e->cs, e->grads32, 0, bytes);
-    if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
+    if (st == ZINF_OK) st = tier_zero_states(e);
     free(vals), free(tmp), free(file), free(bufs);
     return st;
 }

@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "zinf_adam.h"
+#include "zinf_aio.h"
 #include "zinf_engine.h"
 #include "zinf_internal.h"
 #include "zinf_schedule.h"
@@ -57,6 +59,24 @@ typedef struct coordinator {
     int64_t live_peak_bytes;
 } coordinator;
 
+// The optimizer's states, in the order the swap store and the tiers index them.
+enum { ST_MASTER, ST_EXP_AVG, ST_EXP_AVG_SQ, NSTATES };
+
+// Consecutive modules [first, last) the offloaded optimizer updates together: elements
+// [off, off + n) of the partition.
+typedef struct subgroup {
+    int first, last;
+    size_t off, n;
+} subgroup;
+
+// A pinned buffer of the three states of one sub-group, with its IO in flight.
+enum { MAX_IO = 3 };
+typedef struct io_buf {
+    float *buf; // master | exp_avg | exp_avg_sq, sg_max floats each
+    zinf_aio_ticket t[NSTATES];
+    int nt;
+} io_buf;
+
 // A device buffer freed once the stream work recorded in ev has passed it.
 typedef struct pending_free {
     void *p;
@@ -85,7 +105,7 @@ struct zinf_engine {
     void *part16;      // stage 3: this rank's slices, in partition order
     void **grads16;    // per module during backward
     void **pview;      // what the model reads: params16, or the gathered buffers at stage 3
-    float *master, *exp_avg, *exp_avg_sq, *grads32;
+    float *master, *exp_avg, *exp_avg_sq, *grads32; // optimizer tier none only
     double *d_stats;   // zinf_sumsq output per module part (2 doubles each)
 
     // gradient reduction
@@ -100,6 +120,23 @@ struct zinf_engine {
     zinf_event *bucket_free[2];
     float *h_comm;      // pinned: staging for every host collective on xs (xs runs them in order)
     size_t h_comm_bytes;
+
+    // the optimizer tier (optim_tier.c): cpu and nvme
+    zinf_offload_device otier;
+    float *h_state[NSTATES]; // cpu: master, exp_avg, exp_avg_sq
+    float *h_grads32;        // the fp32 gradient partition on the host
+    subgroup *sg;
+    int nsg;
+    size_t sg_max;        // elements of the largest sub-group
+    void *h_out[2];       // the 16-bit result of a sub-group on its way to the device
+    zinf_event *out_free[2];
+    zinf_cpu_pool *pool;
+    zinf_aio *aio;           // nvme
+    struct zinf_swap *swap;
+    int swap_id[NSTATES];
+    io_buf io[MAX_IO];
+    int nio;
+    int64_t host_bytes; // host memory the tier holds
 
     coordinator co;
     zinf_event *fwd_done, *ev_cs;
@@ -149,6 +186,16 @@ zinf_status engine_reap(zinf_engine *e, bool wait);
 // failure is kept and raised by engine_sync.
 typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALLGATHER } comm_op;
 zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t n);
+// The optimizer tier (optim_tier.c).
+zinf_status tier_create(zinf_engine *e);
+void tier_destroy(zinf_engine *e);
+zinf_status tier_read(zinf_engine *e, int state, size_t off, size_t n, float *dst);
+zinf_status tier_write(zinf_engine *e, int state, size_t off, size_t n, const float *src);
+zinf_status tier_zero_states(zinf_engine *e); // moments and gradients
+zinf_status tier_zero_grads(zinf_engine *e);
+// Add bucket b, reduced in pinned memory at src, into the host gradient partition (on xs).
+zinf_status tier_add_grads(zinf_engine *e, int b, const float *src, bool packed);
+zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h, void *(*out16)(zinf_engine *, int));
 // On the communication stream: full (world * bytes, device) = every rank's mine
 // (bytes, device; may be full + rank * bytes), by NCCL or through pinned staging.
 zinf_status engine_allgather(zinf_engine *e, const void *mine, void *full, size_t bytes);

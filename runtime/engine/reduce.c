@@ -57,12 +57,13 @@ zinf_status reduce_create(zinf_engine *e) {
         ZINF_CHECK(zinf_device_alloc(e->dev, e->bucket_cap * sizeof(float), "gradient buckets", (void **)&e->d_bucket[s]));
         ZINF_CHECK(zinf_event_create(e->dev, &e->bucket_free[s]));
     }
-    if (e->world == 1 || e->nccl) return ZINF_OK;
-    // One pinned staging buffer serves every collective: the communication stream runs
-    // them one after another. A reduce-scatter needs its input and one block of output;
-    // a gather one module's 16-bit buffer.
+    bool host_grads = e->otier != ZINF_OFFLOAD_NONE, host_comm = e->world > 1 && !e->nccl;
+    if (!host_grads && !host_comm) return ZINF_OK;
+    // One pinned staging buffer serves every collective and the gradients' way to the
+    // host: the communication stream runs them one after another. A reduce-scatter
+    // needs its input and one block of output; a gather one module's 16-bit buffer.
     size_t bytes = 0, block = e->bucket_cap / (size_t)e->world;
-    for (int i = 0; i < e->nmod; i++)
+    for (int i = 0; host_comm && i < e->nmod; i++)
         if (e->lay[i].padded * e->es > bytes) bytes = e->lay[i].padded * e->es;
     if ((e->bucket_cap + block) * sizeof(float) > bytes) bytes = (e->bucket_cap + block) * sizeof(float);
     ZINF_CHECK(zinf_pinned_alloc(e->dev, bytes, (void **)&e->h_comm));
@@ -87,7 +88,7 @@ static zinf_status flush(zinf_engine *e, int b) {
     ZINF_CHECK(zinf_event_record(e->ev_cs, e->cs));
     ZINF_CHECK(zinf_stream_wait_event(e->xs, e->ev_cs));
     bool scattered = e->stage >= 2 && W > 1;
-    bool packed = scattered && !e->nccl; // this rank's reduced block came back to the start of d
+    bool packed = scattered && !e->nccl; // the reduce-scatter's output holds this rank's block alone
     if (W > 1 && e->nccl) {
         // In place: a rank's reduced block stays where its block was.
         if (scattered)
@@ -96,22 +97,28 @@ static zinf_status flush(zinf_engine *e, int b) {
             ZINF_CHECK(zinf_comm_device_allreduce_f32(e->comm, e->xs, d, W * blk));
     } else if (W > 1) {
         ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
+        bool back = e->otier == ZINF_OFFLOAD_NONE; // the sums are added on the device
         if (scattered) {
             ZINF_CHECK(engine_comm(e, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
-            ZINF_CHECK(zinf_copy_async(e->xs, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
+            if (back) ZINF_CHECK(zinf_copy_async(e->xs, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
         } else {
             ZINF_CHECK(engine_comm(e, COMM_ALLREDUCE, h, NULL, W * blk));
-            ZINF_CHECK(zinf_copy_async(e->xs, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
+            if (back) ZINF_CHECK(zinf_copy_async(e->xs, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
         }
     }
-    for (int j = bk->first; j < bk->first + bk->count; j++) {
-        int mod = e->ready_order[j];
-        const mod_layout *l = &e->lay[mod];
-        for (size_t r = 0; r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->rank) continue; // not this rank's part
-            const float *src = d + (packed ? 0 : r * blk) + e->blk_off[mod];
-            float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo);
-            ZINF_CHECK(zinf_add(e->xs, ZINF_DTYPE_F32, dst, dst, src, l->slice));
+    if (e->otier != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
+        if (W == 1 || e->nccl) ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
+        ZINF_CHECK(tier_add_grads(e, b, packed ? h + W * blk : h, packed));
+    } else {
+        for (int j = bk->first; j < bk->first + bk->count; j++) {
+            int mod = e->ready_order[j];
+            const mod_layout *l = &e->lay[mod];
+            for (size_t r = 0; r < W; r++) {
+                if (e->stage > 0 && r != (size_t)e->rank) continue; // not this rank's part
+                const float *src = d + (packed ? 0 : r * blk) + e->blk_off[mod];
+                float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo);
+                ZINF_CHECK(zinf_add(e->xs, ZINF_DTYPE_F32, dst, dst, src, l->slice));
+            }
         }
     }
     ZINF_CHECK(zinf_event_record(e->bucket_free[b & 1], e->xs));

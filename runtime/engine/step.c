@@ -11,18 +11,27 @@
 // the clip coefficient (and so the update) is the same bits at every stage.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     size_t W = (size_t)e->world, np = (size_t)e->nmod * W;
+    bool dev = e->otier == ZINF_OFFLOAD_NONE;
+    const float *g = dev ? e->grads32 : e->h_grads32;
     double *h = calloc(2 * np, sizeof *h);
     if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
-    zinf_status st = zinf_memset_async(e->cs, e->d_stats, 0, 2 * np * sizeof *h);
+    zinf_status st = dev ? zinf_memset_async(e->cs, e->d_stats, 0, 2 * np * sizeof *h) : ZINF_OK;
     for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
             if (e->stage > 0 && r != (size_t)e->rank) continue;
-            st = zinf_sumsq(e->cs, ZINF_DTYPE_F32, e->grads32 + l->part_off + (r * l->slice - l->part_lo), l->slice,
-                            e->d_stats + 2 * (i * W + r));
+            const float *piece = g + l->part_off + (r * l->slice - l->part_lo);
+            size_t k = 2 * (i * W + r);
+            if (dev) {
+                st = zinf_sumsq(e->cs, ZINF_DTYPE_F32, piece, l->slice, e->d_stats + k);
+            } else { // the kernel the host device runs for zinf_sumsq: the same bits
+                zinf_grad_stats gs;
+                st = zinf_grad_stats_pool(e->pool, piece, ZINF_DTYPE_F32, l->slice, &gs);
+                h[k] = gs.sumsq, h[k + 1] = gs.nonfinite;
+            }
         }
     }
-    if (st == ZINF_OK) st = zinf_copy_async(e->cs, h, e->d_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
+    if (st == ZINF_OK && dev) st = zinf_copy_async(e->cs, h, e->d_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
     if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
     // Each piece lives on one rank (or on all, at stage 0); adding the others' zeros
     // keeps its bits.
@@ -54,6 +63,7 @@ static void *out16(zinf_engine *e, int mod) {
 }
 
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
+    if (e->otier != ZINF_OFFLOAD_NONE) return tier_update(e, h, out16);
     for (int i = 0; i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         if (!l->padded) continue;
@@ -106,8 +116,8 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
         e->steps_applied++;
         if (e->stage > 0 && e->stage < 3 && e->world > 1) ZINF_CHECK(share_params(e));
     }
-    ZINF_CHECK(zinf_memset_async(e->cs, e->grads32, 0, e->npart * sizeof(float)));
-    ZINF_CHECK(engine_sync(e));
+    ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are on the device
+    ZINF_CHECK(tier_zero_grads(e));
     if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
     e->steps_taken++;
     e->micro = 0;

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The optimizer tiers: where the fp32 master weights and moments live must not change
+# the numbers. For ZeRO stages 1-3 on 1 and 2 ranks (mpirun -np 2), in fp32 and bf16,
+# offload_optimizer cpu and nvme give the losses and weights digest of the same run
+# with the optimizer on the device, bit for bit, after 10 steps; so does nvme with
+# each pipeline setting, and several sub-groups per step. The swap store's files are
+# gone after the run; a missing nvme_path and offloading at stage 0 are refused.
+# timeout: 600
+set -u
+Z=${ZINF_BUILD:-build}/zinf
+R=${ZINF_REF_DIR:-build/ref}
+tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+backend=${ZINF_TEST_BACKEND:-host}
+mkdir -p "$tmp/nvme"
+
+# Sub-groups of at most 40000 elements: this model's partition is cut into several.
+cat > "$tmp/cfg.json" <<JSON
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "seed": 5, "steps": 10, "steps_per_print": 10,
+ "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+ "zero_optimization": {"stage": 1, "reduce_bucket_size": 60000, "sub_group_size": 40000,
+   "offload_optimizer": {"device": "none", "nvme_path": "$tmp/nvme"}},
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
+ "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "device": {"backend": "$backend"}}
+JSON
+
+# run NP OUT [--set ...]: train with --json on NP ranks; stdout in OUT.
+run() {
+  local np=$1 out=$2; shift 2
+  if [ "$np" = 1 ]; then
+    "$Z" train "$tmp/cfg.json" --json "$@" > "$out" 2> "$out.err"
+  else
+    mpirun -np "$np" "$Z" train "$tmp/cfg.json" --json "$@" > "$out" 2> "$out.err"
+  fi || fail "train on $np ranks $*: exit $?: $(tail -c 400 "$out.err")"
+}
+
+# The losses of every step and the digest, one line.
+summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+print(" ".join(repr(s["loss"]) for s in lines[:-1]), lines[-1]["weights_digest"])
+PY
+}
+
+OO=zero_optimization.offload_optimizer
+before=$fails
+for dt in fp32 bf16; do
+  for stage in 1 2 3; do
+    for np in 1 2; do
+      sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set zero_optimization.stage=$stage)
+      run $np "$tmp/dev" "${sets[@]}"
+      want=$(summary "$tmp/dev")
+      for tier in cpu nvme; do
+        run $np "$tmp/out.$tier" "${sets[@]}" --set $OO.device=$tier
+        got=$(summary "$tmp/out.$tier")
+        [ "$got" = "$want" ] || fail "$dt stage $stage on $np ranks, optimizer on $tier: $got; on the device: $want"
+      done
+    done
+  done
+done
+[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme bit-identical to the device, stages 1-3 x 1, 2 ranks x fp32, bf16"
+
+# Every pipeline setting, one sub-group per module or all in one: the same bits.
+sets=(--set bf16.enabled=true --set zero_optimization.stage=3 --set $OO.device=nvme)
+run 1 "$tmp/dev" --set bf16.enabled=true --set zero_optimization.stage=3
+want=$(summary "$tmp/dev")
+for v in "$OO.pipeline_read=false" "$OO.pipeline_write=false" "zero_optimization.sub_group_size=1" \
+  "zero_optimization.sub_group_size=1000000000"; do
+  run 1 "$tmp/p" "${sets[@]}" --set "$v"
+  [ "$(summary "$tmp/p")" = "$want" ] || fail "nvme with $v: $(summary "$tmp/p"); on the device: $want"
+done
+run 1 "$tmp/p" "${sets[@]}" --set $OO.pipeline_read=false --set $OO.pipeline_write=false
+[ "$(summary "$tmp/p")" = "$want" ] || fail "nvme without pipelining: $(summary "$tmp/p"); on the device: $want"
+
+# The swap store is this run's: nothing is left under nvme_path.
+[ -z "$(ls -A "$tmp/nvme")" ] || fail "left in nvme_path: $(ls -R "$tmp/nvme" | head)"
+
+# The plan says where the states live; the step lines count the NVMe bytes.
+expect 0 "$Z" train "$tmp/cfg.json" --steps 2 --set zero_optimization.stage=3 --set $OO.device=nvme
+grep -q 'optimizer offloaded to nvme: .* on NVMe, .* sub-groups of up to' "$tmp/out" ||
+  fail "plan: $(grep -A4 '^plan' "$tmp/out")"
+grep -q "NVMe: .* under $tmp/nvme" "$tmp/out" || fail "plan's NVMe line: $(grep -A4 '^plan' "$tmp/out")"
+run 1 "$tmp/j" --steps 2 --set $OO.device=nvme
+python3 - "$tmp/j" <<'PY' || fail "nvme_bytes: $(head -c 300 "$tmp/j")"
+import json, sys
+s = json.loads(open(sys.argv[1]).readline())
+assert s["nvme_bytes"] >= 3 * 4 * 100000, s  # three fp32 states of the partition
+PY
+
+# Refusals name the key and the path.
+expect 2 "$Z" train "$tmp/cfg.json" --set $OO.device=nvme --set "$OO.nvme_path=$tmp/missing"
+grep -q "nvme_path.*$tmp/missing" "$tmp/err" || fail "missing nvme_path: $(cat "$tmp/err")"
+expect 2 "$Z" train "$tmp/cfg.json" --set $OO.device=cpu --set zero_optimization.stage=0
+grep -q 'offload_optimizer.device: "cpu" needs zero_optimization.stage 1, 2 or 3' "$tmp/err" ||
+  fail "stage 0 offload: $(cat "$tmp/err")"
+
+finish test_offload
