@@ -75,7 +75,8 @@ zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]);
 
 // Where the engine's bytes live, for the plan and the log line.
 typedef struct zinf_engine_memory {
-    int64_t params16;     // device: 16-bit parameters (full, or this rank's slices at stage 3)
+    zinf_offload_device params_tier; // where params16 lives: NONE the device, CPU host memory
+    int64_t params16;     // 16-bit parameters (full, or this rank's slices at stage 3)
     int64_t gathered_max; // device: most bytes of gathered parameters at once (stage 3), measured
     zinf_offload_device optimizer_tier; // where the three below live: NONE is the device,
                                         // CPU pinned host memory, NVME the swap store
@@ -86,7 +87,7 @@ typedef struct zinf_engine_memory {
     int64_t reduce_bufs;  // device: gradient buckets
     int64_t staging;      // pinned host: communication and gradient staging
     int64_t host;         // host memory of the optimizer tier: states (cpu), gradients, IO buffers
-    int64_t pinned;       // pinned host in all: staging, plus host when offload_optimizer.pin_memory
+    int64_t pinned;       // pinned host in all: staging, and the tiers' host memory where pin_memory
     int64_t nvme;         // the swap store's files
     int subgroups;        // offloaded optimizer: sub-groups per step, and the largest's elements
     int64_t subgroup_max;

@@ -118,8 +118,13 @@ static void print_plan(const trainer *t) {
             (long long)zinf_tokens_windows(t->tok, t->seq_len),
             c->data.sampling == ZINF_SAMPLING_SEQUENTIAL ? "sequential" : "random");
     bool off = m.optimizer_tier != ZINF_OFFLOAD_NONE;
-    fprintf(t->log, "  per rank, device: %s parameters (%s), ", sz(m.params16, b[0]),
-            stage == 3 ? "its slices; modules gathered as they run" : "full");
+    if (m.params_tier == ZINF_OFFLOAD_NONE)
+        fprintf(t->log, "  per rank, device: %s parameters (%s), ", sz(m.params16, b[0]),
+                stage == 3 ? "its slices; modules gathered as they run" : "full");
+    else
+        fprintf(t->log, "  per rank, parameters offloaded to cpu: %s (its slices, in %s host memory; modules copied to "
+                        "the device and gathered as they run)\n  per rank, device: ",
+                sz(m.params16, b[0]), c->zero.offload_param.pin_memory ? "pinned" : "pageable");
     if (!off)
         fprintf(t->log, "%s fp32 master, %s optimizer states, %s fp32 gradients (partition of %lld elements), ",
                 sz(m.master, b[0]), sz(m.optim_states, b[1]), sz(m.grads32, b[2]), (long long)m.partition_numel);

@@ -52,7 +52,8 @@ static zinf_status gather(zinf_engine *e, int x) {
     ZINF_CHECK(engine_alloc(e, l->padded * e->es, "gathered parameters", &co->gathered[x]));
     co->live += (int64_t)l->padded;
     if (co->live * (int64_t)e->es > co->live_peak_bytes) co->live_peak_bytes = co->live * (int64_t)e->es;
-    ZINF_CHECK(engine_allgather(e, (const char *)e->part16 + l->part_off * e->es, co->gathered[x], sb));
+    ZINF_CHECK(engine_allgather(e, (const char *)e->part16 + l->part_off * e->es, e->ptier != ZINF_OFFLOAD_NONE,
+                                co->gathered[x], sb));
     return zinf_event_record(co->landed[x], e->xs);
 }
 

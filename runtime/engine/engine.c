@@ -66,16 +66,37 @@ zinf_status engine_sync(zinf_engine *e) {
     return a != ZINF_OK ? a : b;
 }
 
-zinf_status engine_allgather(zinf_engine *e, const void *mine, void *full, size_t bytes) {
-    if (e->world == 1) return mine == full ? ZINF_OK : zinf_copy_async(e->xs, full, mine, bytes, ZINF_COPY_D2D);
+zinf_status engine_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
+    char *place = (char *)full + (size_t)e->rank * bytes;
+    if (e->world == 1 && mine == full) return ZINF_OK;
+    if (e->world == 1) return zinf_copy_async(e->xs, full, mine, bytes, mine_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
+    if (e->nccl && mine_host) { // NCCL takes device buffers: this rank's part first
+        ZINF_CHECK(zinf_copy_async(e->xs, place, mine, bytes, ZINF_COPY_H2D));
+        mine = place;
+    }
     if (e->nccl) return zinf_comm_device_allgather(e->comm, e->xs, mine, full, bytes);
     char *h = (char *)e->h_comm + (size_t)e->rank * bytes;
-    ZINF_CHECK(zinf_copy_async(e->xs, h, mine, bytes, ZINF_COPY_D2H));
+    ZINF_CHECK(zinf_copy_async(e->xs, h, mine, bytes, mine_host ? ZINF_COPY_H2H : ZINF_COPY_D2H));
     ZINF_CHECK(engine_comm(e, COMM_ALLGATHER, h, e->h_comm, bytes));
     return zinf_copy_async(e->xs, full, e->h_comm, (size_t)e->world * bytes, ZINF_COPY_H2D);
 }
 
-// ---- device memory ----
+// ---- memory ----
+
+zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, void **out) {
+    if (pinned) return zinf_pinned_alloc(e->dev, bytes, out);
+    *out = NULL;
+    if (posix_memalign(out, 4096, bytes ? bytes : 4096) != 0) {
+        char sz[32];
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of host memory for %s", zinf_size_format(bytes, sz, sizeof sz));
+    }
+    return ZINF_OK;
+}
+
+void engine_host_free(zinf_engine *e, void *p, bool pinned) {
+    if (p && pinned) zinf_pinned_free(e->dev, p);
+    else free(p);
+}
 
 zinf_status engine_reap(zinf_engine *e, bool wait) {
     zinf_status st = ZINF_OK;
@@ -134,16 +155,22 @@ static zinf_status check_config(const zinf_config *cfg, const zinf_comm *comm) {
         return zinf_fail(ZINF_ERR_INVAL,
                          "engine: the config's batch sizes were resolved for %d ranks but the communicator has %d",
                          cfg->world_size, zinf_comm_size(comm));
-    if (cfg->zero.offload_param.device != ZINF_OFFLOAD_NONE)
-        return zinf_fail(ZINF_ERR_UNSUPPORTED, "zero_optimization.offload_param: the CPU and NVMe parameter tiers are "
-                                               "not in this build yet; set its \"device\" to \"none\"");
+    if (cfg->zero.offload_param.device == ZINF_OFFLOAD_NVME)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "zero_optimization.offload_param.device: the NVMe parameter tier is not "
+                                               "in this build yet; use \"cpu\" or \"none\"");
     return ZINF_OK;
 }
 
 static zinf_status alloc_states(zinf_engine *e) {
     for (int i = 0; e->stage < 3 && i < e->nmod; i++)
         if (e->lay[i].padded) ZINF_CHECK(zinf_device_alloc(e->dev, e->lay[i].padded * e->es, "parameters", &e->params16[i]));
-    if (e->stage == 3) ZINF_CHECK(zinf_device_alloc(e->dev, e->npart * e->es, "parameter slices", &e->part16));
+    size_t p16 = e->npart * e->es;
+    if (e->stage == 3 && e->ptier == ZINF_OFFLOAD_NONE)
+        ZINF_CHECK(zinf_device_alloc(e->dev, p16, "parameter slices", &e->part16));
+    if (e->stage == 3 && e->ptier == ZINF_OFFLOAD_CPU) {
+        ZINF_CHECK(engine_host_alloc(e, p16, e->cfg.zero.offload_param.pin_memory, &e->part16));
+        e->param_host_bytes = (int64_t)p16;
+    }
     ZINF_CHECK(tier_create(e));
     return zinf_device_alloc(e->dev, (size_t)e->nmod * e->world * 2 * sizeof(double), "gradient norms",
                              (void **)&e->d_stats);
@@ -181,6 +208,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     e->rank = zinf_comm_rank(comm);
     e->world = zinf_comm_size(comm);
     e->stage = (int)cfg->zero.stage;
+    e->ptier = cfg->zero.offload_param.device; // the config allows it at stage 3 only
     e->dt = cfg->bf16 ? ZINF_DTYPE_BF16 : cfg->fp16.enabled ? ZINF_DTYPE_F16 : ZINF_DTYPE_F32;
     e->es = zinf_dtype_size(e->dt);
     zinf_loss_scaler_init(&e->scaler, &cfg->fp16);
@@ -248,7 +276,8 @@ void zinf_engine_destroy(zinf_engine *e) {
         zinf_device_free(e->dev, e->grads16[i]);
     }
     if (e->dev) {
-        zinf_device_free(e->dev, e->part16);
+        if (e->ptier == ZINF_OFFLOAD_NONE) zinf_device_free(e->dev, e->part16);
+        else engine_host_free(e, e->part16, e->cfg.zero.offload_param.pin_memory);
         zinf_device_free(e->dev, e->d_stats);
     }
     tier_destroy(e);
@@ -428,8 +457,9 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
         if (a < b && !tmp) return zinf_fail(ZINF_ERR_NOMEM, "engine set_full: out of memory");
         for (size_t i = a; i < b; i++)
             dt_store(tmp, e->dt, i - a, in[i - p->offset]);
-        zinf_status st = a < b ? zinf_copy_async(e->cs, (char *)base + a * e->es, tmp, (b - a) * e->es, ZINF_COPY_H2D)
-                               : ZINF_OK;
+        zinf_status st =
+            a < b ? zinf_copy_async(e->cs, (char *)base + a * e->es, tmp, (b - a) * e->es, engine_to_params16(e, true))
+                  : ZINF_OK;
         if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
         free(tmp);
         ZINF_CHECK(st);
@@ -479,7 +509,9 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->optimizer_tier = e->otier;
     out->staging = (int64_t)e->h_comm_bytes;
     out->host = e->host_bytes;
-    out->pinned = out->staging + (e->cfg.zero.offload_optimizer.pin_memory ? out->host : 0);
+    out->params_tier = e->ptier;
+    out->pinned = out->staging + (e->cfg.zero.offload_optimizer.pin_memory ? out->host : 0) +
+                  (e->cfg.zero.offload_param.pin_memory ? e->param_host_bytes : 0);
     out->nvme = e->swap ? (int64_t)zinf_swap_bytes(e->swap) : 0;
     out->subgroups = e->nsg;
     out->subgroup_max = (int64_t)e->sg_max;

@@ -44,11 +44,11 @@ static void fill_range(const zinf_engine *e, int mod, const float *file, size_t 
     }
 }
 
-// The 16-bit range [lo, lo + n) of module mod from fp32 values, uploaded to dst.
+// The 16-bit range [lo, lo + n) of module mod from fp32 values, copied to dst.
 static zinf_status upload16(zinf_engine *e, void *dst, const float *v, size_t n, void *tmp) {
     for (size_t i = 0; i < n; i++)
         dt_store(tmp, e->dt, i, v[i]);
-    return zinf_copy_async(e->cs, dst, tmp, n * e->es, ZINF_COPY_H2D);
+    return zinf_copy_async(e->cs, dst, tmp, n * e->es, engine_to_params16(e, true));
 }
 
 zinf_status init_partition(zinf_engine *e) {

@@ -102,7 +102,8 @@ struct zinf_engine {
 
     // device buffers
     void **params16;   // stages 0-2: full buffers per module
-    void *part16;      // stage 3: this rank's slices, in partition order
+    void *part16;      // stage 3: this rank's slices, in partition order (host memory with offload_param)
+    zinf_offload_device ptier; // where part16 lives: NONE the device, CPU host memory
     void **grads16;    // per module during backward
     void **pview;      // what the model reads: params16, or the gathered buffers at stage 3
     float *master, *exp_avg, *exp_avg_sq, *grads32; // optimizer tier none only
@@ -136,7 +137,8 @@ struct zinf_engine {
     int swap_id[NSTATES];
     io_buf io[MAX_IO];
     int nio;
-    int64_t host_bytes; // host memory the tier holds
+    int64_t host_bytes; // host memory the optimizer tier holds
+    int64_t param_host_bytes; // host memory of part16 with offload_param cpu
 
     coordinator co;
     zinf_event *fwd_done, *ev_cs;
@@ -197,8 +199,19 @@ zinf_status tier_zero_grads(zinf_engine *e);
 zinf_status tier_add_grads(zinf_engine *e, int b, const float *src, bool packed);
 zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h, void *(*out16)(zinf_engine *, int));
 // On the communication stream: full (world * bytes, device) = every rank's mine
-// (bytes, device; may be full + rank * bytes), by NCCL or through pinned staging.
-zinf_status engine_allgather(zinf_engine *e, const void *mine, void *full, size_t bytes);
+// (bytes, on the host when mine_host, else on the device; may be full + rank * bytes),
+// by NCCL or through pinned staging.
+zinf_status engine_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
+// Host memory for an offload tier: pinned (and counted as such) when pinned, else
+// pageable; page-aligned either way, for O_DIRECT.
+zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, void **out);
+void engine_host_free(zinf_engine *e, void *p, bool pinned);
+// The copy kind that brings 16-bit parameters from host (or device) memory to where
+// the optimizer's 16-bit output of module parts lives (part16 at stage 3, else params16).
+static inline zinf_copy_kind engine_to_params16(const zinf_engine *e, bool from_host) {
+    bool host = e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE;
+    return from_host ? (host ? ZINF_COPY_H2H : ZINF_COPY_H2D) : (host ? ZINF_COPY_D2H : ZINF_COPY_D2D);
+}
 // Wait for both streams and raise a failure of the collectives.
 zinf_status engine_sync(zinf_engine *e);
 

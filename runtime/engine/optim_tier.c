@@ -21,19 +21,11 @@ static float **dev_state(zinf_engine *e, int s) {
     return s == ST_MASTER ? &e->master : s == ST_EXP_AVG ? &e->exp_avg : &e->exp_avg_sq;
 }
 
-// Host memory for a tier: pinned when the config asks (the default), else pageable.
 static zinf_status host_alloc(zinf_engine *e, size_t bytes, void **out) {
-    if (e->cfg.zero.offload_optimizer.pin_memory) return zinf_pinned_alloc(e->dev, bytes, out);
-    *out = NULL;
-    if (posix_memalign(out, 4096, bytes ? bytes : 4096) != 0) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    return ZINF_OK;
+    return engine_host_alloc(e, bytes, e->cfg.zero.offload_optimizer.pin_memory, out);
 }
 
-static void host_free(zinf_engine *e, void *p) {
-    if (!p) return;
-    if (e->cfg.zero.offload_optimizer.pin_memory) zinf_pinned_free(e->dev, p);
-    else free(p);
-}
+static void host_free(zinf_engine *e, void *p) { engine_host_free(e, p, e->cfg.zero.offload_optimizer.pin_memory); }
 
 static zinf_status host_alloc_counted(zinf_engine *e, size_t bytes, void **out) {
     ZINF_CHECK(host_alloc(e, bytes, out));
@@ -274,7 +266,7 @@ static zinf_status update_group(zinf_engine *e, const zinf_optim_hparams *h, int
         const mod_layout *l = &e->lay[i];
         if (!l->part_n) continue;
         ZINF_CHECK(zinf_copy_async(e->cs, out16(e, i), (char *)hout + (l->part_off - sg->off) * es, l->part_n * es,
-                                   ZINF_COPY_H2D));
+                                   engine_to_params16(e, true)));
     }
     return zinf_event_record(e->out_free[g & 1], e->cs);
 }

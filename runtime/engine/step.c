@@ -64,16 +64,23 @@ static void *out16(zinf_engine *e, int mod) {
 
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
     if (e->otier != ZINF_OFFLOAD_NONE) return tier_update(e, h, out16);
+    // With the parameters' slices in host memory, the 16-bit values are made on the
+    // device and copied down.
+    bool down = engine_to_params16(e, false) == ZINF_COPY_D2H, f32 = e->dt == ZINF_DTYPE_F32;
     for (int i = 0; i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         if (!l->padded) continue;
-        bool f32 = e->dt == ZINF_DTYPE_F32;
+        void *tmp = NULL;
+        if (down && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->es, "16-bit parameters", &tmp));
         zinf_optim_tile t = {.param = e->master + l->part_off, .exp_avg = e->exp_avg + l->part_off,
                              .exp_avg_sq = e->exp_avg_sq + l->part_off, .grad = e->grads32 + l->part_off,
-                             .grad_dtype = ZINF_DTYPE_F32, .out = f32 ? NULL : out16(e, i),
+                             .grad_dtype = ZINF_DTYPE_F32, .out = f32 ? NULL : down ? tmp : out16(e, i),
                              .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dt, .n = l->part_n};
         ZINF_CHECK(zinf_device_optim(e->cs, h, &t));
-        if (f32) ZINF_CHECK(zinf_copy_async(e->cs, out16(e, i), t.param, l->part_n * 4, ZINF_COPY_D2D));
+        const void *made = f32 ? t.param : tmp;
+        if (f32 || down)
+            ZINF_CHECK(zinf_copy_async(e->cs, out16(e, i), made, l->part_n * e->es, engine_to_params16(e, false)));
+        ZINF_CHECK(engine_free_after(e, tmp, e->cs));
     }
     return ZINF_OK;
 }
@@ -86,7 +93,7 @@ static zinf_status share_params(zinf_engine *e) {
         const mod_layout *l = &e->lay[i];
         size_t sb = l->slice * e->es;
         if (!sb) continue;
-        ZINF_CHECK(engine_allgather(e, (char *)e->params16[i] + e->rank * sb, e->params16[i], sb));
+        ZINF_CHECK(engine_allgather(e, (char *)e->params16[i] + e->rank * sb, false, e->params16[i], sb));
     }
     return ZINF_OK;
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The optimizer tiers: where the fp32 master weights and moments live must not change
-# the numbers. For ZeRO stages 1-3 on 1 and 2 ranks (mpirun -np 2), in fp32 and bf16,
-# offload_optimizer cpu and nvme give the losses and weights digest of the same run
-# with the optimizer on the device, bit for bit, after 10 steps; so does nvme with
+# The offload tiers: where the fp32 master weights and moments (and at stage 3 the
+# 16-bit parameter slices) live must not change the numbers. For ZeRO stages 1-3 on 1
+# and 2 ranks (mpirun -np 2), in fp32 and bf16, offload_optimizer cpu and nvme, and at
+# stage 3 offload_param cpu with each optimizer tier, give the losses and weights
+# digest of the same run with everything on the device, bit for bit, after 10 steps; so does nvme with
 # each pipeline setting, and several sub-groups per step. The swap store's files are
 # gone after the run; a missing nvme_path and offloading at stage 0 are refused.
 # timeout: 600
@@ -46,7 +47,7 @@ print(" ".join(repr(s["loss"]) for s in lines[:-1]), lines[-1]["weights_digest"]
 PY
 }
 
-OO=zero_optimization.offload_optimizer
+OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
 before=$fails
 for dt in fp32 bf16; do
   for stage in 1 2 3; do
@@ -54,15 +55,19 @@ for dt in fp32 bf16; do
       sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set zero_optimization.stage=$stage)
       run $np "$tmp/dev" "${sets[@]}"
       want=$(summary "$tmp/dev")
-      for tier in cpu nvme; do
-        run $np "$tmp/out.$tier" "${sets[@]}" --set $OO.device=$tier
-        got=$(summary "$tmp/out.$tier")
-        [ "$got" = "$want" ] || fail "$dt stage $stage on $np ranks, optimizer on $tier: $got; on the device: $want"
+      tiers=("cpu none" "nvme none")
+      [ $stage = 3 ] && tiers+=("none cpu" "cpu cpu" "nvme cpu")
+      for t in "${tiers[@]}"; do
+        read -r opt par <<< "$t"
+        run $np "$tmp/out" "${sets[@]}" --set $OO.device=$opt --set $OP.device=$par
+        got=$(summary "$tmp/out")
+        [ "$got" = "$want" ] ||
+          fail "$dt stage $stage on $np ranks, optimizer on $opt, parameters on $par: $got; on the device: $want"
       done
     done
   done
 done
-[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme bit-identical to the device, stages 1-3 x 1, 2 ranks x fp32, bf16"
+[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme (and at stage 3 parameters on cpu) bit-identical to the device, stages 1-3 x 1, 2 ranks x fp32, bf16"
 
 # Every pipeline setting, one sub-group per module or all in one: the same bits.
 sets=(--set bf16.enabled=true --set zero_optimization.stage=3 --set $OO.device=nvme)
@@ -80,6 +85,9 @@ run 1 "$tmp/p" "${sets[@]}" --set $OO.pipeline_read=false --set $OO.pipeline_wri
 [ -z "$(ls -A "$tmp/nvme")" ] || fail "left in nvme_path: $(ls -R "$tmp/nvme" | head)"
 
 # The plan says where the states live; the step lines count the NVMe bytes.
+expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=3 --set $OP.device=cpu
+grep -q 'parameters offloaded to cpu: .* (its slices, in pinned host memory' "$tmp/out" ||
+  fail "plan: $(grep -A4 '^plan' "$tmp/out")"
 expect 0 "$Z" train "$tmp/cfg.json" --steps 2 --set zero_optimization.stage=3 --set $OO.device=nvme
 grep -q 'optimizer offloaded to nvme: .* on NVMe, .* sub-groups of up to' "$tmp/out" ||
   fail "plan: $(grep -A4 '^plan' "$tmp/out")"

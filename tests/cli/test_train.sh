@@ -121,8 +121,9 @@ grep -q 'seq_len' "$tmp/err" || fail "seq_len beyond block_size: $(cat "$tmp/err
 # What the engine refuses at start: exit 1 with what to change.
 ZINF_COMM_TIMEOUT=abc expect 1 "$Z" train "$tmp/cfg.json"
 grep -q 'ZINF_COMM_TIMEOUT: "abc"' "$tmp/err" || fail "bad timeout knob: $(cat "$tmp/err")"
-expect 1 "$Z" train "$tmp/cfg.json" --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu
-grep -q 'offload_param' "$tmp/err" || fail "offload refusal: $(cat "$tmp/err")"
+expect 1 "$Z" train "$tmp/cfg.json" --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme \
+  --set zero_optimization.offload_param.nvme_path="$tmp"
+grep -q 'offload_param.device: the NVMe parameter tier' "$tmp/err" || fail "offload refusal: $(cat "$tmp/err")"
 expect 1 "$Z" train "$tmp/cfg.json" --set device.memory_limit=1M
 grep -q 'does not fit.*lower train_micro_batch_size_per_gpu' "$tmp/err" || fail "out of memory: $(cat "$tmp/err")"
 
