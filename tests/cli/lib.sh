@@ -11,3 +11,23 @@ finish() {
   [ $fails = 0 ] && echo "$1: all checks passed"
   [ $fails = 0 ]
 }
+
+# For the training tests. run NP OUT [--set ...]: train $tmp/cfg.json with --json on NP
+# ranks (mpirun when NP > 1); stdout in OUT, stderr in OUT.err.
+run() {
+  local np=$1 out=$2; shift 2
+  if [ "$np" = 1 ]; then
+    "$Z" train "$tmp/cfg.json" --json "$@" > "$out" 2> "$out.err"
+  else
+    mpirun -np "$np" "$Z" train "$tmp/cfg.json" --json "$@" > "$out" 2> "$out.err"
+  fi || fail "train on $np ranks $*: exit $?: $(tail -c 400 "$out.err")"
+}
+
+# The losses of every step and the weights digest of a run's --json output, one line.
+summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+print(" ".join(repr(s["loss"]) for s in lines[:-1]), lines[-1]["weights_digest"])
+PY
+}

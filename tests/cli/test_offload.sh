@@ -28,25 +28,6 @@ cat > "$tmp/cfg.json" <<JSON
  "device": {"backend": "$backend"}}
 JSON
 
-# run NP OUT [--set ...]: train with --json on NP ranks; stdout in OUT.
-run() {
-  local np=$1 out=$2; shift 2
-  if [ "$np" = 1 ]; then
-    "$Z" train "$tmp/cfg.json" --json "$@" > "$out" 2> "$out.err"
-  else
-    mpirun -np "$np" "$Z" train "$tmp/cfg.json" --json "$@" > "$out" 2> "$out.err"
-  fi || fail "train on $np ranks $*: exit $?: $(tail -c 400 "$out.err")"
-}
-
-# The losses of every step and the digest, one line.
-summary() {
-  python3 - "$1" <<'PY'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-print(" ".join(repr(s["loss"]) for s in lines[:-1]), lines[-1]["weights_digest"])
-PY
-}
-
 OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
 before=$fails
 for dt in fp32 bf16; do
