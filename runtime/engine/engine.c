@@ -371,38 +371,15 @@ static const zinf_param_info *find_param(const zinf_engine *e, const char *name,
     return p;
 }
 
-// The optimizer tier's index of a state, or -1 for gradients (which live beside it).
+// The optimizer tier's index of a state, or -1 for an unknown kind.
 static int state_index(zinf_state_kind kind) {
     switch (kind) {
     case ZINF_STATE_PARAM: return ST_MASTER;
     case ZINF_STATE_EXP_AVG: return ST_EXP_AVG;
     case ZINF_STATE_EXP_AVG_SQ: return ST_EXP_AVG_SQ;
-    case ZINF_STATE_GRAD: return -1;
+    case ZINF_STATE_GRAD: return ST_GRAD;
     }
-    return -2;
-}
-
-// n elements of a state at partition offset off, to (get) or from (put) host memory.
-static zinf_status state_get(zinf_engine *e, zinf_state_kind kind, size_t off, size_t n, float *dst) {
-    int s = state_index(kind);
-    if (s >= 0) return tier_read(e, s, off, n, dst);
-    if (e->otier != ZINF_OFFLOAD_NONE) {
-        memcpy(dst, e->h_grads32 + off, n * sizeof *dst);
-        return ZINF_OK;
-    }
-    ZINF_CHECK(zinf_copy_async(e->cs, dst, e->grads32 + off, n * sizeof *dst, ZINF_COPY_D2H));
-    return zinf_stream_sync(e->cs);
-}
-
-static zinf_status state_put(zinf_engine *e, zinf_state_kind kind, size_t off, size_t n, const float *src) {
-    int s = state_index(kind);
-    if (s >= 0) return tier_write(e, s, off, n, src);
-    if (e->otier != ZINF_OFFLOAD_NONE) {
-        memcpy(e->h_grads32 + off, src, n * sizeof *src);
-        return ZINF_OK;
-    }
-    ZINF_CHECK(zinf_copy_async(e->cs, e->grads32 + off, src, n * sizeof *src, ZINF_COPY_H2D));
-    return zinf_stream_sync(e->cs);
+    return -1;
 }
 
 // The part of parameter p (elements [a, b) of its module) this rank holds: [*lo, *hi).
@@ -417,13 +394,14 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
     int mod;
     const zinf_param_info *p = e && out ? find_param(e, name, &mod) : NULL;
     if (!p) return e && out ? ZINF_ERR_INVAL : zinf_fail(ZINF_ERR_INVAL, "engine get_full: e and out are required");
-    if (state_index(kind) < -1) return zinf_fail(ZINF_ERR_INVAL, "engine get_full: unknown state kind %d", (int)kind);
+    int s = state_index(kind);
+    if (s < 0) return zinf_fail(ZINF_ERR_INVAL, "engine get_full: unknown state kind %d", (int)kind);
     ZINF_CHECK(engine_sync(e));
     const mod_layout *l = &e->lay[mod];
     size_t lo, hi;
     memset(out, 0, p->numel * sizeof *out);
     if (owned(e, mod, p, &lo, &hi))
-        ZINF_CHECK(state_get(e, kind, l->part_off + (lo - l->part_lo), hi - lo, out + (lo - p->offset)));
+        ZINF_CHECK(tier_read(e, s, l->part_off + (lo - l->part_lo), hi - lo, out + (lo - p->offset)));
     // Each element is held by one rank; the others add zeros, which changes no bits.
     if (e->stage > 0 && e->world > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->comm, out, p->numel));
     if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
@@ -436,14 +414,15 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
     int mod;
     const zinf_param_info *p = e && in ? find_param(e, name, &mod) : NULL;
     if (!p) return e && in ? ZINF_ERR_INVAL : zinf_fail(ZINF_ERR_INVAL, "engine set_full: e and in are required");
-    if (state_index(kind) < -1) return zinf_fail(ZINF_ERR_INVAL, "engine set_full: unknown state kind %d", (int)kind);
+    int s = state_index(kind);
+    if (s < 0) return zinf_fail(ZINF_ERR_INVAL, "engine set_full: unknown state kind %d", (int)kind);
     if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "engine set_full: setting gradients under fp16 loss scaling");
     ZINF_CHECK(engine_sync(e));
     const mod_layout *l = &e->lay[mod];
     size_t lo, hi;
     if (owned(e, mod, p, &lo, &hi))
-        ZINF_CHECK(state_put(e, kind, l->part_off + (lo - l->part_lo), hi - lo, in + (lo - p->offset)));
+        ZINF_CHECK(tier_write(e, s, l->part_off + (lo - l->part_lo), hi - lo, in + (lo - p->offset)));
     if (kind == ZINF_STATE_PARAM) {
         // The 16-bit copy: the whole parameter at stages 0-2, this rank's slice at 3.
         size_t a = p->offset, b = p->offset + p->numel;

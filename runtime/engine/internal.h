@@ -60,7 +60,9 @@ typedef struct coordinator {
 } coordinator;
 
 // The optimizer's states, in the order the swap store and the tiers index them.
-enum { ST_MASTER, ST_EXP_AVG, ST_EXP_AVG_SQ, NSTATES };
+// ST_GRAD, the fp32 gradient partition, lives beside them: on the device, or in host
+// memory when the optimizer is offloaded.
+enum { ST_MASTER, ST_EXP_AVG, ST_EXP_AVG_SQ, NSTATES, ST_GRAD = NSTATES };
 
 // Consecutive modules [first, last) the offloaded optimizer updates together: elements
 // [off, off + n) of the partition.
@@ -191,6 +193,8 @@ zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t 
 // The optimizer tier (optim_tier.c).
 zinf_status tier_create(zinf_engine *e);
 void tier_destroy(zinf_engine *e);
+// n elements of a state (ST_*, ST_GRAD included) at partition offset off, to or from
+// host memory, synchronously.
 zinf_status tier_read(zinf_engine *e, int state, size_t off, size_t n, float *dst);
 zinf_status tier_write(zinf_engine *e, int state, size_t off, size_t n, const float *src);
 zinf_status tier_zero_states(zinf_engine *e); // moments and gradients

@@ -128,26 +128,40 @@ void tier_destroy(zinf_engine *e) {
 
 // ---- any range, synchronously (initialization, full values, digests) ----
 
-zinf_status tier_read(zinf_engine *e, int s, size_t off, size_t n, float *dst) {
-    switch (e->otier) {
-    case ZINF_OFFLOAD_NONE:
-        ZINF_CHECK(zinf_copy_async(e->cs, dst, *dev_state(e, s) + off, n * sizeof *dst, ZINF_COPY_D2H));
-        return zinf_stream_sync(e->cs);
-    case ZINF_OFFLOAD_CPU: memcpy(dst, e->h_state[s] + off, n * sizeof *dst); return ZINF_OK;
-    case ZINF_OFFLOAD_NVME: return zinf_swap_pread(e->swap, e->swap_id[s], off * sizeof *dst, dst, n * sizeof *dst);
+// Where state s lives: on the device (device tier, or gradients not offloaded), in
+// host memory (*host set), or in the swap store (both NULL).
+static float *state_home(zinf_engine *e, int s, float **host) {
+    *host = NULL;
+    if (s == ST_GRAD) {
+        if (e->otier == ZINF_OFFLOAD_NONE) return e->grads32;
+        *host = e->h_grads32;
+        return NULL;
     }
-    return zinf_fail(ZINF_ERR_INTERNAL, "engine: optimizer tier %d", (int)e->otier);
+    if (e->otier == ZINF_OFFLOAD_NONE) return *dev_state(e, s);
+    if (e->otier == ZINF_OFFLOAD_CPU) *host = e->h_state[s];
+    return NULL;
+}
+
+zinf_status tier_read(zinf_engine *e, int s, size_t off, size_t n, float *dst) {
+    float *host, *dev = state_home(e, s, &host);
+    if (host) {
+        memcpy(dst, host + off, n * sizeof *dst);
+        return ZINF_OK;
+    }
+    if (!dev) return zinf_swap_pread(e->swap, e->swap_id[s], off * sizeof *dst, dst, n * sizeof *dst);
+    ZINF_CHECK(zinf_copy_async(e->cs, dst, dev + off, n * sizeof *dst, ZINF_COPY_D2H));
+    return zinf_stream_sync(e->cs);
 }
 
 zinf_status tier_write(zinf_engine *e, int s, size_t off, size_t n, const float *src) {
-    switch (e->otier) {
-    case ZINF_OFFLOAD_NONE:
-        ZINF_CHECK(zinf_copy_async(e->cs, *dev_state(e, s) + off, src, n * sizeof *src, ZINF_COPY_H2D));
-        return zinf_stream_sync(e->cs);
-    case ZINF_OFFLOAD_CPU: memcpy(e->h_state[s] + off, src, n * sizeof *src); return ZINF_OK;
-    case ZINF_OFFLOAD_NVME: return zinf_swap_pwrite(e->swap, e->swap_id[s], off * sizeof *src, src, n * sizeof *src);
+    float *host, *dev = state_home(e, s, &host);
+    if (host) {
+        memcpy(host + off, src, n * sizeof *src);
+        return ZINF_OK;
     }
-    return zinf_fail(ZINF_ERR_INTERNAL, "engine: optimizer tier %d", (int)e->otier);
+    if (!dev) return zinf_swap_pwrite(e->swap, e->swap_id[s], off * sizeof *src, src, n * sizeof *src);
+    ZINF_CHECK(zinf_copy_async(e->cs, dev + off, src, n * sizeof *src, ZINF_COPY_H2D));
+    return zinf_stream_sync(e->cs);
 }
 
 // The moments and the gradient partition start at zero.

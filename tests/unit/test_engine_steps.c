@@ -118,9 +118,16 @@ out:
     zinf_config_free(&cfg);
 }
 
-static void test_clipping(zinf_comm *comm) {
+// tier: where the optimizer lives ("none", "cpu"), so the gradients are read from the
+// device or from the host partition.
+static void test_clipping(zinf_comm *comm, const char *tier) {
     zinf_config cfg;
-    zinf_engine *e = make(comm, &cfg, ", \"gradient_clipping\": 0.05, \"zero_optimization\": {\"stage\": 2}");
+    char extra[200];
+    snprintf(extra, sizeof extra,
+             ", \"gradient_clipping\": 0.05, \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+             "{\"device\": \"%s\"}}",
+             tier);
+    zinf_engine *e = make(comm, &cfg, extra);
     if (!e || !fwd_bwd(e, 0)) goto out;
     size_t n;
     float *w = all_of(e, ZINF_STATE_PARAM, &n), *g = all_of(e, ZINF_STATE_GRAD, &n);
@@ -140,7 +147,8 @@ static void test_clipping(zinf_comm *comm) {
         worst = fmax(worst, fabs(after[i] - want));
     }
     CHECK(worst <= 1e-6, "clipped step off by %.3g", worst);
-    printf("clipping: norm %.6g, coefficient %.6g, step within %.3g of the direct computation\n", norm, coef, worst);
+    printf("clipping (optimizer tier %s): norm %.6g, coefficient %.6g, step within %.3g of the direct computation\n",
+           tier, norm, coef, worst);
     free(w), free(g), free(after);
 out:
     zinf_engine_destroy(e);
@@ -197,7 +205,8 @@ int main(void) {
     CHECK(zinf_comm_create(&comm, ZINF_COMM_SINGLE, 0) == ZINF_OK, "%s", zinf_last_error());
     test_fp16_overflow(comm);
     test_bf16_nan_skips(comm);
-    test_clipping(comm);
+    test_clipping(comm, "none");
+    test_clipping(comm, "cpu");
     test_trace_change(comm);
     zinf_comm_destroy(comm);
     return check_exit("test_engine_steps");
