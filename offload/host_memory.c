@@ -1,5 +1,6 @@
 // Host memory facts the pinned-buffer budget is planned from: /proc/meminfo, the
-// locked-memory rlimit (pinned = locked) and the transparent huge page mode (proc(5)).
+// locked-memory rlimit (pinned = locked) and whether it binds (CAP_IPC_LOCK), and the
+// transparent huge page mode (proc(5)).
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,6 +20,20 @@ static void read_thp(char *out, size_t len) {
         if (close) snprintf(out, len, "%.*s", (int)(close - open - 1), open + 1);
     }
     fclose(f);
+}
+
+// Whether the effective capabilities (the CapEff line of /proc/self/status, a hex
+// mask) hold CAP_IPC_LOCK, bit 14.
+static bool read_cap_ipc_lock(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return false;
+    char line[256];
+    unsigned long long caps = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "CapEff: %llx", &caps) == 1;
+    fclose(f);
+    return found && (caps >> 14 & 1);
 }
 
 zinf_status zinf_host_mem_probe(zinf_host_mem *out) {
@@ -48,6 +63,7 @@ zinf_status zinf_host_mem_probe(zinf_host_mem *out) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return zinf_fail_errno(errno, "getrlimit(RLIMIT_MEMLOCK)");
     out->memlock_limit = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+    out->lock_unlimited = read_cap_ipc_lock();
 
     read_thp(out->thp, sizeof out->thp);
     return ZINF_OK;

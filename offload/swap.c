@@ -112,8 +112,8 @@ static void remove_dirs(zinf_swap *s, int n) {
 
 // ---- open ----
 
-// Probe one nvme_path: it must be a writable directory. Records its alignment, file
-// system and whether it takes O_DIRECT.
+// Probe one nvme_path: it must be a writable directory (made here when missing).
+// Records its alignment, file system and whether it takes O_DIRECT.
 static zinf_status probe_path(const char *path, zinf_aio_path_info *info) {
     if (!path || !path[0]) return zinf_fail(ZINF_ERR_INVAL, "swap: nvme_path: an empty path");
     if (strnlen(path, PATH_MAX) >= PATH_MAX - MAX_RUN - MAX_NAME - 32)
@@ -121,9 +121,11 @@ static zinf_status probe_path(const char *path, zinf_aio_path_info *info) {
     // Missing or not a directory is a config error; anything the probe then refuses
     // (EACCES, EROFS, /proc's ENOENT for new files) means the directory is not writable.
     struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT && mkdir(path, 0755) == 0)
+        ZINF_LOG_INFO("swap: made the nvme_path directory \"%s\"", path);
     if (stat(path, &sb) != 0)
-        return zinf_fail(ZINF_ERR_INVAL, "swap: nvme_path \"%s\": %s; it must be an existing directory", path,
-                         strerror(errno));
+        return zinf_fail(ZINF_ERR_INVAL, "swap: nvme_path \"%s\": %s; it must be a directory, or one that can be made",
+                         path, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return zinf_fail(ZINF_ERR_INVAL, "swap: nvme_path \"%s\" is not a directory", path);
     int ret = zinf_aio_path_probe(path, info);
     if (ret) return zinf_fail(ZINF_ERR_IO, "swap: nvme_path \"%s\" is not writable: %s", path, strerror(-ret));

@@ -15,6 +15,7 @@ typedef struct zinf_host_mem {
     uint64_t total_bytes;     // MemTotal
     uint64_t available_bytes; // MemAvailable: what can be allocated without swapping
     uint64_t memlock_limit;   // RLIMIT_MEMLOCK soft limit; UINT64_MAX when unlimited
+    bool lock_unlimited;      // CAP_IPC_LOCK: mlock ignores that limit (root)
     char thp[16];             // transparent huge pages: "always", "madvise", "never", "unknown"
 } zinf_host_mem;
 

@@ -22,16 +22,16 @@ extern "C" {
 typedef struct zinf_swap zinf_swap;
 
 typedef struct zinf_swap_config {
-    const char *const *paths; // nvme_path directories (must exist); several stripe every file
+    const char *const *paths; // nvme_path directories (a missing one is made); several stripe every file
     int npaths;
     const char *run; // names the run's directory zinf-<run> (e.g. a pid or timestamp)
     int rank;
     zinf_aio *aio; // borrowed; outlives the store
 } zinf_swap_config;
 
-// Probes every path (exists, writable, O_DIRECT) and makes <path>/zinf-<run>/rank<R>/ in
-// each; zinf-<run> may already exist (other ranks share it). A missing or unwritable
-// path, or the same directory given twice, fails naming the path and `nvme_path`. Where
+// Probes every path (a directory, made when missing; writable; O_DIRECT) and makes
+// <path>/zinf-<run>/rank<R>/ in each; zinf-<run> may already exist (other ranks share
+// it). A path that cannot be made or written, or the same directory given twice, fails naming the path and `nvme_path`. Where
 // a file system refuses O_DIRECT (tmpfs before Linux 6.6) the files run buffered,
 // said once here with ZINF_LOG_WARN.
 zinf_status zinf_swap_open(zinf_swap **out, const zinf_swap_config *cfg);

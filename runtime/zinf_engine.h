@@ -75,8 +75,13 @@ zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]);
 
 // Where the engine's bytes live, for the plan and the log line.
 typedef struct zinf_engine_memory {
-    zinf_offload_device params_tier; // where params16 lives: NONE the device, CPU host memory
+    zinf_offload_device params_tier; // where params16 lives: NONE the device, CPU host memory,
+                                     // NVME host memory for the first modules and NVMe after
     int64_t params16;     // 16-bit parameters (full, or this rank's slices at stage 3)
+    int64_t params_host;  // of those, in host memory (cpu; nvme: the modules within max_in_cpu)
+    int params_resident;  // nvme: modules kept in host memory
+    int param_buffers;    // nvme: the pool slices on disk are read through, and each one's bytes
+    int64_t param_buffer_bytes;
     int64_t gathered_max; // device: most bytes of gathered parameters at once (stage 3), measured
     zinf_offload_device optimizer_tier; // where the three below live: NONE is the device,
                                         // CPU pinned host memory, NVME the swap store
@@ -88,7 +93,9 @@ typedef struct zinf_engine_memory {
     int64_t staging;      // pinned host: communication and gradient staging
     int64_t host;         // host memory of the optimizer tier: states (cpu), gradients, IO buffers
     int64_t pinned;       // pinned host in all: staging, and the tiers' host memory where pin_memory
-    int64_t nvme;         // the swap store's files
+    int64_t pinned_budget;
+    int64_t host_total;   // host memory the tiers and staging hold, pinned or not
+    int64_t nvme;         // the swap stores' files, both tiers
     int subgroups;        // offloaded optimizer: sub-groups per step, and the largest's elements
     int64_t subgroup_max;
     int64_t device_in_use, device_peak, device_capacity;

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "zinf_base.h"
 
@@ -37,5 +38,13 @@ static inline bool zinf_ends_with(const char *s, const char *tail) {
     size_t a = strlen(s), b = strlen(tail);
     return a >= b && strcmp(s + a - b, tail) == 0;
 }
+
+// The monotonic clock, for durations.
+static inline int64_t zinf_clock_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+static inline double zinf_clock_s(void) { return 1e-9 * (double)zinf_clock_ns(); }
 
 #endif

@@ -172,12 +172,12 @@ int cli_adam_bench(int argc, char **argv) {
     for (int s = 0; s < steps; s++) {
         if (!json) fprintf(stderr, "\rzinf adam-bench: step %d/%d", s + 1, steps);
         h.step = 2 + s;
-        double t0 = cli_now();
+        double t0 = zinf_clock_s();
         zinf_optim_step(pool, &h, &t);
-        double t1 = cli_now();
+        double t1 = zinf_clock_s();
         zinf_optim_traffic(pool, &h, &t);
         tu[s] = t1 - t0;
-        tr[s] = cli_now() - t1;
+        tr[s] = zinf_clock_s() - t1;
     }
     if (!json) fprintf(stderr, "\r%40s\r", "");
     double su = cli_median(tu, steps), sr = cli_median(tr, steps);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "zinf.h"
+#include "zinf_internal.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
@@ -20,8 +21,7 @@ void cli_print_json_line(json_t *obj);
 // CLI_OK, or a usage error naming the option.
 int cli_parse_size(const char *cmd, const char *opt, const char *arg, uint64_t lo, uint64_t hi, uint64_t *out);
 
-// Seconds on a monotonic clock; the median of v[0..n) (sorts v).
-double cli_now(void);
+// The median of v[0..n) (sorts v).
 double cli_median(double *v, int n);
 
 int cli_adam_bench(int argc, char **argv);

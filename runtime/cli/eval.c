@@ -98,7 +98,7 @@ static zinf_status eval_windows(evaluator *ev, const zinf_tokens *tok, const eva
     zinf_status st = in && tg ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "eval: out of memory");
     int nops;
     const zinf_model_op *ops = zinf_model_schedule(ev->m, false, &nops);
-    double last = cli_now();
+    double last = zinf_clock_s();
     *sum = 0, *count = 0;
     for (int64_t w = 0; st == ZINF_OK && w < nw; w += batch) {
         int b = (int)(nw - w < batch ? nw - w : batch);
@@ -112,9 +112,9 @@ static zinf_status eval_windows(evaluator *ev, const zinf_tokens *tok, const eva
         int64_t n;
         if (st == ZINF_OK) st = zinf_model_loss(ev->m, ev->s, &s, &n);
         if (st == ZINF_OK) *sum += s, *count += n;
-        if (progress && cli_now() - last > 5) {
+        if (progress && zinf_clock_s() - last > 5) {
             fprintf(stderr, "eval: %lld of %lld windows\n", (long long)(w + b), (long long)nw);
-            last = cli_now();
+            last = zinf_clock_s();
         }
     }
     free(in), free(tg);

@@ -53,11 +53,11 @@ static zinf_status passes(const io_spec *spec, zinf_aio *aio, zinf_aio_file *f, 
     for (int l = 0; l < loops; l++) {
         if (!write) memset(buf, 0, spec->size);
         zinf_aio_ticket t;
-        double t0 = cli_now();
+        double t0 = zinf_clock_s();
         int ret =
             write ? zinf_aio_write(aio, f, 0, buf, spec->size, &t) : zinf_aio_read(aio, f, 0, buf, spec->size, &t);
         if (ret == 0) ret = zinf_aio_wait(aio, t);
-        times[l] = cli_now() - t0;
+        times[l] = zinf_clock_s() - t0;
         if (ret) return zinf_status_from_errno(-ret);
         if (!write && ref && memcmp(buf, ref, spec->size) != 0)
             return zinf_fail(ZINF_ERR_CORRUPT, "--validate: the bytes read back differ from the bytes written");

@@ -117,22 +117,32 @@ static void print_plan(const trainer *t) {
             (long long)c->gradient_accumulation_steps, world, world > 1 ? "s" : "", t->seq_len, c->data.path,
             (long long)zinf_tokens_windows(t->tok, t->seq_len),
             c->data.sampling == ZINF_SAMPLING_SEQUENTIAL ? "sequential" : "random");
-    bool off = m.optimizer_tier != ZINF_OFFLOAD_NONE;
-    if (m.params_tier == ZINF_OFFLOAD_NONE)
-        fprintf(t->log, "  per rank, device: %s parameters (%s), ", sz(m.params16, b[0]),
+    const zinf_offload_param_config *op = &c->zero.offload_param;
+    const char *pin = op->pin_memory ? "pinned" : "pageable";
+    switch (m.params_tier) {
+    case ZINF_OFFLOAD_NONE:
+        fprintf(t->log, "  per rank, parameters on the device: %s (%s)\n", sz(m.params16, b[0]),
                 stage == 3 ? "its slices; modules gathered as they run" : "full");
-    else
+        break;
+    case ZINF_OFFLOAD_CPU:
         fprintf(t->log, "  per rank, parameters offloaded to cpu: %s (its slices, in %s host memory; modules copied to "
-                        "the device and gathered as they run)\n  per rank, device: ",
-                sz(m.params16, b[0]), c->zero.offload_param.pin_memory ? "pinned" : "pageable");
-    if (!off)
-        fprintf(t->log, "%s fp32 master, %s optimizer states, %s fp32 gradients (partition of %lld elements), ",
+                        "the device and gathered as they run)\n",
+                sz(m.params16, b[0]), pin);
+        break;
+    case ZINF_OFFLOAD_NVME:
+        fprintf(t->log, "  per rank, parameters offloaded to nvme: %s (its slices): %s of the first %d module%s in %s "
+                        "host memory (max_in_cpu), %s on NVMe read ahead through %d buffers of %s\n",
+                sz(m.params16, b[0]), sz(m.params_host, b[1]), m.params_resident, m.params_resident == 1 ? "" : "s", pin,
+                sz(m.params16 - m.params_host, b[2]), m.param_buffers, sz(m.param_buffer_bytes, b[3]));
+        break;
+    }
+    const zinf_offload_optimizer_config *oo = &c->zero.offload_optimizer;
+    bool nvme = m.optimizer_tier == ZINF_OFFLOAD_NVME;
+    if (m.optimizer_tier == ZINF_OFFLOAD_NONE)
+        fprintf(t->log, "  per rank, optimizer on the device: %s fp32 master, %s optimizer states, %s fp32 gradients "
+                        "(partition of %lld elements)\n",
                 sz(m.master, b[0]), sz(m.optim_states, b[1]), sz(m.grads32, b[2]), (long long)m.partition_numel);
-    fprintf(t->log, "%s activations, %s gradient buckets; %s in use of %s\n", sz(m.activations, b[0]),
-            sz(m.reduce_bufs, b[1]), sz(m.device_in_use, b[2]), sz(m.device_capacity, b[3]));
-    if (off) {
-        const zinf_offload_optimizer_config *oo = &c->zero.offload_optimizer;
-        bool nvme = m.optimizer_tier == ZINF_OFFLOAD_NVME;
+    else
         fprintf(t->log, "  per rank, optimizer offloaded to %s: %s fp32 master and %s optimizer states %s, %s fp32 "
                         "gradients in %s host memory (partition of %lld elements); %d sub-group%s of up to %lld "
                         "elements%s\n",
@@ -145,12 +155,24 @@ static void print_plan(const trainer *t) {
                         : oo->pipeline_write                    ? ", writes pipelined"
                                                                 : ", not pipelined")
                      : "");
-    }
-    fprintf(t->log, "  per rank, pinned host: %s (communication staging %s); host memory of the optimizer: %s; NVMe: %s",
-            sz(m.pinned, b[0]), sz(m.staging, b[1]), sz(m.host, b[2]), m.nvme ? sz(m.nvme, b[3]) : "none");
-    const zinf_path_list *np = &c->zero.offload_optimizer.nvme_path;
-    for (int i = 0; m.nvme && i < np->count; i++)
-        fprintf(t->log, "%s%s", i ? ", " : " under ", np->paths[i]);
+    fprintf(t->log, "  per rank, device: %s activations, %s gradient buckets; %s in use of %s\n", sz(m.activations, b[0]),
+            sz(m.reduce_bufs, b[1]), sz(m.device_in_use, b[2]), sz(m.device_capacity, b[3]));
+    fprintf(t->log, "  per rank, host: %s, of which pinned %s of a %s budget (communication staging %s); NVMe: %s",
+            sz(m.host_total, b[0]), sz(m.pinned, b[1]), sz(m.pinned_budget, b[2]), sz(m.staging, b[3]),
+            m.nvme ? sz(m.nvme, b[4]) : "none");
+    // Each tier's paths, once.
+    const zinf_path_list *lists[2] = {&oo->nvme_path, &op->nvme_path};
+    bool used[2] = {nvme, m.params_tier == ZINF_OFFLOAD_NVME && m.param_buffers > 0};
+    const char *sep = " under ";
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; used[l] && i < lists[l]->count; i++) {
+            bool seen = false;
+            for (int k = 0; l == 1 && used[0] && k < lists[0]->count; k++)
+                seen |= strcmp(lists[0]->paths[k], lists[1]->paths[i]) == 0;
+            if (seen) continue;
+            fprintf(t->log, "%s%s", sep, lists[l]->paths[i]);
+            sep = ", ";
+        }
     fprintf(t->log, "\n");
 }
 
@@ -203,9 +225,9 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
 static zinf_status train(trainer *t) {
     bool speak = zinf_comm_rank(t->comm) == 0;
     if (speak) print_plan(t);
-    double fpt = flops_per_token(t), start = cli_now(), loss = NAN;
+    double fpt = flops_per_token(t), start = zinf_clock_s(), loss = NAN;
     for (int64_t i = 0; i < t->steps; i++) {
-        double t0 = cli_now(), l;
+        double t0 = zinf_clock_s(), l;
         for (int m = 0; m < t->cfg.gradient_accumulation_steps; m++) {
             TRY(load_micro(t, i, m));
             TRY(zinf_engine_forward(t->e, t->in, t->tg, t->micro, &l));
@@ -214,11 +236,11 @@ static zinf_status train(trainer *t) {
         zinf_step_info si;
         TRY(zinf_engine_step(t->e, &si));
         loss = si.loss;
-        if (speak) report(t, &si, cli_now() - t0, fpt);
+        if (speak) report(t, &si, zinf_clock_s() - t0, fpt);
     }
     char digest[17];
     TRY(zinf_engine_weights_digest(t->e, digest));
-    double secs = cli_now() - start, tokens = (double)t->steps * t->cfg.train_batch_size * t->seq_len;
+    double secs = zinf_clock_s() - start, tokens = (double)t->steps * t->cfg.train_batch_size * t->seq_len;
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
     if (speak && t->json)

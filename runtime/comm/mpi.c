@@ -39,12 +39,6 @@ static zinf_status mpi_fail(const char *call, const char *op, int rc) {
     return zinf_fail(ZINF_ERR_COMM, "comm mpi: %s for %s failed: %s", call, op, text);
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 // "allgather of 4 KiB", or "allreduce_f32 (alltoall of 12 KiB)" when the public call
 // is made of several moves.
 static void describe(char *out, size_t cap, const char *op, const char *move, size_t bytes) {
@@ -61,14 +55,14 @@ static void describe(char *out, size_t cap, const char *op, const char *move, si
 // sleep up to 1 ms, so ranks oversubscribing a small machine leave each other the
 // cores. G.lock is held for each MPI_Test only, never while napping.
 static zinf_status wait_done(zinf_comm *c, MPI_Request *req, const char *op, const char *what) {
-    const double deadline = now_s() + c->timeout_s;
+    const double deadline = zinf_clock_s() + c->timeout_s;
     long nap_ns = 0;
     for (int spins = 0;; spins++) {
         int done = 0;
         pthread_mutex_lock(&G.lock);
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         zinf_status st = rc == MPI_SUCCESS ? ZINF_OK : mpi_fail("MPI_Test", op, rc);
-        if (st == ZINF_OK && !done && now_s() >= deadline) {
+        if (st == ZINF_OK && !done && zinf_clock_s() >= deadline) {
             // The request stays pending: MPI cannot cancel a collective. Nothing may
             // finalize now, and the caller's buffers may still be written if the
             // missing rank wakes up; the communicator refuses every later call.

@@ -38,12 +38,6 @@ struct nccl_state {
     char failure[512]; // written once, before failed is set
 };
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void sleep_ms(int ms) {
     struct timespec t = {0, (long)ms * 1000000L};
     nanosleep(&t, NULL);
@@ -84,9 +78,9 @@ static bool nccl_error(ncclResult_t r) { return r != ncclSuccess && r != ncclInP
 // A nonblocking call returned: wait (bounded) until NCCL has taken it.
 static zinf_status settle(zinf_comm *c, ncclResult_t r, const char *what) {
     struct nccl_state *n = c->nccl;
-    double deadline = now_s() + n->timeout_s;
+    double deadline = zinf_clock_s() + n->timeout_s;
     while (r == ncclInProgress && !atomic_load(&n->failed)) {
-        if (now_s() > deadline) {
+        if (zinf_clock_s() > deadline) {
             fail_late(c, what, "start");
             break;
         }
@@ -108,7 +102,7 @@ static void *watch(void *arg) {
             n->count--;
             pthread_cond_broadcast(&n->cv);
         }
-        double waited = n->count ? now_s() - n->since[n->head] : 0;
+        double waited = n->count ? zinf_clock_s() - n->since[n->head] : 0;
         const char *what = n->count ? n->what[n->head] : "";
         pthread_mutex_unlock(&n->mu);
         ncclResult_t r = ncclSuccess;
@@ -136,7 +130,7 @@ static zinf_status track(zinf_comm *c, zinf_stream *s, const char *what) {
         int slot = (n->head + n->count) % PENDING_MAX;
         st = zinf_event_record(n->ev[slot], s);
         if (st == ZINF_OK) {
-            n->since[slot] = now_s();
+            n->since[slot] = zinf_clock_s();
             n->what[slot] = what;
             n->count++;
         }

@@ -40,6 +40,29 @@ static zinf_status check_dir(const parse_ctx *ctx, const char *keypath, const ch
     return ZINF_OK;
 }
 
+// A directory the swap store goes in: an existing writable directory, or a missing one
+// in an existing writable parent, which the store makes (as DeepSpeed makes its swap
+// folders); a missing parent is more likely a typo than a wish.
+static zinf_status check_swap_dir(const parse_ctx *ctx, const char *keypath, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0 || errno != ENOENT) return check_dir(ctx, keypath, dir);
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *cut = strrchr(parent, '/');
+    while (cut && cut > parent && cut[1] == '\0') { // "a/b/" names b
+        *cut = '\0';
+        cut = strrchr(parent, '/');
+    }
+    if (!cut) snprintf(parent, sizeof parent, ".");
+    else if (cut == parent) parent[1] = '\0';
+    else *cut = '\0';
+    if (stat(parent, &st) != 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\": neither it nor its parent \"%s\" exists; create it or point %s "
+                                         "at an existing directory",
+                         ctx->name, keypath, dir, parent, config_key_name(keypath));
+    return check_dir(ctx, keypath, parent);
+}
+
 // A file zinf will read: it must exist, be a regular file and open for reading.
 static zinf_status check_file(const parse_ctx *ctx, const char *keypath, const char *file) {
     struct stat st;
@@ -149,7 +172,7 @@ static zinf_status offload_rules(const parse_ctx *ctx, const char *section, zinf
     if (dev != ZINF_OFFLOAD_NVME && paths->count > 0)
         ZINF_LOG_WARN("%s: %s is unused: %s is \"%s\"", ctx->name, pathkey, devkey, enum_name(devkey, dev));
     for (int i = 0; dev == ZINF_OFFLOAD_NVME && i < paths->count; i++)
-        ZINF_CHECK(check_dir(ctx, pathkey, paths->paths[i]));
+        ZINF_CHECK(check_swap_dir(ctx, pathkey, paths->paths[i]));
     return ZINF_OK;
 }
 

@@ -265,6 +265,13 @@ const key zinf_config_keys[] = {
      .min = 1048576,
      .max = BIG,
      .flags = F_NULL},
+    {.path = "device.pinned_memory_limit",
+     .kind = K_BYTES,
+     .off = OFF(device.pinned_memory_limit),
+     .def = -1,
+     .min = 0,
+     .max = BIG,
+     .flags = F_NULL},
 
     SECTION("checkpoint", NONE, 0),
     STRING("checkpoint.dir", OFF(checkpoint.dir), F_NULL),

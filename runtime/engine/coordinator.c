@@ -48,12 +48,10 @@ void coord_destroy(zinf_engine *e) {
 static zinf_status gather(zinf_engine *e, int x) {
     coordinator *co = &e->co;
     const mod_layout *l = &e->lay[x];
-    size_t sb = l->slice * e->es;
     ZINF_CHECK(engine_alloc(e, l->padded * e->es, "gathered parameters", &co->gathered[x]));
     co->live += (int64_t)l->padded;
     if (co->live * (int64_t)e->es > co->live_peak_bytes) co->live_peak_bytes = co->live * (int64_t)e->es;
-    ZINF_CHECK(engine_allgather(e, (const char *)e->part16 + l->part_off * e->es, e->ptier != ZINF_OFFLOAD_NONE,
-                                co->gathered[x], sb));
+    ZINF_CHECK(ptier_gather(e, x, co->gathered[x]));
     return zinf_event_record(co->landed[x], e->xs);
 }
 
@@ -68,6 +66,19 @@ static zinf_status prefetch(zinf_engine *e, int from) {
         ahead += n;
         if (ahead > e->cfg.zero.prefetch_bucket_size || co->live + n > e->cfg.zero.max_live_parameters) break;
         ZINF_CHECK(gather(e, x));
+    }
+    return ZINF_OK;
+}
+
+// Start reading slices on disk along the trace from position `from`, as far as the
+// parameter tier's pool goes; one buffer stays for a read on demand. Reads are local,
+// so unlike gathers they may depend on anything.
+static zinf_status read_ahead(zinf_engine *e, int from) {
+    coordinator *co = &e->co;
+    for (int i = from; i < co->ntrace && ptier_free_buffers(e) > 1; i++) {
+        int x = co->trace[i];
+        if (co->gathered[x] || !ptier_on_disk(e, x) || e->pread_buf[x] >= 0) continue;
+        ZINF_CHECK(ptier_read(e, x));
     }
     return ZINF_OK;
 }
@@ -101,6 +112,7 @@ static zinf_status use(zinf_engine *e, int x, void **params) {
     }
     if (!co->gathered[x]) ZINF_CHECK(gather(e, x));
     if (co->use_pos[x] >= 0) ZINF_CHECK(prefetch(e, co->pos));
+    if (co->use_pos[x] >= 0 && e->pread_buf) ZINF_CHECK(read_ahead(e, co->pos));
     ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
     params[x] = co->gathered[x];
     return ZINF_OK;
@@ -142,6 +154,7 @@ zinf_status coord_done(zinf_engine *e, int mod) {
 zinf_status coord_end_step(zinf_engine *e) {
     coordinator *co = &e->co;
     free_all(e);
+    ptier_forget_reads(e);
     bool same = co->have_trace && co->nrec == co->ntrace &&
                 memcmp(co->rec, co->trace, (size_t)co->nrec * sizeof *co->rec) == 0;
     if (!same) {

@@ -4,14 +4,17 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "zinf_half.h"
+#include "zinf_offload.h"
 #include "zinf_swap.h"
 
 // ---- failures on the communication stream's thread ----
 
-static void async_set(async_error *a, zinf_status st) {
+void engine_fail_async(zinf_engine *e, zinf_status st) {
+    async_error *a = &e->aerr;
     pthread_mutex_lock(&a->mu);
     if (a->st == ZINF_OK) {
         a->st = st;
@@ -27,6 +30,13 @@ static zinf_status async_get(async_error *a) {
     return st == ZINF_OK ? ZINF_OK : zinf_fail(st, "%s", a->msg);
 }
 
+bool engine_failed(zinf_engine *e) {
+    pthread_mutex_lock(&e->aerr.mu);
+    bool failed = e->aerr.st != ZINF_OK;
+    pthread_mutex_unlock(&e->aerr.mu);
+    return failed;
+}
+
 typedef struct comm_job {
     zinf_engine *e;
     comm_op op;
@@ -38,14 +48,14 @@ static void comm_job_run(void *arg) {
     comm_job *j = arg;
     zinf_engine *e = j->e;
     // After a failure the ranks no longer agree on what comes next: run nothing more.
-    if (async_get(&e->aerr) == ZINF_OK) {
+    if (!engine_failed(e)) {
         zinf_status st = ZINF_OK;
         switch (j->op) {
         case COMM_ALLREDUCE: st = zinf_comm_allreduce_f32(e->comm, j->in, j->n); break;
         case COMM_REDUCE_SCATTER: st = zinf_comm_reduce_scatter_f32(e->comm, j->in, j->out, j->n); break;
         case COMM_ALLGATHER: st = zinf_comm_allgather(e->comm, j->in, j->out, j->n); break;
         }
-        if (st != ZINF_OK) async_set(&e->aerr, st);
+        if (st != ZINF_OK) engine_fail_async(e, st);
     }
     free(j);
 }
@@ -61,9 +71,10 @@ zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t 
 
 zinf_status engine_sync(zinf_engine *e) {
     zinf_status a = zinf_stream_sync(e->xs), b = zinf_stream_sync(e->cs);
+    zinf_status c = e->ps ? zinf_stream_sync(e->ps) : ZINF_OK;
     ZINF_CHECK(async_get(&e->aerr));
     if (e->nccl) ZINF_CHECK(zinf_comm_status(e->comm)); // an abort lets the streams pass
-    return a != ZINF_OK ? a : b;
+    return a != ZINF_OK ? a : b != ZINF_OK ? b : c;
 }
 
 zinf_status engine_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
@@ -83,19 +94,82 @@ zinf_status engine_allgather(zinf_engine *e, const void *mine, bool mine_host, v
 
 // ---- memory ----
 
-zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, void **out) {
-    if (pinned) return zinf_pinned_alloc(e->dev, bytes, out);
+// What to change when host memory runs short, per budget.
+static const char *const pinned_hint =
+    "raise device.pinned_memory_limit (and `ulimit -l`), set offload_optimizer/offload_param.pin_memory to false, "
+    "or lower zero_optimization.sub_group_size, offload_param.buffer_count, buffer_size or max_in_cpu";
+static const char *const host_hint =
+    "move a tier to nvme (zero_optimization.offload_optimizer/offload_param.device), lower "
+    "offload_param.max_in_cpu or zero_optimization.sub_group_size, or run fewer ranks per host";
+
+zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, const char *what, void **out) {
+    char a[32], b[32], c[32];
     *out = NULL;
-    if (posix_memalign(out, 4096, bytes ? bytes : 4096) != 0) {
-        char sz[32];
-        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of host memory for %s", zinf_size_format(bytes, sz, sizeof sz));
+    if (pinned && e->pinned_used + (int64_t)bytes > e->pinned_budget)
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: %s need %s of pinned host memory, but %s of the %s pinned budget "
+                                         "is left; %s",
+                         what, zinf_size_format(bytes, a, sizeof a),
+                         zinf_size_format((uint64_t)(e->pinned_budget - e->pinned_used), b, sizeof b),
+                         zinf_size_format((uint64_t)e->pinned_budget, c, sizeof c), pinned_hint);
+    // Pageable memory past what the machine has would be the OOM killer's to settle.
+    if (e->host_used + (int64_t)bytes > e->host_budget)
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: %s need %s of host memory, but this rank's share of the memory "
+                                         "available is %s and %s is taken; %s",
+                         what, zinf_size_format(bytes, a, sizeof a), zinf_size_format((uint64_t)e->host_budget, b, sizeof b),
+                         zinf_size_format((uint64_t)e->host_used, c, sizeof c), host_hint);
+    if (pinned) {
+        ZINF_CHECK(zinf_pinned_alloc(e->dev, bytes ? bytes : 4096, out));
+        e->pinned_used += (int64_t)bytes;
+    } else if (posix_memalign(out, 4096, bytes ? bytes : 4096) != 0) {
+        *out = NULL;
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of host memory for %s (%s)", what,
+                         zinf_size_format(bytes, a, sizeof a));
     }
+    e->host_used += (int64_t)bytes;
     return ZINF_OK;
 }
 
 void engine_host_free(zinf_engine *e, void *p, bool pinned) {
     if (p && pinned) zinf_pinned_free(e->dev, p);
     else free(p);
+}
+
+// The budgets host allocations are held to: pinned memory from
+// device.pinned_memory_limit, else half of the memory available (pinned pages cannot
+// be swapped or reclaimed), within the locked-memory limit where it binds (the host
+// backend pins with mlock; CUDA's driver pins past it); all host memory within what is
+// available. Ranks on one host share both. On the host backend the device's memory is
+// host memory too.
+static zinf_status host_budgets(zinf_engine *e) {
+    zinf_host_mem hm;
+    ZINF_CHECK(zinf_host_mem_probe(&hm));
+    const zinf_device_caps *caps = zinf_device_get_caps(e->dev);
+    bool host = caps->backend == ZINF_BACKEND_HOST;
+    int64_t local = zinf_comm_local_size(e->comm), avail = (int64_t)(hm.available_bytes / (uint64_t)local);
+    if (host) avail -= (int64_t)caps->capacity;
+    e->host_budget = avail > 0 ? avail : 0;
+    int64_t pin = e->host_budget / 2;
+    if (host && !hm.lock_unlimited && hm.memlock_limit != UINT64_MAX && (int64_t)(hm.memlock_limit / (uint64_t)local) < pin)
+        pin = (int64_t)(hm.memlock_limit / (uint64_t)local);
+    e->pinned_budget = e->cfg.device.pinned_memory_limit >= 0 ? e->cfg.device.pinned_memory_limit : pin;
+    return ZINF_OK;
+}
+
+zinf_status engine_swap_open(zinf_engine *e, const zinf_path_list *pl, zinf_swap **out) {
+    const zinf_aio_config *a = &e->cfg.aio;
+    zinf_aio_params ap = {.block_size = (uint32_t)a->block_size, .queue_depth = (uint32_t)a->queue_depth,
+                          .threads = (uint32_t)a->intra_op_parallelism};
+    if (!e->aio && zinf_aio_create(&e->aio, &ap) != 0) return zinf_fail(ZINF_ERR_IO, "engine: aio: %s", zinf_last_error());
+    // Every rank's files go under one run directory, named by rank 0's process id.
+    if (!e->run_id) {
+        e->run_id = (int64_t)getpid();
+        ZINF_CHECK(zinf_comm_broadcast(e->comm, &e->run_id, sizeof e->run_id, 0));
+    }
+    char name[32];
+    snprintf(name, sizeof name, "%lld", (long long)e->run_id);
+    zinf_swap_config sc = {.paths = (const char *const *)pl->paths, .npaths = pl->count, .run = name,
+                           .rank = e->rank, .aio = e->aio};
+    return zinf_swap_open(out, &sc);
 }
 
 zinf_status engine_reap(zinf_engine *e, bool wait) {
@@ -155,22 +229,12 @@ static zinf_status check_config(const zinf_config *cfg, const zinf_comm *comm) {
         return zinf_fail(ZINF_ERR_INVAL,
                          "engine: the config's batch sizes were resolved for %d ranks but the communicator has %d",
                          cfg->world_size, zinf_comm_size(comm));
-    if (cfg->zero.offload_param.device == ZINF_OFFLOAD_NVME)
-        return zinf_fail(ZINF_ERR_UNSUPPORTED, "zero_optimization.offload_param.device: the NVMe parameter tier is not "
-                                               "in this build yet; use \"cpu\" or \"none\"");
     return ZINF_OK;
 }
 
 static zinf_status alloc_states(zinf_engine *e) {
-    for (int i = 0; e->stage < 3 && i < e->nmod; i++)
-        if (e->lay[i].padded) ZINF_CHECK(zinf_device_alloc(e->dev, e->lay[i].padded * e->es, "parameters", &e->params16[i]));
-    size_t p16 = e->npart * e->es;
-    if (e->stage == 3 && e->ptier == ZINF_OFFLOAD_NONE)
-        ZINF_CHECK(zinf_device_alloc(e->dev, p16, "parameter slices", &e->part16));
-    if (e->stage == 3 && e->ptier == ZINF_OFFLOAD_CPU) {
-        ZINF_CHECK(engine_host_alloc(e, p16, e->cfg.zero.offload_param.pin_memory, &e->part16));
-        e->param_host_bytes = (int64_t)p16;
-    }
+    ZINF_CHECK(host_budgets(e));
+    ZINF_CHECK(ptier_create(e));
     ZINF_CHECK(tier_create(e));
     return zinf_device_alloc(e->dev, (size_t)e->nmod * e->world * 2 * sizeof(double), "gradient norms",
                              (void **)&e->d_stats);
@@ -271,16 +335,12 @@ void zinf_engine_destroy(zinf_engine *e) {
     free(e->pend);
     if (e->stage == 3) coord_destroy(e);
     reduce_destroy(e);
-    for (int i = 0; i < e->nmod; i++) {
-        zinf_device_free(e->dev, e->params16[i]);
+    for (int i = 0; e->grads16 && i < e->nmod; i++)
         zinf_device_free(e->dev, e->grads16[i]);
-    }
-    if (e->dev) {
-        if (e->ptier == ZINF_OFFLOAD_NONE) zinf_device_free(e->dev, e->part16);
-        else engine_host_free(e, e->part16, e->cfg.zero.offload_param.pin_memory);
-        zinf_device_free(e->dev, e->d_stats);
-    }
+    if (e->dev) zinf_device_free(e->dev, e->d_stats);
+    ptier_destroy(e);
     tier_destroy(e);
+    zinf_aio_destroy(e->aio);
     free(e->params16), free(e->grads16), free(e->pview), free(e->lay);
     zinf_model_destroy(e->m);
     zinf_event_destroy(e->ev_cs);
@@ -426,20 +486,15 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
     if (kind == ZINF_STATE_PARAM) {
         // The 16-bit copy: the whole parameter at stages 0-2, this rank's slice at 3.
         size_t a = p->offset, b = p->offset + p->numel;
-        void *base = e->params16[mod];
         if (e->stage == 3) {
             a = a > l->part_lo ? a : l->part_lo;
             b = b < l->part_lo + l->slice ? b : l->part_lo + l->slice;
-            base = (char *)e->part16 + (l->part_off - l->part_lo) * e->es;
         }
         void *tmp = a < b ? malloc((b - a) * e->es) : NULL;
         if (a < b && !tmp) return zinf_fail(ZINF_ERR_NOMEM, "engine set_full: out of memory");
         for (size_t i = a; i < b; i++)
             dt_store(tmp, e->dt, i - a, in[i - p->offset]);
-        zinf_status st =
-            a < b ? zinf_copy_async(e->cs, (char *)base + a * e->es, tmp, (b - a) * e->es, engine_to_params16(e, true))
-                  : ZINF_OK;
-        if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
+        zinf_status st = a < b ? ptier_write(e, mod, a, b - a, tmp) : ZINF_OK;
         free(tmp);
         ZINF_CHECK(st);
     }
@@ -489,9 +544,15 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->staging = (int64_t)e->h_comm_bytes;
     out->host = e->host_bytes;
     out->params_tier = e->ptier;
-    out->pinned = out->staging + (e->cfg.zero.offload_optimizer.pin_memory ? out->host : 0) +
-                  (e->cfg.zero.offload_param.pin_memory ? e->param_host_bytes : 0);
-    out->nvme = e->swap ? (int64_t)zinf_swap_bytes(e->swap) : 0;
+    size_t host_n = e->ptier == ZINF_OFFLOAD_NVME ? e->resident_n : e->ptier == ZINF_OFFLOAD_CPU ? e->npart : 0;
+    out->params_host = (int64_t)(host_n * e->es);
+    out->params_resident = e->nresident;
+    out->param_buffers = e->npbuf;
+    out->param_buffer_bytes = (int64_t)(e->pbuf_elems * e->es);
+    out->pinned = e->pinned_used;
+    out->pinned_budget = e->pinned_budget;
+    out->host_total = e->host_used;
+    out->nvme = (int64_t)((e->swap ? zinf_swap_bytes(e->swap) : 0) + (e->pswap ? zinf_swap_bytes(e->pswap) : 0));
     out->subgroups = e->nsg;
     out->subgroup_max = (int64_t)e->sg_max;
     zinf_device_mem mem;

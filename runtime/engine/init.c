@@ -44,13 +44,6 @@ static void fill_range(const zinf_engine *e, int mod, const float *file, size_t 
     }
 }
 
-// The 16-bit range [lo, lo + n) of module mod from fp32 values, copied to dst.
-static zinf_status upload16(zinf_engine *e, void *dst, const float *v, size_t n, void *tmp) {
-    for (size_t i = 0; i < n; i++)
-        dt_store(tmp, e->dt, i, v[i]);
-    return zinf_copy_async(e->cs, dst, tmp, n * e->es, engine_to_params16(e, true));
-}
-
 zinf_status init_partition(zinf_engine *e) {
     const char *from = e->cfg.model.init_from;
     size_t most = 0;
@@ -73,9 +66,9 @@ zinf_status init_partition(zinf_engine *e) {
         // Stages 0-2 keep the full 16-bit buffer; stage 3 only the slice.
         size_t lo = e->stage == 3 ? (size_t)e->rank * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
         fill_range(e, i, file, lo, n, vals);
-        void *dst = e->stage == 3 ? (char *)e->part16 + l->part_off * e->es : e->params16[i];
-        st = upload16(e, dst, vals, n, tmp);
-        if (st == ZINF_OK) st = zinf_stream_sync(e->cs); // vals and tmp are reused
+        for (size_t j = 0; j < n; j++)
+            dt_store(tmp, e->dt, j, vals[j]);
+        st = ptier_write(e, i, lo, n, tmp);
         if (st == ZINF_OK) st = tier_write(e, ST_MASTER, l->part_off, l->part_n, vals + (l->part_lo - lo));
     }
     if (st == ZINF_OK) st = tier_zero_states(e);

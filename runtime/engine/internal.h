@@ -79,6 +79,17 @@ typedef struct io_buf {
     int nt;
 } io_buf;
 
+// Bytes a link moved this step and the time it spent moving them, for the step's log
+// line; added to from the streams' threads.
+typedef enum link_id { LINK_PARAM_READ, LINK_PARAM_WRITE, NLINKS } link_id;
+typedef struct link_stat {
+    int64_t bytes, ns;
+} link_stat;
+static inline void link_add(link_stat *l, size_t bytes, int64_t ns) {
+    __atomic_add_fetch(&l->bytes, (int64_t)bytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&l->ns, ns, __ATOMIC_RELAXED);
+}
+
 // A device buffer freed once the stream work recorded in ev has passed it.
 typedef struct pending_free {
     void *p;
@@ -102,10 +113,24 @@ struct zinf_engine {
     int64_t model_numel;
     int64_t act_bytes; // the model's activations and scratch on the device
 
-    // device buffers
-    void **params16;   // stages 0-2: full buffers per module
-    void *part16;      // stage 3: this rank's slices, in partition order (host memory with offload_param)
-    zinf_offload_device ptier; // where part16 lives: NONE the device, CPU host memory
+    // the parameter tier (param_tier.c)
+    void **params16;   // stages 0-2: full buffers per module, on the device
+    void *part16;      // stage 3: this rank's slices in partition order (nvme: the resident ones)
+    zinf_offload_device ptier; // where part16 lives: NONE the device, CPU host memory, NVME
+                               // host memory for modules [0, nresident), the swap store after
+    int nresident;
+    size_t resident_n;         // elements of part16 with nvme
+    struct zinf_swap *pswap;
+    int pswap_id;
+    zinf_stream *ps;           // nvme: reads into the pool and write-backs, in order
+    void **pbuf;               // the pool: npbuf pinned buffers of pbuf_elems
+    int npbuf;
+    size_t pbuf_elems;
+    zinf_event **pread_done, **pbuf_free; // per buffer: its read landed; its gather passed
+    int *pfree, nfree;         // buffers holding no read
+    int *pread_buf;            // per module: the buffer its slice was read into, or -1
+    int64_t param_host_bytes;  // host memory of the parameter tier
+
     void **grads16;    // per module during backward
     void **pview;      // what the model reads: params16, or the gathered buffers at stage 3
     float *master, *exp_avg, *exp_avg_sq, *grads32; // optimizer tier none only
@@ -134,13 +159,17 @@ struct zinf_engine {
     void *h_out[2];       // the 16-bit result of a sub-group on its way to the device
     zinf_event *out_free[2];
     zinf_cpu_pool *pool;
-    zinf_aio *aio;           // nvme
+    zinf_aio *aio;           // nvme, both tiers
+    int64_t run_id;          // names the swap stores' directory; 0 until one opens
     struct zinf_swap *swap;
     int swap_id[NSTATES];
     io_buf io[MAX_IO];
     int nio;
     int64_t host_bytes; // host memory the optimizer tier holds
-    int64_t param_host_bytes; // host memory of part16 with offload_param cpu
+
+    // host memory, against the budgets (engine_host_alloc)
+    int64_t pinned_used, pinned_budget, host_used, host_budget;
+    link_stat links[NLINKS];
 
     coordinator co;
     zinf_event *fwd_done, *ev_cs;
@@ -176,6 +205,29 @@ zinf_status coord_end_step(zinf_engine *e);
 zinf_status reduce_create(zinf_engine *e);
 void reduce_destroy(zinf_engine *e);
 zinf_status reduce_module_ready(zinf_engine *e, int mod);
+// param_tier.c
+zinf_status ptier_create(zinf_engine *e);
+void ptier_destroy(zinf_engine *e);
+// Whether module mod's slice lives in the swap store.
+bool ptier_on_disk(const zinf_engine *e, int mod);
+// Where write-backs run: the parameter stream with nvme, else the compute stream.
+zinf_stream *ptier_stream(zinf_engine *e);
+// Pool buffers holding no read; start reading module mod's slice into one.
+int ptier_free_buffers(const zinf_engine *e);
+zinf_status ptier_read(zinf_engine *e, int mod);
+// Drop the reads no gather took (the step changed the slices).
+void ptier_forget_reads(zinf_engine *e);
+// Queue the gather of module mod's slices into full (device) on the communication stream.
+zinf_status ptier_gather(zinf_engine *e, int mod, void *full);
+// The device address of module mod's 16-bit part, or NULL where it lives in host memory
+// or on disk.
+void *ptier_device_part(zinf_engine *e, int mod);
+// Queue storing module mod's new 16-bit part (part_n elements at src, host memory that
+// stays untouched until ptier_stream passes, or the device) where it lives.
+zinf_status ptier_store(zinf_engine *e, int mod, void *src, bool src_host);
+// Synchronously write elements [a, a + n) of module mod's flat buffer (this rank's part
+// of it) from host memory.
+zinf_status ptier_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src);
 // step.c
 zinf_status step_run(zinf_engine *e, zinf_step_info *info);
 
@@ -201,22 +253,22 @@ zinf_status tier_zero_states(zinf_engine *e); // moments and gradients
 zinf_status tier_zero_grads(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on xs).
 zinf_status tier_add_grads(zinf_engine *e, int b, const float *src, bool packed);
-zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h, void *(*out16)(zinf_engine *, int));
+zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h);
 // On the communication stream: full (world * bytes, device) = every rank's mine
 // (bytes, on the host when mine_host, else on the device; may be full + rank * bytes),
 // by NCCL or through pinned staging.
 zinf_status engine_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
-// Host memory for an offload tier: pinned (and counted as such) when pinned, else
-// pageable; page-aligned either way, for O_DIRECT.
-zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, void **out);
+// Host memory for an offload tier, `what` naming it: pinned when pinned, else pageable;
+// page-aligned either way, for O_DIRECT. Refused, saying what to change, when it would
+// pass the pinned budget or the host memory there is.
+zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, const char *what, void **out);
 void engine_host_free(zinf_engine *e, void *p, bool pinned);
-// The copy kind that brings 16-bit parameters from host (or device) memory to where
-// the optimizer's 16-bit output of module parts lives (part16 at stage 3, else params16).
-static inline zinf_copy_kind engine_to_params16(const zinf_engine *e, bool from_host) {
-    bool host = e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE;
-    return from_host ? (host ? ZINF_COPY_H2H : ZINF_COPY_H2D) : (host ? ZINF_COPY_D2H : ZINF_COPY_D2D);
-}
-// Wait for both streams and raise a failure of the collectives.
+// Open a swap store on paths (the aio engine and the run's name are shared by both tiers).
+zinf_status engine_swap_open(zinf_engine *e, const zinf_path_list *paths, struct zinf_swap **out);
+// A failure on a stream's thread, raised by engine_sync; whether one happened.
+void engine_fail_async(zinf_engine *e, zinf_status st);
+bool engine_failed(zinf_engine *e);
+// Wait for every stream and raise a failure of the work on them.
 zinf_status engine_sync(zinf_engine *e);
 
 #endif

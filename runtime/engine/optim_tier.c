@@ -9,7 +9,6 @@
 // backend, tile by tile, so every tier gives the same bits.
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "internal.h"
 #include "zinf_swap.h"
@@ -21,17 +20,13 @@ static float **dev_state(zinf_engine *e, int s) {
     return s == ST_MASTER ? &e->master : s == ST_EXP_AVG ? &e->exp_avg : &e->exp_avg_sq;
 }
 
-static zinf_status host_alloc(zinf_engine *e, size_t bytes, void **out) {
-    return engine_host_alloc(e, bytes, e->cfg.zero.offload_optimizer.pin_memory, out);
-}
-
-static void host_free(zinf_engine *e, void *p) { engine_host_free(e, p, e->cfg.zero.offload_optimizer.pin_memory); }
-
-static zinf_status host_alloc_counted(zinf_engine *e, size_t bytes, void **out) {
-    ZINF_CHECK(host_alloc(e, bytes, out));
+static zinf_status host_alloc(zinf_engine *e, size_t bytes, const char *what, void **out) {
+    ZINF_CHECK(engine_host_alloc(e, bytes, e->cfg.zero.offload_optimizer.pin_memory, what, out));
     e->host_bytes += (int64_t)bytes;
     return ZINF_OK;
 }
+
+static void host_free(zinf_engine *e, void *p) { engine_host_free(e, p, e->cfg.zero.offload_optimizer.pin_memory); }
 
 // Sub-groups: consecutive modules in forward order, closed once adding the next module
 // would pass sub_group_size (a bigger module is its own).
@@ -55,19 +50,8 @@ static zinf_status plan_subgroups(zinf_engine *e) {
 }
 
 static zinf_status open_swap(zinf_engine *e) {
-    const zinf_aio_config *a = &e->cfg.aio;
-    zinf_aio_params ap = {.block_size = (uint32_t)a->block_size, .queue_depth = (uint32_t)a->queue_depth,
-                          .threads = (uint32_t)a->intra_op_parallelism};
-    if (zinf_aio_create(&e->aio, &ap) != 0) return zinf_fail(ZINF_ERR_IO, "engine: aio: %s", zinf_last_error());
-    // Every rank's files go under one run directory, named by rank 0's process id.
-    int64_t run = (int64_t)getpid();
-    ZINF_CHECK(zinf_comm_broadcast(e->comm, &run, sizeof run, 0));
-    char name[32];
-    snprintf(name, sizeof name, "%lld", (long long)run);
     const zinf_path_list *pl = &e->cfg.zero.offload_optimizer.nvme_path;
-    zinf_swap_config sc = {.paths = (const char *const *)pl->paths, .npaths = pl->count, .run = name,
-                           .rank = e->rank, .aio = e->aio};
-    ZINF_CHECK(zinf_swap_open(&e->swap, &sc));
+    ZINF_CHECK(engine_swap_open(e, pl, &e->swap));
     for (int s = 0; s < NSTATES; s++)
         ZINF_CHECK(zinf_swap_add(e->swap, state_name[s], e->npart * sizeof(float), &e->swap_id[s]));
     if (e->npart * sizeof(float) % zinf_swap_alignment(e->swap))
@@ -77,7 +61,7 @@ static zinf_status open_swap(zinf_engine *e) {
     const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;
     e->nio = 1 + oc->pipeline_read + oc->pipeline_write;
     for (int b = 0; b < e->nio; b++)
-        ZINF_CHECK(host_alloc_counted(e, NSTATES * e->sg_max * sizeof(float), (void **)&e->io[b].buf));
+        ZINF_CHECK(host_alloc(e, NSTATES * e->sg_max * sizeof(float), "optimizer swap buffers", (void **)&e->io[b].buf));
     return ZINF_OK;
 }
 
@@ -90,17 +74,17 @@ zinf_status tier_create(zinf_engine *e) {
         return zinf_device_alloc(e->dev, bytes, "fp32 gradients", (void **)&e->grads32);
     }
     ZINF_CHECK(plan_subgroups(e));
-    ZINF_CHECK(host_alloc_counted(e, bytes, (void **)&e->h_grads32));
+    ZINF_CHECK(host_alloc(e, bytes, "fp32 gradients", (void **)&e->h_grads32));
     memset(e->h_grads32, 0, bytes);
     size_t out_bytes = e->sg_max * (e->dt == ZINF_DTYPE_F32 ? sizeof(float) : e->es);
     for (int b = 0; b < 2; b++) {
-        ZINF_CHECK(host_alloc_counted(e, out_bytes, &e->h_out[b]));
+        ZINF_CHECK(host_alloc(e, out_bytes, "16-bit optimizer output", &e->h_out[b]));
         ZINF_CHECK(zinf_event_create(e->dev, &e->out_free[b]));
     }
     ZINF_CHECK(zinf_cpu_pool_create(&e->pool, 0));
     if (e->otier == ZINF_OFFLOAD_CPU) {
         for (int s = 0; s < NSTATES; s++)
-            ZINF_CHECK(host_alloc_counted(e, bytes, (void **)&e->h_state[s]));
+            ZINF_CHECK(host_alloc(e, bytes, device_name[s], (void **)&e->h_state[s]));
         return ZINF_OK;
     }
     return open_swap(e);
@@ -121,7 +105,6 @@ void tier_destroy(zinf_engine *e) {
     }
     host_free(e, e->h_grads32);
     zinf_swap_close(e->swap);
-    zinf_aio_destroy(e->aio);
     zinf_cpu_pool_destroy(e->pool);
     free(e->sg);
 }
@@ -262,10 +245,10 @@ static zinf_status start_read(zinf_engine *e, int g) {
     return swap_io(e, g, b, false);
 }
 
-// Update sub-group g from states at master/m/v (sub-group relative), then send its new
-// 16-bit parameters to the device.
+// Update sub-group g from states at master/m/v (sub-group relative), then store its new
+// 16-bit parameters in the parameter tier.
 static zinf_status update_group(zinf_engine *e, const zinf_optim_hparams *h, int g, float *master, float *m,
-                                float *v, void *(*out16)(zinf_engine *, int)) {
+                                float *v) {
     const subgroup *sg = &e->sg[g];
     void *hout = e->h_out[g & 1];
     bool f32 = e->dt == ZINF_DTYPE_F32;
@@ -276,21 +259,17 @@ static zinf_status update_group(zinf_engine *e, const zinf_optim_hparams *h, int
     ZINF_CHECK(zinf_optim_step(e->pool, h, &t));
     if (f32) memcpy(hout, master, sg->n * sizeof(float));
     size_t es = f32 ? sizeof(float) : e->es;
-    for (int i = sg->first; i < sg->last; i++) {
-        const mod_layout *l = &e->lay[i];
-        if (!l->part_n) continue;
-        ZINF_CHECK(zinf_copy_async(e->cs, out16(e, i), (char *)hout + (l->part_off - sg->off) * es, l->part_n * es,
-                                   engine_to_params16(e, true)));
-    }
-    return zinf_event_record(e->out_free[g & 1], e->cs);
+    for (int i = sg->first; i < sg->last; i++)
+        if (e->lay[i].part_n) ZINF_CHECK(ptier_store(e, i, (char *)hout + (e->lay[i].part_off - sg->off) * es, true));
+    return zinf_event_record(e->out_free[g & 1], ptier_stream(e));
 }
 
-zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h, void *(*out16)(zinf_engine *, int)) {
+zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h) {
     if (e->otier == ZINF_OFFLOAD_CPU) {
         for (int g = 0; g < e->nsg; g++) {
             size_t o = e->sg[g].off;
             ZINF_CHECK(update_group(e, h, g, e->h_state[ST_MASTER] + o, e->h_state[ST_EXP_AVG] + o,
-                                    e->h_state[ST_EXP_AVG_SQ] + o, out16));
+                                    e->h_state[ST_EXP_AVG_SQ] + o));
         }
         return ZINF_OK;
     }
@@ -301,7 +280,7 @@ zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h, void *(*out
         if (oc->pipeline_read && g + 1 < e->nsg) st = start_read(e, g + 1);
         if (st == ZINF_OK) st = wait_tickets(e, b);
         float *p = b->buf;
-        if (st == ZINF_OK) st = update_group(e, h, g, p, p + e->sg_max, p + 2 * e->sg_max, out16);
+        if (st == ZINF_OK) st = update_group(e, h, g, p, p + e->sg_max, p + 2 * e->sg_max);
         if (st == ZINF_OK) st = swap_io(e, g, b, true);
         if (st == ZINF_OK && !oc->pipeline_write) st = wait_tickets(e, b);
         if (st == ZINF_OK && !oc->pipeline_read && g + 1 < e->nsg) st = start_read(e, g + 1);

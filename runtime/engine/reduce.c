@@ -66,7 +66,7 @@ zinf_status reduce_create(zinf_engine *e) {
     for (int i = 0; host_comm && i < e->nmod; i++)
         if (e->lay[i].padded * e->es > bytes) bytes = e->lay[i].padded * e->es;
     if ((e->bucket_cap + block) * sizeof(float) > bytes) bytes = (e->bucket_cap + block) * sizeof(float);
-    ZINF_CHECK(zinf_pinned_alloc(e->dev, bytes, (void **)&e->h_comm));
+    ZINF_CHECK(engine_host_alloc(e, bytes, true, "communication staging", (void **)&e->h_comm));
     e->h_comm_bytes = bytes;
     return ZINF_OK;
 }
@@ -76,7 +76,7 @@ void reduce_destroy(zinf_engine *e) {
         if (e->dev) zinf_device_free(e->dev, e->d_bucket[s]);
         zinf_event_destroy(e->bucket_free[s]);
     }
-    if (e->h_comm) zinf_pinned_free(e->dev, e->h_comm);
+    engine_host_free(e, e->h_comm, true);
     free(e->last_bwd), free(e->ready_order), free(e->bucket_of), free(e->blk_off), free(e->buckets);
 }
 

@@ -55,31 +55,22 @@ static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_sc
                                 .step = e->steps_applied + 1, .grad_scale = grad_scale};
 }
 
-// Where the optimizer writes module mod's new 16-bit part.
-static void *out16(zinf_engine *e, int mod) {
-    const mod_layout *l = &e->lay[mod];
-    if (e->stage == 3) return (char *)e->part16 + l->part_off * e->es;
-    return (char *)e->params16[mod] + l->part_lo * e->es;
-}
-
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
-    if (e->otier != ZINF_OFFLOAD_NONE) return tier_update(e, h, out16);
-    // With the parameters' slices in host memory, the 16-bit values are made on the
-    // device and copied down.
-    bool down = engine_to_params16(e, false) == ZINF_COPY_D2H, f32 = e->dt == ZINF_DTYPE_F32;
+    if (e->otier != ZINF_OFFLOAD_NONE) return tier_update(e, h);
+    bool f32 = e->dt == ZINF_DTYPE_F32;
     for (int i = 0; i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         if (!l->padded) continue;
-        void *tmp = NULL;
-        if (down && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->es, "16-bit parameters", &tmp));
+        // The kernel writes the 16-bit part in place where it lives on the device, else
+        // into scratch the parameter tier takes it from.
+        void *dst = ptier_device_part(e, i), *tmp = NULL;
+        if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->es, "16-bit parameters", &tmp));
         zinf_optim_tile t = {.param = e->master + l->part_off, .exp_avg = e->exp_avg + l->part_off,
                              .exp_avg_sq = e->exp_avg_sq + l->part_off, .grad = e->grads32 + l->part_off,
-                             .grad_dtype = ZINF_DTYPE_F32, .out = f32 ? NULL : down ? tmp : out16(e, i),
+                             .grad_dtype = ZINF_DTYPE_F32, .out = f32 ? NULL : dst ? dst : tmp,
                              .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dt, .n = l->part_n};
         ZINF_CHECK(zinf_device_optim(e->cs, h, &t));
-        const void *made = f32 ? t.param : tmp;
-        if (f32 || down)
-            ZINF_CHECK(zinf_copy_async(e->cs, out16(e, i), made, l->part_n * e->es, engine_to_params16(e, false)));
+        if (f32 || !dst) ZINF_CHECK(ptier_store(e, i, f32 ? t.param : tmp, false));
         ZINF_CHECK(engine_free_after(e, tmp, e->cs));
     }
     return ZINF_OK;

@@ -56,7 +56,7 @@ printf '{\n  "train_batch_size": 8,\n  "steps": 1,\n}\n' > "$tmp/bad.json"
 expect 2 "$Z" check "$tmp/bad.json"
 grep -q "bad.json:4:1: malformed JSON" "$tmp/err" || fail "malformed JSON position: $(cat "$tmp/err")"
 expect 2 "$Z" check examples/zero3-offload-nvme.json --set "zero_optimization.offload_optimizer.nvme_path=$tmp" \
-  --set "zero_optimization.offload_param.nvme_path=$tmp/none"
+  --set "zero_optimization.offload_param.nvme_path=$tmp/none/deeper"
 grep -q "zero_optimization.offload_param.nvme_path" "$tmp/err" || fail "missing nvme_path not named"
 expect 2 "$Z" check "$tmp/missing.json"
 grep -q "missing.json" "$tmp/err" || fail "missing config file not named"

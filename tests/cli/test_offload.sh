@@ -2,10 +2,12 @@
 # The offload tiers: where the fp32 master weights and moments (and at stage 3 the
 # 16-bit parameter slices) live must not change the numbers. For ZeRO stages 1-3 on 1
 # and 2 ranks (mpirun -np 2), in fp32 and bf16, offload_optimizer cpu and nvme, and at
-# stage 3 offload_param cpu with each optimizer tier, give the losses and weights
-# digest of the same run with everything on the device, bit for bit, after 10 steps; so does nvme with
-# each pipeline setting, and several sub-groups per step. The swap store's files are
-# gone after the run; a missing nvme_path and offloading at stage 0 are refused.
+# stage 3 offload_param cpu and nvme with every optimizer tier, give the losses and
+# weights digest of the same run with everything on the device, bit for bit, after 10
+# steps; so do nvme with each pipeline setting, several sub-groups per step, and the
+# parameter pool at one buffer. The swap store's files are gone after the run; the
+# plan says where everything lives; a missing nvme_path is made (its parent must
+# exist), offloading at stage 0 is refused, and so is a plan past the pinned budget.
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -16,13 +18,16 @@ trap 'rm -rf "$tmp"' EXIT
 backend=${ZINF_TEST_BACKEND:-host}
 mkdir -p "$tmp/nvme"
 
-# Sub-groups of at most 40000 elements: this model's partition is cut into several.
+# Sub-groups of at most 40000 elements: this model's partition is cut into several. With
+# parameters on nvme, max_in_cpu keeps the first module (the embeddings) in host memory
+# and every other slice goes through a pool of 3 buffers.
 cat > "$tmp/cfg.json" <<JSON
 {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "seed": 5, "steps": 10, "steps_per_print": 10,
  "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
  "zero_optimization": {"stage": 1, "reduce_bucket_size": 60000, "sub_group_size": 40000,
-   "offload_optimizer": {"device": "none", "nvme_path": "$tmp/nvme"}},
+   "offload_optimizer": {"device": "none", "nvme_path": "$tmp/nvme"},
+   "offload_param": {"device": "none", "nvme_path": "$tmp/nvme", "max_in_cpu": 20000, "buffer_count": 3}},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
  "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
  "device": {"backend": "$backend"}}
@@ -37,7 +42,7 @@ for dt in fp32 bf16; do
       run $np "$tmp/dev" "${sets[@]}"
       want=$(summary "$tmp/dev")
       tiers=("cpu none" "nvme none")
-      [ $stage = 3 ] && tiers+=("none cpu" "cpu cpu" "nvme cpu")
+      [ $stage = 3 ] && tiers+=("none cpu" "cpu cpu" "nvme cpu" "none nvme" "cpu nvme" "nvme nvme")
       for t in "${tiers[@]}"; do
         read -r opt par <<< "$t"
         run $np "$tmp/out" "${sets[@]}" --set $OO.device=$opt --set $OP.device=$par
@@ -48,14 +53,15 @@ for dt in fp32 bf16; do
     done
   done
 done
-[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme (and at stage 3 parameters on cpu) bit-identical to the device, stages 1-3 x 1, 2 ranks x fp32, bf16"
+[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme (and at stage 3 parameters on cpu and nvme) bit-identical to the device, stages 1-3 x 1, 2 ranks x fp32, bf16"
 
-# Every pipeline setting, one sub-group per module or all in one: the same bits.
-sets=(--set bf16.enabled=true --set zero_optimization.stage=3 --set $OO.device=nvme)
+# Every pipeline setting, one sub-group per module or all in one, one parameter
+# buffer, every slice on disk: the same bits.
+sets=(--set bf16.enabled=true --set zero_optimization.stage=3 --set $OO.device=nvme --set $OP.device=nvme)
 run 1 "$tmp/dev" --set bf16.enabled=true --set zero_optimization.stage=3
 want=$(summary "$tmp/dev")
 for v in "$OO.pipeline_read=false" "$OO.pipeline_write=false" "zero_optimization.sub_group_size=1" \
-  "zero_optimization.sub_group_size=1000000000"; do
+  "zero_optimization.sub_group_size=1000000000" "$OP.buffer_count=1" "$OP.max_in_cpu=0"; do
   run 1 "$tmp/p" "${sets[@]}" --set "$v"
   [ "$(summary "$tmp/p")" = "$want" ] || fail "nvme with $v: $(summary "$tmp/p"); on the device: $want"
 done
@@ -69,10 +75,15 @@ run 1 "$tmp/p" "${sets[@]}" --set $OO.pipeline_read=false --set $OO.pipeline_wri
 expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=3 --set $OP.device=cpu
 grep -q 'parameters offloaded to cpu: .* (its slices, in pinned host memory' "$tmp/out" ||
   fail "plan: $(grep -A4 '^plan' "$tmp/out")"
-expect 0 "$Z" train "$tmp/cfg.json" --steps 2 --set zero_optimization.stage=3 --set $OO.device=nvme
+expect 0 "$Z" train "$tmp/cfg.json" --steps 2 --set zero_optimization.stage=3 --set $OO.device=nvme \
+  --set $OP.device=nvme --set $OP.buffer_size=1000
 grep -q 'optimizer offloaded to nvme: .* on NVMe, .* sub-groups of up to' "$tmp/out" ||
-  fail "plan: $(grep -A4 '^plan' "$tmp/out")"
-grep -q "NVMe: .* under $tmp/nvme" "$tmp/out" || fail "plan's NVMe line: $(grep -A4 '^plan' "$tmp/out")"
+  fail "plan: $(grep -A6 '^plan' "$tmp/out")"
+grep -q "parameters offloaded to nvme: .*: 72 KiB of the first 1 module in pinned host memory (max_in_cpu), .* on NVMe read ahead through 3 buffers of 136 KiB" "$tmp/out" ||
+  fail "plan: $(grep -A6 '^plan' "$tmp/out")"
+grep -q "buffer_size: raised from 1000 to 34816 elements, this rank's slice of h.0.mlp" "$tmp/err" || fail "buffer_size raised: $(cat "$tmp/err")"
+grep -q "host: .* of which pinned .* of a .* budget.*NVMe: .* under $tmp/nvme\$" "$tmp/out" ||
+  fail "plan's host line: $(grep -A6 '^plan' "$tmp/out")"
 run 1 "$tmp/j" --steps 2 --set $OO.device=nvme
 python3 - "$tmp/j" <<'PY' || fail "nvme_bytes: $(head -c 300 "$tmp/j")"
 import json, sys
@@ -80,11 +91,21 @@ s = json.loads(open(sys.argv[1]).readline())
 assert s["nvme_bytes"] >= 3 * 4 * 100000, s  # three fp32 states of the partition
 PY
 
-# Refusals name the key and the path.
-expect 2 "$Z" train "$tmp/cfg.json" --set $OO.device=nvme --set "$OO.nvme_path=$tmp/missing"
-grep -q "nvme_path.*$tmp/missing" "$tmp/err" || fail "missing nvme_path: $(cat "$tmp/err")"
+# A missing nvme_path is made, as DeepSpeed makes its swap folders, but only in an
+# existing parent: a missing parent is refused naming the key and the path.
+expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=3 --set $OO.device=nvme \
+  --set "$OO.nvme_path=$tmp/made" --set $OP.device=nvme --set "$OP.nvme_path=$tmp/made"
+[ -d "$tmp/made" ] && [ -z "$(ls -A "$tmp/made")" ] || fail "nvme_path made and left empty: $(ls -R "$tmp/made" 2>&1 | head)"
+expect 2 "$Z" train "$tmp/cfg.json" --set $OO.device=nvme --set "$OO.nvme_path=$tmp/missing/deeper"
+grep -q "nvme_path.*$tmp/missing/deeper.*neither it nor its parent" "$tmp/err" || fail "missing nvme_path: $(cat "$tmp/err")"
 expect 2 "$Z" train "$tmp/cfg.json" --set $OO.device=cpu --set zero_optimization.stage=0
 grep -q 'offload_optimizer.device: "cpu" needs zero_optimization.stage 1, 2 or 3' "$tmp/err" ||
   fail "stage 0 offload: $(cat "$tmp/err")"
+
+# A plan past the pinned budget stops before training, saying what to change.
+expect 1 "$Z" train "$tmp/cfg.json" --set $OO.device=cpu --set device.pinned_memory_limit=256K
+grep -q 'need .* of pinned host memory, but .* of the 256 KiB pinned budget is left; raise device.pinned_memory_limit' \
+  "$tmp/err" || fail "pinned budget: $(cat "$tmp/err")"
+grep -q '^step' "$tmp/out" && fail "trained past the pinned budget"
 
 finish test_offload

@@ -1,14 +1,7 @@
-// Timing helpers the benchmark commands share: a monotonic clock and medians.
+// The median the benchmark commands report.
 #include <stdlib.h>
-#include <time.h>
 
 #include "cli.h"
-
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
