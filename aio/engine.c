@@ -56,7 +56,10 @@ void aio_chunk_done(zinf_aio *aio, chunk *c, int err) {
         snprintf(s->detail, sizeof s->detail, "%s %s at offset %llu (%u bytes): %s", c->write ? "write" : "read",
                  c->path, (unsigned long long)(c->offset + c->done), c->len - c->done, strerror(err));
     }
-    if (--s->pending == 0) pthread_cond_broadcast(&aio->cond);
+    if (--s->pending == 0) {
+        pthread_cond_broadcast(&aio->cond);
+        if (--aio->inflight[c->write] == 0) aio->busy_ns[c->write] += zinf_clock_ns() - aio->busy_since[c->write];
+    }
     pthread_mutex_unlock(&aio->lock);
 }
 
@@ -180,6 +183,8 @@ static int submit(zinf_aio *aio, zinf_aio_file *f, uint64_t off, char *buf, size
         aio->slots[slot] =
             (ticket_slot){.gen = aio->slots[slot].gen, .used = true, .pending = (uint32_t)n, .chunks = chunks};
         *ticket = ticket_of(aio, (uint32_t)slot);
+        aio->bytes[write] += len;
+        if (n && aio->inflight[write]++ == 0) aio->busy_since[write] = zinf_clock_ns();
         for (size_t i = 0, last = 0; i < n; i++) {
             chunk *c = &chunks[i];
             const buf_entry *e = &aio->bufs[last]; // most chunks sit in the previous one's entry
@@ -249,8 +254,15 @@ chunk *aio_worker_take(worker *w, bool block) {
 
 bool zinf_aio_uses_io_uring(const zinf_aio *aio) { return aio->uring; }
 
-void zinf_aio_get_stats(const zinf_aio *aio, zinf_aio_stats *out) {
+void zinf_aio_get_stats(zinf_aio *aio, zinf_aio_stats *out) {
     *out = (zinf_aio_stats){0};
+    pthread_mutex_lock(&aio->lock);
+    int64_t now = zinf_clock_ns(), busy[2];
+    for (int d = 0; d < 2; d++)
+        busy[d] = aio->busy_ns[d] + (aio->inflight[d] ? now - aio->busy_since[d] : 0);
+    *out = (zinf_aio_stats){.read_bytes = aio->bytes[0], .write_bytes = aio->bytes[1], .read_busy_ns = busy[0],
+                            .write_busy_ns = busy[1]};
+    pthread_mutex_unlock(&aio->lock);
     for (uint32_t i = 0; i < aio->cfg.threads; i++) {
         const worker *w = &aio->workers[i];
         out->requests += __atomic_load_n(&w->requests, __ATOMIC_RELAXED);

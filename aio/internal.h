@@ -91,6 +91,11 @@ struct zinf_aio {
     pthread_mutex_t reg_lock;       // one registration change at a time
     buf_entry bufs[AIO_MAX_BUFS];   // guarded by lock
     bool file_taken[AIO_MAX_FILES]; // guarded by lock
+    // Per direction (0 read, 1 write), guarded by lock: bytes asked for, tickets in
+    // flight, and the time at least one was (busy_ns, plus now - busy_since while so).
+    uint64_t bytes[2];
+    uint32_t inflight[2];
+    int64_t busy_since[2], busy_ns[2];
 };
 
 struct zinf_aio_file {

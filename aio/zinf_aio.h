@@ -90,15 +90,19 @@ int zinf_aio_register_buffer(zinf_aio *aio, void *buf, size_t len);
 // Requests already in flight finish normally. 0 or -EINVAL for an unknown buf.
 int zinf_aio_unregister_buffer(zinf_aio *aio, void *buf);
 
-// Requests issued so far (block_size pieces and resubmissions), and how many of them
-// used a registered buffer or a fixed file.
+// Requests issued so far (block_size pieces and resubmissions), how many of them used a
+// registered buffer or a fixed file, and the bytes and busy time per direction.
 typedef struct zinf_aio_stats {
     uint64_t requests;
     uint64_t fixed_buffer;
     uint64_t fixed_file;
     uint64_t resubmitted; // short transfers continued, EAGAIN/EINTR retried
+    // Bytes read and written, and the time at least one read (write) was in flight:
+    // bytes / busy time is what the link gave while it was in use.
+    uint64_t read_bytes, write_bytes;
+    int64_t read_busy_ns, write_busy_ns;
 } zinf_aio_stats;
-void zinf_aio_get_stats(const zinf_aio *aio, zinf_aio_stats *out);
+void zinf_aio_get_stats(zinf_aio *aio, zinf_aio_stats *out);
 
 typedef struct zinf_aio_file_config {
     const char *const *dirs; // one file per directory; several stripe the file

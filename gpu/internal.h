@@ -111,6 +111,7 @@ typedef struct backend_ops {
     zinf_status (*stream_wait_event)(zinf_stream *s, zinf_event *e);
     zinf_status (*event_sync)(zinf_event *e);
     bool (*event_done)(zinf_event *e);
+    zinf_status (*event_elapsed)(zinf_event *start, zinf_event *end, double *seconds); // both timed
     zinf_status (*copy)(zinf_stream *s, void *dst, const void *src, size_t bytes, zinf_copy_kind kind);
     zinf_status (*memset)(zinf_stream *s, void *dst, int byte, size_t bytes);
     zinf_status (*host_fn)(zinf_stream *s, void (*fn)(void *arg), void *arg);
@@ -145,6 +146,7 @@ struct zinf_stream {
 struct zinf_event {
     zinf_device *dev;
     void *impl;
+    bool timed; // made by zinf_event_create_timed
 };
 
 // ---- discovery (CUDA backend) ----

@@ -27,11 +27,12 @@ zinf_status zinf_stream_sync(zinf_stream *s) { return s->dev->be->stream_sync(s)
 
 void *zinf_stream_native(zinf_stream *s) { return s->dev->be->stream_native(s); }
 
-zinf_status zinf_event_create(zinf_device *d, zinf_event **out) {
+static zinf_status event_create(zinf_device *d, bool timed, zinf_event **out) {
     *out = NULL;
     zinf_event *e = calloc(1, sizeof *e);
     if (!e) return zinf_fail(ZINF_ERR_NOMEM, "event: out of host memory");
     e->dev = d;
+    e->timed = timed;
     zinf_status st = d->be->event_create(e);
     if (st != ZINF_OK) {
         free(e);
@@ -39,6 +40,19 @@ zinf_status zinf_event_create(zinf_device *d, zinf_event **out) {
     }
     *out = e;
     return ZINF_OK;
+}
+
+zinf_status zinf_event_create(zinf_device *d, zinf_event **out) { return event_create(d, false, out); }
+
+zinf_status zinf_event_create_timed(zinf_device *d, zinf_event **out) { return event_create(d, true, out); }
+
+zinf_status zinf_event_elapsed(zinf_event *start, zinf_event *end, double *seconds) {
+    *seconds = 0;
+    if (!start->timed || !end->timed || start->dev != end->dev)
+        return zinf_fail(ZINF_ERR_INVAL, "event elapsed: both events must be timed and on one device");
+    if (!zinf_event_done(start) || !zinf_event_done(end))
+        return zinf_fail(ZINF_ERR_INVAL, "event elapsed: an event has not completed");
+    return start->dev->be->event_elapsed(start, end, seconds);
 }
 
 void zinf_event_destroy(zinf_event *e) {

@@ -135,6 +135,10 @@ zinf_status zinf_event_record(zinf_event *e, zinf_stream *s);
 zinf_status zinf_stream_wait_event(zinf_stream *s, zinf_event *e);
 zinf_status zinf_event_sync(zinf_event *e);
 bool zinf_event_done(zinf_event *e); // true also when never recorded
+// An event that also notes when the stream reached it (recording costs a little more
+// on CUDA); the seconds from start's last completed record to end's, both completed.
+zinf_status zinf_event_create_timed(zinf_device *d, zinf_event **out);
+zinf_status zinf_event_elapsed(zinf_event *start, zinf_event *end, double *seconds);
 
 typedef enum zinf_copy_kind { ZINF_COPY_H2D, ZINF_COPY_D2H, ZINF_COPY_D2D, ZINF_COPY_H2H } zinf_copy_kind;
 // Async copy; host memory that is not pinned makes the copy synchronous on CUDA

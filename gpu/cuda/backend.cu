@@ -157,7 +157,7 @@ static void *cuda_stream_native(zinf_stream *s) { return (void *)cuda_stream_of(
 static zinf_status cuda_event_create(zinf_event *e) {
     cudaEvent_t ev;
     ZINF_CUDA_CHECK(cudaSetDevice(cuda_dev_of(e->dev)->index));
-    ZINF_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    ZINF_CUDA_CHECK(cudaEventCreateWithFlags(&ev, e->timed ? cudaEventDefault : cudaEventDisableTiming));
     e->impl = (void *)ev;
     return ZINF_OK;
 }
@@ -184,6 +184,13 @@ static zinf_status cuda_stream_wait_event(zinf_stream *s, zinf_event *e) {
 static zinf_status cuda_event_sync(zinf_event *e) {
     ZINF_CUDA_CHECK(cudaSetDevice(cuda_dev_of(e->dev)->index));
     ZINF_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->impl));
+    return ZINF_OK;
+}
+
+static zinf_status cuda_event_elapsed(zinf_event *start, zinf_event *end, double *seconds) {
+    float ms = 0;
+    ZINF_CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start->impl, (cudaEvent_t)end->impl));
+    *seconds = 1e-3 * (double)ms;
     return ZINF_OK;
 }
 
@@ -274,6 +281,7 @@ const backend_ops zinf_cuda_backend = {
     cuda_stream_wait_event,
     cuda_event_sync,
     cuda_event_done,
+    cuda_event_elapsed,
     cuda_copy,
     cuda_memset,
     cuda_host_fn,

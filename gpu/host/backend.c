@@ -20,11 +20,15 @@ typedef struct host_event {
     pthread_cond_t cv;
     uint64_t recorded;  // tickets handed out
     uint64_t completed; // the highest ticket a stream has reached
+    int64_t reached_ns; // when it did
 } host_event;
 
 static void event_reach(host_event *e, uint64_t ticket) {
     pthread_mutex_lock(&e->mu);
-    if (ticket > e->completed) e->completed = ticket;
+    if (ticket > e->completed) {
+        e->completed = ticket;
+        e->reached_ns = zinf_clock_ns();
+    }
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -245,6 +249,18 @@ static bool h_event_done(zinf_event *e) {
     return done;
 }
 
+static zinf_status h_event_elapsed(zinf_event *start, zinf_event *end, double *seconds) {
+    host_event *a = start->impl, *b = end->impl;
+    pthread_mutex_lock(&a->mu);
+    int64_t t0 = a->reached_ns;
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_lock(&b->mu);
+    int64_t t1 = b->reached_ns;
+    pthread_mutex_unlock(&b->mu);
+    *seconds = 1e-9 * (double)(t1 - t0);
+    return ZINF_OK;
+}
+
 static zinf_status h_copy(zinf_stream *s, void *dst, const void *src, size_t bytes, zinf_copy_kind kind) {
     (void)kind; // every kind is a memcpy between host addresses
     task t = {.kind = TASK_COPY, .u.mem = {.dst = dst, .src = src, .bytes = bytes}};
@@ -346,6 +362,7 @@ const backend_ops zinf_host_backend = {
     .stream_wait_event = h_stream_wait_event,
     .event_sync = h_event_sync,
     .event_done = h_event_done,
+    .event_elapsed = h_event_elapsed,
     .copy = h_copy,
     .memset = h_memset,
     .host_fn = h_host_fn,

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "cli.h"
 
@@ -205,21 +206,46 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
     zinf_engine_memory_get(t->e, &m);
     double tokens = (double)t->cfg.train_batch_size * t->seq_len, tps = tokens / secs, tflops = tps * fpt / 1e12;
     if (t->json) {
-        cli_print_json_line(json_pack(
-            "{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step", (json_int_t)si->step, "loss",
-            si->loss, "lr", si->lr, "grad_norm", si->grad_norm, "step_seconds", secs, "tokens_per_s", tps, "tflops",
-            tflops, "loss_scale", si->loss_scale, "skipped", si->skipped, "device_bytes", (json_int_t)m.device_in_use,
-            "device_peak_bytes", (json_int_t)m.device_peak, "pinned_bytes", (json_int_t)m.pinned, "nvme_bytes",
-            (json_int_t)m.nvme));
+        json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step",
+                              (json_int_t)si->step, "loss", si->loss, "lr", si->lr, "grad_norm", si->grad_norm,
+                              "step_seconds", secs, "tokens_per_s", tps, "tflops", tflops, "loss_scale",
+                              si->loss_scale, "skipped", si->skipped, "device_bytes", (json_int_t)m.device_in_use,
+                              "device_peak_bytes", (json_int_t)m.device_peak, "pinned_bytes", (json_int_t)m.pinned,
+                              "nvme_bytes", (json_int_t)m.nvme);
+        json_t *times = json_pack("{s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}", "wait_params_s", si->wait_params_s,
+                                        "wait_params_nvme_s", si->wait_params_nvme_s, "optim_s", si->optim_s,
+                                        "optim_io_wait_s", si->optim_io_wait_s, "nvme_read_bytes",
+                                        (json_int_t)si->nvme_read_bytes, "nvme_write_bytes",
+                                        (json_int_t)si->nvme_write_bytes, "nvme_read_s", si->nvme_read_s,
+                                        "nvme_write_s", si->nvme_write_s);
+        json_object_update(o, times);
+        json_decref(times);
+        cli_print_json_line(o);
     }
     if (si->step % t->cfg.steps_per_print == 0 || si->step == t->steps) {
         char b[4][32];
         fprintf(t->log, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | %.3f TFLOPS | device "
-                        "%s (peak %s) | pinned %s | nvme %s\n",
+                        "%s (peak %s) | pinned %s | nvme %s",
                 (long long)si->step, (long long)t->steps, si->loss, si->lr, si->grad_norm, tps, tflops,
                 sz(m.device_in_use, b[0]), sz(m.device_peak, b[1]), sz(m.pinned, b[2]), sz(m.nvme, b[3]));
+        // Where the step's time went, for what is offloaded.
+        if (t->cfg.zero.stage == 3)
+            fprintf(t->log, " | waited for params %.3f s (nvme %.3f s)", si->wait_params_s, si->wait_params_nvme_s);
+        if (m.optimizer_tier != ZINF_OFFLOAD_NONE)
+            fprintf(t->log, " | optimizer %.3f s (waiting on nvme %.3f s)", si->optim_s, si->optim_io_wait_s);
+        if (m.nvme)
+            fprintf(t->log, " | nvme read %.2f GB/s, write %.2f GB/s",
+                    si->nvme_read_s > 0 ? (double)si->nvme_read_bytes / si->nvme_read_s / 1e9 : 0.0,
+                    si->nvme_write_s > 0 ? (double)si->nvme_write_bytes / si->nvme_write_s / 1e9 : 0.0);
+        fprintf(t->log, "\n");
         fflush(t->log);
     }
+}
+
+// This process's peak resident memory, in bytes (getrusage gives KiB on Linux).
+static int64_t peak_rss(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
 }
 
 static zinf_status train(trainer *t) {
@@ -244,10 +270,11 @@ static zinf_status train(trainer *t) {
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
     if (speak && t->json)
-        cli_print_json_line(json_pack("{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:s}", "final", 1, "steps",
+        cli_print_json_line(json_pack("{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "final", 1, "steps",
                                       (json_int_t)t->steps, "loss", loss, "seconds", secs, "tokens", tokens,
                                       "tokens_per_s", tokens / secs, "device_peak_bytes", (json_int_t)m.device_peak,
-                                      "gathered_peak_bytes", (json_int_t)m.gathered_max, "weights_digest", digest));
+                                      "gathered_peak_bytes", (json_int_t)m.gathered_max, "peak_rss_bytes",
+                                      (json_int_t)peak_rss(), "weights_digest", digest));
     if (speak)
         fprintf(t->log, "done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s), final loss %.4f, weights %s\n",
                 (long long)t->steps, tokens, secs, tokens / secs, loss, digest);

@@ -40,6 +40,11 @@ void coord_destroy(zinf_engine *e) {
     free_all(e);
     for (int i = 0; co->landed && i < e->nmod; i++)
         zinf_event_destroy(co->landed[i]);
+    for (int i = 0; i < co->capwaits; i++) {
+        zinf_event_destroy(co->waits[i].before);
+        zinf_event_destroy(co->waits[i].after);
+    }
+    free(co->waits);
     free(co->gathered), free(co->landed), free(co->use_pos);
     free(co->trace), free(co->next_use), free(co->rec);
 }
@@ -94,6 +99,40 @@ static zinf_status record_use(coordinator *co, int x) {
     return ZINF_OK;
 }
 
+// The compute stream waits for x's gather; when the gather may not have landed yet,
+// timed events around the wait say for how long.
+static zinf_status wait_landed(zinf_engine *e, int x) {
+    coordinator *co = &e->co;
+    if (zinf_event_done(co->landed[x])) return zinf_stream_wait_event(e->cs, co->landed[x]);
+    if (co->nwaits == co->capwaits) {
+        int cap = co->capwaits ? 2 * co->capwaits : 64;
+        wait_pair *n = realloc(co->waits, (size_t)cap * sizeof *n);
+        if (!n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+        memset(n + co->capwaits, 0, (size_t)(cap - co->capwaits) * sizeof *n);
+        co->waits = n, co->capwaits = cap;
+    }
+    wait_pair *w = &co->waits[co->nwaits++];
+    if (!w->before) ZINF_CHECK(zinf_event_create_timed(e->dev, &w->before));
+    if (!w->after) ZINF_CHECK(zinf_event_create_timed(e->dev, &w->after));
+    w->disk = ptier_on_disk(e, x);
+    ZINF_CHECK(zinf_event_record(w->before, e->cs));
+    ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
+    return zinf_event_record(w->after, e->cs);
+}
+
+zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk) {
+    coordinator *co = &e->co;
+    *all = *disk = 0;
+    for (int i = 0; i < co->nwaits; i++) {
+        double s;
+        ZINF_CHECK(zinf_event_elapsed(co->waits[i].before, co->waits[i].after, &s));
+        *all += s;
+        if (co->waits[i].disk) *disk += s;
+    }
+    co->nwaits = 0;
+    return ZINF_OK;
+}
+
 static zinf_status use(zinf_engine *e, int x, void **params) {
     coordinator *co = &e->co;
     if (x < 0 || !e->lay[x].padded) return ZINF_OK;
@@ -113,7 +152,7 @@ static zinf_status use(zinf_engine *e, int x, void **params) {
     if (!co->gathered[x]) ZINF_CHECK(gather(e, x));
     if (co->use_pos[x] >= 0) ZINF_CHECK(prefetch(e, co->pos));
     if (co->use_pos[x] >= 0 && e->pread_buf) ZINF_CHECK(read_ahead(e, co->pos));
-    ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
+    ZINF_CHECK(wait_landed(e, x));
     params[x] = co->gathered[x];
     return ZINF_OK;
 }

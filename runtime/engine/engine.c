@@ -303,7 +303,9 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(reduce_create(e));
     if (e->stage == 3) ZINF_CHECK(coord_create(e));
     else memcpy(e->pview, e->params16, (size_t)e->nmod * sizeof *e->pview);
-    return init_partition(e);
+    ZINF_CHECK(init_partition(e));
+    if (e->aio) zinf_aio_get_stats(e->aio, &e->aio_seen); // steps count their own IO
+    return ZINF_OK;
 }
 
 zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_comm *comm) {

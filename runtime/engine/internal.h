@@ -44,6 +44,13 @@ typedef struct async_error {
     char msg[512];
 } async_error;
 
+// Timed events around one wait of the compute stream for a gather; disk when the
+// slices came from NVMe.
+typedef struct wait_pair {
+    zinf_event *before, *after;
+    bool disk;
+} wait_pair;
+
 // The stage-3 coordinator's state: which modules are gathered, the trace of module
 // uses recorded in the first step, and where execution is in it.
 typedef struct coordinator {
@@ -57,6 +64,8 @@ typedef struct coordinator {
     bool have_trace;
     int64_t live;           // gathered elements now
     int64_t live_peak_bytes;
+    wait_pair *waits;       // this step's timed waits of the compute stream for gathers
+    int nwaits, capwaits;
 } coordinator;
 
 // The optimizer's states, in the order the swap store and the tiers index them.
@@ -78,17 +87,6 @@ typedef struct io_buf {
     zinf_aio_ticket t[NSTATES];
     int nt;
 } io_buf;
-
-// Bytes a link moved this step and the time it spent moving them, for the step's log
-// line; added to from the streams' threads.
-typedef enum link_id { LINK_PARAM_READ, LINK_PARAM_WRITE, NLINKS } link_id;
-typedef struct link_stat {
-    int64_t bytes, ns;
-} link_stat;
-static inline void link_add(link_stat *l, size_t bytes, int64_t ns) {
-    __atomic_add_fetch(&l->bytes, (int64_t)bytes, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&l->ns, ns, __ATOMIC_RELAXED);
-}
 
 // A device buffer freed once the stream work recorded in ev has passed it.
 typedef struct pending_free {
@@ -169,7 +167,8 @@ struct zinf_engine {
 
     // host memory, against the budgets (engine_host_alloc)
     int64_t pinned_used, pinned_budget, host_used, host_budget;
-    link_stat links[NLINKS];
+    int64_t optim_ns, optim_io_ns; // this step's offloaded update, and its waits on NVMe
+    zinf_aio_stats aio_seen;       // the aio counters at the last step's end
 
     coordinator co;
     zinf_event *fwd_done, *ev_cs;
@@ -201,6 +200,8 @@ void coord_destroy(zinf_engine *e);
 zinf_status coord_fetch(zinf_engine *e, int mod, void **params);
 zinf_status coord_done(zinf_engine *e, int mod);
 zinf_status coord_end_step(zinf_engine *e);
+// The step's waits for gathers (streams idle): seconds in all and for slices from NVMe.
+zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk);
 // reduce.c
 zinf_status reduce_create(zinf_engine *e);
 void reduce_destroy(zinf_engine *e);

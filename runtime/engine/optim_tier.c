@@ -216,12 +216,14 @@ zinf_status tier_add_grads(zinf_engine *e, int b, const float *src, bool packed)
 // ---- the offloaded update ----
 
 static zinf_status wait_tickets(zinf_engine *e, io_buf *b) {
+    int64_t t0 = zinf_clock_ns();
     zinf_status st = ZINF_OK;
     for (int k = 0; k < b->nt; k++) {
         zinf_status s = zinf_swap_wait(e->swap, b->t[k]);
         if (st == ZINF_OK) st = s;
     }
     b->nt = 0;
+    e->optim_io_ns += zinf_clock_ns() - t0;
     return st;
 }
 
@@ -264,7 +266,7 @@ static zinf_status update_group(zinf_engine *e, const zinf_optim_hparams *h, int
     return zinf_event_record(e->out_free[g & 1], ptier_stream(e));
 }
 
-zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h) {
+static zinf_status update_all(zinf_engine *e, const zinf_optim_hparams *h) {
     if (e->otier == ZINF_OFFLOAD_CPU) {
         for (int g = 0; g < e->nsg; g++) {
             size_t o = e->sg[g].off;
@@ -290,6 +292,13 @@ zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h) {
         zinf_status s = wait_tickets(e, &e->io[b]);
         if (st == ZINF_OK) st = s;
     }
+    return st;
+}
+
+zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h) {
+    int64_t t0 = zinf_clock_ns();
+    zinf_status st = update_all(e, h);
+    e->optim_ns += zinf_clock_ns() - t0;
     return st;
 }
 

@@ -124,12 +124,10 @@ static void swap_job_run(void *arg) {
     zinf_engine *e = j->e;
     if (!engine_failed(e)) {
         zinf_aio_ticket t = 0;
-        int64_t t0 = zinf_clock_ns();
         zinf_status st = j->write ? zinf_swap_write(e->pswap, e->pswap_id, j->off, j->buf, j->len, &t)
                                   : zinf_swap_read(e->pswap, e->pswap_id, j->off, j->buf, j->len, &t);
         if (st == ZINF_OK) st = zinf_swap_wait(e->pswap, t);
         if (st != ZINF_OK) engine_fail_async(e, st);
-        link_add(&e->links[j->write ? LINK_PARAM_WRITE : LINK_PARAM_READ], j->len, zinf_clock_ns() - t0);
     }
     free(j);
 }

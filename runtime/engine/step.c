@@ -89,6 +89,23 @@ static zinf_status share_params(zinf_engine *e) {
     return ZINF_OK;
 }
 
+// Where the time since the last step went (both streams idle).
+static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
+    if (e->stage == 3) ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s));
+    info->optim_s = 1e-9 * (double)e->optim_ns;
+    info->optim_io_wait_s = 1e-9 * (double)e->optim_io_ns;
+    e->optim_ns = e->optim_io_ns = 0;
+    if (!e->aio) return ZINF_OK;
+    zinf_aio_stats now;
+    zinf_aio_get_stats(e->aio, &now);
+    info->nvme_read_bytes = (int64_t)(now.read_bytes - e->aio_seen.read_bytes);
+    info->nvme_write_bytes = (int64_t)(now.write_bytes - e->aio_seen.write_bytes);
+    info->nvme_read_s = 1e-9 * (double)(now.read_busy_ns - e->aio_seen.read_busy_ns);
+    info->nvme_write_s = 1e-9 * (double)(now.write_busy_ns - e->aio_seen.write_busy_ns);
+    e->aio_seen = now;
+    return ZINF_OK;
+}
+
 zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
     ZINF_CHECK(engine_sync(e)); // every bucket reduced
     double sumsq = 0;
@@ -115,6 +132,7 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
         if (e->stage > 0 && e->stage < 3 && e->world > 1) ZINF_CHECK(share_params(e));
     }
     ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are on the device
+    ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(tier_zero_grads(e));
     if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
     e->steps_taken++;

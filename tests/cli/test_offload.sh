@@ -84,12 +84,21 @@ grep -q "parameters offloaded to nvme: .*: 72 KiB of the first 1 module in pinne
 grep -q "buffer_size: raised from 1000 to 34816 elements, this rank's slice of h.0.mlp" "$tmp/err" || fail "buffer_size raised: $(cat "$tmp/err")"
 grep -q "host: .* of which pinned .* of a .* budget.*NVMe: .* under $tmp/nvme\$" "$tmp/out" ||
   fail "plan's host line: $(grep -A6 '^plan' "$tmp/out")"
-run 1 "$tmp/j" --steps 2 --set $OO.device=nvme
-python3 - "$tmp/j" <<'PY' || fail "nvme_bytes: $(head -c 300 "$tmp/j")"
+run 1 "$tmp/j" --steps 2 --set $OO.device=nvme --set zero_optimization.stage=3 --set $OP.device=nvme
+python3 - "$tmp/j" <<'PY' || fail "step times: $(head -c 600 "$tmp/j")"
 import json, sys
-s = json.loads(open(sys.argv[1]).readline())
+s = json.loads(open(sys.argv[1]).readlines()[1])
 assert s["nvme_bytes"] >= 3 * 4 * 100000, s  # three fp32 states of the partition
+# Each step reads and writes the three states of the partition, reads the 16-bit slices
+# on disk at least once and writes them once; the link was busy for it.
+assert s["nvme_read_bytes"] >= 3 * 4 * 100000 and s["nvme_write_bytes"] >= 3 * 4 * 100000, s
+assert s["nvme_read_s"] > 0 and s["nvme_write_s"] > 0, s
+assert s["optim_s"] >= s["optim_io_wait_s"] > 0, s
+assert s["wait_params_s"] >= s["wait_params_nvme_s"] >= 0, s
+assert s["step_seconds"] > s["optim_s"], s
 PY
+grep -q '^step 2/2 .* | waited for params .* s (nvme .* s) | optimizer .* s (waiting on nvme .* s) | nvme read .* GB/s, write .* GB/s$' "$tmp/j.err" ||
+  fail "step line: $(grep '^step' "$tmp/j.err")"
 
 # A missing nvme_path is made, as DeepSpeed makes its swap folders, but only in an
 # existing parent: a missing parent is refused naming the key and the path.

@@ -109,6 +109,7 @@ static void integrity(bool threads_only, bool registered, uint32_t nthreads, uin
     }
 
     // Write in random-sized aligned pieces, all in flight at once.
+    int64_t began = zinf_clock_ns();
     zinf_aio_ticket t[512];
     int nt = 0;
     for (size_t off = 0; off < size;) {
@@ -139,6 +140,14 @@ static void integrity(bool threads_only, bool registered, uint32_t nthreads, uin
 
     zinf_aio_stats st;
     zinf_aio_get_stats(aio, &st);
+    // Each byte counted once per direction; something was in flight for a while, never
+    // longer than the whole exchange took.
+    int64_t took = zinf_clock_ns() - began;
+    CHECK(st.write_bytes == size && st.read_bytes == size, "%s: %llu bytes written and %llu read, want %zu each", what,
+          (unsigned long long)st.write_bytes, (unsigned long long)st.read_bytes, size);
+    CHECK(st.write_busy_ns > 0 && st.read_busy_ns > 0 && st.write_busy_ns + st.read_busy_ns <= took,
+          "%s: busy %lld ns writing and %lld reading of %lld", what, (long long)st.write_busy_ns,
+          (long long)st.read_busy_ns, (long long)took);
     if (!ring) {
         CHECK(st.requests == 0 && st.fixed_file == 0, "%s: threads issue no ring requests", what);
     } else {

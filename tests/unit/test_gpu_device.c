@@ -165,9 +165,40 @@ static void test_bad_args(void) {
     zinf_device_destroy(d);
 }
 
+// Timed events bracket the 200 ms host function a stream runs between them; untimed
+// ones and events not yet reached are refused.
+static void test_elapsed(void) {
+    zinf_device *d = test_device(0);
+    zinf_stream *s;
+    zinf_event *a, *b, *plain;
+    TRY(zinf_stream_create(d, &s));
+    TRY(zinf_event_create_timed(d, &a));
+    TRY(zinf_event_create_timed(d, &b));
+    TRY(zinf_event_create(d, &plain));
+    unsigned char byte;
+    slow_write w = {&byte, 1, 3};
+    TRY(zinf_event_record(a, s));
+    TRY(zinf_stream_host_fn(s, slow_fill, &w));
+    TRY(zinf_event_record(b, s));
+    double secs = -1;
+    CHECK(zinf_event_elapsed(a, b, &secs) == ZINF_ERR_INVAL, "elapsed before the stream reached the end event");
+    TRY(zinf_stream_sync(s));
+    TRY(zinf_event_elapsed(a, b, &secs));
+    CHECK(secs >= 0.19 && secs < 5, "the events bracket a 200 ms sleep but are %.3f s apart", secs);
+    TRY(zinf_event_record(plain, s));
+    TRY(zinf_stream_sync(s));
+    CHECK(zinf_event_elapsed(a, plain, &secs) == ZINF_ERR_INVAL, "an untimed event has no time");
+    zinf_event_destroy(a);
+    zinf_event_destroy(b);
+    zinf_event_destroy(plain);
+    zinf_stream_destroy(s);
+    zinf_device_destroy(d);
+}
+
 int main(void) {
     test_capacity();
     test_ordering();
+    test_elapsed();
     test_bad_args();
     return check_exit("test_gpu_device");
 }
