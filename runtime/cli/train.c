@@ -131,10 +131,12 @@ static void print_plan(const trainer *t) {
                 sz(m.params16, b[0]), pin);
         break;
     case ZINF_OFFLOAD_NVME:
-        fprintf(t->log, "  per rank, parameters offloaded to nvme: %s (its slices): %s of the first %d module%s in %s "
-                        "host memory (max_in_cpu), %s on NVMe read ahead through %d buffers of %s\n",
-                sz(m.params16, b[0]), sz(m.params_host, b[1]), m.params_resident, m.params_resident == 1 ? "" : "s", pin,
-                sz(m.params16 - m.params_host, b[2]), m.param_buffers, sz(m.param_buffer_bytes, b[3]));
+        fprintf(t->log, "  per rank, parameters offloaded to nvme: %s (its slices): ", sz(m.params16, b[0]));
+        if (m.params_resident)
+            fprintf(t->log, "%s of the first %d module%s in %s host memory (max_in_cpu), ", sz(m.params_host, b[0]),
+                    m.params_resident, m.params_resident == 1 ? "" : "s", pin);
+        fprintf(t->log, "%s on NVMe read ahead through %d buffers of %s\n", sz(m.params16 - m.params_host, b[0]),
+                m.param_buffers, sz(m.param_buffer_bytes, b[1]));
         break;
     }
     const zinf_offload_optimizer_config *oo = &c->zero.offload_optimizer;
