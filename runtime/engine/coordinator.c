@@ -6,8 +6,10 @@
 // later steps gather ahead along it, up to prefetch_bucket_size elements ahead and
 // max_live_parameters gathered at once. Every decision depends only on the trace and
 // element counts, never on timing, so all ranks issue the same collectives in the same
-// order. When execution departs from the trace, the rest of the step gathers on demand
-// and its uses become the new trace.
+// order. Slices on NVMe are read ahead along the trace separately, as far as the
+// parameter tier's buffers go: reads are local, so that stage may run on timing. When
+// execution departs from the trace, the rest of the step gathers on demand and its
+// uses become the new trace.
 #include <string.h>
 
 #include "internal.h"

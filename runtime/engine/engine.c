@@ -105,6 +105,8 @@ static const char *const host_hint =
 zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, const char *what, void **out) {
     char a[32], b[32], c[32];
     *out = NULL;
+    e->host_refused = (pinned && e->pinned_used + (int64_t)bytes > e->pinned_budget) ||
+                      e->host_used + (int64_t)bytes > e->host_budget;
     if (pinned && e->pinned_used + (int64_t)bytes > e->pinned_budget)
         return zinf_fail(ZINF_ERR_NOMEM, "engine: %s need %s of pinned host memory, but %s of the %s pinned budget "
                                          "is left; %s",
@@ -139,14 +141,16 @@ void engine_host_free(zinf_engine *e, void *p, bool pinned) {
 // be swapped or reclaimed), within the locked-memory limit where it binds (the host
 // backend pins with mlock; CUDA's driver pins past it); all host memory within what is
 // available. Ranks on one host share both. On the host backend the device's memory is
-// host memory too.
+// host memory too: what it holds by now (the model's activations) is not available.
 static zinf_status host_budgets(zinf_engine *e) {
     zinf_host_mem hm;
     ZINF_CHECK(zinf_host_mem_probe(&hm));
     const zinf_device_caps *caps = zinf_device_get_caps(e->dev);
     bool host = caps->backend == ZINF_BACKEND_HOST;
     int64_t local = zinf_comm_local_size(e->comm), avail = (int64_t)(hm.available_bytes / (uint64_t)local);
-    if (host) avail -= (int64_t)caps->capacity;
+    zinf_device_mem dm;
+    zinf_device_get_mem(e->dev, &dm);
+    if (host) avail -= (int64_t)dm.in_use;
     e->host_budget = avail > 0 ? avail : 0;
     int64_t pin = e->host_budget / 2;
     if (host && !hm.lock_unlimited && hm.memlock_limit != UINT64_MAX && (int64_t)(hm.memlock_limit / (uint64_t)local) < pin)
@@ -318,12 +322,13 @@ zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_c
     if (st != ZINF_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", zinf_last_error());
+        bool device = st == ZINF_ERR_NOMEM && !e->host_refused; // a host budget said what to change
         zinf_engine_destroy(e);
         // Say what to change, not just what ran out.
         return zinf_fail(st, "%s%s", msg,
-                         st == ZINF_ERR_NOMEM ? "; lower train_micro_batch_size_per_gpu, turn on activation_checkpointing, "
-                                                "raise zero_optimization.stage or device.memory_limit"
-                                              : "");
+                         device ? "; lower train_micro_batch_size_per_gpu, turn on activation_checkpointing, raise "
+                                  "zero_optimization.stage or device.memory_limit"
+                                : "");
     }
     *out = e;
     return ZINF_OK;

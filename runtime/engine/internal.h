@@ -1,6 +1,7 @@
 // The engine's internals, shared by its files: the flat layout (layout.c), the
 // initialization (init.c), the stage-3 coordinator (coordinator.c), the gradient
-// buckets (reduce.c), the optimizer step (step.c) and the rest (engine.c).
+// buckets (reduce.c), where the 16-bit parameters live (param_tier.c) and the optimizer
+// states (optim_tier.c), the optimizer step (step.c) and the rest (engine.c).
 #ifndef ZINF_ENGINE_INTERNAL_H
 #define ZINF_ENGINE_INTERNAL_H
 
@@ -167,6 +168,7 @@ struct zinf_engine {
 
     // host memory, against the budgets (engine_host_alloc)
     int64_t pinned_used, pinned_budget, host_used, host_budget;
+    bool host_refused; // the last host allocation was past a budget
     int64_t optim_ns, optim_io_ns; // this step's offloaded update, and its waits on NVMe
     zinf_aio_stats aio_seen;       // the aio counters at the last step's end
 

@@ -115,6 +115,7 @@ grep -q 'offload_optimizer.device: "cpu" needs zero_optimization.stage 1, 2 or 3
 expect 1 "$Z" train "$tmp/cfg.json" --set $OO.device=cpu --set device.pinned_memory_limit=256K
 grep -q 'need .* of pinned host memory, but .* of the 256 KiB pinned budget is left; raise device.pinned_memory_limit' \
   "$tmp/err" || fail "pinned budget: $(cat "$tmp/err")"
+grep -q 'raise zero_optimization.stage or device.memory_limit' "$tmp/err" && fail "device advice for a host budget"
 grep -q '^step' "$tmp/out" && fail "trained past the pinned budget"
 
 finish test_offload
