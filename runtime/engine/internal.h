@@ -128,7 +128,6 @@ struct zinf_engine {
     zinf_event **pread_done, **pbuf_free; // per buffer: its read landed; its gather passed
     int *pfree, nfree;         // buffers holding no read
     int *pread_buf;            // per module: the buffer its slice was read into, or -1
-    int64_t param_host_bytes;  // host memory of the parameter tier
 
     void **grads16;    // per module during backward
     void **pview;      // what the model reads: params16, or the gathered buffers at stage 3

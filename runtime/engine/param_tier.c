@@ -45,7 +45,6 @@ static zinf_status open_pool(zinf_engine *e, size_t most, const char *biggest) {
         e->pread_buf[i] = -1;
     for (int b = 0; b < e->npbuf; b++) {
         ZINF_CHECK(engine_host_alloc(e, most * e->es, pc->pin_memory, "parameter swap buffers", &e->pbuf[b]));
-        e->param_host_bytes += (int64_t)(most * e->es);
         ZINF_CHECK(zinf_event_create(e->dev, &e->pread_done[b]));
         ZINF_CHECK(zinf_event_create(e->dev, &e->pbuf_free[b]));
         e->pfree[e->nfree++] = b;
@@ -60,7 +59,6 @@ static zinf_status open_nvme(zinf_engine *e) {
         e->nresident++;
     e->resident_n = e->nresident < e->nmod ? e->lay[e->nresident].part_off : e->npart;
     ZINF_CHECK(engine_host_alloc(e, e->resident_n * e->es, pc->pin_memory, "resident parameters", &e->part16));
-    e->param_host_bytes = (int64_t)(e->resident_n * e->es);
     size_t most = 0;
     const char *biggest = NULL;
     for (int i = e->nresident; i < e->nmod; i++)
@@ -85,7 +83,6 @@ zinf_status ptier_create(zinf_engine *e) {
     switch (e->ptier) {
     case ZINF_OFFLOAD_NONE: return zinf_device_alloc(e->dev, bytes, "parameter slices", &e->part16);
     case ZINF_OFFLOAD_CPU:
-        e->param_host_bytes = (int64_t)bytes;
         return engine_host_alloc(e, bytes, e->cfg.zero.offload_param.pin_memory, "parameter slices", &e->part16);
     case ZINF_OFFLOAD_NVME: return open_nvme(e);
     }
