@@ -47,11 +47,14 @@ typedef struct zinf_step_info {
     double loss_scale;  // the scale this step's gradients carried
     bool skipped;       // inf or NaN in the gradients: no update (fp16: the scale was lowered)
     // Where the time went since the last step: how long the compute stream waited for
-    // gathered parameters (all of them, and those read from NVMe), the offloaded
-    // optimizer's update and its wait on NVMe in it, and the NVMe link (bytes, and the
-    // seconds some read or write was in flight).
+    // gathered parameters (all of them, and those read from NVMe); the offloaded
+    // optimizer's update and its wait on NVMe in it (at stage 3 the update runs in the
+    // background under the next step's forward: the one reported is the one that
+    // ran since the last step), and how long the engine waited for it to reach the
+    // modules forward needed; and the NVMe link (bytes, and the seconds some read or
+    // write was in flight).
     double wait_params_s, wait_params_nvme_s;
-    double optim_s, optim_io_wait_s;
+    double optim_s, optim_io_wait_s, wait_optim_s;
     int64_t nvme_read_bytes, nvme_write_bytes;
     double nvme_read_s, nvme_write_s;
 } zinf_step_info;

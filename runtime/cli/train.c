@@ -214,9 +214,10 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
                               si->loss_scale, "skipped", si->skipped, "device_bytes", (json_int_t)m.device_in_use,
                               "device_peak_bytes", (json_int_t)m.device_peak, "pinned_bytes", (json_int_t)m.pinned,
                               "nvme_bytes", (json_int_t)m.nvme);
-        json_t *times = json_pack("{s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}", "wait_params_s", si->wait_params_s,
+        json_t *times = json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}", "wait_params_s", si->wait_params_s,
                                         "wait_params_nvme_s", si->wait_params_nvme_s, "optim_s", si->optim_s,
-                                        "optim_io_wait_s", si->optim_io_wait_s, "nvme_read_bytes",
+                                        "optim_io_wait_s", si->optim_io_wait_s, "wait_optim_s", si->wait_optim_s,
+                                        "nvme_read_bytes",
                                         (json_int_t)si->nvme_read_bytes, "nvme_write_bytes",
                                         (json_int_t)si->nvme_write_bytes, "nvme_read_s", si->nvme_read_s,
                                         "nvme_write_s", si->nvme_write_s);
@@ -235,6 +236,8 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
             fprintf(t->log, " | waited for params %.3f s (nvme %.3f s)", si->wait_params_s, si->wait_params_nvme_s);
         if (m.optimizer_tier != ZINF_OFFLOAD_NONE)
             fprintf(t->log, " | optimizer %.3f s (waiting on nvme %.3f s)", si->optim_s, si->optim_io_wait_s);
+        if (m.optimizer_tier != ZINF_OFFLOAD_NONE && t->cfg.zero.stage == 3)
+            fprintf(t->log, ", in the background (forward waited %.3f s for it)", si->wait_optim_s);
         if (m.nvme)
             fprintf(t->log, " | nvme read %.2f GB/s, write %.2f GB/s",
                     si->nvme_read_s > 0 ? (double)si->nvme_read_bytes / si->nvme_read_s / 1e9 : 0.0,

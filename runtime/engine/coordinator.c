@@ -85,6 +85,7 @@ static zinf_status read_ahead(zinf_engine *e, int from) {
     for (int i = from; i < co->ntrace && ptier_free_buffers(e) > 1; i++) {
         int x = co->trace[i];
         if (co->gathered[x] || !ptier_on_disk(e, x) || e->pread_buf[x] >= 0) continue;
+        if (!tier_updated(e, x)) break; // the background update has not written it yet
         ZINF_CHECK(ptier_read(e, x));
     }
     return ZINF_OK;
@@ -152,8 +153,6 @@ static zinf_status use(zinf_engine *e, int x, void **params) {
         }
     }
     if (!co->gathered[x]) ZINF_CHECK(gather(e, x));
-    if (co->use_pos[x] >= 0) ZINF_CHECK(prefetch(e, co->pos));
-    if (co->use_pos[x] >= 0 && e->pread_buf) ZINF_CHECK(read_ahead(e, co->pos));
     ZINF_CHECK(wait_landed(e, x));
     params[x] = co->gathered[x];
     return ZINF_OK;
@@ -185,9 +184,15 @@ static zinf_status release(zinf_engine *e, int x) {
     return ZINF_OK;
 }
 
+// After the op is queued, so that waiting for a background update of a module ahead
+// never holds back the op at hand.
 zinf_status coord_done(zinf_engine *e, int mod) {
+    coordinator *co = &e->co;
     ZINF_CHECK(release(e, mod));
-    return release(e, zinf_model_module(e->m, mod)->external);
+    ZINF_CHECK(release(e, zinf_model_module(e->m, mod)->external));
+    if (!co->have_trace || co->pos < 0) return ZINF_OK;
+    ZINF_CHECK(prefetch(e, co->pos));
+    return e->pread_buf ? read_ahead(e, co->pos) : ZINF_OK;
 }
 
 // The step is over (both streams idle) and the slices changed: drop every gathered

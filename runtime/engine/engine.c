@@ -70,8 +70,10 @@ zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t 
 }
 
 zinf_status engine_sync(zinf_engine *e) {
+    tier_join(e);
     zinf_status a = zinf_stream_sync(e->xs), b = zinf_stream_sync(e->cs);
     zinf_status c = e->ps ? zinf_stream_sync(e->ps) : ZINF_OK;
+    e->unsynced = false;
     ZINF_CHECK(async_get(&e->aerr));
     if (e->nccl) ZINF_CHECK(zinf_comm_status(e->comm)); // an abort lets the streams pass
     return a != ZINF_OK ? a : b != ZINF_OK ? b : c;
@@ -336,6 +338,7 @@ zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_c
 
 void zinf_engine_destroy(zinf_engine *e) {
     if (!e) return;
+    tier_join(e);
     if (e->xs) zinf_stream_sync(e->xs);
     if (e->cs) zinf_stream_sync(e->cs);
     engine_reap(e, true);
@@ -400,6 +403,9 @@ static zinf_status need_grad(zinf_engine *e, int mod) {
 zinf_status zinf_engine_backward(zinf_engine *e) {
     if (!e) return zinf_fail(ZINF_ERR_INVAL, "engine backward: e is NULL");
     if (!e->have_forward) return zinf_fail(ZINF_ERR_INVAL, "engine backward: no forward to take the backward of");
+    // The gradients are the background update's until it ends.
+    tier_join(e);
+    ZINF_CHECK(async_get(&e->aerr));
     int nf, nall;
     zinf_model_schedule(e->m, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);

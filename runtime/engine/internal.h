@@ -164,6 +164,21 @@ struct zinf_engine {
     io_buf io[MAX_IO];
     int nio;
     int64_t host_bytes; // host memory the optimizer tier holds
+    int *sg_of;           // per module: its sub-group, or -1
+    zinf_event **sg_done; // per sub-group: recorded on ptier_stream after its new parameters
+
+    // Stage 3 with an offloaded optimizer: the update runs on its own thread and the next
+    // step's forward starts at once; a gather waits only for its module's sub-group.
+    bool background;
+    pthread_t othread;
+    bool othread_up;
+    pthread_mutex_t omu;
+    pthread_cond_t ocv;
+    bool ojob, ostop;      // an update asked for or running; the thread is to end
+    zinf_optim_hparams oh;
+    int published;         // sub-groups of the running update whose sg_done is recorded
+    bool unsynced;         // stores of a background update may still be queued on ptier_stream
+    int64_t gate_ns;       // the engine thread's wait for the update since the last step
 
     // host memory, against the budgets (engine_host_alloc)
     int64_t pinned_used, pinned_budget, host_used, host_budget;
@@ -256,6 +271,14 @@ zinf_status tier_zero_grads(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on xs).
 zinf_status tier_add_grads(zinf_engine *e, int b, const float *src, bool packed);
 zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h);
+// Start the update on the optimizer thread (it also zeroes the gradients); wait for
+// it to end (its failure is raised by engine_sync).
+zinf_status tier_start(zinf_engine *e, const zinf_optim_hparams *h);
+void tier_join(zinf_engine *e);
+// Whether module mod's new parameters are queued; wait until they are, and make s wait
+// for them.
+bool tier_updated(zinf_engine *e, int mod);
+zinf_status tier_wait_updated(zinf_engine *e, int mod, zinf_stream *s);
 // On the communication stream: full (world * bytes, device) = every rank's mine
 // (bytes, on the host when mine_host, else on the device; may be full + rank * bytes),
 // by NCCL or through pinned staging.

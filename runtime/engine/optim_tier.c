@@ -28,14 +28,19 @@ static zinf_status host_alloc(zinf_engine *e, size_t bytes, const char *what, vo
 
 static void host_free(zinf_engine *e, void *p) { engine_host_free(e, p, e->cfg.zero.offload_optimizer.pin_memory); }
 
+static zinf_status start_thread(zinf_engine *e);
+static void stop_thread(zinf_engine *e);
+
 // Sub-groups: consecutive modules in forward order, closed once adding the next module
 // would pass sub_group_size (a bigger module is its own).
 static zinf_status plan_subgroups(zinf_engine *e) {
     e->sg = calloc((size_t)e->nmod + 1, sizeof *e->sg);
-    if (!e->sg) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    e->sg_of = malloc((size_t)e->nmod * sizeof *e->sg_of);
+    if (!e->sg || !e->sg_of) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     size_t cap = (size_t)e->cfg.zero.sub_group_size;
     for (int i = 0; i < e->nmod; i++) {
         size_t n = e->lay[i].part_n;
+        e->sg_of[i] = -1;
         if (!n) continue;
         subgroup *g = e->nsg ? &e->sg[e->nsg - 1] : NULL;
         if (!g || g->n + n > cap) {
@@ -43,6 +48,7 @@ static zinf_status plan_subgroups(zinf_engine *e) {
             *g = (subgroup){.first = i, .off = e->lay[i].part_off};
         }
         g->last = i + 1;
+        e->sg_of[i] = (int)(g - e->sg);
         g->n += n;
         if (g->n > e->sg_max) e->sg_max = g->n;
     }
@@ -82,6 +88,11 @@ zinf_status tier_create(zinf_engine *e) {
         ZINF_CHECK(zinf_event_create(e->dev, &e->out_free[b]));
     }
     ZINF_CHECK(zinf_cpu_pool_create(&e->pool, 0));
+    e->sg_done = calloc((size_t)e->nsg + 1, sizeof *e->sg_done);
+    if (!e->sg_done) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    for (int g = 0; g < e->nsg; g++)
+        ZINF_CHECK(zinf_event_create(e->dev, &e->sg_done[g]));
+    if (e->stage == 3) ZINF_CHECK(start_thread(e));
     if (e->otier == ZINF_OFFLOAD_CPU) {
         for (int s = 0; s < NSTATES; s++)
             ZINF_CHECK(host_alloc(e, bytes, device_name[s], (void **)&e->h_state[s]));
@@ -91,6 +102,7 @@ zinf_status tier_create(zinf_engine *e) {
 }
 
 void tier_destroy(zinf_engine *e) {
+    stop_thread(e);
     if (e->aio) zinf_aio_wait_all(e->aio);
     for (int s = 0; s < NSTATES; s++) {
         if (e->dev) zinf_device_free(e->dev, *dev_state(e, s));
@@ -106,6 +118,9 @@ void tier_destroy(zinf_engine *e) {
     host_free(e, e->h_grads32);
     zinf_swap_close(e->swap);
     zinf_cpu_pool_destroy(e->pool);
+    for (int g = 0; e->sg_done && g < e->nsg; g++)
+        zinf_event_destroy(e->sg_done[g]);
+    free(e->sg_done), free(e->sg_of);
     free(e->sg);
 }
 
@@ -263,7 +278,14 @@ static zinf_status update_group(zinf_engine *e, const zinf_optim_hparams *h, int
     size_t es = f32 ? sizeof(float) : e->es;
     for (int i = sg->first; i < sg->last; i++)
         if (e->lay[i].part_n) ZINF_CHECK(ptier_store(e, i, (char *)hout + (e->lay[i].part_off - sg->off) * es, true));
-    return zinf_event_record(e->out_free[g & 1], ptier_stream(e));
+    ZINF_CHECK(zinf_event_record(e->out_free[g & 1], ptier_stream(e)));
+    ZINF_CHECK(zinf_event_record(e->sg_done[g], ptier_stream(e)));
+    if (!e->background) return ZINF_OK;
+    pthread_mutex_lock(&e->omu);
+    e->published = g + 1;
+    pthread_cond_broadcast(&e->ocv);
+    pthread_mutex_unlock(&e->omu);
+    return ZINF_OK;
 }
 
 static zinf_status update_all(zinf_engine *e, const zinf_optim_hparams *h) {
@@ -300,6 +322,89 @@ zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h) {
     zinf_status st = update_all(e, h);
     e->optim_ns += zinf_clock_ns() - t0;
     return st;
+}
+
+// ---- the update in the background (stage 3) ----
+
+// The optimizer thread: one update per tier_start, then the gradients start over.
+static void *optim_main(void *arg) {
+    zinf_engine *e = arg;
+    pthread_mutex_lock(&e->omu);
+    for (;;) {
+        while (!e->ojob && !e->ostop)
+            pthread_cond_wait(&e->ocv, &e->omu);
+        if (e->ostop) break;
+        zinf_optim_hparams h = e->oh;
+        pthread_mutex_unlock(&e->omu);
+        zinf_status st = tier_update(e, &h);
+        if (st == ZINF_OK) memset(e->h_grads32, 0, e->npart * sizeof(float));
+        else engine_fail_async(e, st);
+        pthread_mutex_lock(&e->omu);
+        e->ojob = false;
+        e->published = e->nsg; // a failure also lets every waiter go on, to engine_sync
+        pthread_cond_broadcast(&e->ocv);
+    }
+    pthread_mutex_unlock(&e->omu);
+    return NULL;
+}
+
+static zinf_status start_thread(zinf_engine *e) {
+    pthread_mutex_init(&e->omu, NULL);
+    pthread_cond_init(&e->ocv, NULL);
+    if (pthread_create(&e->othread, NULL, optim_main, e) != 0)
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: cannot start the optimizer thread");
+    e->othread_up = e->background = true;
+    return ZINF_OK;
+}
+
+static void stop_thread(zinf_engine *e) {
+    if (!e->othread_up) return;
+    pthread_mutex_lock(&e->omu);
+    e->ostop = true;
+    pthread_cond_broadcast(&e->ocv);
+    pthread_mutex_unlock(&e->omu);
+    pthread_join(e->othread, NULL);
+    pthread_mutex_destroy(&e->omu);
+    pthread_cond_destroy(&e->ocv);
+    e->othread_up = false;
+}
+
+zinf_status tier_start(zinf_engine *e, const zinf_optim_hparams *h) {
+    pthread_mutex_lock(&e->omu);
+    e->oh = *h;
+    e->published = 0;
+    e->ojob = e->unsynced = true;
+    pthread_cond_broadcast(&e->ocv);
+    pthread_mutex_unlock(&e->omu);
+    return ZINF_OK;
+}
+
+void tier_join(zinf_engine *e) {
+    if (!e->background) return;
+    pthread_mutex_lock(&e->omu);
+    while (e->ojob)
+        pthread_cond_wait(&e->ocv, &e->omu);
+    pthread_mutex_unlock(&e->omu);
+}
+
+bool tier_updated(zinf_engine *e, int mod) {
+    if (!e->background || e->sg_of[mod] < 0) return true;
+    pthread_mutex_lock(&e->omu);
+    bool done = !e->ojob || e->published > e->sg_of[mod];
+    pthread_mutex_unlock(&e->omu);
+    return done;
+}
+
+zinf_status tier_wait_updated(zinf_engine *e, int mod, zinf_stream *s) {
+    if (!e->background || !e->unsynced || e->sg_of[mod] < 0) return ZINF_OK;
+    int g = e->sg_of[mod];
+    int64_t t0 = zinf_clock_ns();
+    pthread_mutex_lock(&e->omu);
+    while (e->ojob && e->published <= g)
+        pthread_cond_wait(&e->ocv, &e->omu);
+    pthread_mutex_unlock(&e->omu);
+    e->gate_ns += zinf_clock_ns() - t0;
+    return s ? zinf_stream_wait_event(s, e->sg_done[g]) : ZINF_OK;
 }
 
 zinf_status tier_zero_grads(zinf_engine *e) {

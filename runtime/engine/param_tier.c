@@ -49,7 +49,7 @@ static zinf_status open_pool(zinf_engine *e, size_t most, const char *biggest) {
         ZINF_CHECK(zinf_event_create(e->dev, &e->pbuf_free[b]));
         e->pfree[e->nfree++] = b;
     }
-    return zinf_stream_create(e->dev, &e->ps);
+    return ZINF_OK;
 }
 
 static zinf_status open_nvme(zinf_engine *e) {
@@ -79,6 +79,10 @@ zinf_status ptier_create(zinf_engine *e) {
                 ZINF_CHECK(zinf_device_alloc(e->dev, e->lay[i].padded * e->es, "parameters", &e->params16[i]));
         return ZINF_OK;
     }
+    // Reads and write-backs of slices on disk, and the write-backs of a background
+    // update, run on a stream of their own.
+    if (e->ptier == ZINF_OFFLOAD_NVME || e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE)
+        ZINF_CHECK(zinf_stream_create(e->dev, &e->ps));
     size_t bytes = e->npart * e->es;
     switch (e->ptier) {
     case ZINF_OFFLOAD_NONE: return zinf_device_alloc(e->dev, bytes, "parameter slices", &e->part16);
@@ -141,6 +145,7 @@ static zinf_status queue_job(zinf_engine *e, bool write, int mod, void *buf) {
 int ptier_free_buffers(const zinf_engine *e) { return e->nfree; }
 
 zinf_status ptier_read(zinf_engine *e, int mod) {
+    ZINF_CHECK(tier_wait_updated(e, mod, NULL)); // its write-back is queued before it on ps
     if (!e->nfree) return zinf_fail(ZINF_ERR_INTERNAL, "engine: no parameter swap buffer left for %s",
                                     zinf_model_module(e->m, mod)->name);
     int b = e->pfree[--e->nfree];
@@ -162,8 +167,10 @@ void ptier_forget_reads(zinf_engine *e) {
 zinf_status ptier_gather(zinf_engine *e, int mod, void *full) {
     const mod_layout *l = &e->lay[mod];
     size_t sb = l->slice * e->es;
-    if (!ptier_on_disk(e, mod))
+    if (!ptier_on_disk(e, mod)) {
+        ZINF_CHECK(tier_wait_updated(e, mod, e->xs));
         return engine_allgather(e, (const char *)e->part16 + l->part_off * e->es, host_slices(e), full, sb);
+    }
     if (e->pread_buf[mod] < 0) ZINF_CHECK(ptier_read(e, mod));
     int b = e->pread_buf[mod];
     ZINF_CHECK(zinf_stream_wait_event(e->xs, e->pread_done[b]));

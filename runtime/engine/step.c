@@ -94,7 +94,8 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     if (e->stage == 3) ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s));
     info->optim_s = 1e-9 * (double)e->optim_ns;
     info->optim_io_wait_s = 1e-9 * (double)e->optim_io_ns;
-    e->optim_ns = e->optim_io_ns = 0;
+    info->wait_optim_s = 1e-9 * (double)e->gate_ns;
+    e->optim_ns = e->optim_io_ns = e->gate_ns = 0;
     if (!e->aio) return ZINF_OK;
     zinf_aio_stats now;
     zinf_aio_get_stats(e->aio, &now);
@@ -106,8 +107,15 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     return ZINF_OK;
 }
 
+static zinf_status finish(zinf_engine *e) {
+    e->steps_taken++;
+    e->micro = 0;
+    e->loss_sum = 0;
+    return ZINF_OK;
+}
+
 zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
-    ZINF_CHECK(engine_sync(e)); // every bucket reduced
+    ZINF_CHECK(engine_sync(e)); // every bucket reduced (and the last background update done)
     double sumsq = 0;
     bool nonfinite = false;
     ZINF_CHECK(grad_stats(e, &sumsq, &nonfinite));
@@ -127,16 +135,21 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
         double combined = scale, clip = e->cfg.gradient_clipping;
         if (clip > 0 && (info->grad_norm + 1e-6) / clip > 1) combined = scale * (info->grad_norm + 1e-6) / clip;
         zinf_optim_hparams h = hparams(e, info->lr, (float)(1.0 / combined));
-        ZINF_CHECK(update(e, &h));
         e->steps_applied++;
+        if (e->background) {
+            // The next forward starts now; its gathers wait for their sub-groups. This
+            // step reports the last update, which ran under this step's forward.
+            ZINF_CHECK(step_times(e, info));
+            ZINF_CHECK(tier_start(e, &h));
+            if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
+            return finish(e);
+        }
+        ZINF_CHECK(update(e, &h));
         if (e->stage > 0 && e->stage < 3 && e->world > 1) ZINF_CHECK(share_params(e));
     }
-    ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are on the device
+    ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are where they live
     ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(tier_zero_grads(e));
     if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
-    e->steps_taken++;
-    e->micro = 0;
-    e->loss_sum = 0;
-    return ZINF_OK;
+    return finish(e);
 }

@@ -120,8 +120,8 @@ cat > "$dir/c.json" <<JSON
  "data": {"path": "$dir/c.tokens", "format": "tokens-u16", "seq_len": 64},
  "device": {"backend": "host", "memory_limit": "2G", "pinned_memory_limit": $pinned}}
 JSON
-/usr/bin/time -v "$Z" train "$dir/c.json" --json > "$dir/cap.out" 2> "$dir/cap.err" ||
-  failed "the capacity run (/usr/bin/time -v $Z train $dir/c.json --json)" "$dir/cap.err"
+/usr/bin/time -v -o "$dir/cap.time" "$Z" train "$dir/c.json" --json > "$dir/cap.out" 2> "$dir/cap.err" ||
+  failed "the capacity run ($Z train $dir/c.json --json, $(grep -E 'Exit status|signal' "$dir/cap.time"))" "$dir/cap.err"
 python3 - "$dir" "$params" "$mem" "$pinned" <<'PY'
 import json, re, sys
 d, est, mem, pinned = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -130,8 +130,9 @@ rows = [json.loads(l) for l in open(f"{d}/cap.out") if l.startswith("{")]
 st, final = [r for r in rows if not r.get("final")], next(r for r in rows if r.get("final"))
 plan = float(re.search(r"\(([0-9.]+) M parameters\)", err).group(1)) * 1e6
 layers = re.search(r"n_layer (\d+)", err).group(1)
-rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err).group(1)) * 1024
-h, m, s = ([0] + re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([0-9:.]+)", err).group(1).split(":"))[-3:]
+tv = open(f"{d}/cap.time").read()
+rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", tv).group(1)) * 1024
+h, m, s = ([0] + re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([0-9:.]+)", tv).group(1).split(":"))[-3:]
 wall = 3600 * float(h) + 60 * float(m) + float(s)
 print(f"capacity: GPT {layers} x 2048, vocab 50257, stage 3, both tiers on nvme, host backend with a 2G device, "
       f"pinned budget {pinned / 2**30:.1f} GiB; 2 steps of 1 x 64 tokens")

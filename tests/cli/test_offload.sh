@@ -94,10 +94,9 @@ assert s["nvme_bytes"] >= 3 * 4 * 100000, s  # three fp32 states of the partitio
 assert s["nvme_read_bytes"] >= 3 * 4 * 100000 and s["nvme_write_bytes"] >= 3 * 4 * 100000, s
 assert s["nvme_read_s"] > 0 and s["nvme_write_s"] > 0, s
 assert s["optim_s"] >= s["optim_io_wait_s"] > 0, s
-assert s["wait_params_s"] >= s["wait_params_nvme_s"] >= 0, s
-assert s["step_seconds"] > s["optim_s"], s
+assert s["wait_params_s"] >= s["wait_params_nvme_s"] >= 0 and s["wait_optim_s"] >= 0, s
 PY
-grep -q '^step 2/2 .* | waited for params .* s (nvme .* s) | optimizer .* s (waiting on nvme .* s) | nvme read .* GB/s, write .* GB/s$' "$tmp/j.err" ||
+grep -q '^step 2/2 .* | waited for params .* s (nvme .* s) | optimizer .* s (waiting on nvme .* s), in the background (forward waited .* s for it) | nvme read .* GB/s, write .* GB/s$' "$tmp/j.err" ||
   fail "step line: $(grep '^step' "$tmp/j.err")"
 
 # A missing nvme_path is made, as DeepSpeed makes its swap folders, but only in an
