@@ -41,10 +41,13 @@ zinf_status zinf_status_from_errno(int err) {
 }
 
 zinf_status zinf_fail(zinf_status st, const char *fmt, ...) {
+    // Through a copy: the arguments may hold zinf_last_error() itself, to add to it.
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return st;
 }
 

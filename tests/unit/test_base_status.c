@@ -25,6 +25,12 @@ int main(void) {
 
     CHECK(zinf_fail(ZINF_ERR_INVAL, "key %s: bad %d", "a.b", 7) == ZINF_ERR_INVAL, "zinf_fail returns its status");
     CHECK(strcmp(zinf_last_error(), "key a.b: bad 7") == 0, "detail is \"%s\"", zinf_last_error());
+    // A failure that repeats or extends the last one's detail keeps it.
+    zinf_fail(ZINF_ERR_NOMEM, "%s", zinf_last_error());
+    CHECK(strcmp(zinf_last_error(), "key a.b: bad 7") == 0, "repeated detail is \"%s\"", zinf_last_error());
+    zinf_fail(ZINF_ERR_NOMEM, "engine: %s; lower it", zinf_last_error());
+    CHECK(strcmp(zinf_last_error(), "engine: key a.b: bad 7; lower it") == 0, "extended detail is \"%s\"",
+          zinf_last_error());
     CHECK(zinf_fail_errno(ENOSPC, "write %s", "/x") == ZINF_ERR_NOSPC, "ENOSPC maps to NOSPC");
     CHECK_CONTAINS(zinf_last_error(), "write /x: ");
     CHECK_CONTAINS(zinf_last_error(), strerror(ENOSPC));
