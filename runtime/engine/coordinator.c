@@ -20,7 +20,10 @@ zinf_status coord_create(zinf_engine *e) {
     co->gathered = calloc(n, sizeof *co->gathered);
     co->landed = calloc(n, sizeof *co->landed);
     co->use_pos = malloc(n * sizeof *co->use_pos);
-    if (!co->gathered || !co->landed || !co->use_pos) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    co->queue = malloc(n * sizeof *co->queue);
+    co->queued = calloc(n, sizeof *co->queued);
+    if (!co->gathered || !co->landed || !co->use_pos || !co->queue || !co->queued)
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; i < e->nmod; i++) {
         co->use_pos[i] = -1;
         ZINF_CHECK(zinf_event_create(e->dev, &co->landed[i]));
@@ -30,6 +33,11 @@ zinf_status coord_create(zinf_engine *e) {
 
 static void free_all(zinf_engine *e) {
     coordinator *co = &e->co;
+    // Gathers decided and never issued (execution departed from the trace) are dropped
+    // on every rank alike.
+    for (int i = 0; co->queued && i < e->nmod; i++)
+        co->queued[i] = false;
+    co->qhead = co->qlen = 0;
     for (int i = 0; co->gathered && i < e->nmod; i++) {
         zinf_device_free(e->dev, co->gathered[i]);
         co->gathered[i] = NULL;
@@ -47,19 +55,44 @@ void coord_destroy(zinf_engine *e) {
         zinf_event_destroy(co->waits[i].after);
     }
     free(co->waits);
-    free(co->gathered), free(co->landed), free(co->use_pos);
+    free(co->gathered), free(co->landed), free(co->use_pos), free(co->queue), free(co->queued);
     free(co->trace), free(co->next_use), free(co->rec);
 }
 
-// Queue the gather of module x on the communication stream.
+// Decide to gather module x: its buffer now, its gather queued behind those decided
+// before it. Decisions depend only on the trace and element counts, so every rank makes
+// the same ones in the same order; issue() sends them in that order, only later when a
+// background update has not yet written the module.
 static zinf_status gather(zinf_engine *e, int x) {
     coordinator *co = &e->co;
     const mod_layout *l = &e->lay[x];
-    ZINF_CHECK(engine_alloc(e, l->padded * e->es, "gathered parameters", &co->gathered[x]));
+    zinf_status st = engine_alloc(e, l->padded * e->es, "gathered parameters", &co->gathered[x]);
+    if (st == ZINF_ERR_NOMEM)
+        return zinf_fail(st, "%s; lower zero_optimization.stage3_prefetch_bucket_size or stage3_max_live_parameters "
+                             "(or reduce_bucket_size), or raise device.memory_limit",
+                         zinf_last_error());
+    ZINF_CHECK(st);
     co->live += (int64_t)l->padded;
     if (co->live * (int64_t)e->es > co->live_peak_bytes) co->live_peak_bytes = co->live * (int64_t)e->es;
-    ZINF_CHECK(ptier_gather(e, x, co->gathered[x]));
-    return zinf_event_record(co->landed[x], e->xs);
+    co->queue[(co->qhead + co->qlen++) % e->nmod] = x;
+    co->queued[x] = true;
+    return ZINF_OK;
+}
+
+// Issue decided gathers in order: up to and including module `upto` (waiting for the
+// background update where it must), or with upto < 0 as many as are updated.
+static zinf_status issue(zinf_engine *e, int upto) {
+    coordinator *co = &e->co;
+    while (co->qlen) {
+        int x = co->queue[co->qhead];
+        if (upto < 0 && !tier_updated(e, x)) break;
+        co->qhead = (co->qhead + 1) % e->nmod, co->qlen--;
+        co->queued[x] = false;
+        ZINF_CHECK(ptier_gather(e, x, co->gathered[x]));
+        ZINF_CHECK(zinf_event_record(co->landed[x], e->xs));
+        if (x == upto) break;
+    }
+    return ZINF_OK;
 }
 
 // Gather along the trace from position `from`, within the prefetch budgets.
@@ -84,7 +117,8 @@ static zinf_status read_ahead(zinf_engine *e, int from) {
     coordinator *co = &e->co;
     for (int i = from; i < co->ntrace && ptier_free_buffers(e) > 1; i++) {
         int x = co->trace[i];
-        if (co->gathered[x] || !ptier_on_disk(e, x) || e->pread_buf[x] >= 0) continue;
+        bool issued = co->gathered[x] && !co->queued[x];
+        if (issued || !ptier_on_disk(e, x) || e->pread_buf[x] >= 0) continue;
         if (!tier_updated(e, x)) break; // the background update has not written it yet
         ZINF_CHECK(ptier_read(e, x));
     }
@@ -153,6 +187,7 @@ static zinf_status use(zinf_engine *e, int x, void **params) {
         }
     }
     if (!co->gathered[x]) ZINF_CHECK(gather(e, x));
+    if (co->queued[x]) ZINF_CHECK(issue(e, x));
     ZINF_CHECK(wait_landed(e, x));
     params[x] = co->gathered[x];
     return ZINF_OK;
@@ -192,6 +227,7 @@ zinf_status coord_done(zinf_engine *e, int mod) {
     ZINF_CHECK(release(e, zinf_model_module(e->m, mod)->external));
     if (!co->have_trace || co->pos < 0) return ZINF_OK;
     ZINF_CHECK(prefetch(e, co->pos));
+    ZINF_CHECK(issue(e, -1));
     return e->pread_buf ? read_ahead(e, co->pos) : ZINF_OK;
 }
 

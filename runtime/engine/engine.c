@@ -328,8 +328,8 @@ zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_c
         zinf_engine_destroy(e);
         // Say what to change, not just what ran out.
         return zinf_fail(st, "%s%s", msg,
-                         device ? "; lower train_micro_batch_size_per_gpu, turn on activation_checkpointing, raise "
-                                  "zero_optimization.stage or device.memory_limit"
+                         device ? "; lower train_micro_batch_size_per_gpu or zero_optimization.reduce_bucket_size, "
+                                  "turn on activation_checkpointing, raise zero_optimization.stage or device.memory_limit"
                                 : "");
     }
     *out = e;

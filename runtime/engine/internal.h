@@ -65,6 +65,8 @@ typedef struct coordinator {
     bool have_trace;
     int64_t live;           // gathered elements now
     int64_t live_peak_bytes;
+    int *queue, qhead, qlen; // ring of modules whose gather is decided but not yet issued
+    bool *queued;           // per module: in that ring
     wait_pair *waits;       // this step's timed waits of the compute stream for gathers
     int nwaits, capwaits;
 } coordinator;
