@@ -25,6 +25,7 @@
 
 #include "check.h"
 #include "zinf.h"
+#include "zinf_internal.h"
 
 enum { ALIGN = 4096 };
 
