@@ -199,12 +199,14 @@ static const bad_case cases[] = {
      {"checkpoint.load: \"latest\" needs checkpoint.dir"}},
     {"{" TB "\"checkpoint\": {\"interval\": 100}}", NULL, 1, ZINF_ERR_INVAL, {"checkpoint.interval", "checkpoint.dir"}},
     // ---- paths ----
+    // A missing nvme_path in an existing directory is made when the store opens; one
+    // whose parent is missing too is refused.
     {"{" TB "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": "
-     "\"@DIR/missing\"}}}",
+     "\"@DIR/missing/deeper\"}}}",
      NULL,
      1,
      ZINF_ERR_INVAL,
-     {"zero_optimization.offload_param.nvme_path", "/missing\"", "No such file"}},
+     {"zero_optimization.offload_param.nvme_path", "/missing/deeper\"", "neither it nor its parent"}},
     {"{" TB "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": "
      "[\"@DIR\", \"@FILE\"]}}}",
      NULL,

@@ -211,7 +211,7 @@ static void store(zinf_aio *aio, char **dirs, int ndirs) {
 static void errors(zinf_aio *aio, char **dirs) {
     zinf_swap *s = (zinf_swap *)1;
     char missing[256], file[256];
-    snprintf(missing, sizeof missing, "%s/missing", dirs[0]);
+    snprintf(missing, sizeof missing, "%s/missing/deeper", dirs[0]); // a missing parent too
     snprintf(file, sizeof file, "%s/plain-file", dirs[0]);
     FILE *fp = fopen(file, "w");
     if (fp) fclose(fp);
@@ -231,6 +231,16 @@ static void errors(zinf_aio *aio, char **dirs) {
     snprintf(leftover, sizeof leftover, "%s/zinf-e", dirs[0]);
     CHECK(!exists(leftover), "a failed open left %s behind", leftover);
     unlink(file);
+
+    // A missing nvme_path in an existing directory is made, and left empty at close.
+    char made[256];
+    snprintf(made, sizeof made, "%s/made", dirs[0]);
+    const char *fresh[] = {made};
+    zinf_swap_config mc = {.paths = fresh, .npaths = 1, .run = "m", .aio = aio};
+    CHECK(zinf_swap_open(&s, &mc) == ZINF_OK, "open on a missing %s: %s", made, zinf_last_error());
+    zinf_swap_close(s);
+    s = NULL;
+    CHECK(rmdir(made) == 0, "%s was not made, or not left empty: %s", made, strerror(errno));
 
     const char *one[] = {dirs[0]};
     zinf_swap_config c = {.paths = one, .npaths = 1, .run = "a/b", .aio = aio};
