@@ -199,8 +199,7 @@ zinf_status ptier_store(zinf_engine *e, int mod, void *src, bool src_host) {
         if (!tmp) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
         zinf_status st = zinf_copy_async(e->cs, tmp, src, bytes, ZINF_COPY_D2H);
         if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
-        if (st == ZINF_OK) st = zinf_stream_sync(e->ps);
-        if (st == ZINF_OK) st = zinf_swap_pwrite(e->pswap, e->pswap_id, disk_off(e, mod), tmp, bytes);
+        if (st == ZINF_OK) st = ptier_write(e, mod, l->part_lo, l->part_n, tmp);
         free(tmp);
         return st;
     }
