@@ -23,36 +23,49 @@ struct alloc_entry {
     alloc_entry *next;
 };
 
-// The three largest device allocations, "a (1 GiB), b (512 MiB), c (4 KiB)".
-static void largest(const zinf_device *d, char *out, size_t len) {
-    const alloc_entry *top[3] = {0};
+// What device memory holds, by purpose, the most first: "gradient buckets 786 MiB in 2,
+// gathered parameters 600 MiB in 12". Grouping tells a full device apart from one big
+// buffer, and names the knob to turn.
+static void holders(const zinf_device *d, char *out, size_t len) {
+    enum { MAX_GROUPS = 32, SHOWN = 4 };
+    struct group {
+        const char *what;
+        size_t bytes, n;
+    } g[MAX_GROUPS];
+    int ng = 0;
     for (const alloc_entry *e = d->allocs; e; e = e->next) {
         if (e->kind != ALLOC_DEVICE) continue;
-        for (int i = 0; i < 3; i++) {
-            if (!top[i] || e->bytes > top[i]->bytes) {
-                memmove(&top[i + 1], &top[i], (size_t)(2 - i) * sizeof top[0]);
-                top[i] = e;
-                break;
-            }
+        int i = 0;
+        while (i < ng && strcmp(g[i].what, e->what) != 0)
+            i++;
+        if (i == ng) {
+            if (ng == MAX_GROUPS) continue;
+            g[ng++] = (struct group){e->what, 0, 0};
         }
+        g[i].bytes += e->bytes, g[i].n++;
     }
     size_t at = 0;
     out[0] = '\0';
-    for (int i = 0; i < 3 && top[i] && at < len; i++) {
+    for (int k = 0; k < SHOWN && k < ng && at < len; k++) {
+        int top = k; // selection: bring the next largest group to position k
+        for (int i = k + 1; i < ng; i++)
+            if (g[i].bytes > g[top].bytes) top = i;
+        struct group t = g[k];
+        g[k] = g[top], g[top] = t;
         char sz[32];
-        at += (size_t)snprintf(out + at, len - at, "%s%s (%s)", i ? ", " : "", top[i]->what,
-                               zinf_size_format(top[i]->bytes, sz, sizeof sz));
+        at += (size_t)snprintf(out + at, len - at, "%s%s %s in %zu", k ? ", " : "", g[k].what,
+                               zinf_size_format(g[k].bytes, sz, sizeof sz), g[k].n);
     }
 }
 
 static zinf_status out_of_memory(const zinf_device *d, size_t bytes, const char *what) {
-    char want[32], used[32], cap[32], big[256];
-    largest(d, big, sizeof big);
+    char want[32], used[32], cap[32], big[320];
+    holders(d, big, sizeof big);
     return zinf_fail(ZINF_ERR_NOMEM,
                      "device out of memory: %s for %s does not fit on %s device %d: %s of %s in use in %lld buffers%s%s",
                      zinf_size_format(bytes, want, sizeof want), what, d->be->name, d->params.index,
                      zinf_size_format(d->mem.in_use, used, sizeof used), zinf_size_format(d->mem.capacity, cap, sizeof cap),
-                     (long long)d->mem.allocations, big[0] ? ", largest: " : "", big);
+                     (long long)d->mem.allocations, big[0] ? ": " : "", big);
 }
 
 static alloc_entry *entry_new(void *p, size_t bytes, alloc_kind kind, const char *what) {

@@ -101,7 +101,8 @@ void zinf_device_get_mem(zinf_device *d, zinf_device_mem *out);
 
 // Device memory, accounted against the capacity. `what` names the buffer in errors
 // and in the in-use report. Beyond the capacity: ZINF_ERR_NOMEM saying how many bytes
-// were asked for what, how many are in use in how many buffers, and the largest ones.
+// were asked for what, how many are in use in how many buffers, and what holds them
+// (bytes and buffers per `what`, the most first).
 // Allocations are aligned to 256 bytes.
 zinf_status zinf_device_alloc(zinf_device *d, size_t bytes, const char *what, void **out);
 void zinf_device_free(zinf_device *d, void *p); // NULL is a no-op

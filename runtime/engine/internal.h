@@ -29,12 +29,20 @@ typedef struct mod_layout {
     size_t part_off; // where that part starts in the rank's partition
 } mod_layout;
 
-// A group of modules whose gradients are reduced together (in the order backward
-// finishes them). Its buffer is rank-major: rank r's slices of every member, in member
-// order, form block r, so a reduce-scatter hands each rank its slices.
+// A run of one module's gradient in a bucket: elements [lo, lo + n) of every rank's
+// slice, at `off` inside each rank block. A module bigger than what is left of a bucket
+// is split, so reduce_bucket_size bounds the buckets whatever the module sizes.
+typedef struct piece {
+    int mod;
+    size_t lo, n, off;
+} piece;
+
+// Pieces whose gradients are reduced together (in the order backward finishes their
+// modules). Its buffer is rank-major: rank r's part of every piece, in piece order,
+// forms block r, so a reduce-scatter hands each rank its slices.
 typedef struct bucket {
-    int first, count; // members: ready[first .. first + count)
-    size_t block;     // elements per rank block (sum of the members' slices)
+    int first, count; // pieces[first .. first + count)
+    size_t block;     // elements per rank block (sum of the pieces' n)
 } bucket;
 
 // A failure on a host thread (a collective run from a stream), raised at the next
@@ -137,10 +145,11 @@ struct zinf_engine {
     double *d_stats;   // zinf_sumsq output per module part (2 doubles each)
 
     // gradient reduction
-    int *ready_order;   // modules in the order backward finishes them
     int *last_bwd;      // per module: index in the schedule of its last backward use, or -1
-    int *bucket_of;     // per module: its bucket
-    size_t *blk_off;    // per module: where its slices start inside each rank block
+    piece *pieces;      // in the order backward finishes their modules
+    int npieces;
+    int *first_piece;   // per module: its first piece (its pieces are consecutive), or -1
+    int *bucket_of;     // per piece: its bucket
     bucket *buckets;
     int nbuckets;
     size_t bucket_cap;  // elements of the largest bucket (world * block)

@@ -206,13 +206,13 @@ static void grad_add_run(void *arg) {
     const bucket *bk = &e->buckets[j->bucket];
     size_t W = (size_t)e->world;
     for (int k = bk->first; k < bk->first + bk->count; k++) {
-        int mod = e->ready_order[k];
-        const mod_layout *l = &e->lay[mod];
+        const piece *p = &e->pieces[k];
+        const mod_layout *l = &e->lay[p->mod];
         for (size_t r = 0; r < W; r++) {
             if (e->stage > 0 && r != (size_t)e->rank) continue;
-            const float *src = j->src + (j->packed ? 0 : r * bk->block) + e->blk_off[mod];
-            float *dst = e->h_grads32 + l->part_off + (r * l->slice - l->part_lo);
-            for (size_t i = 0; i < l->slice; i++)
+            const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
+            float *dst = e->h_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
+            for (size_t i = 0; i < p->n; i++)
                 dst[i] = dst[i] + src[i];
         }
     }

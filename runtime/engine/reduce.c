@@ -1,5 +1,6 @@
 // Gradient reduction. As backward finishes a module (the last op that adds to its
-// gradient), its 16-bit gradient is widened into a bucket; a full bucket goes to the
+// gradient), its 16-bit gradient is widened into buckets of reduce_bucket_size elements
+// (split where one fills, so that size bounds them); a full bucket goes to the
 // communication stream, which sums it over the ranks in fp32 (all-reduce at stages
 // 0-1, reduce-scatter into the owners' slices at 2-3) and adds each rank's part to its
 // fp32 gradient partition, while the compute stream goes on with backward
@@ -8,37 +9,48 @@
 #include "internal.h"
 
 static zinf_status plan_buckets(zinf_engine *e) {
-    int nf, nall, n = 0;
+    int nf, nall;
     zinf_model_schedule(e->m, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);
     for (int i = 0; i < e->nmod; i++)
-        e->last_bwd[i] = -1;
+        e->last_bwd[i] = e->first_piece[i] = -1;
     for (int k = nf; k < nall; k++) {
         if (ops[k].pass != ZINF_PASS_BACKWARD) continue;
         e->last_bwd[ops[k].module] = k;
         int ext = zinf_model_module(e->m, ops[k].module)->external;
         if (ext >= 0) e->last_bwd[ext] = k > e->last_bwd[ext] ? k : e->last_bwd[ext];
     }
-    for (int k = nf; k < nall; k++) // modules in the order their gradients are done
-        for (int i = 0; i < e->nmod; i++)
-            if (e->last_bwd[i] == k && e->lay[i].padded) e->ready_order[n++] = i;
-    // Greedy buckets of up to reduce_bucket_size elements; a bigger module is its own.
-    size_t cap = (size_t)e->cfg.zero.reduce_bucket_size, used = 0;
-    for (int j = 0; j < n; j++) {
-        int mod = e->ready_order[j];
-        size_t padded = e->lay[mod].padded;
-        bucket *b = e->nbuckets ? &e->buckets[e->nbuckets - 1] : NULL;
-        if (!b || used + padded > cap) {
-            b = &e->buckets[e->nbuckets++];
-            *b = (bucket){.first = j};
-            used = 0;
+    // Buckets of reduce_bucket_size elements (world blocks of `per`), filled in the order
+    // backward finishes the modules; every bucket but the last is full, so there are
+    // ceil(total / per) of them and at most one piece more than modules per bucket.
+    size_t W = (size_t)e->world, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0;
+    if (per == 0) per = 1;
+    for (int i = 0; i < e->nmod; i++)
+        total += e->lay[i].slice;
+    size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->nmod + maxb;
+    e->buckets = calloc(maxb, sizeof *e->buckets);
+    e->pieces = calloc(maxp, sizeof *e->pieces);
+    e->bucket_of = calloc(maxp, sizeof *e->bucket_of);
+    if (!e->buckets || !e->pieces || !e->bucket_of) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    for (int k = nf; k < nall; k++) {
+        for (int i = 0; i < e->nmod; i++) {
+            if (e->last_bwd[i] != k || !e->lay[i].padded) continue;
+            e->first_piece[i] = e->npieces;
+            for (size_t lo = 0; lo < e->lay[i].slice;) {
+                bucket *b = e->nbuckets ? &e->buckets[e->nbuckets - 1] : NULL;
+                if (!b || b->block == per) {
+                    b = &e->buckets[e->nbuckets++];
+                    *b = (bucket){.first = e->npieces};
+                }
+                size_t n = e->lay[i].slice - lo < per - b->block ? e->lay[i].slice - lo : per - b->block;
+                e->bucket_of[e->npieces] = (int)(b - e->buckets);
+                e->pieces[e->npieces++] = (piece){.mod = i, .lo = lo, .n = n, .off = b->block};
+                b->count++;
+                b->block += n;
+                lo += n;
+                if (W * b->block > e->bucket_cap) e->bucket_cap = W * b->block;
+            }
         }
-        e->bucket_of[mod] = (int)(b - e->buckets);
-        e->blk_off[mod] = b->block;
-        b->count++;
-        b->block += e->lay[mod].slice;
-        used += padded;
-        if ((size_t)e->world * b->block > e->bucket_cap) e->bucket_cap = (size_t)e->world * b->block;
     }
     return ZINF_OK;
 }
@@ -46,12 +58,8 @@ static zinf_status plan_buckets(zinf_engine *e) {
 zinf_status reduce_create(zinf_engine *e) {
     size_t nm = (size_t)e->nmod;
     e->last_bwd = malloc(nm * sizeof *e->last_bwd);
-    e->ready_order = malloc(nm * sizeof *e->ready_order);
-    e->bucket_of = calloc(nm, sizeof *e->bucket_of);
-    e->blk_off = calloc(nm, sizeof *e->blk_off);
-    e->buckets = calloc(nm, sizeof *e->buckets);
-    if (!e->last_bwd || !e->ready_order || !e->bucket_of || !e->blk_off || !e->buckets)
-        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    e->first_piece = malloc(nm * sizeof *e->first_piece);
+    if (!e->last_bwd || !e->first_piece) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     ZINF_CHECK(plan_buckets(e));
     for (int s = 0; s < 2; s++) {
         ZINF_CHECK(zinf_device_alloc(e->dev, e->bucket_cap * sizeof(float), "gradient buckets", (void **)&e->d_bucket[s]));
@@ -77,7 +85,7 @@ void reduce_destroy(zinf_engine *e) {
         zinf_event_destroy(e->bucket_free[s]);
     }
     engine_host_free(e, e->h_comm, true);
-    free(e->last_bwd), free(e->ready_order), free(e->bucket_of), free(e->blk_off), free(e->buckets);
+    free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->bucket_of), free(e->buckets);
 }
 
 // Sum bucket b over the ranks and add this rank's parts to its gradient partition.
@@ -110,14 +118,14 @@ static zinf_status flush(zinf_engine *e, int b) {
         if (W == 1 || e->nccl) ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
         ZINF_CHECK(tier_add_grads(e, b, packed ? h + W * blk : h, packed));
     } else {
-        for (int j = bk->first; j < bk->first + bk->count; j++) {
-            int mod = e->ready_order[j];
-            const mod_layout *l = &e->lay[mod];
+        for (int k = bk->first; k < bk->first + bk->count; k++) {
+            const piece *p = &e->pieces[k];
+            const mod_layout *l = &e->lay[p->mod];
             for (size_t r = 0; r < W; r++) {
                 if (e->stage > 0 && r != (size_t)e->rank) continue; // not this rank's part
-                const float *src = d + (packed ? 0 : r * blk) + e->blk_off[mod];
-                float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo);
-                ZINF_CHECK(zinf_add(e->xs, ZINF_DTYPE_F32, dst, dst, src, l->slice));
+                const float *src = d + (packed ? 0 : r * blk) + p->off;
+                float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
+                ZINF_CHECK(zinf_add(e->xs, ZINF_DTYPE_F32, dst, dst, src, p->n));
             }
         }
     }
@@ -128,15 +136,19 @@ static zinf_status flush(zinf_engine *e, int b) {
 zinf_status reduce_module_ready(zinf_engine *e, int mod) {
     const mod_layout *l = &e->lay[mod];
     if (!l->padded) return ZINF_OK;
-    int b = e->bucket_of[mod];
-    const bucket *bk = &e->buckets[b];
-    float *d = e->d_bucket[b & 1];
-    // The bucket's buffer is reused once the communication stream is done with it.
-    if (mod == e->ready_order[bk->first]) ZINF_CHECK(zinf_stream_wait_event(e->cs, e->bucket_free[b & 1]));
-    for (int r = 0; r < e->world; r++)
-        ZINF_CHECK(zinf_cast(e->cs, d + (size_t)r * bk->block + e->blk_off[mod], ZINF_DTYPE_F32,
-                             (char *)e->grads16[mod] + (size_t)r * l->slice * e->es, e->dt, l->slice));
+    for (int k = e->first_piece[mod]; k < e->npieces && e->pieces[k].mod == mod; k++) {
+        const piece *p = &e->pieces[k];
+        int b = e->bucket_of[k];
+        const bucket *bk = &e->buckets[b];
+        float *d = e->d_bucket[b & 1];
+        // The bucket's buffer is reused once the communication stream is done with it.
+        if (k == bk->first) ZINF_CHECK(zinf_stream_wait_event(e->cs, e->bucket_free[b & 1]));
+        for (int r = 0; r < e->world; r++)
+            ZINF_CHECK(zinf_cast(e->cs, d + (size_t)r * bk->block + p->off, ZINF_DTYPE_F32,
+                                 (char *)e->grads16[mod] + ((size_t)r * l->slice + p->lo) * e->es, e->dt, p->n));
+        if (k == bk->first + bk->count - 1) ZINF_CHECK(flush(e, b));
+    }
     ZINF_CHECK(engine_free_after(e, e->grads16[mod], e->cs));
     e->grads16[mod] = NULL;
-    return mod == e->ready_order[bk->first + bk->count - 1] ? flush(e, b) : ZINF_OK;
+    return ZINF_OK;
 }

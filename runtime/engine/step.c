@@ -20,13 +20,13 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
         const mod_layout *l = &e->lay[i];
         for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
             if (e->stage > 0 && r != (size_t)e->rank) continue;
-            const float *piece = g + l->part_off + (r * l->slice - l->part_lo);
+            const float *slice_g = g + l->part_off + (r * l->slice - l->part_lo);
             size_t k = 2 * (i * W + r);
             if (dev) {
-                st = zinf_sumsq(e->cs, ZINF_DTYPE_F32, piece, l->slice, e->d_stats + k);
+                st = zinf_sumsq(e->cs, ZINF_DTYPE_F32, slice_g, l->slice, e->d_stats + k);
             } else { // the kernel the host device runs for zinf_sumsq: the same bits
                 zinf_grad_stats gs;
-                st = zinf_grad_stats_pool(e->pool, piece, ZINF_DTYPE_F32, l->slice, &gs);
+                st = zinf_grad_stats_pool(e->pool, slice_g, ZINF_DTYPE_F32, l->slice, &gs);
                 h[k] = gs.sumsq, h[k + 1] = gs.nonfinite;
             }
         }

@@ -7,8 +7,9 @@
 # element is summed as micro-batch 0 + micro-batch 1 either way. Where the order
 # differs (micro-batches of 1 on 2 ranks: ((g0 + g1) + (g2 + g3)) against one product
 # over 2 sequences) fp32 losses agree within a relative 1e-5 after 10 steps: a few ulps
-# per sum, carried through Adam. Also: the --json and log contracts, config and data
-# errors, and that a killed or stopped rank ends the job with an error within 60 s.
+# per sum, carried through Adam. Buckets smaller than a module split it, with the same
+# bits. Also: the --json and log contracts, config and data errors, and that a killed
+# or stopped rank ends the job with an error within 60 s.
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -44,6 +45,14 @@ for dt in fp32 bf16; do
   done
 done
 echo "equivalence: stages 0-3 x 1, 2 ranks x fp32, bf16 bit-identical to stage 0 on 1 rank"
+
+# Buckets of 1000 elements split every module: the same bits, and the plan's gradient
+# buckets are 2 x 1000 fp32 (the 16 K-element embedding no longer sets their size).
+run 2 "$tmp/split" --set zero_optimization.stage=3 --set zero_optimization.reduce_bucket_size=1000
+[ "$(summary "$tmp/split")" = "$(summary "$tmp/ref.fp32")" ] ||
+  fail "buckets of 1000 on 2 ranks at stage 3: $(summary "$tmp/split"); stage 0 on 1 rank: $(summary "$tmp/ref.fp32")"
+grep -q 'device: .* activations, 7.8 KiB gradient buckets' "$tmp/split.err" ||
+  fail "buckets of 1000: $(grep 'gradient buckets' "$tmp/split.err" | head -1)"
 
 # A different reduction order: within a stated tolerance.
 run 2 "$tmp/micro1" --set train_micro_batch_size_per_gpu=1 --set zero_optimization.stage=2

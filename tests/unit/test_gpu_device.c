@@ -13,22 +13,26 @@
 static void test_capacity(void) {
     zinf_device *d = test_device(1 << 20);
     zinf_device_mem m;
-    void *a, *b, *c;
+    void *a, *a2, *b, *c;
     CHECK(zinf_device_get_caps(d)->capacity == 1 << 20, "capacity %llu",
           (unsigned long long)zinf_device_get_caps(d)->capacity);
-    TRY(zinf_device_alloc(d, 600 << 10, "activations", &a));
-    zinf_status st = zinf_device_alloc(d, 600 << 10, "gathered params", &b);
-    CHECK(st == ZINF_ERR_NOMEM && b == NULL, "second 600 KiB in 1 MiB: %s", zinf_status_str(st));
+    TRY(zinf_device_alloc(d, 100 << 10, "grads", &c));
+    TRY(zinf_device_alloc(d, 300 << 10, "activations", &a));
+    TRY(zinf_device_alloc(d, 300 << 10, "activations", &a2));
+    zinf_status st = zinf_device_alloc(d, 400 << 10, "gathered params", &b);
+    CHECK(st == ZINF_ERR_NOMEM && b == NULL, "400 KiB more in 1 MiB: %s", zinf_status_str(st));
     const char *msg = zinf_last_error();
-    CHECK_CONTAINS(msg, "600 KiB for gathered params");
-    CHECK_CONTAINS(msg, "600 KiB of 1 MiB in use in 1 buffers");
-    CHECK_CONTAINS(msg, "activations (600 KiB)");
-    TRY(zinf_device_alloc(d, 400 << 10, "grads", &c)); // what is left still fits
+    CHECK_CONTAINS(msg, "400 KiB for gathered params");
+    CHECK_CONTAINS(msg, "700 KiB of 1 MiB in use in 3 buffers");
+    CHECK_CONTAINS(msg, "activations 600 KiB in 2, grads 100 KiB in 1"); // by purpose, the most first
+    TRY(zinf_device_alloc(d, 300 << 10, "gathered params", &b)); // what is left still fits
     zinf_device_get_mem(d, &m);
-    CHECK(m.in_use == 1000 << 10 && m.allocations == 2, "in use %llu in %lld", (unsigned long long)m.in_use,
+    CHECK(m.in_use == 1000 << 10 && m.allocations == 4, "in use %llu in %lld", (unsigned long long)m.in_use,
           (long long)m.allocations);
     zinf_device_free(d, a);
-    TRY(zinf_device_alloc(d, 600 << 10, "gathered params", &b));
+    zinf_device_free(d, a2);
+    zinf_device_free(d, b);
+    TRY(zinf_device_alloc(d, 900 << 10, "gathered params", &b));
     zinf_device_free(d, b);
     zinf_device_free(d, c);
     zinf_device_get_mem(d, &m);
