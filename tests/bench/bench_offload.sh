@@ -12,8 +12,8 @@
 #    without being killed: parameters, states vs RAM, peak RSS, pinned and NVMe bytes,
 #    s/step and the wall time including initialization. Skipped (exit 0, said loudly)
 #    when the disk has less than ~14 bytes per parameter + 5% free. The 2G device holds
-#    the gradient buckets (the 103 M-element embedding is a bucket of its own), the
-#    activations and the gathered modules only with smaller buckets and prefetch.
+#    the gradient buckets, the activations and the gathered modules with buckets and
+#    prefetch smaller than the defaults.
 # On the host backend the "device" is these same cores, so CPU Adam in the background
 # competes with the forward instead of running beside a GPU: the overhead there is an
 # upper bound of what a GPU machine sees.
@@ -93,7 +93,7 @@ PY
 
 # ---- 2. capacity ----
 # n_embd 2048, vocab 50257, block 64; n_layer the least making 16 B/param >= 1.5 x RAM.
-mem=$(awk '/^MemTotal:/ { print $2 * 1024 }' /proc/meminfo)
+mem=$(awk '/^MemTotal:/ { printf "%.0f\n", $2 * 1024 }' /proc/meminfo)
 read -r layers params <<< "$(python3 -c "
 C, V, B, mem = 2048, 50257, 64, $mem
 p = lambda L: 12 * L * C * C + 13 * L * C + C * (V + B) + 2 * C
@@ -109,9 +109,8 @@ if [ "$free" -lt "$need" ]; then
   exit 0
 fi
 # The pinned budget: the default (half the memory available) is short of the fp32
-# gradient partition (4 B/param) plus the swap, parameter and staging buffers (~5.4
-# GiB here, sized by the largest module, the 103 M-element embedding). Buckets of 5e7
-# elements keep the gradient buckets (2 x the embedding, fp32) within the 2G device.
+# gradient partition (4 B/param) plus the swap, parameter and staging buffers (~5
+# GiB here, sized by the largest module, the 103 M-element embedding).
 pinned=$(( params * 4 + (6 << 30) ))
 tokens "$dir/c.tokens" 50257 65536
 cat > "$dir/c.json" <<JSON
