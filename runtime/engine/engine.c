@@ -406,6 +406,7 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     // The gradients are the background update's until it ends.
     tier_join(e);
     ZINF_CHECK(async_get(&e->aerr));
+    ZINF_CHECK(tier_preread(e));
     int nf, nall;
     zinf_model_schedule(e->m, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);

@@ -174,6 +174,7 @@ struct zinf_engine {
     int swap_id[NSTATES];
     io_buf io[MAX_IO];
     int nio;
+    int npreread; // the next update's first sub-groups already read into io[0 ..)
     int64_t host_bytes; // host memory the optimizer tier holds
     int *sg_of;           // per module: its sub-group, or -1
     zinf_event **sg_done; // per sub-group: recorded on ptier_stream after its new parameters
@@ -282,6 +283,9 @@ zinf_status tier_zero_grads(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on xs).
 zinf_status tier_add_grads(zinf_engine *e, int b, const float *src, bool packed);
 zinf_status tier_update(zinf_engine *e, const zinf_optim_hparams *h);
+// Start reading the next update's first sub-groups from NVMe (once per step; no-op
+// for other tiers or without pipeline_read).
+zinf_status tier_preread(zinf_engine *e);
 // Start the update on the optimizer thread (it also zeroes the gradients); wait for
 // it to end (its failure is raised by engine_sync).
 zinf_status tier_start(zinf_engine *e, const zinf_optim_hparams *h);

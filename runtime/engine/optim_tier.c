@@ -30,6 +30,7 @@ static void host_free(zinf_engine *e, void *p) { engine_host_free(e, p, e->cfg.z
 
 static zinf_status start_thread(zinf_engine *e);
 static void stop_thread(zinf_engine *e);
+static zinf_status drop_preread(zinf_engine *e);
 
 // Sub-groups: consecutive modules in forward order, closed once adding the next module
 // would pass sub_group_size (a bigger module is its own).
@@ -157,7 +158,10 @@ zinf_status tier_write(zinf_engine *e, int s, size_t off, size_t n, const float 
         memcpy(host + off, src, n * sizeof *src);
         return ZINF_OK;
     }
-    if (!dev) return zinf_swap_pwrite(e->swap, e->swap_id[s], off * sizeof *src, src, n * sizeof *src);
+    if (!dev) {
+        ZINF_CHECK(drop_preread(e));
+        return zinf_swap_pwrite(e->swap, e->swap_id[s], off * sizeof *src, src, n * sizeof *src);
+    }
     ZINF_CHECK(zinf_copy_async(e->cs, dev + off, src, n * sizeof *src, ZINF_COPY_H2D));
     return zinf_stream_sync(e->cs);
 }
@@ -178,6 +182,7 @@ zinf_status tier_zero_states(zinf_engine *e) {
         return ZINF_OK;
     }
     // Through one IO buffer, a sub-group's worth at a time.
+    ZINF_CHECK(drop_preread(e));
     float *z = e->io[0].buf;
     size_t chunk = NSTATES * e->sg_max;
     memset(z, 0, chunk * sizeof *z);
@@ -298,10 +303,12 @@ static zinf_status update_all(zinf_engine *e, const zinf_optim_hparams *h) {
         return ZINF_OK;
     }
     const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;
-    zinf_status st = e->nsg ? start_read(e, 0) : ZINF_OK;
+    int pre = e->npreread;
+    e->npreread = 0;
+    zinf_status st = e->nsg && !pre ? start_read(e, 0) : ZINF_OK;
     for (int g = 0; st == ZINF_OK && g < e->nsg; g++) {
         io_buf *b = &e->io[g % e->nio];
-        if (oc->pipeline_read && g + 1 < e->nsg) st = start_read(e, g + 1);
+        if (oc->pipeline_read && g + 1 < e->nsg && g + 1 >= pre) st = start_read(e, g + 1);
         if (st == ZINF_OK) st = wait_tickets(e, b);
         float *p = b->buf;
         if (st == ZINF_OK) st = update_group(e, h, g, p, p + e->sg_max, p + 2 * e->sg_max);
@@ -314,6 +321,30 @@ static zinf_status update_all(zinf_engine *e, const zinf_optim_hparams *h) {
         zinf_status s = wait_tickets(e, &e->io[b]);
         if (st == ZINF_OK) st = s;
     }
+    return st;
+}
+
+// Called as backward starts: the update that follows then computes at once instead of
+// waiting for its first reads, and at stage 3 the next forward, which waits for the
+// first sub-groups, starts sooner. Only the update's own buffers take the reads, in
+// the places it would read them into; with pipeline_read off it reads nothing early.
+zinf_status tier_preread(zinf_engine *e) {
+    if (e->otier != ZINF_OFFLOAD_NVME || !e->cfg.zero.offload_optimizer.pipeline_read || e->npreread) return ZINF_OK;
+    for (int g = 0; g < e->nio && g < e->nsg; g++) {
+        ZINF_CHECK(start_read(e, g));
+        e->npreread = g + 1;
+    }
+    return ZINF_OK;
+}
+
+// States written outside the update (initialization, loading) make the reads stale.
+static zinf_status drop_preread(zinf_engine *e) {
+    zinf_status st = ZINF_OK;
+    for (int b = 0; b < e->npreread; b++) {
+        zinf_status s = wait_tickets(e, &e->io[b]);
+        if (st == ZINF_OK) st = s;
+    }
+    e->npreread = 0;
     return st;
 }
 

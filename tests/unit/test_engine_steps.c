@@ -6,10 +6,15 @@
 //   computation in double gives;
 // - the trace: a stage-3 run whose module order changes (an evaluation forward before
 //   the training forward in steps 4-6) trains exactly as stage 0 does, and says that
-//   execution departed from its trace once per change. timeout: 120
+//   execution departed from its trace once per change;
+// - a state set between backward and step (the NVMe tier has started reading the
+//   next update's first sub-groups by then) is the one the step uses: optimizer on
+//   NVMe gives the device tier's weights. timeout: 120
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "zinf.h"
@@ -155,6 +160,42 @@ out:
     zinf_config_free(&cfg);
 }
 
+// Two steps with exp_avg of ln_f.bias set after the first backward, from tier `tier`
+// (NVMe under dir); every weight after them in w (n of them).
+static float *set_late(zinf_comm *comm, const char *tier, const char *dir, size_t *n) {
+    zinf_config cfg;
+    char extra[400];
+    snprintf(extra, sizeof extra,
+             ", \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"%s\", "
+             "\"nvme_path\": \"%s\"}}",
+             tier, dir);
+    zinf_engine *e = make(comm, &cfg, extra);
+    float *w = NULL, m[32];
+    for (int i = 0; i < 32; i++)
+        m[i] = 0.5f - 0.03f * (float)i;
+    zinf_step_info si;
+    for (int s = 0; e && s < 2; s++) {
+        if (!fwd_bwd(e, s)) break;
+        CHECK(s || zinf_engine_set_full(e, "ln_f.bias", ZINF_STATE_EXP_AVG, m) == ZINF_OK, "%s", zinf_last_error());
+        CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
+    }
+    if (e) w = all_of(e, ZINF_STATE_PARAM, n);
+    zinf_engine_destroy(e);
+    zinf_config_free(&cfg);
+    return w;
+}
+
+static void test_state_set_late(zinf_comm *comm) {
+    char dir[] = "/tmp/zinf-steps-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    size_t n = 0, n2 = 0;
+    float *want = set_late(comm, "none", dir, &n), *got = set_late(comm, "nvme", dir, &n2);
+    CHECK(want && got && n == n2 && memcmp(want, got, n * sizeof *got) == 0,
+          "exp_avg set between backward and step: optimizer on nvme trains differently from the device");
+    free(want), free(got);
+    rmdir(dir);
+}
+
 static int departures;
 static void count_departures(zinf_log_level level, int rank, const char *msg, void *user) {
     (void)level, (void)rank, (void)user;
@@ -208,6 +249,7 @@ int main(void) {
     test_clipping(comm, "none");
     test_clipping(comm, "cpu");
     test_trace_change(comm);
+    test_state_set_late(comm);
     zinf_comm_destroy(comm);
     return check_exit("test_engine_steps");
 }
