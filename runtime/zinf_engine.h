@@ -50,9 +50,9 @@ typedef struct zinf_step_info {
     // gathered parameters (all of them, and those read from NVMe); the offloaded
     // optimizer's update and its wait on NVMe in it (at stage 3 the update runs in the
     // background under the next step's forward: the one reported is the one that
-    // ran since the last step), and how long the engine waited for it to reach the
-    // modules forward needed; and the NVMe link (bytes, and the seconds some read or
-    // write was in flight).
+    // ran since the last step), and how long the compute stream stood idle because it
+    // had not yet reached the modules forward needed; and the NVMe link (bytes, and
+    // the seconds some read or write was in flight).
     double wait_params_s, wait_params_nvme_s;
     double optim_s, optim_io_wait_s, wait_optim_s;
     int64_t nvme_read_bytes, nvme_write_bytes;

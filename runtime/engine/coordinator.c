@@ -136,11 +136,8 @@ static zinf_status record_use(coordinator *co, int x) {
     return ZINF_OK;
 }
 
-// The compute stream waits for x's gather; when the gather may not have landed yet,
-// timed events around the wait say for how long.
-static zinf_status wait_landed(zinf_engine *e, int x) {
-    coordinator *co = &e->co;
-    if (zinf_event_done(co->landed[x])) return zinf_stream_wait_event(e->cs, co->landed[x]);
+// A pair of timed events for one wait of the compute stream, recorded around it.
+static zinf_status new_wait(coordinator *co, zinf_device *dev, wait_pair **out) {
     if (co->nwaits == co->capwaits) {
         int cap = co->capwaits ? 2 * co->capwaits : 64;
         wait_pair *n = realloc(co->waits, (size_t)cap * sizeof *n);
@@ -149,21 +146,47 @@ static zinf_status wait_landed(zinf_engine *e, int x) {
         co->waits = n, co->capwaits = cap;
     }
     wait_pair *w = &co->waits[co->nwaits++];
-    if (!w->before) ZINF_CHECK(zinf_event_create_timed(e->dev, &w->before));
-    if (!w->after) ZINF_CHECK(zinf_event_create_timed(e->dev, &w->after));
+    if (!w->before) ZINF_CHECK(zinf_event_create_timed(dev, &w->before));
+    if (!w->after) ZINF_CHECK(zinf_event_create_timed(dev, &w->after));
+    w->disk = w->update = false;
+    *out = w;
+    return ZINF_OK;
+}
+
+// The compute stream waits for x's gather; when the gather may not have landed yet,
+// timed events around the wait say for how long.
+static zinf_status wait_landed(zinf_engine *e, int x) {
+    coordinator *co = &e->co;
+    if (zinf_event_done(co->landed[x])) return zinf_stream_wait_event(e->cs, co->landed[x]);
+    wait_pair *w;
+    ZINF_CHECK(new_wait(co, e->dev, &w));
     w->disk = ptier_on_disk(e, x);
     ZINF_CHECK(zinf_event_record(w->before, e->cs));
     ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
     return zinf_event_record(w->after, e->cs);
 }
 
-zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk) {
+// Issue the gathers decided up to x. When x is not updated yet this thread blocks
+// until it is; the compute stream runs dry only once it has done what was queued
+// before, and the timed events, one on each side of the block with nothing between
+// them, measure exactly that.
+static zinf_status issue_for_use(zinf_engine *e, int x) {
+    if (tier_updated(e, x)) return issue(e, x);
+    wait_pair *w;
+    ZINF_CHECK(new_wait(&e->co, e->dev, &w));
+    w->update = true;
+    ZINF_CHECK(zinf_event_record(w->before, e->cs));
+    ZINF_CHECK(issue(e, x));
+    return zinf_event_record(w->after, e->cs);
+}
+
+zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *update) {
     coordinator *co = &e->co;
-    *all = *disk = 0;
+    *all = *disk = *update = 0;
     for (int i = 0; i < co->nwaits; i++) {
         double s;
         ZINF_CHECK(zinf_event_elapsed(co->waits[i].before, co->waits[i].after, &s));
-        *all += s;
+        *(co->waits[i].update ? update : all) += s;
         if (co->waits[i].disk) *disk += s;
     }
     co->nwaits = 0;
@@ -187,7 +210,7 @@ static zinf_status use(zinf_engine *e, int x, void **params) {
         }
     }
     if (!co->gathered[x]) ZINF_CHECK(gather(e, x));
-    if (co->queued[x]) ZINF_CHECK(issue(e, x));
+    if (co->queued[x]) ZINF_CHECK(issue_for_use(e, x));
     ZINF_CHECK(wait_landed(e, x));
     params[x] = co->gathered[x];
     return ZINF_OK;

@@ -53,11 +53,12 @@ typedef struct async_error {
     char msg[512];
 } async_error;
 
-// Timed events around one wait of the compute stream for a gather; disk when the
-// slices came from NVMe.
+// Timed events on the compute stream around one wait: for a gather (disk when the
+// slices came from NVMe), or while the engine thread waited for the background update
+// to write a module, which is how long the stream then ran dry.
 typedef struct wait_pair {
     zinf_event *before, *after;
-    bool disk;
+    bool disk, update;
 } wait_pair;
 
 // The stage-3 coordinator's state: which modules are gathered, the trace of module
@@ -75,7 +76,7 @@ typedef struct coordinator {
     int64_t live_peak_bytes;
     int *queue, qhead, qlen; // ring of modules whose gather is decided but not yet issued
     bool *queued;           // per module: in that ring
-    wait_pair *waits;       // this step's timed waits of the compute stream for gathers
+    wait_pair *waits;       // this step's timed waits of the compute stream
     int nwaits, capwaits;
 } coordinator;
 
@@ -190,7 +191,6 @@ struct zinf_engine {
     zinf_optim_hparams oh;
     int published;         // sub-groups of the running update whose sg_done is recorded
     bool unsynced;         // stores of a background update may still be queued on ptier_stream
-    int64_t gate_ns;       // the engine thread's wait for the update since the last step
 
     // host memory, against the budgets (engine_host_alloc)
     int64_t pinned_used, pinned_budget, host_used, host_budget;
@@ -229,7 +229,7 @@ zinf_status coord_fetch(zinf_engine *e, int mod, void **params);
 zinf_status coord_done(zinf_engine *e, int mod);
 zinf_status coord_end_step(zinf_engine *e);
 // The step's waits for gathers (streams idle): seconds in all and for slices from NVMe.
-zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk);
+zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *update);
 // reduce.c
 zinf_status reduce_create(zinf_engine *e);
 void reduce_destroy(zinf_engine *e);

@@ -429,12 +429,10 @@ bool tier_updated(zinf_engine *e, int mod) {
 zinf_status tier_wait_updated(zinf_engine *e, int mod, zinf_stream *s) {
     if (!e->background || !e->unsynced || e->sg_of[mod] < 0) return ZINF_OK;
     int g = e->sg_of[mod];
-    int64_t t0 = zinf_clock_ns();
     pthread_mutex_lock(&e->omu);
     while (e->ojob && e->published <= g)
         pthread_cond_wait(&e->ocv, &e->omu);
     pthread_mutex_unlock(&e->omu);
-    e->gate_ns += zinf_clock_ns() - t0;
     return s ? zinf_stream_wait_event(s, e->sg_done[g]) : ZINF_OK;
 }
 

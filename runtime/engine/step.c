@@ -91,11 +91,11 @@ static zinf_status share_params(zinf_engine *e) {
 
 // Where the time since the last step went (both streams idle).
 static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
-    if (e->stage == 3) ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s));
+    if (e->stage == 3)
+        ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s, &info->wait_optim_s));
     info->optim_s = 1e-9 * (double)e->optim_ns;
     info->optim_io_wait_s = 1e-9 * (double)e->optim_io_ns;
-    info->wait_optim_s = 1e-9 * (double)e->gate_ns;
-    e->optim_ns = e->optim_io_ns = e->gate_ns = 0;
+    e->optim_ns = e->optim_io_ns = 0;
     if (!e->aio) return ZINF_OK;
     zinf_aio_stats now;
     zinf_aio_get_stats(e->aio, &now);
