@@ -1,9 +1,11 @@
 // The engine: creation, forward and backward of a micro-batch, the full-value view of
 // a rank's partition (DeepSpeed's safe_get_full_* / safe_set_full_*), and the pieces
 // every engine file shares (deferred frees, collectives on the communication stream).
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -104,6 +106,35 @@ static const char *const host_hint =
     "move a tier to nvme (zero_optimization.offload_optimizer/offload_param.device), lower "
     "offload_param.max_in_cpu or zero_optimization.sub_group_size, or run fewer ranks per host";
 
+// A page-aligned mapping for a buffer to be pinned, recorded; pinned now once
+// engine_host_pin has run.
+static zinf_status map_block(zinf_engine *e, size_t bytes, const char *what, void **out) {
+    char a[32];
+    if (e->npblocks == e->cappblocks) {
+        int cap = e->cappblocks ? 2 * e->cappblocks : 16;
+        pinned_block *n = realloc(e->pblocks, (size_t)cap * sizeof *n);
+        if (!n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+        e->pblocks = n, e->cappblocks = cap;
+    }
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return zinf_fail_errno(errno, "engine: mapping %s of host memory for %s", zinf_size_format(bytes, a, sizeof a),
+                               what);
+    pinned_block *b = &e->pblocks[e->npblocks++];
+    *b = (pinned_block){p, bytes, false};
+    *out = p;
+    if (!e->pin_now) return ZINF_OK;
+    zinf_status st = zinf_pinned_register(e->dev, p, bytes);
+    if (st != ZINF_OK) {
+        *out = NULL;
+        munmap(p, bytes);
+        e->npblocks--;
+        return st;
+    }
+    b->pinned = true;
+    return ZINF_OK;
+}
+
 zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, const char *what, void **out) {
     char a[32], b[32], c[32];
     *out = NULL;
@@ -122,7 +153,7 @@ zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, const c
                          what, zinf_size_format(bytes, a, sizeof a), zinf_size_format((uint64_t)e->host_budget, b, sizeof b),
                          zinf_size_format((uint64_t)e->host_used, c, sizeof c), host_hint);
     if (pinned) {
-        ZINF_CHECK(zinf_pinned_alloc(e->dev, bytes ? bytes : 4096, out));
+        ZINF_CHECK(map_block(e, bytes ? bytes : 4096, what, out));
         e->pinned_used += (int64_t)bytes;
     } else if (posix_memalign(out, 4096, bytes ? bytes : 4096) != 0) {
         *out = NULL;
@@ -134,8 +165,29 @@ zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, const c
 }
 
 void engine_host_free(zinf_engine *e, void *p, bool pinned) {
-    if (p && pinned) zinf_pinned_free(e->dev, p);
-    else free(p);
+    if (!p || !pinned) {
+        free(p);
+        return;
+    }
+    for (int i = 0; i < e->npblocks; i++) {
+        pinned_block *b = &e->pblocks[i];
+        if (b->p != p) continue;
+        if (b->pinned) zinf_pinned_unregister(e->dev, p);
+        munmap(p, b->bytes);
+        *b = e->pblocks[--e->npblocks];
+        return;
+    }
+}
+
+zinf_status engine_host_pin(zinf_engine *e) {
+    e->pin_now = true;
+    for (int i = 0; i < e->npblocks; i++) {
+        pinned_block *b = &e->pblocks[i];
+        if (b->pinned) continue;
+        ZINF_CHECK(zinf_pinned_register(e->dev, b->p, b->bytes));
+        b->pinned = true;
+    }
+    return ZINF_OK;
 }
 
 // The budgets host allocations are held to: pinned memory from
@@ -307,6 +359,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(layout_build(e));
     ZINF_CHECK(alloc_states(e));
     ZINF_CHECK(reduce_create(e));
+    ZINF_CHECK(engine_host_pin(e));
     if (e->stage == 3) ZINF_CHECK(coord_create(e));
     else memcpy(e->pview, e->params16, (size_t)e->nmod * sizeof *e->pview);
     ZINF_CHECK(init_partition(e));
@@ -350,6 +403,7 @@ void zinf_engine_destroy(zinf_engine *e) {
     if (e->dev) zinf_device_free(e->dev, e->d_stats);
     ptier_destroy(e);
     tier_destroy(e);
+    free(e->pblocks); // every block was given back above
     zinf_aio_destroy(e->aio);
     free(e->params16), free(e->grads16), free(e->pview), free(e->lay);
     zinf_model_destroy(e->m);

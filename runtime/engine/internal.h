@@ -53,6 +53,13 @@ typedef struct async_error {
     char msg[512];
 } async_error;
 
+// A host buffer to be pinned, mapped at once and pinned by engine_host_pin.
+typedef struct pinned_block {
+    void *p;
+    size_t bytes;
+    bool pinned;
+} pinned_block;
+
 // Timed events on the compute stream around one wait: for a gather (disk when the
 // slices came from NVMe), or while the engine thread waited for the background update
 // to write a module, which is how long the stream then ran dry.
@@ -195,6 +202,9 @@ struct zinf_engine {
     // host memory, against the budgets (engine_host_alloc)
     int64_t pinned_used, pinned_budget, host_used, host_budget;
     bool host_refused; // the last host allocation was past a budget
+    pinned_block *pblocks; // every buffer meant to be pinned: mapped, and pinned once pin_now
+    int npblocks, cappblocks;
+    bool pin_now;
     int64_t optim_ns, optim_io_ns; // this step's offloaded update, and its waits on NVMe
     zinf_aio_stats aio_seen;       // the aio counters at the last step's end
 
@@ -303,6 +313,10 @@ zinf_status engine_allgather(zinf_engine *e, const void *mine, bool mine_host, v
 // pass the pinned budget or the host memory there is.
 zinf_status engine_host_alloc(zinf_engine *e, size_t bytes, bool pinned, const char *what, void **out);
 void engine_host_free(zinf_engine *e, void *p, bool pinned);
+// Pin every buffer asked for so far, and later ones at once. Creation calls it once all
+// of them have passed the budgets, so that a plan past a budget is refused before
+// seconds go into pinning what would be given back.
+zinf_status engine_host_pin(zinf_engine *e);
 // Open a swap store on paths (the aio engine and the run's name are shared by both tiers).
 zinf_status engine_swap_open(zinf_engine *e, const zinf_path_list *paths, struct zinf_swap **out);
 // A failure on a stream's thread, raised by engine_sync; whether one happened.
