@@ -177,6 +177,7 @@ void engine_host_free(zinf_engine *e, void *p, bool pinned) {
         *b = e->pblocks[--e->npblocks];
         return;
     }
+    ZINF_LOG_ERROR("engine_host_free: %p is not a pinned buffer of this engine", p); // a broken invariant
 }
 
 zinf_status engine_host_pin(zinf_engine *e) {

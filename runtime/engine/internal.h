@@ -33,7 +33,7 @@ typedef struct mod_layout {
 // slice, at `off` inside each rank block. A module bigger than what is left of a bucket
 // is split, so reduce_bucket_size bounds the buckets whatever the module sizes.
 typedef struct piece {
-    int mod;
+    int mod, bucket;
     size_t lo, n, off;
 } piece;
 
@@ -157,7 +157,6 @@ struct zinf_engine {
     piece *pieces;      // in the order backward finishes their modules
     int npieces;
     int *first_piece;   // per module: its first piece (its pieces are consecutive), or -1
-    int *bucket_of;     // per piece: its bucket
     bucket *buckets;
     int nbuckets;
     size_t bucket_cap;  // elements of the largest bucket (world * block)

@@ -22,7 +22,8 @@ static zinf_status plan_buckets(zinf_engine *e) {
     }
     // Buckets of reduce_bucket_size elements (world blocks of `per`), filled in the order
     // backward finishes the modules; every bucket but the last is full, so there are
-    // ceil(total / per) of them and at most one piece more than modules per bucket.
+    // ceil(total / per) of them, and a bucket's end splits at most one module, so there
+    // are at most modules + buckets pieces.
     size_t W = (size_t)e->world, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0;
     if (per == 0) per = 1;
     for (int i = 0; i < e->nmod; i++)
@@ -30,8 +31,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
     size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->nmod + maxb;
     e->buckets = calloc(maxb, sizeof *e->buckets);
     e->pieces = calloc(maxp, sizeof *e->pieces);
-    e->bucket_of = calloc(maxp, sizeof *e->bucket_of);
-    if (!e->buckets || !e->pieces || !e->bucket_of) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    if (!e->buckets || !e->pieces) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int k = nf; k < nall; k++) {
         for (int i = 0; i < e->nmod; i++) {
             if (e->last_bwd[i] != k || !e->lay[i].padded) continue;
@@ -43,8 +43,8 @@ static zinf_status plan_buckets(zinf_engine *e) {
                     *b = (bucket){.first = e->npieces};
                 }
                 size_t n = e->lay[i].slice - lo < per - b->block ? e->lay[i].slice - lo : per - b->block;
-                e->bucket_of[e->npieces] = (int)(b - e->buckets);
-                e->pieces[e->npieces++] = (piece){.mod = i, .lo = lo, .n = n, .off = b->block};
+                e->pieces[e->npieces++] =
+                    (piece){.mod = i, .bucket = (int)(b - e->buckets), .lo = lo, .n = n, .off = b->block};
                 b->count++;
                 b->block += n;
                 lo += n;
@@ -85,7 +85,7 @@ void reduce_destroy(zinf_engine *e) {
         zinf_event_destroy(e->bucket_free[s]);
     }
     engine_host_free(e, e->h_comm, true);
-    free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->bucket_of), free(e->buckets);
+    free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->buckets);
 }
 
 // Sum bucket b over the ranks and add this rank's parts to its gradient partition.
@@ -138,7 +138,7 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod) {
     if (!l->padded) return ZINF_OK;
     for (int k = e->first_piece[mod]; k < e->npieces && e->pieces[k].mod == mod; k++) {
         const piece *p = &e->pieces[k];
-        int b = e->bucket_of[k];
+        int b = p->bucket;
         const bucket *bk = &e->buckets[b];
         float *d = e->d_bucket[b & 1];
         // The bucket's buffer is reused once the communication stream is done with it.
