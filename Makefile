@@ -87,7 +87,7 @@ comma := ,
 
 # `make deps` installs what the build and tests need (Debian, as root) or prints the
 # command to run. The stamp makes a fresh build dir check once, not on every make.
-DEBIAN_PKGS := build-essential libjansson-dev liburing-dev libnuma-dev libopenblas-dev \
+DEBIAN_PKGS := build-essential libjansson-dev zlib1g-dev liburing-dev libnuma-dev libopenblas-dev \
   openmpi-bin libopenmpi-dev fio python3 python3-venv
 deps:
 	@missing=$$(for p in $(DEBIAN_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
@@ -128,7 +128,7 @@ CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes -pthread -M
 NVCCFLAGS := -std=c++17 -O2 -g -fmad=false -Xcompiler -Wall,-Wextra -MMD -MP \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
-LDLIBS := -ljansson -luring -lnuma -lopenblas -lm -pthread
+LDLIBS := -ljansson -lz -luring -lnuma -lopenblas -lm -pthread
 ifneq ($(WERROR),)
   CFLAGS += -Werror
   NVCCFLAGS += -Werror all-warnings
@@ -152,7 +152,7 @@ endif
 
 # ---- sources ----
 # Every module's C files; backend- and dependency-specific files are picked by name.
-LIB_C := $(wildcard runtime/base/*.c runtime/config/*.c runtime/comm/*.c runtime/models/*.c runtime/engine/*.c \
+LIB_C := $(wildcard runtime/base/*.c runtime/config/*.c runtime/comm/*.c runtime/models/*.c runtime/checkpoint/*.c runtime/engine/*.c \
   aio/*.c cpu_adam/*.c gpu/*.c gpu/host/*.c offload/*.c)
 ifneq ($(ZINF_HAVE_CUDA),1)
   LIB_CU :=

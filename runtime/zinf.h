@@ -14,5 +14,6 @@
 #include "zinf_model.h"
 #include "zinf_schedule.h"
 #include "zinf_engine.h"
+#include "zinf_checkpoint.h"
 
 #endif

@@ -84,6 +84,35 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
 // the same on every rank: identical runs print identical digests. Collective.
 zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]);
 
+// ---- checkpoints (the format: zinf_checkpoint.h) ----
+// Between steps only, and collective: every rank calls them with the same arguments.
+
+// Save the states after the last step as root/global_step<N> (root is made when
+// missing; its parent must exist), then point root/latest at it and keep the newest
+// `keep` step directories (0: all). data_position (training sequences consumed) and
+// seed are stored for the trainer and come back from load. Optimizer states on NVMe
+// are streamed from the swap store, through a buffer of a few MiB. A failure (a full
+// disk, a rank that fails) removes the partial directory and leaves every earlier
+// checkpoint and latest as they were; so does a crash at any moment. Leftovers of
+// interrupted saves are removed by the next save.
+zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int64_t data_position, int64_t seed);
+
+typedef struct zinf_ckpt_resume {
+    int64_t step;          // optimizer steps taken when it was saved
+    int64_t data_position; // as saved
+    int64_t seed;
+    int world_size;        // of the run that saved it
+    char dir[4096];        // the step directory
+} zinf_ckpt_resume;
+
+// Load a checkpoint (a root, whose latest is followed, or a step directory) saved at
+// any stage and world size by a model of the same shape: every rank takes its part of
+// the flat buffers, re-sliced when the world size differs, along with the step count,
+// the scheduler's and the loss scaler's state. Checksums and sizes are checked; a
+// corrupted or truncated file, a missing rank or another model fails naming the file
+// and the tensor, and leaves the engine's states undefined (destroy it).
+zinf_status zinf_engine_load(zinf_engine *e, const char *path, zinf_ckpt_resume *out);
+
 // Where the engine's bytes live, for the plan and the log line.
 typedef struct zinf_engine_memory {
     zinf_offload_device params_tier; // where params16 lives: NONE the device, CPU host memory,

@@ -40,8 +40,33 @@ const zinf_st_tensor *zinf_safetensors_at(const zinf_safetensors *st, int i);
 // NULL when there is no tensor of that name.
 const zinf_st_tensor *zinf_safetensors_find(const zinf_safetensors *st, const char *name);
 
-// Write n tensors to path (through a temporary file renamed into place, so a failed
-// or interrupted write leaves no partial file), in the order given.
+// The string the header's "__metadata__" holds for key, or NULL.
+const char *zinf_safetensors_meta(const zinf_safetensors *st, const char *key);
+
+// Tensor t's bytes (t from st), read in order through buf (buf_bytes, > 0) with pread,
+// so that nothing of the file stays in memory, and handed to fn chunk by chunk (off:
+// bytes of t before the chunk); fn's failure stops it. Then its CRC-32 (zlib's) is
+// checked against the metadata's "crc32:<name>" where the file has one:
+// ZINF_ERR_CORRUPT naming the file and the tensor.
+typedef zinf_status (*zinf_st_sink)(void *arg, uint64_t off, const void *p, size_t n);
+zinf_status zinf_safetensors_stream(const zinf_safetensors *st, const zinf_st_tensor *t, void *buf, size_t buf_bytes,
+                                    zinf_st_sink fn, void *arg);
+
+// Write a file whose bytes arrive in pieces: open with every tensor's name, dtype and
+// shape (data is not read), append the tensors' bytes in order (any split), finish.
+// The header's "__metadata__" holds "format": "pt" (Hugging Face's loader wants it),
+// the caller's nmeta key/value string pairs (meta[2i], meta[2i+1]) and each tensor's
+// CRC-32 as "crc32:<name>" (8 hex digits). The file is written under a temporary name,
+// synced and renamed into place by finish; a failure, or abort, removes it, so a
+// failed or interrupted write leaves no partial file. finish and abort free w.
+typedef struct zinf_st_writer zinf_st_writer;
+zinf_status zinf_st_writer_open(zinf_st_writer **out, const char *path, const zinf_st_tensor *tensors, int n,
+                                const char *const *meta, int nmeta);
+zinf_status zinf_st_writer_append(zinf_st_writer *w, const void *p, size_t bytes);
+zinf_status zinf_st_writer_finish(zinf_st_writer *w);
+void zinf_st_writer_abort(zinf_st_writer *w); // NULL is a no-op
+
+// Write n tensors (with their data) to path in one go, as above.
 zinf_status zinf_safetensors_write(const char *path, const zinf_st_tensor *tensors, int n);
 
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -24,6 +25,8 @@ typedef struct trainer {
     zinf_sampler *sampler;
     zinf_engine *e;
     int seq_len, micro;
+    int64_t first_step; // steps already taken when this run began (a resumed run)
+    int64_t position;   // training sequences consumed so far
     int32_t *in, *tg;
     FILE *log; // human output: stdout, or stderr under --json
 } trainer;
@@ -188,12 +191,11 @@ static double flops_per_token(const trainer *t) {
     return 6.0 * (double)m.model_numel + 12.0 * s->n_layer * (double)t->seq_len * s->n_embd;
 }
 
-// Rank r's micro-batch m of global batch i (the sampling contract).
-static zinf_status load_micro(trainer *t, int64_t i, int m) {
-    const zinf_config *c = &t->cfg;
+// Rank r's micro-batch m of the next global batch (the sampling contract).
+static zinf_status load_micro(trainer *t, int m) {
     int world = zinf_comm_size(t->comm), rank = zinf_comm_rank(t->comm);
     int vocab = zinf_model_get_params(zinf_engine_model(t->e))->shape.vocab_size;
-    int64_t first = i * c->train_batch_size + ((int64_t)m * world + rank) * t->micro;
+    int64_t first = t->position + ((int64_t)m * world + rank) * t->micro;
     for (int j = 0; j < t->micro; j++) {
         int64_t w;
         TRY(zinf_sampler_window(t->sampler, first + j, &w));
@@ -253,25 +255,73 @@ static int64_t peak_rss(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
 }
 
+// checkpoint.load: "latest" of checkpoint.dir (none there yet: a fresh start, so that
+// one config serves the first run of a job and every restart), or a directory.
+static zinf_status resume(trainer *t) {
+    const zinf_checkpoint_config *k = &t->cfg.checkpoint;
+    if (!k->load) return ZINF_OK;
+    const char *path = k->load;
+    if (strcmp(k->load, "latest") == 0) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/latest", k->dir);
+        if (access(p, F_OK) != 0) {
+            if (zinf_comm_rank(t->comm) == 0)
+                fprintf(t->log, "checkpoint: none in %s yet; starting from step 0\n", k->dir);
+            return ZINF_OK;
+        }
+        path = k->dir;
+    }
+    zinf_ckpt_resume r;
+    TRY(zinf_engine_load(t->e, path, &r));
+    t->first_step = r.step;
+    t->position = r.data_position;
+    if (zinf_comm_rank(t->comm) == 0) {
+        fprintf(t->log, "checkpoint: resumed from %s at step %lld (saved by %d rank%s)\n", r.dir, (long long)r.step,
+                r.world_size, r.world_size == 1 ? "" : "s");
+        if (r.seed != t->cfg.seed)
+            fprintf(t->log, "checkpoint: warning: saved with seed %lld, this run has seed %lld: the data order "
+                            "from here on is this run's\n",
+                    (long long)r.seed, (long long)t->cfg.seed);
+    }
+    return ZINF_OK;
+}
+
+static zinf_status save(trainer *t) {
+    const zinf_checkpoint_config *k = &t->cfg.checkpoint;
+    return zinf_engine_save(t->e, k->dir, k->keep, t->position, t->cfg.seed);
+}
+
 static zinf_status train(trainer *t) {
     bool speak = zinf_comm_rank(t->comm) == 0;
     if (speak) print_plan(t);
+    TRY(resume(t));
+    const zinf_checkpoint_config *k = &t->cfg.checkpoint;
     double fpt = flops_per_token(t), start = zinf_clock_s(), loss = NAN;
-    for (int64_t i = 0; i < t->steps; i++) {
+    // The step of the newest checkpoint in checkpoint.dir, as far as this run knows.
+    int64_t saved = k->load && strcmp(k->load, "latest") == 0 ? t->first_step : -1;
+    for (int64_t i = t->first_step; i < t->steps; i++) {
         double t0 = zinf_clock_s(), l;
         for (int m = 0; m < t->cfg.gradient_accumulation_steps; m++) {
-            TRY(load_micro(t, i, m));
+            TRY(load_micro(t, m));
             TRY(zinf_engine_forward(t->e, t->in, t->tg, t->micro, &l));
             TRY(zinf_engine_backward(t->e));
         }
         zinf_step_info si;
         TRY(zinf_engine_step(t->e, &si));
+        t->position += t->cfg.train_batch_size;
         loss = si.loss;
         if (speak) report(t, &si, zinf_clock_s() - t0, fpt);
+        if (k->dir && k->interval > 0 && si.step % k->interval == 0) {
+            TRY(save(t));
+            saved = si.step;
+        }
     }
+    // The run's end is always kept when there is a checkpoint.dir.
+    if (k->dir && saved != (t->first_step > t->steps ? t->first_step : t->steps)) TRY(save(t));
     char digest[17];
     TRY(zinf_engine_weights_digest(t->e, digest));
-    double secs = zinf_clock_s() - start, tokens = (double)t->steps * t->cfg.train_batch_size * t->seq_len;
+    int64_t ran = t->steps > t->first_step ? t->steps - t->first_step : 0;
+    double secs = zinf_clock_s() - start, tokens = (double)ran * t->cfg.train_batch_size * t->seq_len;
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
     if (speak && t->json)

@@ -266,6 +266,9 @@ zinf_status ptier_store(zinf_engine *e, int mod, void *src, bool src_host);
 // Synchronously write elements [a, a + n) of module mod's flat buffer (this rank's part
 // of it) from host memory.
 zinf_status ptier_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src);
+// Synchronously read elements [a, a + n) of module mod's 16-bit buffer (this rank's
+// part of it at stage 3) into host memory.
+zinf_status ptier_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst);
 // step.c
 zinf_status step_run(zinf_engine *e, zinf_step_info *info);
 

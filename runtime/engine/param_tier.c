@@ -230,3 +230,25 @@ zinf_status ptier_write(zinf_engine *e, int mod, size_t a, size_t n, const void 
     ZINF_CHECK(zinf_copy_async(e->cs, dst, src, bytes, ZINF_COPY_H2D));
     return zinf_stream_sync(e->cs);
 }
+
+zinf_status ptier_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst) {
+    const mod_layout *l = &e->lay[mod];
+    size_t bytes = n * e->es;
+    const void *src;
+    if (e->stage < 3) {
+        src = (const char *)e->params16[mod] + a * e->es;
+    } else {
+        size_t off = l->part_off + (a - l->part_lo); // in the partition
+        if (ptier_on_disk(e, mod)) {
+            ZINF_CHECK(zinf_stream_sync(e->ps));
+            return zinf_swap_pread(e->pswap, e->pswap_id, (off - e->resident_n) * e->es, dst, bytes);
+        }
+        src = (const char *)e->part16 + off * e->es;
+        if (host_slices(e)) {
+            memcpy(dst, src, bytes);
+            return ZINF_OK;
+        }
+    }
+    ZINF_CHECK(zinf_copy_async(e->cs, dst, src, bytes, ZINF_COPY_D2H));
+    return zinf_stream_sync(e->cs);
+}

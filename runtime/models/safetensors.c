@@ -1,15 +1,18 @@
 // safetensors files (the format Hugging Face weights come in): read through one
-// read-only mapping, checked whole before any tensor is handed out; written through a
-// temporary file that is synced and renamed into place.
+// read-only mapping, checked whole before any tensor is handed out, or streamed with
+// pread; written in pieces through a temporary file that is synced and renamed into
+// place, with a CRC-32 per tensor in the header's metadata.
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "zinf_internal.h"
 #include "zinf_model.h"
@@ -19,6 +22,8 @@ enum { MAX_HEADER = 100 << 20 };
 
 struct zinf_safetensors {
     char *path;
+    int fd; // open for streaming
+    json_t *meta; // __metadata__, or NULL
     void *map;
     size_t size;
     int n;
@@ -47,6 +52,8 @@ void zinf_safetensors_close(zinf_safetensors *st) {
         free((char *)st->t[i].name);
     free(st->t);
     if (st->map) munmap(st->map, st->size);
+    if (st->fd >= 0) close(st->fd);
+    json_decref(st->meta);
     free(st->path);
     free(st);
 }
@@ -141,7 +148,10 @@ static zinf_status parse(zinf_safetensors *st) {
     json_t *v;
     json_object_foreach(h, name, v) {
         if (s != ZINF_OK) break;
-        if (strcmp(name, "__metadata__") == 0) continue;
+        if (strcmp(name, "__metadata__") == 0) {
+            st->meta = json_incref(v);
+            continue;
+        }
         zinf_st_tensor *t = &st->t[st->n];
         if ((s = parse_entry(st->path, name, v, data_len, t)) != ZINF_OK) break;
         if (!(t->name = strdup(name))) s = zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", st->path);
@@ -174,7 +184,7 @@ zinf_status zinf_safetensors_open(zinf_safetensors **out, const char *path) {
         free(st);
         return zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", path);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = st->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     zinf_status s = ZINF_OK;
     if (fd < 0 || fstat(fd, &sb) != 0) {
@@ -189,7 +199,6 @@ zinf_status zinf_safetensors_open(zinf_safetensors **out, const char *path) {
             s = zinf_fail_errno(errno, "%s: mmap", path);
         }
     }
-    if (fd >= 0) close(fd);
     if (s == ZINF_OK) s = parse(st);
     if (s != ZINF_OK) {
         zinf_safetensors_close(st);
@@ -199,7 +208,58 @@ zinf_status zinf_safetensors_open(zinf_safetensors **out, const char *path) {
     return ZINF_OK;
 }
 
+const char *zinf_safetensors_meta(const zinf_safetensors *st, const char *key) {
+    return st->meta ? json_string_value(json_object_get(st->meta, key)) : NULL;
+}
+
+// The metadata key of a tensor's CRC-32.
+static void crc_key(char *key, size_t len, const char *name) { snprintf(key, len, "crc32:%s", name); }
+
+zinf_status zinf_safetensors_stream(const zinf_safetensors *st, const zinf_st_tensor *t, void *buf, size_t buf_bytes,
+                                    zinf_st_sink fn, void *arg) {
+    char key[256];
+    crc_key(key, sizeof key, t->name);
+    const char *want = zinf_safetensors_meta(st, key);
+    uint64_t at = (uint64_t)((const char *)t->data - (const char *)st->map); // bytes from the file's start
+    uLong crc = crc32(0, NULL, 0);
+    for (uint64_t done = 0; done < t->nbytes;) {
+        // Whole chunks, so that the sink never sees part of an element.
+        size_t n = t->nbytes - done < buf_bytes ? (size_t)(t->nbytes - done) : buf_bytes, got = 0;
+        while (got < n) {
+            ssize_t r = pread(st->fd, (char *)buf + got, n - got, (off_t)(at + done + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0)
+                return r < 0 ? zinf_fail_errno(errno, "%s: tensor \"%s\": read", st->path, t->name)
+                             : zinf_fail(ZINF_ERR_CORRUPT, "%s: tensor \"%s\": the file ends early (truncated?)",
+                                         st->path, t->name);
+            got += (size_t)r;
+        }
+        // zlib's crc32 takes at most UINT_MAX bytes at a time.
+        for (size_t c = 0; c < n; c += UINT_MAX)
+            crc = crc32(crc, (const Bytef *)buf + c, (uInt)(n - c < UINT_MAX ? n - c : UINT_MAX));
+        ZINF_CHECK(fn(arg, done, buf, n));
+        done += n;
+    }
+    char got[16];
+    snprintf(got, sizeof got, "%08lx", (unsigned long)crc);
+    if (want && strcmp(want, got) != 0)
+        return zinf_fail(ZINF_ERR_CORRUPT, "%s: tensor \"%s\": checksum %s, the file's header says %s (corrupted)",
+                         st->path, t->name, got, want);
+    return ZINF_OK;
+}
+
 // ---- writing ----
+
+struct zinf_st_writer {
+    char *path, *tmp;
+    int fd;
+    json_t *header;       // rewritten with the CRCs at the end, at the same length
+    size_t hlen;
+    int n, cur;           // tensors, and the one being appended to
+    uint64_t *nbytes, got; // each tensor's size, and the bytes of cur so far
+    char **names;
+    uLong crc;
+};
 
 static zinf_status write_all(int fd, const void *buf, size_t len, const char *path) {
     const char *p = buf;
@@ -213,22 +273,11 @@ static zinf_status write_all(int fd, const void *buf, size_t len, const char *pa
     return ZINF_OK;
 }
 
-static char *header_of(const zinf_st_tensor *t, int n, size_t *len) {
-    json_t *h = json_object();
-    uint64_t at = 0;
-    for (int i = 0; h && i < n; i++) {
-        json_t *shape = json_array();
-        for (int d = 0; d < t[i].ndim; d++)
-            json_array_append_new(shape, json_integer(t[i].shape[d]));
-        json_object_set_new(h, t[i].name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype_tag(t[i].dtype), "shape", shape,
-                                      "data_offsets", (json_int_t)at, (json_int_t)(at + t[i].nbytes)));
-        at += t[i].nbytes;
-    }
-    char *s = h ? json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(h);
+// The header as written: compact JSON, then spaces that align the data to 8 bytes, as
+// the format allows.
+static char *dump_header(json_t *h, size_t *len) {
+    char *s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!s) return NULL;
-    // Spaces after the JSON align the data to 8 bytes, as the format allows.
     size_t raw = strlen(s), padded = (raw + 7) & ~(size_t)7;
     char *out = realloc(s, padded + 1);
     if (!out) {
@@ -241,40 +290,174 @@ static char *header_of(const zinf_st_tensor *t, int n, size_t *len) {
     return out;
 }
 
-zinf_status zinf_safetensors_write(const char *path, const zinf_st_tensor *t, int n) {
+static zinf_status check_tensors(const char *path, const zinf_st_tensor *t, int n) {
     for (int i = 0; i < n; i++) {
         uint64_t count = 1;
-        for (int d = 0; d < t[i].ndim; d++)
+        for (int d = 0; d < t[i].ndim && d < ZINF_ST_MAX_DIMS; d++)
             count *= (uint64_t)t[i].shape[d];
-        if (!t[i].name || !dtype_tag(t[i].dtype) || t[i].ndim < 0 || t[i].ndim > ZINF_ST_MAX_DIMS ||
-            count * zinf_dtype_size(t[i].dtype) != t[i].nbytes || (t[i].nbytes && !t[i].data))
+        if (!t[i].name || strlen(t[i].name) > 200 || !dtype_tag(t[i].dtype) || t[i].ndim < 0 ||
+            t[i].ndim > ZINF_ST_MAX_DIMS || count * zinf_dtype_size(t[i].dtype) != t[i].nbytes)
             return zinf_fail(ZINF_ERR_INVAL,
-                             "%s: tensor %d (\"%s\"): needs a name, F32/BF16/F16, and bytes matching "
-                             "its shape",
+                             "%s: tensor %d (\"%s\"): needs a name (at most 200 bytes), F32/BF16/F16, and bytes "
+                             "matching its shape",
                              path, i, t[i].name ? t[i].name : "");
-    }
-    for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++)
             if (strcmp(t[i].name, t[j].name) == 0)
                 return zinf_fail(ZINF_ERR_INVAL, "%s: tensor name \"%s\" given twice", path, t[i].name);
-    size_t hlen;
-    char *header = header_of(t, n, &hlen);
-    if (!header) return zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory for the header", path);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    zinf_status s = fd < 0 ? zinf_fail_errno(errno, "%s", tmp) : ZINF_OK;
+    }
+    return ZINF_OK;
+}
+
+void zinf_st_writer_abort(zinf_st_writer *w) {
+    if (!w) return;
+    if (w->fd >= 0) {
+        close(w->fd);
+        unlink(w->tmp); // never leave a partial file behind
+    }
+    for (int i = 0; w->names && i < w->n; i++)
+        free(w->names[i]);
+    json_decref(w->header);
+    free(w->names), free(w->nbytes), free(w->path), free(w->tmp), free(w);
+}
+
+// Header entries, in file order: __metadata__ (format "pt", as Hugging Face's loader
+// wants, the caller's pairs and a placeholder CRC per tensor), then the tensors.
+static json_t *build_header(const zinf_st_tensor *t, int n, const char *const *meta, int nmeta) {
+    json_t *h = json_object(), *md = json_object();
+    if (!h || !md || json_object_set_new(h, "__metadata__", md) != 0) {
+        json_decref(h);
+        return NULL;
+    }
+    int bad = json_object_set_new(md, "format", json_string("pt"));
+    for (int i = 0; i < nmeta; i++)
+        bad |= json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1]));
+    char key[256];
+    for (int i = 0; i < n; i++) {
+        crc_key(key, sizeof key, t[i].name);
+        bad |= json_object_set_new(md, key, json_string("00000000"));
+    }
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *shape = json_array();
+        for (int d = 0; d < t[i].ndim; d++)
+            bad |= json_array_append_new(shape, json_integer(t[i].shape[d]));
+        bad |= json_object_set_new(h, t[i].name,
+                                   json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype_tag(t[i].dtype), "shape", shape,
+                                             "data_offsets", (json_int_t)at, (json_int_t)(at + t[i].nbytes)));
+        at += t[i].nbytes;
+    }
+    if (bad) {
+        json_decref(h);
+        return NULL;
+    }
+    return h;
+}
+
+zinf_status zinf_st_writer_open(zinf_st_writer **out, const char *path, const zinf_st_tensor *t, int n,
+                                const char *const *meta, int nmeta) {
+    *out = NULL;
+    ZINF_CHECK(check_tensors(path, t, n));
+    zinf_st_writer *w = calloc(1, sizeof *w);
+    if (!w) return zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", path);
+    w->fd = -1;
+    w->n = n;
+    w->path = strdup(path);
+    w->tmp = malloc(strlen(path) + 32);
+    w->nbytes = calloc((size_t)n + 1, sizeof *w->nbytes);
+    w->names = calloc((size_t)n + 1, sizeof *w->names);
+    w->header = build_header(t, n, meta, nmeta);
+    bool ok = w->path && w->tmp && w->nbytes && w->names && w->header;
+    for (int i = 0; ok && i < n; i++) {
+        w->nbytes[i] = t[i].nbytes;
+        ok = (w->names[i] = strdup(t[i].name)) != NULL;
+    }
+    if (!ok) {
+        zinf_st_writer_abort(w);
+        return zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", path);
+    }
+    sprintf(w->tmp, "%s.tmp-%d", path, (int)getpid());
+    char *hdr = dump_header(w->header, &w->hlen);
+    zinf_status s = hdr ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory for the header", path);
+    if (s == ZINF_OK && (w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+        s = zinf_fail_errno(errno, "%s", w->tmp);
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
-        len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    if (s == ZINF_OK) s = write_all(fd, len8, 8, tmp);
-    if (s == ZINF_OK) s = write_all(fd, header, hlen, tmp);
-    for (int i = 0; s == ZINF_OK && i < n; i++)
-        s = write_all(fd, t[i].data, t[i].nbytes, tmp);
-    if (s == ZINF_OK && fsync(fd) != 0) s = zinf_fail_errno(errno, "%s: fsync", tmp);
-    if (fd >= 0 && close(fd) != 0 && s == ZINF_OK) s = zinf_fail_errno(errno, "%s: close", tmp);
-    if (s == ZINF_OK && rename(tmp, path) != 0) s = zinf_fail_errno(errno, "%s: rename to %s", tmp, path);
-    if (s != ZINF_OK && fd >= 0) unlink(tmp); // never leave a partial file behind
-    free(header);
+        len8[i] = (unsigned char)((uint64_t)w->hlen >> (8 * i));
+    if (s == ZINF_OK) s = write_all(w->fd, len8, 8, w->tmp);
+    if (s == ZINF_OK) s = write_all(w->fd, hdr, w->hlen, w->tmp);
+    free(hdr);
+    w->crc = crc32(0, NULL, 0);
+    while (w->cur < w->n && w->nbytes[w->cur] == 0) // empty tensors need no append
+        w->cur++;
+    if (s != ZINF_OK) {
+        zinf_st_writer_abort(w);
+        return s;
+    }
+    *out = w;
+    return ZINF_OK;
+}
+
+// Tensor cur is complete: its CRC goes into the header.
+static void close_tensor(zinf_st_writer *w) {
+    char key[256], v[16];
+    crc_key(key, sizeof key, w->names[w->cur]);
+    snprintf(v, sizeof v, "%08lx", (unsigned long)w->crc);
+    json_object_set_new(json_object_get(w->header, "__metadata__"), key, json_string(v));
+    w->crc = crc32(0, NULL, 0);
+    w->got = 0;
+    do
+        w->cur++;
+    while (w->cur < w->n && w->nbytes[w->cur] == 0);
+}
+
+zinf_status zinf_st_writer_append(zinf_st_writer *w, const void *p, size_t bytes) {
+    const unsigned char *b = p;
+    while (bytes) {
+        if (w->cur >= w->n) return zinf_fail(ZINF_ERR_INVAL, "%s: %zu bytes past the last tensor", w->path, bytes);
+        uint64_t left = w->nbytes[w->cur] - w->got;
+        size_t k = bytes < left ? bytes : (size_t)left;
+        ZINF_CHECK(write_all(w->fd, b, k, w->tmp));
+        for (size_t c = 0; c < k; c += UINT_MAX)
+            w->crc = crc32(w->crc, b + c, (uInt)(k - c < UINT_MAX ? k - c : UINT_MAX));
+        w->got += k, b += k, bytes -= k;
+        if (w->got == w->nbytes[w->cur]) close_tensor(w);
+    }
+    return ZINF_OK;
+}
+
+zinf_status zinf_st_writer_finish(zinf_st_writer *w) {
+    zinf_status s = ZINF_OK;
+    if (w->cur < w->n)
+        s = zinf_fail(ZINF_ERR_INTERNAL, "%s: tensor \"%s\" got %llu of its %llu bytes", w->path, w->names[w->cur],
+                      (unsigned long long)w->got, (unsigned long long)w->nbytes[w->cur]);
+    size_t len = 0;
+    char *hdr = s == ZINF_OK ? dump_header(w->header, &len) : NULL;
+    if (s == ZINF_OK && (!hdr || len != w->hlen))
+        s = zinf_fail(ZINF_ERR_INTERNAL, "%s: the header changed size with its checksums", w->path);
+    if (s == ZINF_OK && pwrite(w->fd, hdr, len, 8) != (ssize_t)len) s = zinf_fail_errno(errno, "%s: write", w->tmp);
+    free(hdr);
+    if (s == ZINF_OK && fsync(w->fd) != 0) s = zinf_fail_errno(errno, "%s: fsync", w->tmp);
+    int fd = w->fd;
+    w->fd = -1;
+    if (close(fd) != 0 && s == ZINF_OK) s = zinf_fail_errno(errno, "%s: close", w->tmp);
+    if (s == ZINF_OK && rename(w->tmp, w->path) != 0) s = zinf_fail_errno(errno, "%s: rename to %s", w->tmp, w->path);
+    if (s != ZINF_OK) unlink(w->tmp);
+    zinf_st_writer_abort(w); // frees what is left
     return s;
+}
+
+zinf_status zinf_safetensors_write(const char *path, const zinf_st_tensor *t, int n) {
+    for (int i = 0; i < n; i++)
+        if (t[i].nbytes && !t[i].data)
+            return zinf_fail(ZINF_ERR_INVAL, "%s: tensor %d (\"%s\"): no data", path, i, t[i].name ? t[i].name : "");
+    zinf_st_writer *w;
+    ZINF_CHECK(zinf_st_writer_open(&w, path, t, n, NULL, 0));
+    for (int i = 0; i < n; i++) {
+        zinf_status s = zinf_st_writer_append(w, t[i].data, t[i].nbytes);
+        if (s != ZINF_OK) {
+            zinf_st_writer_abort(w);
+            return s;
+        }
+    }
+    return zinf_st_writer_finish(w);
 }

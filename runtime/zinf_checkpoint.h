@@ -1,0 +1,93 @@
+// zinf checkpoints on disk, a format other tools rely on:
+//
+//   ROOT/latest                     the name of the newest complete step directory
+//   ROOT/global_step<N>/meta.json   what the step directory holds (below)
+//   ROOT/global_step<N>/rank<R>.safetensors, R = 0 .. world_size - 1
+//
+// Rank R's file holds, for every module M of the model, elements [R * slice,
+// min((R + 1) * slice, numel)) of M's flat buffer (the parameters laid end to end at
+// the offsets meta.json gives) as the tensors "M.master", "M.exp_avg", "M.exp_avg_sq"
+// (F32) and, when the model is stored in 16 bits, "M.params" (BF16 or F16). The slices
+// do not depend on the ZeRO stage, so a checkpoint loads at any stage and, re-sliced,
+// at any world size. Every tensor's CRC-32 is in its file's metadata. meta.json:
+//   {"format": "zinf-checkpoint", "version": 1, "step": N, "steps_applied": N,
+//    "world_size": W, "zero_stage": S, "dtype": "bf16",
+//    "model": {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"},
+//    "modules": [{"name", "numel", "slice",
+//                 "params": [{"name", "shape": [..], "offset"}]}],
+//    "loss_scaler": {"scale", "cur_iter", "last_overflow_iter", "cur_hysteresis"},
+//    "scheduler": {"steps_applied", "next_lr"},
+//    "data": {"position", "seed", "sampling"}, "config": {the run's normalized config}}
+//
+// A step directory is written under a temporary name, synced, and renamed into place;
+// `latest` is replaced (written aside, synced, renamed) only after that, so a crash at
+// any moment leaves the previous checkpoint whole and `latest` naming it.
+#ifndef ZINF_CHECKPOINT_H
+#define ZINF_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "zinf_base.h"
+#include "zinf_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { ZINF_CKPT_VERSION = 1 };
+
+typedef enum zinf_ckpt_state {
+    ZINF_CKPT_MASTER,     // fp32 master weights
+    ZINF_CKPT_EXP_AVG,    // Adam's moments
+    ZINF_CKPT_EXP_AVG_SQ,
+    ZINF_CKPT_PARAMS,     // the 16-bit copy (16-bit models only)
+    ZINF_CKPT_NSTATES,
+} zinf_ckpt_state;
+
+typedef struct zinf_ckpt_module {
+    char name[24];
+    int64_t numel, slice;
+    int nparams;
+    zinf_param_info *params;
+} zinf_ckpt_module;
+
+// What meta.json says.
+typedef struct zinf_ckpt_info {
+    int64_t step, steps_applied;
+    int world_size, zero_stage;
+    zinf_dtype dtype; // F32, BF16 or F16
+    zinf_gpt_shape shape;
+    int nmod;
+    zinf_ckpt_module *mods;
+    double scale; // the loss scaler's state
+    int64_t cur_iter, last_overflow_iter, cur_hysteresis;
+    int64_t data_position; // training sequences consumed
+    int64_t seed;
+} zinf_ckpt_info;
+
+typedef struct zinf_ckpt zinf_ckpt;
+
+// Open a checkpoint: a root (its `latest` is followed) or one step directory. meta.json
+// is read and checked, and every rank's file must be there; errors name the file and
+// what is wrong. The rank files are opened as they are needed.
+zinf_status zinf_ckpt_open(zinf_ckpt **out, const char *path);
+void zinf_ckpt_close(zinf_ckpt *c); // NULL is a no-op
+const zinf_ckpt_info *zinf_ckpt_info_of(const zinf_ckpt *c);
+const char *zinf_ckpt_dir(const zinf_ckpt *c); // the step directory
+
+// Elements [lo, hi) of module mod's flat buffer of one state, handed to fn in order
+// (off: the flat index of p[0]; n elements of the state's dtype: F32, or the model's
+// for PARAMS). Every rank tensor that overlaps the range is streamed whole through buf
+// (buf_bytes) so that its CRC-32 is checked: a corrupted, truncated or misshapen
+// tensor fails with ZINF_ERR_CORRUPT naming the file and the tensor.
+typedef zinf_status (*zinf_ckpt_sink)(void *arg, size_t off, const void *p, size_t n);
+zinf_status zinf_ckpt_read(zinf_ckpt *c, int mod, zinf_ckpt_state state, size_t lo, size_t hi, void *buf,
+                           size_t buf_bytes, zinf_ckpt_sink fn, void *arg);
+
+// The tensor name of a state ("master", "exp_avg", "exp_avg_sq", "params").
+const char *zinf_ckpt_state_name(zinf_ckpt_state s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
