@@ -89,8 +89,14 @@ static const command commands[] = {
      "  roofline_params_per_s, ratio_to_roofline and the settings.\n"},
     {"estimate", NULL, "memory and traffic needed per stage and tier",
      "zinf estimate (--params N | --config CONFIG.json) [--gpus-per-node G] [--nodes K] [--json]\n"},
-    {"consolidate", NULL, "merge a checkpoint into one safetensors file",
-     "zinf consolidate CKPT_DIR OUT.safetensors [--dtype fp32|bf16] [--json]\n"},
+    {"consolidate", cli_consolidate, "merge a checkpoint into one safetensors file",
+     "zinf consolidate CKPT_DIR OUT.safetensors [--dtype fp32|bf16] [--json]\n"
+     "  Writes the fp32 master weights of a checkpoint (CKPT_DIR: a checkpoint.dir, whose\n"
+     "  latest is followed, or one global_step<N> directory) as one Hugging Face GPT-2\n"
+     "  file (GPT2LMHeadModel's names; the tied lm_head left out), in fp32 (default) or\n"
+     "  bf16. The rank files are streamed and their checksums checked on the way, so\n"
+     "  memory stays at a few MiB whatever the model's size; OUT appears only when whole.\n"
+     "  --json prints {\"tensors\", \"bytes\" (OUT's size), \"peak_rss_bytes\", \"seconds\"}.\n"},
 };
 
 static const command *find(const char *name) {

@@ -210,8 +210,10 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
     zinf_engine_memory_get(t->e, &m);
     double tokens = (double)t->cfg.train_batch_size * t->seq_len, tps = tokens / secs, tflops = tps * fpt / 1e12;
     if (t->json) {
-        json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step",
-                              (json_int_t)si->step, "loss", si->loss, "lr", si->lr, "grad_norm", si->grad_norm,
+        // A skipped step's norm is inf or NaN, which JSON cannot hold: null.
+        json_t *o = json_pack("{s:I, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step",
+                              (json_int_t)si->step, "loss", si->loss, "lr", si->lr, "grad_norm",
+                              isfinite(si->grad_norm) ? json_real(si->grad_norm) : json_null(),
                               "step_seconds", secs, "tokens_per_s", tps, "tflops", tflops, "loss_scale",
                               si->loss_scale, "skipped", si->skipped, "device_bytes", (json_int_t)m.device_in_use,
                               "device_peak_bytes", (json_int_t)m.device_peak, "pinned_bytes", (json_int_t)m.pinned,

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Checkpoints. Exact resume: 6 steps, save, load, 4 more give the losses and weights
+# digest of 10 uninterrupted steps bit for bit, for every ZeRO stage and offload tier
+# on 1 and 2 ranks, in bf16, fp32 and fp16 (the loss scaler's state comes back too).
+# A different world size re-slices: saved by 2 ranks, loaded by 1 and by 3 and saved
+# again, then loaded by 2, it still continues bit for bit. checkpoint.keep prunes.
+# Corruption (a flipped byte, a truncated file, a deleted rank, another model, a
+# broken meta.json) fails naming the file and the tensor. A process killed with
+# SIGKILL at random moments of saving always leaves a loadable latest checkpoint, and a
+# disk that fills during a save fails clearly and leaves the previous one whole.
+# timeout: 900
+set -u
+Z=${ZINF_BUILD:-build}/zinf
+R=${ZINF_REF_DIR:-build/ref}
+tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
+trap 'umount "$tmp/full" 2> /dev/null; rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+backend=${ZINF_TEST_BACKEND:-host}
+mkdir -p "$tmp/nvme"
+
+cat > "$tmp/cfg.json" <<JSON
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "seed": 7, "steps": 10, "steps_per_print": 10,
+ "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+ "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 3, "total_num_steps": 10,
+   "warmup_max_lr": 3e-3}},
+ "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 0, "reduce_bucket_size": 60000, "sub_group_size": 40000,
+   "offload_optimizer": {"device": "none", "nvme_path": "$tmp/nvme"},
+   "offload_param": {"device": "none", "nvme_path": "$tmp/nvme", "max_in_cpu": 20000, "buffer_count": 3}},
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
+ "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "device": {"backend": "$backend"}}
+JSON
+OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
+
+# The losses from step k + 1 on and the digest of a run's --json output, one line.
+after() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+k = int(sys.argv[2])
+print(" ".join(repr(s["loss"]) for s in lines[:-1] if s["step"] > k), lines[-1]["weights_digest"])
+PY
+}
+
+# resume NAME NP [--set ...]: 10 steps straight, then 6 saved and 4 resumed; the same.
+resume() {
+  local name=$1 np=$2; shift 2
+  rm -rf "$tmp/ck"
+  run "$np" "$tmp/$name.full" "$@"
+  run "$np" "$tmp/$name.a" --steps 6 --set checkpoint.dir="$tmp/ck" "$@"
+  run "$np" "$tmp/$name.b" --set checkpoint.dir="$tmp/ck" --set checkpoint.load=latest "$@"
+  local want got
+  want=$(after "$tmp/$name.full" 6) got=$(after "$tmp/$name.b" 6)
+  [ -n "$want" ] && [ "$got" = "$want" ] || fail "$name on $np ranks: resumed $got; straight $want"
+  grep -q "resumed from $tmp/ck/global_step6 at step 6" "$tmp/$name.b.err" || fail "$name: no resume line"
+}
+
+before=$fails
+for np in 1 2; do
+  for stage in 0 1 2; do
+    resume "s$stage" $np --set zero_optimization.stage=$stage
+  done
+  for stage in 1 2; do
+    resume "s$stage.cpu" $np --set zero_optimization.stage=$stage --set $OO.device=cpu
+    resume "s$stage.nvme" $np --set zero_optimization.stage=$stage --set $OO.device=nvme
+  done
+  for tiers in none/none cpu/cpu nvme/none none/nvme nvme/nvme; do
+    resume "s3.${tiers/\//.}" $np --set zero_optimization.stage=3 --set $OO.device=${tiers%/*} \
+      --set $OP.device=${tiers#*/}
+  done
+done
+resume fp32.s3 2 --set bf16.enabled=false --set zero_optimization.stage=3 --set $OP.device=nvme
+resume fp16.s2 1 --set bf16.enabled=false --set fp16.enabled=true --set fp16.initial_scale_power=24 \
+  --set zero_optimization.stage=2
+grep -q '"skipped":true' "$tmp/fp16.s2.full" || fail "fp16: no step overflowed, so the scaler's state went untested"
+[ $fails = $before ] && echo "exact resume: stages 0-3 x every tier x 1, 2 ranks, bf16, fp32, fp16: bit-identical"
+
+# Another world size: 2 ranks save at step 6; 1 (stage 3) and 3 (stage 1) ranks load it
+# and save it again at once (no step); 2 ranks load that and finish. Every element
+# took a new place in between, so this is bit-identical only if re-slicing is exact.
+before=$fails
+rm -rf "$tmp/ck"
+set2=(--set zero_optimization.stage=2 --set $OO.device=nvme)
+run 2 "$tmp/w.full" "${set2[@]}"
+run 2 "$tmp/w.a" --steps 6 --set checkpoint.dir="$tmp/ck" "${set2[@]}"
+for np in 1 3; do
+  stage=$([ $np = 1 ] && echo 3 || echo 1)
+  rm -rf "$tmp/ck$np"
+  run $np "$tmp/w$np" --steps 6 --set checkpoint.dir="$tmp/ck$np" --set checkpoint.load="$tmp/ck/global_step6" \
+    --set zero_optimization.stage=$stage --set train_micro_batch_size_per_gpu=$((np == 1 ? 4 : 1)) \
+    --set train_batch_size=$((np == 1 ? 4 : 3))
+  run 2 "$tmp/w$np.b" --set checkpoint.dir="$tmp/ck$np" --set checkpoint.load=latest "${set2[@]}"
+  [ "$(after "$tmp/w$np.b" 6)" = "$(after "$tmp/w.full" 6)" ] ||
+    fail "2 -> $np -> 2 ranks: $(after "$tmp/w$np.b" 6); straight $(after "$tmp/w.full" 6)"
+  python3 - "$tmp/ck$np/global_step6/meta.json" $np <<'PY' || fail "2 -> $np ranks: meta.json"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["world_size"] == int(sys.argv[2]) and m["step"] == 6, m
+PY
+done
+# The 1-rank load trains on too, close to the 2-rank run (another summation order).
+run 1 "$tmp/w1.c" --set checkpoint.load="$tmp/ck1/global_step6" --set zero_optimization.stage=3 \
+  --set train_micro_batch_size_per_gpu=4
+python3 - "$tmp/w1.c" "$tmp/w.full" <<'PY' || fail "2 -> 1 ranks: the losses drift from the 2-rank run"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])][:-1]
+b = [json.loads(l) for l in open(sys.argv[2])][6:-1]
+assert len(a) == len(b) == 4, (len(a), len(b))
+for x, y in zip(a, b):
+    assert x["step"] == y["step"] and abs(x["loss"] - y["loss"]) <= 1e-2 * abs(y["loss"]), (x, y)
+PY
+[ $fails = $before ] && echo "world size: 2 -> 1 and 2 -> 3 -> 2 ranks re-sliced exactly"
+
+# keep: every 2 steps, the newest 2 stay; latest names the newest.
+rm -rf "$tmp/ck"
+run 1 "$tmp/keep" --set checkpoint.dir="$tmp/ck" --set checkpoint.interval=2 --set checkpoint.keep=2
+[ "$(cd "$tmp/ck" && echo *)" = "global_step10 global_step8 latest" ] && [ "$(cat "$tmp/ck/latest")" = global_step10 ] ||
+  fail "keep 2 of every 2 steps: $(cd "$tmp/ck" && echo * .*) latest $(cat "$tmp/ck/latest")"
+
+# ---- corruption: each copy of a good checkpoint, spoiled one way, fails naming it ----
+rm -rf "$tmp/ck"
+run 2 "$tmp/c" --steps 4 --set checkpoint.dir="$tmp/ck" --set zero_optimization.stage=3
+good=$tmp/ck/global_step4
+spoil() { # NAME COMMAND...: a copy of the good step directory, spoiled by COMMAND (run inside it)
+  rm -rf "$tmp/bad" && cp -r "$good" "$tmp/bad" && (cd "$tmp/bad" && eval "$2") || fail "spoiling: $1"
+}
+loads_bad() { # NAME PATTERN NP: loading the spoiled copy on NP ranks fails with a message matching PATTERN
+  local out=$tmp/bad.$3.log
+  if [ "$3" = 1 ]; then
+    "$Z" train "$tmp/cfg.json" --set checkpoint.load="$tmp/bad" --set zero_optimization.stage=3 > "$out" 2>&1
+  else
+    mpirun -np "$3" "$Z" train "$tmp/cfg.json" --set checkpoint.load="$tmp/bad" --set zero_optimization.stage=3 \
+      > "$out" 2>&1
+  fi
+  local rc=$?
+  [ $rc = 1 ] || fail "$1: exit $rc, want 1"
+  grep -Eq "$2" "$out" || fail "$1: $(grep -m1 error "$out"); want /$2/"
+}
+# The byte in the middle of rank 1's h.0.mlp.master.
+python3 - "$good/rank1.safetensors" > "$tmp/at" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+a, b = h["h.0.mlp.master"]["data_offsets"]; print(8 + n + (a + b) // 2)
+PY
+spoil flip "python3 -c \"import sys; f = open('rank1.safetensors', 'r+b'); f.seek($(cat "$tmp/at")); b = f.read(1); f.seek(-1, 1); f.write(bytes([b[0] ^ 0x10]))\""
+loads_bad "a flipped byte" 'rank1.safetensors: tensor "h.0.mlp.master": checksum [0-9a-f]{8}, the file.s header says' 2
+loads_bad "a flipped byte, loaded by 1 rank" 'rank1.safetensors: tensor "h.0.mlp.master": checksum' 1
+spoil truncate "truncate -s -1000 rank0.safetensors"
+loads_bad "a truncated file" 'rank0.safetensors: tensor "[^"]+": bytes .* outside the .* data bytes \(truncated file\?\)' 2
+spoil delete "rm rank1.safetensors"
+loads_bad "a deleted rank" 'rank1.safetensors is missing \(the checkpoint was saved by 2 ranks\)' 1
+spoil meta "echo '{\"format\": \"zinf-checkpoint\", \"version\": 1' > meta.json"
+loads_bad "a broken meta.json" 'bad/meta.json: ' 2
+spoil none "true"
+out=$tmp/model.log
+"$Z" train "$tmp/cfg.json" --set checkpoint.load="$tmp/bad" --set model.n_embd=128 > "$out" 2>&1
+[ $? = 1 ] && grep -q "saved from a GPT n_layer 2 n_head 2 n_embd 64 .* this run's model is n_layer 2 n_head 2 n_embd 128" "$out" ||
+  fail "another model: $(grep -m1 error "$out")"
+"$Z" train "$tmp/cfg.json" --set checkpoint.load="$tmp/bad" --steps 4 > "$out" 2>&1 || fail "the unspoiled copy does not load: $(tail -2 "$out")"
+
+# ---- crash safety: SIGKILL at random moments, over and over ----
+# A bigger model, so that a save (every step) takes a good part of the run's time.
+rm -rf "$tmp/ck"
+kill_sets=(--set model.n_layer=4 --set model.n_embd=256 --set zero_optimization.stage=3 --set $OO.device=nvme
+  --set checkpoint.dir="$tmp/ck" --set checkpoint.interval=1 --set checkpoint.load=latest --set steps=1000000)
+"$Z" train "$tmp/cfg.json" "${kill_sets[@]}" --steps 1 > "$tmp/k0" 2>&1 || fail "first save: $(tail -2 "$tmp/k0")"
+kills=0 last=1
+for i in $(seq 1 20); do
+  "$Z" train "$tmp/cfg.json" "${kill_sets[@]}" > "$tmp/k" 2>&1 &
+  pid=$!
+  sleep "$(python3 -c "import random; print(random.uniform(0.3, 2.5))")"
+  kill -KILL $pid 2> /dev/null && kills=$((kills + 1))
+  wait $pid 2> /dev/null
+  step=$(sed 's/global_step//' "$tmp/ck/latest")
+  [ "$step" -ge "$last" ] || fail "kill $i: latest went back from $last to $step"
+  last=$step
+  "$Z" consolidate "$tmp/ck" "$tmp/k.safetensors" > "$tmp/kc" 2>&1 || fail "kill $i: the latest checkpoint does not consolidate: $(tail -2 "$tmp/kc")"
+done
+# The last one also loads and trains on.
+"$Z" train "$tmp/cfg.json" "${kill_sets[@]}" --steps $((last + 1)) > "$tmp/k" 2>&1 || fail "after the kills: $(tail -2 "$tmp/k")"
+[ $kills -ge 15 ] || fail "only $kills of 20 runs were killed while they ran"
+ls -a "$tmp/ck" | grep -q '^\.tmp-' && fail "leftovers of killed saves stay: $(ls -a "$tmp/ck")"
+echo "crash safety: $kills runs killed at random while saving every step (up to step $last); latest always loaded"
+
+# ---- a disk that fills during a save ----
+mkdir -p "$tmp/full"
+if [ "$(id -u)" = 0 ]; then mount -t tmpfs -o size=2M tmpfs "$tmp/full"; else false; fi ||
+  fail "cannot mount a 2 MiB tmpfs at $tmp/full (the test needs root)"
+run 1 "$tmp/f1" --steps 2 --set checkpoint.dir="$tmp/full/ck"
+before_bytes=$(cat "$tmp/full/ck/global_step2/"* | md5sum)
+out=$tmp/f2.log
+"$Z" train "$tmp/cfg.json" --steps 4 --set checkpoint.dir="$tmp/full/ck" --set checkpoint.load=latest > "$out" 2>&1
+[ $? = 1 ] || fail "a full disk: exit $?, want 1"
+grep -q "global_step4 was not saved: .*rank0.safetensors.*: write: No space left on device; .*/latest still names global_step2, which is whole" "$out" ||
+  fail "a full disk: $(grep -m1 error "$out")"
+[ "$(cat "$tmp/full/ck/latest")" = global_step2 ] && [ "$(cat "$tmp/full/ck/global_step2/"* | md5sum)" = "$before_bytes" ] ||
+  fail "a full disk: the previous checkpoint changed"
+[ "$(ls -a "$tmp/full/ck")" = "$(printf '.\n..\nglobal_step2\nlatest')" ] || fail "a full disk left: $(ls -a "$tmp/full/ck")"
+"$Z" train "$tmp/cfg.json" --steps 3 --set checkpoint.load="$tmp/full/ck" > "$out" 2>&1 || fail "a full disk: step 2 does not load"
+umount "$tmp/full"
+
+finish test_checkpoint

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# zinf consolidate. A ZeRO-3 checkpoint of 2 ranks with both tiers on NVMe becomes one
+# file that Hugging Face's GPT2LMHeadModel.from_pretrained loads (PyTorch and the
+# safetensors package, offline), with GPT-2's names and shapes, whose fp32 values are
+# the engine's full master weights (their digest is the run's weights_digest) and
+# whose bf16 values are those rounded as PyTorch rounds. Memory stays bounded: a model
+# 200 times larger raises the peak RSS by less than its largest tensor. Bad input
+# fails clearly and leaves no output behind.
+# timeout: 600
+set -u
+Z=${ZINF_BUILD:-build}/zinf
+R=${ZINF_REF_DIR:-build/ref}
+PY=${ZINF_PY:-build/pyenv/bin/python}
+tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+backend=${ZINF_TEST_BACKEND:-host}
+mkdir -p "$tmp/nvme"
+
+cat > "$tmp/cfg.json" <<JSON
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "seed": 11, "steps": 4,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+ "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme"},
+   "offload_param": {"device": "nvme", "nvme_path": "$tmp/nvme"}},
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
+ "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "checkpoint": {"dir": "$tmp/ck"},
+ "device": {"backend": "$backend"}}
+JSON
+
+run 2 "$tmp/train"
+digest=$(tail -1 "$tmp/train" | python3 -c 'import json, sys; print(json.load(sys.stdin)["weights_digest"])')
+expect 1 "$Z" consolidate "$tmp/ck" "$tmp/hf/model.safetensors" # no such directory yet
+grep -q "$tmp/hf/model.safetensors.tmp-[0-9]*: No such file or directory" "$tmp/err" || fail "no out dir: $(cat "$tmp/err")"
+mkdir -p "$tmp/hf"
+expect 0 "$Z" consolidate "$tmp/ck" "$tmp/hf/model.safetensors" --json
+python3 - "$tmp/out" <<'PY' || fail "consolidate --json: $(cat "$tmp/out")"
+import json, sys
+o = json.loads(open(sys.argv[1]).read())
+assert set(o) == {"tensors", "bytes", "peak_rss_bytes", "seconds"} and o["tensors"] == 2 * 12 + 4, o
+PY
+expect 0 "$Z" consolidate "$tmp/ck/global_step4" "$tmp/model.bf16.safetensors" --dtype bf16
+grep -q "consolidated $tmp/ck/global_step4 (step 4, 2 ranks) into $tmp/model.bf16.safetensors: 28 tensors" "$tmp/out" ||
+  fail "consolidate's line: $(cat "$tmp/out")"
+
+HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1 "$PY" - "$tmp/hf" "$tmp/model.bf16.safetensors" "$digest" <<'PY' || fail "the consolidated file in PyTorch"
+import json, os, sys
+import torch
+from safetensors.torch import load_file
+from transformers import GPT2Config, GPT2LMHeadModel
+
+hf, bf16_path, digest = sys.argv[1:]
+cfg = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=32, bos_token_id=0, eos_token_id=0)
+cfg.save_pretrained(hf)
+tensors = load_file(os.path.join(hf, "model.safetensors"))
+want = {k: v.shape for k, v in GPT2LMHeadModel(cfg).state_dict().items()}
+# GPT-2's names and shapes; only the tied head is left out, as save_pretrained does.
+assert set(want) - set(tensors) == {"lm_head.weight"}, set(want) - set(tensors)
+assert set(tensors) <= set(want), set(tensors) - set(want)
+for k, v in tensors.items():
+    assert v.dtype == torch.float32 and v.shape == want[k], (k, v.dtype, v.shape, want[k])
+model = GPT2LMHeadModel.from_pretrained(hf)
+sd = model.state_dict()
+for k, v in tensors.items():
+    assert torch.equal(sd[k], v), k
+assert torch.equal(sd["lm_head.weight"], tensors["transformer.wte.weight"])
+# The values are the engine's: the run's weights_digest (FNV-1a over the fp32 bytes of
+# every parameter in model order, which is the file's order).
+with open(os.path.join(hf, "model.safetensors"), "rb") as f:
+    header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+order = sorted(tensors, key=lambda k: header[k]["data_offsets"][0])
+h = 0xCBF29CE484222325
+for k in order:
+    for b in tensors[k].numpy().tobytes():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+assert "%016x" % h == digest, ("%016x" % h, digest)
+# bf16: the fp32 values rounded to nearest even, as PyTorch rounds.
+b16 = load_file(bf16_path)
+assert set(b16) == set(tensors)
+for k, v in b16.items():
+    assert v.dtype == torch.bfloat16 and torch.equal(v, tensors[k].to(torch.bfloat16)), k
+print("ok")
+PY
+
+# Memory: a checkpoint of a model 200 times larger costs at most its largest tensor more.
+sed -e 's/"n_layer": 2, "n_head": 2, "n_embd": 64/"n_layer": 8, "n_head": 8, "n_embd": 512/' \
+  -e 's/"steps": 4/"steps": 1/' -e "s|$tmp/ck|$tmp/big|" "$tmp/cfg.json" > "$tmp/big.json"
+"$Z" train "$tmp/big.json" > "$tmp/big.log" 2>&1 || fail "the big model: $(tail -2 "$tmp/big.log")"
+expect 0 "$Z" consolidate "$tmp/ck" "$tmp/small.safetensors" --json
+small=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["peak_rss_bytes"])' "$tmp/out")
+expect 0 "$Z" consolidate "$tmp/big" "$tmp/big.safetensors" --json
+python3 - "$tmp/out" "$small" "$tmp/big/global_step1" <<'PY' || fail "consolidate's memory: $(cat "$tmp/out")"
+import json, os, sys
+o = json.loads(open(sys.argv[1]).read())
+ckpt = sum(os.path.getsize(os.path.join(sys.argv[3], f)) for f in os.listdir(sys.argv[3]))
+largest = 4 * 512 * 4 * 512  # mlp.c_fc.weight in fp32
+grown = o["peak_rss_bytes"] - int(sys.argv[2])
+print(f"peak RSS {o['peak_rss_bytes']} bytes, {grown} more than for the small model; checkpoint {ckpt} bytes, "
+      f"largest tensor {largest}")
+assert ckpt > 300e6 and grown < largest, (grown, largest, ckpt)
+PY
+echo "memory: $(tail -1 "$tmp/out")"
+
+# Bad input.
+expect 2 "$Z" consolidate "$tmp/ck"
+expect 2 "$Z" consolidate "$tmp/ck" "$tmp/x.safetensors" --dtype fp16
+grep -q 'dtype: "fp16"; use fp32 or bf16' "$tmp/err" || fail "--dtype fp16: $(cat "$tmp/err")"
+expect 1 "$Z" consolidate "$tmp/nvme" "$tmp/x.safetensors"
+grep -q "neither a step directory (no meta.json) nor a checkpoint root (no latest file)" "$tmp/err" ||
+  fail "not a checkpoint: $(cat "$tmp/err")"
+cp -r "$tmp/ck/global_step4" "$tmp/bad"
+printf 'x' | dd of="$tmp/bad/rank0.safetensors" bs=1 seek=5000 conv=notrunc 2> /dev/null
+expect 1 "$Z" consolidate "$tmp/bad" "$tmp/x.safetensors"
+grep -q 'rank0.safetensors: tensor "[^"]*": checksum' "$tmp/err" || fail "a corrupted rank file: $(cat "$tmp/err")"
+[ -z "$(ls "$tmp" | grep '^x.safetensors')" ] || fail "a failed consolidation left $(ls "$tmp" | grep x.safe)"
+
+finish test_consolidate
