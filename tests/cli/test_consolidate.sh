@@ -3,7 +3,8 @@
 # file that Hugging Face's GPT2LMHeadModel.from_pretrained loads (PyTorch and the
 # safetensors package, offline), with GPT-2's names and shapes, whose fp32 values are
 # the engine's full master weights (their digest is the run's weights_digest) and
-# whose bf16 values are those rounded as PyTorch rounds. Memory stays bounded: a model
+# whose bf16 values are those rounded as PyTorch rounds; each tensor's checksum is
+# zlib's CRC-32. Memory stays bounded: a model
 # 200 times larger raises the peak RSS by less than its largest tensor. Bad input
 # fails clearly and leaves no output behind.
 # timeout: 600
@@ -70,6 +71,10 @@ assert torch.equal(sd["lm_head.weight"], tensors["transformer.wte.weight"])
 with open(os.path.join(hf, "model.safetensors"), "rb") as f:
     header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
 order = sorted(tensors, key=lambda k: header[k]["data_offsets"][0])
+# Each tensor's checksum in the metadata is zlib's CRC-32 of its bytes.
+import zlib
+for k in order:
+    assert header["__metadata__"]["crc32:" + k] == "%08x" % zlib.crc32(tensors[k].numpy().tobytes()), k
 h = 0xCBF29CE484222325
 for k in order:
     for b in tensors[k].numpy().tobytes():
