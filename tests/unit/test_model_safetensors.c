@@ -1,6 +1,7 @@
 // safetensors: the file the safetensors package wrote (tests/ref/safetensors_ref.py)
 // read back value for value; zinf's own files read back the same; and every kind of
-// malformed or truncated file refused with an error that names the file and tensor.
+// malformed or truncated file refused with an error that names the file and tensor;
+// files streamed in and out, with their checksums.
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -165,9 +166,99 @@ static void malformed(void) {
     CHECK_CONTAINS(zinf_last_error(), "/nonexistent/w.safetensors");
 }
 
+typedef struct gathered {
+    unsigned char bytes[4096];
+    size_t n, calls;
+} gathered;
+
+static zinf_status gather(void *arg, uint64_t off, const void *p, size_t n) {
+    gathered *g = arg;
+    CHECK(off == g->n, "chunk at %llu, want %zu", (unsigned long long)off, g->n);
+    memcpy(g->bytes + g->n, p, n);
+    g->n += n;
+    g->calls++;
+    return ZINF_OK;
+}
+
+// The streaming writer: bytes appended in odd pieces across tensor boundaries, the
+// caller's metadata and each tensor's CRC-32 in the header; streaming reads give the
+// bytes back in chunks and catch a flipped byte; a write stopped half way leaves nothing.
+static void streaming(void) {
+    float a[300], b[7];
+    for (int i = 0; i < 300; i++)
+        a[i] = (float)i * 0.25f;
+    for (int i = 0; i < 7; i++)
+        b[i] = -(float)i;
+    zinf_st_tensor t[3] = {
+        {.name = "a", .dtype = ZINF_DTYPE_F32, .ndim = 2, .shape = {20, 15}, .nbytes = sizeof a},
+        {.name = "empty", .dtype = ZINF_DTYPE_F32, .ndim = 1, .shape = {0}, .nbytes = 0},
+        {.name = "b", .dtype = ZINF_DTYPE_F32, .ndim = 1, .shape = {7}, .nbytes = sizeof b},
+    };
+    unsigned char all[sizeof a + sizeof b];
+    memcpy(all, a, sizeof a);
+    memcpy(all + sizeof a, b, sizeof b);
+    char out[] = "/tmp/zinf-st-stream-XXXXXX";
+    close(mkstemp(out));
+    const char *meta[] = {"zinf.rank", "3"};
+    zinf_st_writer *w;
+    CHECK(zinf_st_writer_open(&w, out, t, 3, meta, 1) == ZINF_OK, "open: %s", zinf_last_error());
+    for (size_t at = 0, k = 1; at < sizeof all; at += k, k = k * 3 + 1) {
+        size_t n = sizeof all - at < k ? sizeof all - at : k;
+        CHECK(zinf_st_writer_append(w, all + at, n) == ZINF_OK, "append: %s", zinf_last_error());
+    }
+    CHECK(zinf_st_writer_append(w, all, 1) == ZINF_ERR_INVAL, "a byte past the last tensor taken");
+    CHECK(zinf_st_writer_finish(w) == ZINF_OK, "finish: %s", zinf_last_error());
+    zinf_safetensors *st;
+    CHECK(zinf_safetensors_open(&st, out) == ZINF_OK, "open: %s", zinf_last_error());
+    if (!st) return;
+    CHECK(zinf_safetensors_count(st) == 3, "%d tensors", zinf_safetensors_count(st));
+    const char *rank = zinf_safetensors_meta(st, "zinf.rank"), *fmt = zinf_safetensors_meta(st, "format");
+    CHECK(rank && strcmp(rank, "3") == 0 && fmt && strcmp(fmt, "pt") == 0, "metadata: rank %s format %s",
+          rank ? rank : "-", fmt ? fmt : "-");
+    // zlib's CRC-32 of the 7 floats of b, computed with Python's zlib.crc32.
+    const char *crc = zinf_safetensors_meta(st, "crc32:b");
+    CHECK(crc && strcmp(crc, "85fc29ff") == 0, "crc32:b is %s", crc ? crc : "missing");
+    gathered g = {0};
+    unsigned char buf[64];
+    CHECK(zinf_safetensors_stream(st, zinf_safetensors_find(st, "a"), buf, sizeof buf, gather, &g) == ZINF_OK,
+          "stream: %s", zinf_last_error());
+    CHECK(g.n == sizeof a && g.calls == (sizeof a + 63) / 64 && memcmp(g.bytes, a, sizeof a) == 0,
+          "streamed %zu bytes in %zu calls", g.n, g.calls);
+    uint64_t at = (uint64_t)((const char *)zinf_safetensors_find(st, "a")->data - (const char *)zinf_safetensors_at(st, 0)->data);
+    zinf_safetensors_close(st);
+    // Flip a byte of a: its checksum no longer matches.
+    FILE *f = fopen(out, "r+b");
+    unsigned char len8[8];
+    CHECK(f && fread(len8, 1, 8, f) == 8, "read");
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | len8[i];
+    fseek(f, (long)(8 + hlen + at + 100), SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+    CHECK(zinf_safetensors_open(&st, out) == ZINF_OK, "open: %s", zinf_last_error());
+    g = (gathered){0};
+    CHECK(zinf_safetensors_stream(st, zinf_safetensors_find(st, "a"), buf, sizeof buf, gather, &g) == ZINF_ERR_CORRUPT,
+          "a flipped byte passed");
+    CHECK_CONTAINS(zinf_last_error(), "tensor \"a\": checksum");
+    CHECK_CONTAINS(zinf_last_error(), out);
+    zinf_safetensors_close(st);
+    // Aborted half way: neither the file nor its temporary stays.
+    unlink(out);
+    CHECK(zinf_st_writer_open(&w, out, t, 3, NULL, 0) == ZINF_OK, "open: %s", zinf_last_error());
+    CHECK(zinf_st_writer_append(w, all, 100) == ZINF_OK, "append");
+    CHECK(zinf_st_writer_finish(w) == ZINF_ERR_INTERNAL, "a file with missing bytes finished");
+    CHECK_CONTAINS(zinf_last_error(), "tensor \"a\" got 100 of its 1200 bytes");
+    CHECK(access(out, F_OK) != 0, "a partial file stayed");
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d", out, (int)getpid());
+    CHECK(access(tmp, F_OK) != 0, "its temporary stayed");
+}
+
 int main(void) {
     const char *dir = getenv("ZINF_REF_DIR") ? getenv("ZINF_REF_DIR") : "build/ref";
     from_package(dir);
     malformed();
+    streaming();
     return check_exit("test_model_safetensors");
 }
