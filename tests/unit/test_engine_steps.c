@@ -9,11 +9,13 @@
 //   execution departed from its trace once per change;
 // - a state set between backward and step (the NVMe tier has started reading the
 //   next update's first sub-groups by then) is the one the step uses: optimizer on
-//   NVMe gives the device tier's weights. timeout: 120
+//   NVMe gives the device tier's weights;
+// - checkpoints only between steps, and a saved state loads back whole. timeout: 120
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -241,6 +243,44 @@ static void test_trace_change(zinf_comm *comm) {
     zinf_config_free(&c3);
 }
 
+// Checkpoints through the API: only between steps (a save or load in the middle of
+// accumulating micro-batches is refused and changes nothing), and a saved state
+// loads into a fresh engine as it was, moments included.
+static void test_checkpoint_api(zinf_comm *comm) {
+    char root[] = "/tmp/zinf-ckpt-XXXXXX";
+    CHECK(mkdtemp(root) != NULL, "mkdtemp");
+    zinf_config cfg;
+    zinf_engine *e = make(comm, &cfg, "");
+    zinf_step_info si;
+    CHECK(fwd_bwd(e, 0) && zinf_engine_step(e, &si) == ZINF_OK, "step: %s", zinf_last_error());
+    CHECK(fwd_bwd(e, 1), "forward/backward");
+    CHECK(zinf_engine_save(e, root, 0, 0, 7) == ZINF_ERR_INVAL, "a save between micro-batches passed");
+    CHECK_CONTAINS(zinf_last_error(), "only between steps");
+    zinf_ckpt_resume r;
+    CHECK(zinf_engine_load(e, root, &r) == ZINF_ERR_INVAL, "a load between micro-batches passed");
+    CHECK(zinf_engine_step(e, &si) == ZINF_OK, "step: %s", zinf_last_error());
+    CHECK(zinf_engine_save(e, root, 0, 8, 7) == ZINF_OK, "save: %s", zinf_last_error());
+    size_t n, n2;
+    float *m1 = all_of(e, ZINF_STATE_EXP_AVG_SQ, &n);
+    char d1[17], d2[17];
+    CHECK(zinf_engine_weights_digest(e, d1) == ZINF_OK, "digest");
+    zinf_engine_destroy(e);
+    zinf_config_free(&cfg);
+    e = make(comm, &cfg, "");
+    CHECK(zinf_engine_load(e, root, &r) == ZINF_OK, "load: %s", zinf_last_error());
+    CHECK(r.step == 2 && r.data_position == 8 && r.seed == 7 && r.world_size == 1, "resume: step %lld position %lld",
+          (long long)r.step, (long long)r.data_position);
+    float *m2 = all_of(e, ZINF_STATE_EXP_AVG_SQ, &n2);
+    CHECK(zinf_engine_weights_digest(e, d2) == ZINF_OK && strcmp(d1, d2) == 0, "weights %s, saved %s", d2, d1);
+    CHECK(n == n2 && memcmp(m1, m2, n * sizeof *m1) == 0, "exp_avg_sq differs after a load");
+    free(m1), free(m2);
+    zinf_engine_destroy(e);
+    zinf_config_free(&cfg);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 int main(void) {
     zinf_comm *comm;
     CHECK(zinf_comm_create(&comm, ZINF_COMM_SINGLE, 0) == ZINF_OK, "%s", zinf_last_error());
@@ -250,6 +290,7 @@ int main(void) {
     test_clipping(comm, "cpu");
     test_trace_change(comm);
     test_state_set_late(comm);
+    test_checkpoint_api(comm);
     zinf_comm_destroy(comm);
     return check_exit("test_engine_steps");
 }
