@@ -27,6 +27,7 @@ double cli_median(double *v, int n);
 int cli_adam_bench(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_consolidate(int argc, char **argv);
+int cli_estimate(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_io_bench(int argc, char **argv);

@@ -8,7 +8,7 @@
 
 typedef struct {
     const char *name;
-    int (*run)(int argc, char **argv); // NULL: planned, not in this version yet
+    int (*run)(int argc, char **argv);
     const char *summary;
     const char *usage;
 } command;
@@ -87,8 +87,29 @@ static const command commands[] = {
      "  --optimizer adamw (default), adam, adagrad or lion; medians of --steps (10).\n"
      "  --json prints one object: params, threads, params_per_s, bytes_per_param,\n"
      "  roofline_params_per_s, ratio_to_roofline and the settings.\n"},
-    {"estimate", NULL, "memory and traffic needed per stage and tier",
-     "zinf estimate (--params N | --config CONFIG.json) [--gpus-per-node G] [--nodes K] [--json]\n"},
+    {"estimate", cli_estimate, "memory and traffic needed per stage and tier",
+     "zinf estimate (--params N | --config CONFIG.json) [--gpus-per-node G] [--nodes K] [--json]\n"
+     "              [--set key.path=value ...]\n"
+     "  For every ZeRO stage (0-3) and offload choice (offload_optimizer none/cpu/nvme from\n"
+     "  stage 1, offload_param none/cpu/nvme at stage 3) on G x K ranks (default 1 x 1),\n"
+     "  prints per rank the device bytes once the engine is made and at its busiest\n"
+     "  moment (the least memory that runs), pinned and pageable host memory (tiers, swap\n"
+     "  buffers, staging), the NVMe swap files, and per optimizer step the bytes copied\n"
+     "  host->device and device->host (model states; the batch left out) and read from\n"
+     "  and written to NVMe. Nothing is allocated and no device is opened.\n"
+     "  --params N (124M, 1.5B, 1.5e9, 1T): a GPT-2-like model (vocab 50257, block 1024,\n"
+     "  head size 64, n_embd / n_layer from 48 to 80) whose count is nearest N (124M is\n"
+     "  gpt2), bf16, one sequence of 1024 tokens per rank, no activation checkpointing,\n"
+     "  zinf's defaults otherwise, on GPUs.\n"
+     "  --config CONFIG.json: that model, batch and settings (--set overrides a key);\n"
+     "  also prints the plan zinf train would print for the config, per rank. Device\n"
+     "  backend auto counts as cuda (NCCL between ranks); \"host\" estimates the host\n"
+     "  backend.\n"
+     "  --json: one object per row (stage, optimizer, params, world_size, model_numel,\n"
+     "  partition_numel, device_bytes, device_peak_bytes, gathered_peak_bytes,\n"
+     "  pinned_bytes, pageable_bytes, nvme_bytes, activation_bytes, pcie_h2d_bytes,\n"
+     "  pcie_d2h_bytes, nvme_read_bytes, nvme_write_bytes) and with --config a last one\n"
+     "  with \"plan\": true and the plan's figures in bytes.\n"},
     {"consolidate", cli_consolidate, "merge a checkpoint into one safetensors file",
      "zinf consolidate CKPT_DIR OUT.safetensors [--dtype fp32|bf16] [--json]\n"
      "  Writes the fp32 master weights of a checkpoint (CKPT_DIR: a checkpoint.dir, whose\n"
@@ -108,8 +129,7 @@ static const command *find(const char *name) {
 static void usage(FILE *f) {
     fprintf(f, "usage: zinf <command> [options]   (zinf <command> --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-12s %s%s\n", commands[i].name, commands[i].summary,
-                commands[i].run ? "" : " (not in this version yet)");
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nSizes take binary suffixes (64K, 1M, 2G). Exit codes: 0 success, 1 runtime "
                "failure, 2 usage or config error.\n\nenvironment:\n");
     for (int k = 0; k < ZINF_ENV_COUNT; k++)
@@ -179,13 +199,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--") == 0) break;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(c->usage, stdout);
-            if (!c->run) printf("  (not in this version of zinf yet)\n");
             return CLI_OK;
         }
-    }
-    if (!c->run) {
-        fprintf(stderr, "zinf %s: not in this version of zinf yet (%s)\n", name, ZINF_VERSION);
-        return CLI_USAGE;
     }
     return c->run(argc - 1, argv + 1);
 }

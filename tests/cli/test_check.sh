@@ -20,8 +20,6 @@ done
 expect 2 "$Z"
 expect 2 "$Z" frobnicate
 grep -q 'unknown command "frobnicate"' "$tmp/err" || fail "unknown command not named"
-expect 2 "$Z" consolidate ckpt out.safetensors
-grep -q "not in this version of zinf yet" "$tmp/err" || fail "planned subcommand does not say so"
 expect 0 "$Z" --version
 grep -q '^zinf [0-9]' "$tmp/out" || fail "--version"
 

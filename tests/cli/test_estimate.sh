@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# zinf estimate: its figures are what zinf train measures. For a tiny GPT on the host
+# backend at stages 0-3, with the optimizer on the device, cpu and nvme, the parameters
+# on cpu and nvme at stage 3, on 1 and 2 ranks (mpirun -np 2), the estimate's plan lines
+# are train's, word for word; pinned_bytes and nvme_bytes of every step, nvme_read_bytes
+# and nvme_write_bytes of every step after the first (the first has no trace and, at
+# stage 3, no update of its own yet) and the final gathered_peak_bytes are the
+# estimate's to the byte. The device figures are held exactly by the engine's own
+# account: with device.memory_limit at the estimated bytes once made, the engine is
+# made and 256 bytes (one allocation unit) less refuses it; with the limit at the
+# estimated peak, training runs to the same weights digest and 256 bytes less runs out.
+# Without a limit the measured peak only bounds the estimate from above: the engine
+# frees a buffer once the stream has passed it, and waits for that only when the
+# device is full, so how much freed memory is still held depends on timing. The
+# traffic over PCIe has no counter in the engine and is not checked here. Also: the
+# --params rows, --json, and usage errors (exit 2 naming the option).
+# timeout: 300
+set -u
+Z=${ZINF_BUILD:-build}/zinf
+R=${ZINF_REF_DIR:-build/ref}
+tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mkdir -p "$tmp/nvme"
+
+# ---- usage ----
+expect 2 "$Z" estimate
+grep -q -- '--params N or --config' "$tmp/err" || fail "no input: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --params 1B --config "$tmp/none.json"
+grep -q -- '--params and --config' "$tmp/err" || fail "both: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --params -5
+grep -q -- '--params: "-5"' "$tmp/err" || fail "negative count: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --params 1.5X
+grep -q -- '--params' "$tmp/err" || fail "bad count: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --config "$tmp/none.json"
+grep -q -- "--config: .*$tmp/none.json" "$tmp/err" || fail "unreadable config: $(cat "$tmp/err")"
+echo '{"train_batch_size": 4}' > "$tmp/nomodel.json"
+expect 2 "$Z" estimate --config "$tmp/nomodel.json"
+grep -q -- '--config: .*no "model" section' "$tmp/err" || fail "no model: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --params 1B --gpus-per-node 0
+grep -q -- '--gpus-per-node' "$tmp/err" || fail "0 GPUs: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --params 1B --nodes x
+grep -q -- '--nodes' "$tmp/err" || fail "bad nodes: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --params 1B --set zero_optimization.stage=3
+grep -q -- '--set' "$tmp/err" || fail "--set without --config: $(cat "$tmp/err")"
+expect 0 "$Z" estimate --help
+grep -q 'zinf estimate (--params N | --config CONFIG.json)' "$tmp/out" || fail "--help: $(cat "$tmp/out")"
+
+# ---- --params: GPT-2's shape at 124M, a row per stage and tier, the same as the config ----
+expect 0 "$Z" estimate --params 124M
+grep -q '^GPT n_layer 12 n_head 12 n_embd 768 vocab 50257 block 1024 (124439808 parameters), bf16' "$tmp/out" ||
+  fail "124M is not gpt2: $(head -1 "$tmp/out")"
+[ "$(grep -c '^[0-3] ' "$tmp/out")" = 16 ] || fail "want 16 rows: $(cat "$tmp/out")"
+expect 0 "$Z" estimate --params 124M --json --gpus-per-node 4 --nodes 2
+cp "$tmp/out" "$tmp/p.json"
+echo '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "model": {"preset": "gpt2"}}' > "$tmp/gpt2.json"
+expect 0 "$Z" estimate --config "$tmp/gpt2.json" --json --gpus-per-node 4 --nodes 2
+head -n 16 "$tmp/out" | cmp -s - "$tmp/p.json" || fail "--params 124M and the gpt2 preset differ"
+python3 - "$tmp/p.json" <<'PY' || fail "--params rows: $(head -c 600 "$tmp/p.json")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+keys = ("stage optimizer params world_size model_numel partition_numel device_bytes device_peak_bytes "
+        "gathered_peak_bytes pinned_bytes pageable_bytes nvme_bytes activation_bytes pcie_h2d_bytes pcie_d2h_bytes "
+        "nvme_read_bytes nvme_write_bytes").split()
+assert len(rows) == 16, len(rows)
+tiers = [(r["stage"], r["optimizer"], r["params"]) for r in rows]
+want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none", "cpu", "nvme")] + \
+       [(3, o, p) for o in ("none", "cpu", "nvme") for p in ("none", "cpu", "nvme")]
+assert tiers == want, tiers
+for r in rows:
+    assert list(r) == keys, list(r)
+    assert all(isinstance(r[k], int) for k in keys if k not in ("optimizer", "params")), r
+    assert r["world_size"] == 8 and r["model_numel"] == 124439808, r
+    assert r["device_peak_bytes"] >= r["device_bytes"] > r["activation_bytes"] > 0, r
+row = {t: r for t, r in zip(tiers, rows)}
+# Stage 0 keeps the whole padded model per rank; stages 1-3 an eighth of it.
+assert row[0, "none", "none"]["partition_numel"] == 8 * row[1, "none", "none"]["partition_numel"] >= 124439808
+# Each stage needs less on the device (stages 1 and 2 alike: both reduce the gradients
+# bucket by bucket into the partition's fp32 gradient); offloading needs less still and
+# moves bytes instead.
+dev = lambda *t: row[t]["device_bytes"]
+assert dev(0, "none", "none") > dev(1, "none", "none") == dev(2, "none", "none") > dev(3, "none", "none"), rows
+assert dev(3, "none", "none") > dev(3, "cpu", "none") > dev(3, "cpu", "cpu"), rows
+assert row[1, "none", "none"]["pcie_d2h_bytes"] == 0 and row[1, "cpu", "none"]["pcie_d2h_bytes"] > 0, rows
+# nvme: three fp32 states of the partition on disk, read and written once a step.
+n = row[2, "nvme", "none"]
+assert n["nvme_read_bytes"] == n["nvme_write_bytes"] == 12 * n["partition_numel"] <= n["nvme_bytes"], n
+print("--params 124M on 8 ranks: 16 rows, gpt2's shape, the gpt2 preset's figures")
+PY
+
+# ---- against zinf train ----
+# A tiny GPT (tests/cli/test_offload.sh's): sub-groups of at most 40000 elements, and with
+# parameters on nvme the embeddings in host memory (max_in_cpu) and the rest read
+# through 3 buffers. The pinned budget is set so that the plan's text is the machine's
+# own nowhere; micro-batches of 4 keep every engine past device.memory_limit's 1 MiB floor.
+cat > "$tmp/cfg.json" <<JSON
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "seed": 5, "steps": 3, "steps_per_print": 10,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+ "zero_optimization": {"stage": 0, "reduce_bucket_size": 60000, "sub_group_size": 40000,
+   "offload_optimizer": {"device": "none", "nvme_path": "$tmp/nvme"},
+   "offload_param": {"device": "none", "nvme_path": "$tmp/nvme", "max_in_cpu": 20000, "buffer_count": 3}},
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
+ "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "device": {"backend": "host", "pinned_memory_limit": "1G"}}
+JSON
+
+# compare NP SETTING...: train 3 steps on NP ranks with the settings (key=value) and hold
+# the estimate to what it measured.
+compare() {
+  local np=$1; shift
+  local sets=() s
+  for s in "$@"; do sets+=(--set "$s"); done
+  local what="$np rank(s), $*" launch=()
+  [ "$np" = 1 ] || launch=(mpirun -np "$np")
+  "${launch[@]}" "$Z" train "$tmp/cfg.json" --json "${sets[@]}" > "$tmp/t.json" 2> "$tmp/t.err" ||
+    { fail "$what: train: $(tail -c 400 "$tmp/t.err")"; return; }
+  "$Z" estimate --config "$tmp/cfg.json" --gpus-per-node "$np" --json "${sets[@]}" > "$tmp/e.json" 2> "$tmp/e.err" &&
+    "$Z" estimate --config "$tmp/cfg.json" --gpus-per-node "$np" "${sets[@]}" > "$tmp/e.txt" 2>> "$tmp/e.err" ||
+    { fail "$what: estimate: $(cat "$tmp/e.err")"; return; }
+  sed -n '/^plan:/,+5p' "$tmp/e.txt" > "$tmp/e.plan"
+  sed -n '/^plan:/,+5p' "$tmp/t.err" > "$tmp/t.plan"
+  cmp -s "$tmp/e.plan" "$tmp/t.plan" || fail "$what: plan lines differ: $(diff "$tmp/e.plan" "$tmp/t.plan")"
+  python3 - "$tmp/t.json" "$tmp/e.json" <<'PY' || fail "$what: the step figures"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+est = json.loads(open(sys.argv[2]).readlines()[-1])
+assert est["plan"] is True, est
+bad = []
+for s in steps[:-1]:
+    for k in ("pinned_bytes", "nvme_bytes") + (("nvme_read_bytes", "nvme_write_bytes") if s["step"] > 1 else ()):
+        if s[k] != est[k]: bad.append(f"step {s['step']} {k} {s[k]}, estimated {est[k]}")
+    if s["device_peak_bytes"] < est["device_peak_bytes"]:
+        bad.append(f"step {s['step']} device_peak_bytes {s['device_peak_bytes']} below the estimated least {est['device_peak_bytes']}")
+f = steps[-1]
+if f["gathered_peak_bytes"] != est["gathered_peak_bytes"]:
+    bad.append(f"gathered_peak_bytes {f['gathered_peak_bytes']}, estimated {est['gathered_peak_bytes']}")
+assert not bad, "; ".join(bad)
+open(sys.argv[2] + ".sh", "w").write(f"dev={est['device_bytes']} peak={est['device_peak_bytes']} digest={f['weights_digest']}\n")
+PY
+  [ -f "$tmp/e.json.sh" ] || return
+  local dev peak digest
+  . "$tmp/e.json.sh"
+  rm -f "$tmp/e.json.sh"
+  # The device bytes once made: made within them, refused one allocation unit short.
+  "${launch[@]}" "$Z" train "$tmp/cfg.json" --steps 1 "${sets[@]}" --set device.memory_limit=$dev > "$tmp/l.out" 2> "$tmp/l.err"
+  grep -q '^plan:' "$tmp/l.out" || fail "$what: not made within the estimated $dev device bytes: $(tail -n 2 "$tmp/l.err")"
+  "${launch[@]}" "$Z" train "$tmp/cfg.json" --steps 1 "${sets[@]}" --set device.memory_limit=$((dev - 256)) > "$tmp/l.out" 2> "$tmp/l.err"
+  grep -q '^plan:' "$tmp/l.out" && fail "$what: made within $((dev - 256)) device bytes, 256 less than estimated"
+  grep -q 'does not fit' "$tmp/l.err" || fail "$what: at $((dev - 256)) device bytes: $(tail -n 2 "$tmp/l.err")"
+  # The peak: the same training within it, out of memory one allocation unit short.
+  "${launch[@]}" "$Z" train "$tmp/cfg.json" --json "${sets[@]}" --set device.memory_limit=$peak > "$tmp/l.out" 2> "$tmp/l.err" ||
+    fail "$what: failed within the estimated peak of $peak device bytes: $(tail -n 2 "$tmp/l.err")"
+  grep -q "\"weights_digest\":\"$digest\"" "$tmp/l.out" || fail "$what: another digest within $peak device bytes"
+  "${launch[@]}" "$Z" train "$tmp/cfg.json" --json "${sets[@]}" --set device.memory_limit=$((peak - 256)) > "$tmp/l.out" 2> "$tmp/l.err" &&
+    fail "$what: trained within $((peak - 256)) device bytes, 256 less than the estimated peak"
+  grep -q 'does not fit' "$tmp/l.err" || fail "$what: at $((peak - 256)) device bytes: $(tail -n 2 "$tmp/l.err")"
+}
+
+OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
+# The coordinator's choices: every module released after use unless used again within
+# 20000 elements, gathered up to 30000 elements ahead, blocks recomputed in backward.
+CO=(zero_optimization.stage3_param_persistence_threshold=0 zero_optimization.stage3_max_reuse_distance=20000
+    zero_optimization.stage3_prefetch_bucket_size=30000)
+before=$fails
+compare 1 zero_optimization.stage=0
+compare 1 zero_optimization.stage=2 bf16.enabled=true $OO.device=cpu $OO.pin_memory=false
+compare 1 zero_optimization.stage=2 $OO.device=nvme
+compare 1 zero_optimization.stage=3 bf16.enabled=true "${CO[@]}" 'activation_checkpointing={}'
+compare 1 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme
+compare 1 zero_optimization.stage=3 bf16.enabled=true $OP.device=nvme "${CO[@]}"
+compare 1 zero_optimization.stage=3 bf16.enabled=true $OO.device=cpu $OP.device=cpu $OP.pin_memory=false
+# Files striped over two paths in units of aio.block_size; no read-ahead; every slice on disk.
+mkdir -p "$tmp/nvme2"
+compare 1 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme "$OO.nvme_path=[\"$tmp/nvme\",\"$tmp/nvme2\"]" \
+  aio.block_size=65536 $OO.pipeline_read=false $OP.max_in_cpu=0
+compare 2 zero_optimization.stage=1
+compare 2 zero_optimization.stage=2 bf16.enabled=true $OO.device=nvme
+compare 2 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme "${CO[@]}"
+[ $fails = $before ] && echo "train: plan lines, pinned, NVMe files and traffic, gathered peak and the device bytes as estimated"
+
+finish test_estimate
