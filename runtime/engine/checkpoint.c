@@ -22,16 +22,15 @@ enum { CHUNK_BYTES = 8 << 20 };
 
 static const char *const tmp_prefix = ".tmp-";
 
-// Every rank's status becomes every rank's: the first failure on this rank, or a
-// failure saying which other ranks failed (their own logs say why).
+// Every rank's status becomes every rank's: this rank's own failure, or one saying
+// that others failed (their own errors say why).
 static zinf_status agree(zinf_engine *e, zinf_status st, const char *what) {
-    double bad[2] = {st != ZINF_OK, st != ZINF_OK ? (double)e->rank : 0};
+    double bad[2] = {st != ZINF_OK, st != ZINF_OK ? (double)e->rank : 0}; // failures, and the sum of their ranks
     zinf_status cs = zinf_comm_allreduce_f64(e->comm, bad, 2);
     if (st != ZINF_OK) return st;
     if (cs != ZINF_OK) return cs;
-    if (bad[0] > 0)
-        return zinf_fail(ZINF_ERR_IO, "%s: %.0f rank%s failed (rank %.0f%s; see its error)", what, bad[0],
-                         bad[0] > 1 ? "s" : "", bad[1], bad[0] > 1 ? " among them" : "");
+    if (bad[0] == 1) return zinf_fail(ZINF_ERR_IO, "%s: rank %.0f failed (see its error)", what, bad[1]);
+    if (bad[0] > 1) return zinf_fail(ZINF_ERR_IO, "%s: %.0f ranks failed (see their errors)", what, bad[0]);
     return ZINF_OK;
 }
 
