@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "zinf.h"
 #include "zinf_internal.h"
@@ -20,6 +21,19 @@ void cli_print_json_line(json_t *obj);
 // Parse option opt's value arg as a size (binary suffixes allowed) within [lo, hi];
 // CLI_OK, or a usage error naming the option.
 int cli_parse_size(const char *cmd, const char *opt, const char *arg, uint64_t lo, uint64_t hi, uint64_t *out);
+
+// What the plan lines say: the run's config, model, world and communication, and the
+// engine's memory (zinf train's, measured; zinf estimate's, worked out).
+typedef struct cli_plan {
+    const zinf_config *cfg;
+    zinf_gpt_shape shape;
+    int world, seq_len;
+    const char *comm;       // zinf_comm_name
+    int64_t windows;        // of the data file, or -1 without one
+    zinf_engine_memory mem; // device_capacity <= 0: not known ("the GPU's memory");
+                            // pinned_budget < 0: not known (left out)
+} cli_plan;
+void cli_print_plan(FILE *f, const cli_plan *p);
 
 // The median of v[0..n) (sorts v).
 double cli_median(double *v, int n);

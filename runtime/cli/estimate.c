@@ -549,94 +549,32 @@ static void table_row(const plan *p, bool mark) {
 // zinf_comm_name of the run: one rank alone, NCCL on GPUs, else MPI through host memory.
 static const char *comm_name(const plan *p) { return p->world == 1 ? "single" : p->nccl ? "nccl" : "mpi"; }
 
-// The lines zinf train prints before step 1 (train.c print_plan), for this plan: the
-// same text where the figure does not depend on the machine. The device's capacity and
-// the pinned budget do, unless the config sets them (device.memory_limit,
-// device.pinned_memory_limit); the data windows come from the data file.
-static void print_plan(const plan *p, const char *dt) {
+// The lines zinf train prints before step 1 (the same printer), for this plan. The
+// device's capacity and the pinned budget depend on the machine unless the config sets
+// them (device.memory_limit, device.pinned_memory_limit); the data windows come from
+// the data file.
+static void print_plan(const plan *p) {
     const zinf_config *c = p->cfg;
-    const zinf_gpt_shape *s = &p->s;
-    char b[8][32];
-    int W = p->world;
-    printf("plan: GPT n_layer %d n_head %d n_embd %d vocab %d (%.2f M parameters), %s, ZeRO stage %d over %d rank%s "
-           "(%s)\n",
-           s->n_layer, s->n_head, s->n_embd, s->vocab_size, (double)p->model_numel / 1e6, dt, p->stage, W,
-           W > 1 ? "s" : "", comm_name(p));
-    printf("  batch %lld = micro %lld x accumulation %lld x %d rank%s, %d tokens each", (long long)c->train_batch_size,
-           (long long)c->train_micro_batch_size_per_gpu, (long long)c->gradient_accumulation_steps, W, W > 1 ? "s" : "",
-           p->seq_len);
-    zinf_tokens *tok = NULL;
-    if (c->data.present && c->data.path && zinf_tokens_open(&tok, c->data.path, c->data.format) == ZINF_OK)
-        printf("; data %s (%lld windows, %s)", c->data.path, (long long)zinf_tokens_windows(tok, p->seq_len),
-               c->data.sampling == ZINF_SAMPLING_SEQUENTIAL ? "sequential" : "random");
-    zinf_tokens_close(tok);
-    printf("\n");
-    const zinf_offload_param_config *op = &c->zero.offload_param;
-    const char *pin = op->pin_memory ? "pinned" : "pageable";
-    switch (p->ptier) {
-    case ZINF_OFFLOAD_NONE:
-        printf("  per rank, parameters on the device: %s (%s)\n", sz(p->params16, b[0]),
-               p->stage == 3 ? "its slices; modules gathered as they run" : "full");
-        break;
-    case ZINF_OFFLOAD_CPU:
-        printf("  per rank, parameters offloaded to cpu: %s (its slices, in %s host memory; modules copied to the "
-               "device and gathered as they run)\n",
-               sz(p->params16, b[0]), pin);
-        break;
-    case ZINF_OFFLOAD_NVME:
-        printf("  per rank, parameters offloaded to nvme: %s (its slices): ", sz(p->params16, b[0]));
-        if (p->params_resident)
-            printf("%s of the first %d module%s in %s host memory (max_in_cpu), ", sz(p->params_host, b[0]),
-                   p->params_resident, p->params_resident == 1 ? "" : "s", pin);
-        printf("%s on NVMe read ahead through %d buffers of %s\n", sz(p->params16 - p->params_host, b[0]),
-               p->param_buffers, sz(p->param_buffer_bytes, b[1]));
-        break;
-    }
-    const zinf_offload_optimizer_config *oo = &c->zero.offload_optimizer;
-    bool nvme = p->otier == ZINF_OFFLOAD_NVME;
-    if (p->otier == ZINF_OFFLOAD_NONE)
-        printf("  per rank, optimizer on the device: %s fp32 master, %s optimizer states, %s fp32 gradients (partition "
-               "of %lld elements)\n",
-               sz(p->master, b[0]), sz(p->optim_states, b[1]), sz(p->grads32, b[2]), (long long)p->npart);
-    else
-        printf("  per rank, optimizer offloaded to %s: %s fp32 master and %s optimizer states %s, %s fp32 gradients in "
-               "%s host memory (partition of %lld elements); %d sub-group%s of up to %lld elements%s\n",
-               nvme ? "nvme" : "cpu", sz(p->master, b[0]), sz(p->optim_states, b[1]),
-               nvme             ? "on NVMe"
-               : oo->pin_memory ? "in pinned host memory"
-                                : "in host memory",
-               sz(p->grads32, b[2]), oo->pin_memory ? "pinned" : "pageable", (long long)p->npart, p->subgroups,
-               p->subgroups == 1 ? "" : "s", (long long)p->subgroup_max,
-               nvme ? (oo->pipeline_read && oo->pipeline_write ? ", reads and writes pipelined"
-                       : oo->pipeline_read                     ? ", reads pipelined"
-                       : oo->pipeline_write                    ? ", writes pipelined"
-                                                               : ", not pipelined")
-                    : "");
+    char b[6][32];
     int64_t cap = c->device.memory_limit > 0 ? c->device.memory_limit
                   : p->gpu                   ? -1
                                              : (int64_t)ZINF_HOST_DEVICE_DEFAULT_LIMIT;
-    printf("  per rank, device: %s activations, %s gradient buckets; %s in use", sz(p->activations, b[0]),
-           sz(p->reduce_bufs, b[1]), sz(p->device, b[2]));
-    if (cap > 0)
-        printf(" of %s\n", sz(cap, b[3]));
-    else
-        printf(" of the GPU's memory\n");
-    printf("  per rank, host: %s, of which pinned %s", sz(p->host_total, b[0]), sz(p->pinned, b[1]));
-    if (c->device.pinned_memory_limit >= 0) printf(" of a %s budget", sz(c->device.pinned_memory_limit, b[2]));
-    printf(" (communication staging %s); NVMe: %s", sz(p->staging, b[3]), p->nvme ? sz(p->nvme, b[4]) : "none");
-    const zinf_path_list *lists[2] = {&oo->nvme_path, &op->nvme_path};
-    bool used[2] = {nvme, p->ptier == ZINF_OFFLOAD_NVME && p->param_buffers > 0};
-    const char *sep = " under ";
-    for (int l = 0; l < 2; l++)
-        for (int i = 0; used[l] && i < lists[l]->count; i++) {
-            bool seen = false;
-            for (int k = 0; l == 1 && used[0] && k < lists[0]->count; k++)
-                seen |= strcmp(lists[0]->paths[k], lists[1]->paths[i]) == 0;
-            if (seen) continue;
-            printf("%s%s", sep, lists[l]->paths[i]);
-            sep = ", ";
-        }
-    printf("\n");
+    cli_plan pl = {.cfg = c, .shape = p->s, .world = p->world, .seq_len = p->seq_len, .comm = comm_name(p),
+                   .windows = -1};
+    pl.mem = (zinf_engine_memory){
+        .params_tier = p->ptier, .params16 = p->params16, .params_host = p->params_host,
+        .params_resident = p->params_resident, .param_buffers = p->param_buffers,
+        .param_buffer_bytes = p->param_buffer_bytes, .optimizer_tier = p->otier, .master = p->master,
+        .optim_states = p->optim_states, .grads32 = p->grads32, .activations = p->activations,
+        .reduce_bufs = p->reduce_bufs, .staging = p->staging, .pinned = p->pinned,
+        .pinned_budget = c->device.pinned_memory_limit, .host_total = p->host_total, .nvme = p->nvme,
+        .subgroups = p->subgroups, .subgroup_max = p->subgroup_max, .device_in_use = p->device,
+        .device_capacity = cap, .partition_numel = (int64_t)p->npart, .model_numel = p->model_numel};
+    zinf_tokens *tok = NULL;
+    if (c->data.present && c->data.path && zinf_tokens_open(&tok, c->data.path, c->data.format) == ZINF_OK)
+        pl.windows = zinf_tokens_windows(tok, p->seq_len);
+    zinf_tokens_close(tok);
+    cli_print_plan(stdout, &pl);
     // What the plan lines leave out: the busiest moment, and the traffic of a step.
     printf("  per rank, per step: device peak %s (%s gathered parameters at most); host<->device %s up, %s down; "
            "NVMe %s read, %s written\n",
@@ -823,7 +761,7 @@ static int estimate(const args *a, zinf_config *cfg) {
     if (st == ZINF_OK && a->json) cli_print_json_line(plan_json(&p));
     if (st == ZINF_OK && !a->json) {
         printf("\n");
-        print_plan(&p, dt);
+        print_plan(&p);
     }
     plan_free(&p);
     return st == ZINF_OK ? CLI_OK : cli_fail("estimate", CLI_FAIL);
