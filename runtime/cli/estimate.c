@@ -454,7 +454,8 @@ static zinf_status simulate(plan *p, int64_t *gathers) {
 // Bytes moved per optimizer step, following the engine's copies: stage-3 gathers
 // (engine.c engine_allgather: a slice in host memory goes up once, or through the
 // staging buffer world-fold without NCCL), each micro-batch's gradient buckets to the
-// host (reduce.c flush: the whole bucket, every rank's block), the new 16-bit
+// host (reduce.c flush: the whole bucket, every rank's block, where a host collective
+// needs it or at stage 0; with NCCL at stages 1-3 this rank's block), the new 16-bit
 // parameters (optim_tier.c update_group, step.c update), the stage-1/2 all-gather
 // without NCCL (step.c share_params), and on NVMe the three optimizer states read and
 // written once, each gather of a slice on disk read once, and every slice on disk
@@ -473,7 +474,8 @@ static void traffic(plan *p, const int64_t *gathers) {
         if (on_disk(p, i)) p->nvme_read += gathers[i] * (int64_t)sb, p->nvme_write += (int64_t)sb;
         if (p->stage >= 1 && p->stage <= 2 && staged && sb) p->d2h += (int64_t)sb, p->h2d += (int64_t)(W * sb);
     }
-    if (staged || offloaded) p->d2h += (int64_t)pad4 * p->ga;
+    if (staged) p->d2h += (int64_t)pad4 * p->ga;
+    else if (offloaded) p->d2h += (int64_t)(p->stage > 0 && W > 1 ? slice4 : pad4) * p->ga;
     if (staged && !offloaded) p->h2d += (int64_t)(p->stage >= 2 ? slice4 : pad4) * p->ga;
     if (offloaded && (p->stage < 3 || p->ptier == ZINF_OFFLOAD_NONE)) p->h2d += (int64_t)(p->npart * p->es);
     if (!offloaded && p->stage == 3 && p->ptier != ZINF_OFFLOAD_NONE) p->d2h += (int64_t)(p->npart * p->es);

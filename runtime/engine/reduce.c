@@ -115,8 +115,15 @@ static zinf_status flush(zinf_engine *e, int b) {
         }
     }
     if (e->otier != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
-        if (W == 1 || e->nccl) ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
-        ZINF_CHECK(tier_add_grads(e, b, packed ? h + W * blk : h, packed));
+        if (W == 1 || e->nccl) {
+            // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
+            bool mine = e->stage > 0 && W > 1;
+            ZINF_CHECK(zinf_copy_async(e->xs, h, d + (mine ? (size_t)e->rank * blk : 0),
+                                       (mine ? blk : W * blk) * sizeof *d, ZINF_COPY_D2H));
+            ZINF_CHECK(tier_add_grads(e, b, h, mine));
+        } else {
+            ZINF_CHECK(tier_add_grads(e, b, packed ? h + W * blk : h, packed));
+        }
     } else {
         for (int k = bk->first; k < bk->first + bk->count; k++) {
             const piece *p = &e->pieces[k];
