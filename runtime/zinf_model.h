@@ -56,7 +56,9 @@ zinf_status zinf_safetensors_stream(const zinf_safetensors *st, const zinf_st_te
 // shape (data is not read), append the tensors' bytes in order (any split), finish.
 // The header's "__metadata__" holds "format": "pt" (Hugging Face's loader wants it),
 // the caller's nmeta key/value string pairs (meta[2i], meta[2i+1]) and each tensor's
-// CRC-32 as "crc32:<name>" (8 hex digits). The file is written under a temporary name,
+// CRC-32 as "crc32:<name>" (8 hex digits). Bytes go to disk with O_DIRECT through an
+// 8 MiB staging buffer (buffered where the file system refuses O_DIRECT). The file is
+// written under a temporary name,
 // synced and renamed into place by finish; a failure, or abort, removes it, so a
 // failed or interrupted write leaves no partial file. finish and abort free w.
 typedef struct zinf_st_writer zinf_st_writer;

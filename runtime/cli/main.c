@@ -116,7 +116,8 @@ static const command commands[] = {
      "  latest is followed, or one global_step<N> directory) as one Hugging Face GPT-2\n"
      "  file (GPT2LMHeadModel's names; the tied lm_head left out), in fp32 (default) or\n"
      "  bf16. The rank files are streamed and their checksums checked on the way, so\n"
-     "  memory stays at a few MiB whatever the model's size; OUT appears only when whole.\n"
+     "  memory stays at about 9 MiB whatever the model's size; OUT appears only when\n"
+     "  whole.\n"
      "  --json prints {\"tensors\", \"bytes\" (OUT's size), \"peak_rss_bytes\", \"seconds\"}.\n"},
 };
 
