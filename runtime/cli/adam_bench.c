@@ -68,17 +68,6 @@ static bool parse_dtype(const char *s, bool allow_none, zinf_dtype *out) {
     return false;
 }
 
-// A count like 100000000, 1e8, 100M or 1.5B (decimal suffixes: parameters, not bytes).
-static bool parse_count(const char *s, uint64_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    double mult = *end == 'K' || *end == 'k' ? 1e3 : *end == 'M' ? 1e6 : *end == 'B' || *end == 'G' ? 1e9 : 1;
-    if (mult != 1) end++;
-    if (end == s || *end || !(v * mult >= 1) || v * mult > 1e12) return false;
-    *out = (uint64_t)llround(v * mult);
-    return true;
-}
-
 static const struct {
     const char *name;
     zinf_optimizer kind;
@@ -104,7 +93,7 @@ int cli_adam_bench(int argc, char **argv) {
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'n':
-            if (!parse_count(optarg, &params))
+            if (!cli_parse_count(optarg, 1e12, &params))
                 rc = cli_usage("adam-bench", "--params: \"%s\" is not a count from 1 (e.g. 100000000, 1e8, 100M)",
                                optarg);
             break;

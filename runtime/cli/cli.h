@@ -35,6 +35,10 @@ typedef struct cli_plan {
 } cli_plan;
 void cli_print_plan(FILE *f, const cli_plan *p);
 
+// A count like 100000000, 1e8, 124M, 1.5B or 1T (decimal suffixes: parameters, not
+// bytes) between 1 and max; false when arg is not one.
+bool cli_parse_count(const char *arg, double max, uint64_t *out);
+
 // The median of v[0..n) (sorts v).
 double cli_median(double *v, int n);
 

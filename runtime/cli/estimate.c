@@ -586,22 +586,6 @@ static void print_plan(const plan *p) {
 
 // ---- the command ----
 
-// A count like 1500000000, 1.5e9, 124M, 1.5B or 1T (decimal suffixes: parameters, not
-// bytes), as adam-bench reads --params.
-static bool parse_count(const char *s, uint64_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    double mult = *end == 'K' || *end == 'k'   ? 1e3
-                  : *end == 'M'                ? 1e6
-                  : *end == 'B' || *end == 'G' ? 1e9
-                  : *end == 'T'                ? 1e12
-                                               : 1;
-    if (mult != 1) end++;
-    if (end == s || *end || !(v * mult >= 1) || v * mult > 1e13) return false;
-    *out = (uint64_t)llround(v * mult);
-    return true;
-}
-
 // A GPT-2-like shape for n parameters: GPT-2's vocabulary (50257), block size (1024)
 // and head size (64), and of the n_layer and n_embd (a multiple of 64) with n_embd /
 // n_layer from 48 to 80 (GPT-2 small's 64 in the middle) the pair whose count is
@@ -661,7 +645,7 @@ static int parse(args *a, int argc, char **argv) {
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'n':
-            if (!parse_count(optarg, &a->params))
+            if (!cli_parse_count(optarg, 1e13, &a->params))
                 rc = cli_usage("estimate", "--params: \"%s\" is not a count from 1 (e.g. 124000000, 1.5e9, 124M, 1.5B)",
                                optarg);
             a->have_params = true;

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include "cli.h"
@@ -150,6 +151,20 @@ int cli_usage(const char *cmd, const char *fmt, ...) {
 int cli_fail(const char *cmd, int code) {
     fprintf(stderr, "zinf %s: error: %s\n", cmd, zinf_last_error());
     return code;
+}
+
+bool cli_parse_count(const char *s, double max, uint64_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    double mult = *end == 'K' || *end == 'k'   ? 1e3
+                  : *end == 'M'                ? 1e6
+                  : *end == 'B' || *end == 'G' ? 1e9
+                  : *end == 'T'                ? 1e12
+                                               : 1;
+    if (mult != 1) end++;
+    if (end == s || *end || !(v * mult >= 1) || v * mult > max) return false;
+    *out = (uint64_t)llround(v * mult);
+    return true;
 }
 
 int cli_parse_size(const char *cmd, const char *opt, const char *arg, uint64_t lo, uint64_t hi, uint64_t *out) {
