@@ -180,7 +180,8 @@ template <typename T>
 static zinf_status gather(cudaStream_t st, float *dst, const void *src, int ld, int off, int bh0, int nb, int seq,
                           int NH, int hs) {
     size_t n = (size_t)nb * seq * hs;
-    gather_heads_kernel<T><<<ew_blocks(n), EW_THREADS, 0, st>>>(dst, (const T *)src, ld, off, bh0, seq, NH, hs, n);
+    gather_heads_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)(dst, (const T *)src, ld, off, bh0, seq, NH, hs,
+                                                                        n);
     ZINF_CUDA_LAUNCHED("gather_heads_kernel");
     return ZINF_OK;
 }
@@ -189,7 +190,7 @@ template <typename T>
 static zinf_status scatter(cudaStream_t st, void *dst, const float *src, int ld, int off, int bh0, int nb, int seq,
                            int NH, int hs) {
     size_t n = (size_t)nb * seq * hs;
-    scatter_heads_kernel<T><<<ew_blocks(n), EW_THREADS, 0, st>>>((T *)dst, src, ld, off, bh0, seq, NH, hs, n);
+    scatter_heads_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)dst, src, ld, off, bh0, seq, NH, hs, n);
     ZINF_CUDA_LAUNCHED("scatter_heads_kernel");
     return ZINF_OK;
 }
@@ -211,7 +212,7 @@ static zinf_status attention_fwd_t(cuda_device *cd, cuda_stream *cs, const zinf_
         ZINF_CHECK(gather<T>(st, w.v, a->qkv, 3 * C, 2 * C, bh0, nb, seq, NH, hs));
         // S = scale Q K^T: (seq x hs) (hs x seq)
         ZINF_CHECK(head_gemm(cd, cs, false, true, seq, seq, hs, w.q, hs, sh, w.k, hs, sh, w.s, seq, ss, scale, nb));
-        softmax_fwd_kernel<<<(unsigned)nb * seq, ROW_THREADS, 0, st>>>(w.s, a->lse, bh0, seq);
+        softmax_fwd_kernel CUDA_LAUNCH((unsigned)nb * seq, ROW_THREADS, 0, st)(w.s, a->lse, bh0, seq);
         ZINF_CUDA_LAUNCHED("softmax_fwd_kernel");
         // Y = P V: (seq x seq) (seq x hs)
         ZINF_CHECK(head_gemm(cd, cs, false, false, seq, hs, seq, w.s, seq, ss, w.v, hs, sh, y, hs, sh, 1.0f, nb));
@@ -238,13 +239,13 @@ static zinf_status attention_bwd_t(cuda_device *cd, cuda_stream *cs, const zinf_
         ZINF_CHECK(gather<T>(st, w.dy, a->dout, C, 0, bh0, nb, seq, NH, hs));
         // P, recomputed: S = scale Q K^T, then exp(S - lse)
         ZINF_CHECK(head_gemm(cd, cs, false, true, seq, seq, hs, w.q, hs, sh, w.k, hs, sh, w.s, seq, ss, scale, nb));
-        probs_kernel<<<ew_blocks(ns), EW_THREADS, 0, st>>>(w.s, a->lse, bh0, seq, ns);
+        probs_kernel CUDA_LAUNCH(ew_blocks(ns), EW_THREADS, 0, st)(w.s, a->lse, bh0, seq, ns);
         ZINF_CUDA_LAUNCHED("probs_kernel");
         // dV = P^T dY: (seq x seq)^T (seq x hs)
         ZINF_CHECK(head_gemm(cd, cs, true, false, seq, hs, seq, w.s, seq, ss, w.dy, hs, sh, w.dv, hs, sh, 1.0f, nb));
         // dP = dY V^T: (seq x hs) (hs x seq)
         ZINF_CHECK(head_gemm(cd, cs, false, true, seq, seq, hs, w.dy, hs, sh, w.v, hs, sh, w.dp, seq, ss, 1.0f, nb));
-        dscores_kernel<<<(unsigned)nb * seq, ROW_THREADS, 0, st>>>(w.s, w.dp, seq);
+        dscores_kernel CUDA_LAUNCH((unsigned)nb * seq, ROW_THREADS, 0, st)(w.s, w.dp, seq);
         ZINF_CUDA_LAUNCHED("dscores_kernel");
         // dQ = scale dS K; dK = scale dS^T Q
         ZINF_CHECK(head_gemm(cd, cs, false, false, seq, hs, seq, w.s, seq, ss, w.k, hs, sh, w.dq, hs, sh, scale, nb));

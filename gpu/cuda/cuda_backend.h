@@ -77,7 +77,17 @@ __device__ __forceinline__ void store_f32(float *p, float x) { *p = x; }
 __device__ __forceinline__ void store_f32(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void store_f32(__half *p, float x) { *p = __float2half_rn(x); }
 
-// ---- launch shapes ----
+// ---- launches ----
+
+// `kernel CUDA_LAUNCH(grid, block, smem, stream)(args...)` is the launch in both builds:
+// nvcc's `kernel<<<grid, block, smem, stream>>>(args...)`, or the CPU emulation's that
+// the tests build the same sources against (tests/cuda_emu), whose <cuda_runtime.h>
+// defines CUDA_EMU_LAUNCH.
+#ifdef CUDA_EMU_LAUNCH
+#define CUDA_LAUNCH(grid, block, smem, stream) CUDA_EMU_LAUNCH(grid, block, smem, stream)
+#else
+#define CUDA_LAUNCH(grid, block, smem, stream) <<<grid, block, smem, stream>>>
+#endif
 
 enum { EW_THREADS = 256, ROW_THREADS = 256 };
 

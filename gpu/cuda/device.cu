@@ -1,10 +1,9 @@
 // The CUDA backend's device discovery: runtime and driver versions, device properties,
 // and a test launch of one of this build's kernels (CUDA Runtime API reference).
-#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../internal.h"
+#include "cuda_backend.h"
 
 void zinf_cuda_runtime_probe(zinf_gpu_runtime_info *info) {
     info->built = true;
@@ -72,7 +71,7 @@ zinf_status zinf_cuda_device_probe(int index, zinf_gpu_device_info *out) {
     CUDA_TRY(cudaSetDevice(index), "cudaSetDevice");
     CUDA_TRY(cudaMalloc((void **)&d_out, sizeof h_out), "cudaMalloc");
     CUDA_TRY(cudaMemset(d_out, 0xff, sizeof h_out), "cudaMemset");
-    probe_kernel<<<(N + THREADS - 1) / THREADS, THREADS>>>(d_out, N);
+    probe_kernel CUDA_LAUNCH((N + THREADS - 1) / THREADS, THREADS, 0, 0)(d_out, N);
     // A build without code for this architecture fails here: "no kernel image is available".
     CUDA_TRY(cudaGetLastError(), "test kernel launch");
     CUDA_TRY(cudaMemcpy(h_out, d_out, sizeof h_out, cudaMemcpyDeviceToHost), "test kernel");

@@ -145,8 +145,8 @@ static __global__ void gemm_fixup_kernel(T *c, const T *bias, int m, int n, int 
 template <typename T> static zinf_status gemm_fixup_t(cudaStream_t st, const zinf_gemm_args *g, float beta) {
     int batch = g->batch > 1 ? g->batch : 1;
     size_t total = (size_t)batch * g->m * g->n;
-    gemm_fixup_kernel<T><<<ew_blocks(total), EW_THREADS, 0, st>>>((T *)g->c, (const T *)g->bias, g->m, g->n, g->ldc,
-                                                                  g->stride_c, batch, beta);
+    gemm_fixup_kernel<T> CUDA_LAUNCH(ew_blocks(total), EW_THREADS, 0, st)((T *)g->c, (const T *)g->bias, g->m, g->n,
+                                                                          g->ldc, g->stride_c, batch, beta);
     ZINF_CUDA_LAUNCHED("gemm_fixup_kernel");
     return ZINF_OK;
 }
@@ -183,7 +183,7 @@ static __global__ void gemm_plain_kernel(const T *a, const T *b, T *c, const T *
 template <typename T> static zinf_status gemm_plain_t(cudaStream_t st, const zinf_gemm_args *g) {
     int batch = g->batch > 1 ? g->batch : 1;
     size_t total = (size_t)batch * g->m * g->n;
-    gemm_plain_kernel<T><<<ew_blocks(total), EW_THREADS, 0, st>>>(
+    gemm_plain_kernel<T> CUDA_LAUNCH(ew_blocks(total), EW_THREADS, 0, st)(
         (const T *)g->a, (const T *)g->b, (T *)g->c, (const T *)g->bias, g->m, g->n, g->k, g->lda, g->ldb, g->ldc,
         g->trans_a, g->trans_b, g->stride_a, g->stride_b, g->stride_c, batch, g->alpha, g->beta);
     ZINF_CUDA_LAUNCHED("gemm_plain_kernel");

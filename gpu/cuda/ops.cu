@@ -34,8 +34,8 @@ template <typename T> static __global__ void bias_grad_kernel(T *dbias, const T 
 }
 
 template <typename T> static zinf_status bias_grad_t(cudaStream_t st, const op_elementwise *e) {
-    bias_grad_kernel<T>
-        <<<col_blocks(e->cols), dim3(COL_X, COL_Y), 0, st>>>((T *)e->out, (const T *)e->a, e->n, e->cols);
+    bias_grad_kernel<T> CUDA_LAUNCH(col_blocks(e->cols), dim3(COL_X, COL_Y), 0, st)((T *)e->out, (const T *)e->a, e->n,
+                                                                                    e->cols);
     ZINF_CUDA_LAUNCHED("bias_grad_kernel");
     return ZINF_OK;
 }
@@ -78,8 +78,8 @@ static __global__ void __launch_bounds__(ROW_THREADS)
 }
 
 template <typename T> static zinf_status layernorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
-    layernorm_fwd_kernel<T><<<(unsigned)a->rows, ROW_THREADS, 0, st>>>((T *)a->out, a->mean, a->rstd, (const T *)a->x,
-                                                                       (const T *)a->w, (const T *)a->b, a->C, a->eps);
+    layernorm_fwd_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
+        (T *)a->out, a->mean, a->rstd, (const T *)a->x, (const T *)a->w, (const T *)a->b, a->C, a->eps);
     ZINF_CUDA_LAUNCHED("layernorm_fwd_kernel");
     return ZINF_OK;
 }
@@ -142,10 +142,10 @@ static __global__ void layernorm_bwd_dwdb_kernel(T *dw, T *db, const T *dout, co
 }
 
 template <typename T> static zinf_status layernorm_bwd_t(cudaStream_t st, const op_layernorm *a) {
-    layernorm_bwd_dx_kernel<T><<<(unsigned)a->rows, ROW_THREADS, 0, st>>>(
+    layernorm_bwd_dx_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, a->C);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
-    layernorm_bwd_dwdb_kernel<T><<<col_blocks(a->C), dim3(COL_X, COL_Y), 0, st>>>(
+    layernorm_bwd_dwdb_kernel<T> CUDA_LAUNCH(col_blocks(a->C), dim3(COL_X, COL_Y), 0, st)(
         (T *)a->dw, (T *)a->db, (const T *)a->dout, (const T *)a->x, a->mean, a->rstd, a->rows, a->C);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dwdb_kernel");
     return ZINF_OK;
@@ -176,13 +176,14 @@ template <typename T> static __global__ void gelu_bwd_kernel(T *dx, const T *x, 
 }
 
 template <typename T> static zinf_status gelu_fwd_t(cudaStream_t st, const op_elementwise *e) {
-    gelu_fwd_kernel<T><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((T *)e->out, (const T *)e->a, e->n);
+    gelu_fwd_kernel<T> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, e->n);
     ZINF_CUDA_LAUNCHED("gelu_fwd_kernel");
     return ZINF_OK;
 }
 
 template <typename T> static zinf_status gelu_bwd_t(cudaStream_t st, const op_elementwise *e) {
-    gelu_bwd_kernel<T><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((T *)e->out, (const T *)e->a, (const T *)e->b, e->n);
+    gelu_bwd_kernel<T> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (const T *)e->b,
+                                                                       e->n);
     ZINF_CUDA_LAUNCHED("gelu_bwd_kernel");
     return ZINF_OK;
 }
@@ -231,8 +232,8 @@ static __global__ void __launch_bounds__(ROW_THREADS)
 }
 
 template <typename T> static zinf_status cross_entropy_t(cudaStream_t st, const op_cross_entropy *a) {
-    cross_entropy_kernel<T><<<(unsigned)a->rows, ROW_THREADS, 0, st>>>(a->losses, (T *)a->dlogits, (const T *)a->logits,
-                                                                       a->targets, a->V, a->dscale);
+    cross_entropy_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
+        a->losses, (T *)a->dlogits, (const T *)a->logits, a->targets, a->V, a->dscale);
     ZINF_CUDA_LAUNCHED("cross_entropy_kernel");
     return ZINF_OK;
 }
@@ -284,8 +285,8 @@ template <typename T> static __global__ void embedding_bwd_wpe_kernel(T *dwpe, c
 
 template <typename T> static zinf_status embedding_fwd_t(cudaStream_t st, const op_embedding *a) {
     size_t n = (size_t)a->B * a->T * a->C;
-    embedding_fwd_kernel<T>
-        <<<ew_blocks(n), EW_THREADS, 0, st>>>((T *)a->out, a->tok, (const T *)a->wte, (const T *)a->wpe, a->T, a->C, n);
+    embedding_fwd_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)a->out, a->tok, (const T *)a->wte,
+                                                                         (const T *)a->wpe, a->T, a->C, n);
     ZINF_CUDA_LAUNCHED("embedding_fwd_kernel");
     return ZINF_OK;
 }
@@ -293,13 +294,13 @@ template <typename T> static zinf_status embedding_fwd_t(cudaStream_t st, const 
 template <typename T> static zinf_status embedding_bwd_t(cudaStream_t st, const op_embedding *a) {
     int N = a->B * a->T;
     if (a->dwte) {
-        embedding_bwd_wte_kernel<T>
-            <<<(unsigned)N, ROW_THREADS, 0, st>>>((T *)a->dwte, (const T *)a->dout, a->tok, a->order, N, a->C);
+        embedding_bwd_wte_kernel<T> CUDA_LAUNCH((unsigned)N, ROW_THREADS, 0, st)((T *)a->dwte, (const T *)a->dout,
+                                                                                 a->tok, a->order, N, a->C);
         ZINF_CUDA_LAUNCHED("embedding_bwd_wte_kernel");
     }
     if (a->dwpe) {
-        embedding_bwd_wpe_kernel<T>
-            <<<ew_blocks((size_t)a->T * a->C), EW_THREADS, 0, st>>>((T *)a->dwpe, (const T *)a->dout, a->B, a->T, a->C);
+        embedding_bwd_wpe_kernel<T> CUDA_LAUNCH(ew_blocks((size_t)a->T * a->C), EW_THREADS, 0,
+                                                st)((T *)a->dwpe, (const T *)a->dout, a->B, a->T, a->C);
         ZINF_CUDA_LAUNCHED("embedding_bwd_wpe_kernel");
     }
     return ZINF_OK;
@@ -330,19 +331,19 @@ template <typename D, typename S> static __global__ void cast_kernel(D *dst, con
 }
 
 template <typename T> static zinf_status add_t(cudaStream_t st, const op_elementwise *e) {
-    add_kernel<T><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((T *)e->out, (const T *)e->a, (const T *)e->b, e->n);
+    add_kernel<T> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (const T *)e->b, e->n);
     ZINF_CUDA_LAUNCHED("add_kernel");
     return ZINF_OK;
 }
 
 template <typename T> static zinf_status scale_t(cudaStream_t st, const op_elementwise *e) {
-    scale_kernel<T><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((T *)e->out, e->scale, e->n);
+    scale_kernel<T> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((T *)e->out, e->scale, e->n);
     ZINF_CUDA_LAUNCHED("scale_kernel");
     return ZINF_OK;
 }
 
 template <typename D, typename S> static zinf_status cast_t(cudaStream_t st, const op_elementwise *e) {
-    cast_kernel<D, S><<<ew_blocks(e->n), EW_THREADS, 0, st>>>((D *)e->out, (const S *)e->a, e->n);
+    cast_kernel<D, S> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((D *)e->out, (const S *)e->a, e->n);
     ZINF_CUDA_LAUNCHED("cast_kernel");
     return ZINF_OK;
 }
@@ -420,7 +421,7 @@ static __global__ void __launch_bounds__(SUMSQ_THREADS) sumsq_kernel(const T *x,
 }
 
 template <typename T> static zinf_status sumsq_t(cudaStream_t st, const op_elementwise *e) {
-    sumsq_kernel<T><<<1, SUMSQ_THREADS, 0, st>>>((const T *)e->a, e->n, e->stats);
+    sumsq_kernel<T> CUDA_LAUNCH(1, SUMSQ_THREADS, 0, st)((const T *)e->a, e->n, e->stats);
     ZINF_CUDA_LAUNCHED("sumsq_kernel");
     return ZINF_OK;
 }
@@ -504,7 +505,7 @@ template <typename G> static __global__ void optim_kernel(zinf_optim_consts c, z
 }
 
 template <typename G> static zinf_status optim_t(cudaStream_t st, const op_optim *o) {
-    optim_kernel<G><<<ew_blocks(o->t.n), EW_THREADS, 0, st>>>(o->c, o->t);
+    optim_kernel<G> CUDA_LAUNCH(ew_blocks(o->t.n), EW_THREADS, 0, st)(o->c, o->t);
     ZINF_CUDA_LAUNCHED("optim_kernel");
     return ZINF_OK;
 }
