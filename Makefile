@@ -1,12 +1,16 @@
 # zinf — one Makefile (llm.c / liburing style): probe features by compiling, write
 # build/config.h, build build/libzinf.a and the build/zinf CLI, run tests and benches.
 #
-#   make [all]            library + CLI        make test [BACKEND=host|cuda]
+#   make [all]            library + CLI        make test [BACKEND=host|cuda|cuda-emu]
 #   make bench            benchmarks           make deps   (Debian packages; root installs)
 #   make clean (keeps the PyTorch venv build/pyenv)   make distclean
 # Switches: NO_CUDA=1, SAN=1 (ASan+UBSan), WERROR=1, CUDA_ARCH="80 90", V=1.
+# BACKEND=cuda-emu builds the CUDA backend and NCCL communicator with the host C++
+# compiler against the tests' CPU emulation of CUDA, cuBLASLt and NCCL (tests/cuda_emu)
+# and runs the suite on it; it is a test build, never one to train with.
 # Variant builds live in their own folder so switching never mixes objects:
-#   build/ (default), build/nocuda/, build/san/, build/san-nocuda/.
+#   build/ (default), build/nocuda/, build/san/, build/san-nocuda/, build/cuda-emu/,
+#   build/san-cuda-emu/.
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
@@ -22,7 +26,11 @@ MPICC ?= mpicc
 CUDA_ARCH ?= 80 90
 BACKEND ?= host
 
-variant := $(if $(SAN),san)$(if $(and $(SAN),$(NO_CUDA)),-)$(if $(NO_CUDA),nocuda)
+EMU := $(filter cuda-emu,$(BACKEND))
+ifneq ($(and $(EMU),$(NO_CUDA)),)
+  $(error BACKEND=cuda-emu builds the CUDA backend; drop NO_CUDA=1)
+endif
+variant := $(if $(SAN),san)$(if $(and $(SAN),$(NO_CUDA)$(EMU)),-)$(if $(NO_CUDA),nocuda)$(if $(EMU),cuda-emu)
 B := build$(if $(variant),/$(variant))
 
 ifeq ($(V),1)
@@ -74,7 +82,11 @@ $(B)/config.mk: Makefile $(B)/.deps
 	@$(call probe,mpi,ZINF_HAVE_MPI,$(CC) $(mpi_cflags) -x c $$src -o $$out $(mpi_libs))
 	@echo "MPI_CFLAGS=$(mpi_cflags)" >> $(B)/config.mk.tmp
 	@echo "MPI_LIBS=$(mpi_libs)" >> $(B)/config.mk.tmp
-ifeq ($(NO_CUDA),)
+ifneq ($(EMU),)
+	@echo '  - cuda, nccl: the tests'"'"' CPU emulation (BACKEND=cuda-emu)'
+	@printf '#define ZINF_HAVE_CUDA 1\n#define ZINF_HAVE_NCCL 1\n' >> $(B)/config.h.tmp
+	@printf 'ZINF_HAVE_CUDA=1\nZINF_HAVE_NCCL=1\n' >> $(B)/config.mk.tmp
+else ifeq ($(NO_CUDA),)
 	@$(call probe,cuda,ZINF_HAVE_CUDA,$(NVCC) -x cu $$src -o $$out -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart)
 	@$(call probe,nccl,ZINF_HAVE_NCCL,$(CC) -I$(CUDA_HOME)/include -x c $$src -o $$out -L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lnccl)
 else
@@ -142,12 +154,22 @@ endif
 ifeq ($(ZINF_HAVE_MPI),1)
   LDLIBS += $(MPI_LIBS)
 endif
+# The emulation's headers stand in for the toolkit's and its library for cudart,
+# cuBLASLt and NCCL; the .cu files are compiled as C++ (CXXFLAGS) instead of by nvcc.
+CXX ?= g++
+CXXFLAGS = $(filter-out -std=c11 -Wstrict-prototypes,$(CFLAGS)) -std=c++17
+EMU_LIB := $(B)/libcudaemu.a
+ifneq ($(EMU),)
+  CPPFLAGS += -Itests/cuda_emu/include
+  LDLIBS := $(EMU_LIB) $(LDLIBS) -lstdc++ -lrt
+else
 ifeq ($(ZINF_HAVE_CUDA),1)
   CPPFLAGS += -isystem $(CUDA_HOME)/include
   LDLIBS += $(cuda_libs)
 endif
 ifeq ($(ZINF_HAVE_NCCL),1)
   LDLIBS += -lnccl
+endif
 endif
 
 # ---- sources ----
@@ -164,6 +186,10 @@ LIB_O := $(LIB_C:%.c=$(B)/obj/%.o) $(LIB_CU:%.cu=$(B)/obj/%.o)
 CLI_O := $(CLI_C:%.c=$(B)/obj/%.o)
 TEST_C := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_C:tests/unit/%.c=$(B)/tests/%)
+# The emulation itself, and its own tests (built only for BACKEND=cuda-emu).
+EMU_CPP := $(filter-out tests/cuda_emu/test_%,$(wildcard tests/cuda_emu/*.cpp))
+EMU_O := $(EMU_CPP:%.cpp=$(B)/obj/%.o)
+EMU_TEST_BIN := $(if $(EMU),$(patsubst tests/cuda_emu/%.cpp,$(B)/tests/emu_%,$(wildcard tests/cuda_emu/test_*.cpp)))
 
 # The SIMD kernels are compiled for their level; dispatch picks one at run time.
 $(B)/obj/cpu_adam/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
@@ -177,20 +203,41 @@ $(B)/obj/%.o: %.c $(B)/config.mk
 	$(say) CC $<
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+ifneq ($(EMU),)
+$(B)/obj/%.o: %.cu $(B)/config.mk
+	@mkdir -p $(@D)
+	$(say) CXX $<
+	$(Q)$(CXX) -x c++ $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+else
 $(B)/obj/%.o: %.cu $(B)/config.mk
 	@mkdir -p $(@D)
 	$(say) NVCC $<
 	$(Q)$(NVCC) $(filter-out -D_GNU_SOURCE,$(CPPFLAGS)) $(NVCCFLAGS) -c $< -o $@
+endif
+
+$(B)/obj/%.o: %.cpp $(B)/config.mk
+	@mkdir -p $(@D)
+	$(say) CXX $<
+	$(Q)$(CXX) $(CPPFLAGS) -Itests/cuda_emu $(CXXFLAGS) -c $< -o $@
+
+$(EMU_LIB): $(EMU_O)
+	$(say) AR $@
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(B)/tests/emu_%: tests/cuda_emu/%.cpp $(EMU_LIB) $(B)/config.mk
+	@mkdir -p $(@D)
+	$(say) TEST $@
+	$(Q)$(CXX) $(CPPFLAGS) -Itests/cuda_emu $(CXXFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
 
 $(B)/libzinf.a: $(LIB_O)
 	$(say) AR $@
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(B)/zinf: $(CLI_O) $(B)/libzinf.a
+$(B)/zinf: $(CLI_O) $(B)/libzinf.a $(if $(EMU),$(EMU_LIB))
 	$(say) LINK $@
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_O) $(B)/libzinf.a $(LDLIBS)
 
-$(B)/tests/%: tests/unit/%.c $(B)/libzinf.a $(B)/config.mk
+$(B)/tests/%: tests/unit/%.c $(B)/libzinf.a $(if $(EMU),$(EMU_LIB)) $(B)/config.mk
 	@mkdir -p $(@D)
 	$(say) TEST $@
 	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) $< -o $@ $(B)/libzinf.a $(LDLIBS)
@@ -228,7 +275,7 @@ build/ref/%.bin: tests/ref/%_ref.py $(PYENV)/.ok
 	$(say) REF $@
 	$(Q)$(PY) $< $@ > /dev/null
 
-tests: all corpus $(TEST_BIN) $(REF_BIN)
+tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(REF_BIN)
 
 test: tests
 	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run

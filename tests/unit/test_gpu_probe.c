@@ -1,5 +1,6 @@
 // zinf_gpu_runtime_probe and zinf_gpu_device_probe against what the machine and the
-// build say independently: /dev/nvidia0, config.h, ZINF_TEST_BACKEND; and the host
+// build say independently: /dev/nvidia0 (or ZINF_TEST_CUDA_EMU: the CPU emulation's
+// devices, tests/cuda_emu), config.h, ZINF_TEST_BACKEND; and the host
 // BLAS report against OpenBLAS's own name.
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +31,15 @@ static void expect_device_fails(int index) {
 int main(void) {
     const char *backend = getenv("ZINF_TEST_BACKEND");
     bool want_cuda = backend && strcmp(backend, "cuda") == 0;
-    bool have_dev = access("/dev/nvidia0", F_OK) == 0;
+    bool emulated = getenv("ZINF_TEST_CUDA_EMU") != NULL;
+    bool have_dev = access("/dev/nvidia0", F_OK) == 0 || emulated;
 
     zinf_gpu_runtime_info rt;
     memset(&rt, 0x5a, sizeof rt);
     zinf_gpu_runtime_probe(&rt);
-    printf("built %d, runtime %d, driver %d, devices %d, status \"%s\"; /dev/nvidia0 %s\n", rt.built,
-           rt.runtime_version, rt.driver_version, rt.device_count, rt.status, have_dev ? "present" : "absent");
+    printf("built %d, runtime %d, driver %d, devices %d, status \"%s\"; %s\n", rt.built, rt.runtime_version,
+           rt.driver_version, rt.device_count, rt.status,
+           emulated ? "emulated devices" : have_dev ? "/dev/nvidia0 present" : "/dev/nvidia0 absent");
 
     CHECK(rt.built == built, "built %d, config.h says %d", rt.built, built);
     CHECK(rt.status[0] != '\0', "empty status");
@@ -51,7 +54,7 @@ int main(void) {
         CHECK(rt.device_count == 0, "%d devices without /dev/nvidia0", rt.device_count);
         CHECK(strcmp(rt.status, "ok") != 0, "status \"ok\" without a device");
     } else if (built) {
-        CHECK(rt.device_count >= 1, "no device with /dev/nvidia0 present: %s", rt.status);
+        CHECK(rt.device_count >= 1, "no device with /dev/nvidia0 present (or emulated): %s", rt.status);
         CHECK(strcmp(rt.status, "ok") == 0, "status \"%s\" with devices", rt.status);
         CHECK(rt.driver_version > 0, "driver_version %d with a device", rt.driver_version);
     }

@@ -1,0 +1,413 @@
+// CUDA emulation (tests only): kernel launches (CUDA C++ Programming Guide: thread
+// hierarchy, __syncthreads, warp shuffle functions; Runtime API: launch limits). The
+// blocks of a grid run one after another on their stream's thread; the threads of a
+// block are cooperative fibers on it, each run until it waits at __syncthreads or at a
+// warp exchange, so a block behaves as on a GPU: a barrier releases once every thread
+// has reached it, and a shuffle exchanges values once every lane named in its mask has
+// arrived. Even-numbered blocks run their threads in ascending order, odd ones in
+// descending order, so a missing barrier is seen whichever side of a race comes first.
+// Divergence the Programming Guide calls undefined (a barrier some threads never reach,
+// lanes that disagree on a mask, a lane outside its own mask) faults the device.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "emu.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace cuda_emu {
+
+thread_local const thread_view *self = nullptr;
+
+namespace {
+
+// ---- fibers ----
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t STACK = 256 << 10; // ASan's frames are large
+#else
+constexpr size_t STACK = 64 << 10;
+#endif
+
+#if defined(__x86_64__)
+// Saves the callee-saved registers on the current stack, stores the stack pointer in
+// *from and continues on `to` (System V ABI). The SSE and x87 control words are not
+// switched: the fibers share their host thread's floating-point environment, which no
+// kernel changes.
+extern "C" void cuda_emu_switch(void **from, void *to);
+extern "C" void cuda_emu_fiber_start();
+asm(R"(
+    .text
+    .globl cuda_emu_switch
+    .type cuda_emu_switch, @function
+cuda_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuda_emu_switch, .-cuda_emu_switch
+
+    .globl cuda_emu_fiber_start
+    .type cuda_emu_fiber_start, @function
+cuda_emu_fiber_start:
+    callq *%r13
+    ud2
+    .size cuda_emu_fiber_start, .-cuda_emu_fiber_start
+)");
+#endif
+
+enum state { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
+
+struct fiber {
+    thread_view view;
+    int lin; // linear thread index within the block
+    state st;
+    char *stack;
+#if defined(__x86_64__)
+    void *sp;
+#else
+    ucontext_t ctx;
+#endif
+};
+
+// Where a warp's exchange stands: the lanes that have arrived, with their values and
+// the lane each reads from. When it completes each lane's result is set aside, so that
+// the lanes that go on to a later exchange (of a smaller mask, say) cannot disturb what
+// a slower lane has yet to read.
+struct warp {
+    unsigned mask, arrived;
+    unsigned live; // lanes of the warp that exist and have not exited
+    int src[32];
+    uint64_t val[32], result[32];
+};
+
+// The block being run on this thread.
+struct block_run {
+    const std::function<void()> *body;
+    std::vector<fiber> *fibers;
+    std::vector<warp> warps;
+    int nthreads, at_barrier = 0, exited = 0;
+    bool descending = false; // this block's order
+    int pos = -1;            // of the current fiber in this pass
+    fiber *cur = nullptr;
+    const char *error = nullptr; // the first undefined behaviour seen
+#if defined(__x86_64__)
+    void *sched_sp = nullptr;
+#else
+    ucontext_t sched;
+#endif
+    const void *sched_stack = nullptr; // for ASan
+    size_t sched_stack_size = 0;
+};
+
+thread_local block_run *running = nullptr;
+
+// The stacks of this host thread's fibers, kept for its later blocks; each has a
+// guard page below it, so an overflow faults instead of corrupting its neighbour.
+struct stack_pool {
+    std::vector<char *> stacks;
+    ~stack_pool() {
+        for (char *s : stacks)
+            munmap(s - getpagesize(), STACK + getpagesize());
+    }
+    char *get(size_t i) {
+        while (stacks.size() <= i) {
+            size_t page = (size_t)getpagesize();
+            char *m = (char *)mmap(nullptr, STACK + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m == MAP_FAILED) {
+                perror("cuda emulation: fiber stack");
+                abort();
+            }
+            mprotect(m, page, PROT_NONE);
+            stacks.push_back(m + page);
+        }
+        return stacks[i];
+    }
+};
+thread_local stack_pool pool;
+
+// Continues on `to` (a fiber, or the scheduler when to is null). exiting: the current
+// fiber never runs again (ASan may drop its fake stack).
+void jump_to(fiber *from, fiber *to, bool exiting) {
+    block_run *b = running;
+#if defined(__SANITIZE_ADDRESS__)
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(exiting ? nullptr : &fake, to ? to->stack : b->sched_stack,
+                                   to ? STACK : b->sched_stack_size);
+#else
+    (void)exiting;
+#endif
+#if defined(__x86_64__)
+    cuda_emu_switch(from ? &from->sp : &b->sched_sp, to ? to->sp : b->sched_sp);
+#else
+    swapcontext(from ? &from->ctx : &b->sched, to ? &to->ctx : &b->sched);
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+// The next runnable fiber of this pass, in the block's order, or null at its end.
+fiber *next_runnable(block_run *b) {
+    while (++b->pos < b->nthreads) {
+        fiber &f = (*b->fibers)[(size_t)(b->descending ? b->nthreads - 1 - b->pos : b->pos)];
+        if (f.st == RUNNABLE) return &f;
+    }
+    return nullptr;
+}
+
+// From fiber f straight to the pass's next runnable one (half the switches of going
+// through the scheduler), or back to the scheduler at the end of the pass.
+void leave(fiber *f, bool exiting) {
+    block_run *b = running;
+    fiber *n = b->error ? nullptr : next_runnable(b);
+    if (n) {
+        b->cur = n;
+        self = &n->view;
+    }
+    jump_to(f, n, exiting);
+}
+
+// Parks this fiber until an exchange or the barrier makes it runnable again.
+void yield(state st) {
+    fiber *f = running->cur;
+    f->st = st;
+    leave(f, false);
+}
+
+// An exchange completes once every live lane of its mask has arrived: the values are
+// kept for reading and the waiting lanes resume.
+void settle_warp(block_run *b, warp &w, int wi) {
+    unsigned need = w.mask & w.live;
+    if (!w.arrived || (w.arrived & need) != need) return;
+    // Reading a lane that did not take part is undefined: all bits set, loudly wrong.
+    for (int l = 0; l < 32; l++)
+        if (w.arrived >> l & 1) w.result[l] = w.arrived >> w.src[l] & 1 ? w.val[w.src[l]] : ~(uint64_t)0;
+    w.arrived = 0;
+    for (int l = 0; l < 32; l++) {
+        size_t t = (size_t)wi * 32 + (size_t)l;
+        if (t < b->fibers->size() && (*b->fibers)[t].st == AT_WARP) (*b->fibers)[t].st = RUNNABLE;
+    }
+}
+
+// The body of every fiber: one thread of the block, from start to exit.
+void fiber_main() {
+    block_run *b = running;
+    fiber *f = b->cur;
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, &b->sched_stack, &b->sched_stack_size);
+#endif
+    (*b->body)();
+    f->st = EXITED;
+    b->exited++;
+    // A lane that exits no longer holds back its warp's exchange.
+    warp &w = b->warps[(size_t)f->lin / 32];
+    w.live &= ~(1u << (f->lin % 32));
+    settle_warp(b, w, f->lin / 32);
+    leave(f, true);
+    abort(); // never resumed
+}
+
+void prepare(fiber *f, char *stack) {
+    f->stack = stack;
+#if defined(__x86_64__)
+    // The frame cuda_emu_switch pops: r15..rbp, then the return address (the start
+    // trampoline, which calls r13 with the stack 16-byte aligned).
+    uint64_t *sp = (uint64_t *)(stack + STACK) - 9;
+    sp[0] = 0, sp[1] = 0;                    // r15, r14
+    sp[2] = (uint64_t)(uintptr_t)fiber_main; // r13
+    sp[3] = 0, sp[4] = 0, sp[5] = 0;         // r12, rbx, rbp
+    sp[6] = (uint64_t)(uintptr_t)cuda_emu_fiber_start;
+    f->sp = sp;
+#else
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = stack;
+    f->ctx.uc_stack.ss_size = STACK;
+    f->ctx.uc_link = nullptr;
+    makecontext(&f->ctx, fiber_main, 0);
+#endif
+}
+
+void undefined(block_run *b, const char *what) {
+    if (!b->error) b->error = what;
+}
+
+} // namespace
+
+// ---- warps and barriers ----
+
+uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int width) {
+    block_run *b = running;
+    fiber *f = b->cur;
+    int lane = f->lin % 32, wi = f->lin / 32;
+    warp &w = b->warps[(size_t)wi];
+    if (!(mask >> lane & 1)) undefined(b, "a lane called a warp function with a mask that leaves it out");
+    if (width < 1 || width > 32 || (width & (width - 1))) undefined(b, "a shuffle width that is not 1, 2, 4, 8, 16 or 32");
+    if (b->error) return v;
+    if (!w.arrived)
+        w.mask = mask;
+    else if (w.mask != mask)
+        undefined(b, "the lanes of a warp called a warp function with different masks");
+    // The source lane, within this lane's group of `width` (Programming Guide, "Warp
+    // Shuffle Functions"): a lane may read an earlier group (xor), and past its own group
+    // it reads its own value.
+    int base = lane & ~(width - 1), src = lane;
+    switch (mode) {
+    case SHFL_IDX: src = base + (arg & (width - 1)); break;
+    case SHFL_UP: src = lane - arg >= base ? lane - arg : lane; break;
+    case SHFL_DOWN: src = lane + arg < base + width ? lane + arg : lane; break;
+    case SHFL_XOR: src = (lane ^ arg) < base + width ? lane ^ arg : lane; break;
+    }
+    w.src[lane] = src;
+    w.val[lane] = v;
+    w.arrived |= 1u << lane;
+    settle_warp(b, w, wi);
+    if (w.arrived & (1u << lane)) yield(AT_WARP);
+    return b->error ? v : w.result[lane];
+}
+
+void block_barrier() {
+    block_run *b = running;
+    if (++b->at_barrier == b->nthreads) { // the last to arrive releases everyone
+        b->at_barrier = 0;
+        for (fiber &f : *b->fibers)
+            if (f.st == AT_BARRIER) f.st = RUNNABLE;
+        return;
+    }
+    yield(AT_BARRIER);
+}
+
+namespace {
+
+// Runs one block to the end; false (with why) when its threads can no longer all go on.
+bool run_block(block_run &b, std::vector<fiber> &fibers, uint3 bid, const launch_config &cfg, bool descending,
+               const char **why) {
+    dim3 bd = cfg.block;
+    for (int t = 0; t < b.nthreads; t++) {
+        fiber &f = fibers[(size_t)t];
+        f.lin = t;
+        f.st = RUNNABLE;
+        f.view.tid = {(unsigned)t % bd.x, (unsigned)t / bd.x % bd.y, (unsigned)t / (bd.x * bd.y)};
+        f.view.bid = bid;
+        f.view.bdim = bd;
+        f.view.gdim = cfg.grid;
+        prepare(&f, pool.get((size_t)t));
+    }
+    for (size_t wi = 0; wi < b.warps.size(); wi++) {
+        int lanes = b.nthreads - (int)wi * 32;
+        b.warps[wi] = warp{};
+        b.warps[wi].live = lanes >= 32 ? ~0u : (1u << lanes) - 1;
+    }
+    b.at_barrier = b.exited = 0;
+    b.descending = descending;
+    // Passes over the block: the fibers hand over to each other, and the last of a
+    // pass comes back here.
+    for (;;) {
+        b.pos = -1;
+        fiber *f = next_runnable(&b);
+        if (!f) {
+            if (b.exited == b.nthreads) return true;
+            *why = b.at_barrier ? "__syncthreads was not reached by every thread of the block"
+                                : "a warp exchange waits for lanes that never arrive";
+            return false;
+        }
+        b.cur = f;
+        self = &f->view;
+        jump_to(nullptr, f, false);
+        if (b.error) {
+            *why = b.error;
+            return false;
+        }
+    }
+}
+
+void run_kernel(int device, const launch_config &cfg, const void *kernel, const std::function<void()> &body,
+                const std::vector<const void *> &ptrs) {
+    if (sticky(device)) return;
+    for (size_t i = 0; i < ptrs.size(); i++) {
+        if (!ptrs[i]) continue;
+        region r = classify(ptrs[i], 0);
+        if (r.kind == mem::registered || (r.kind == mem::device && r.device == device)) continue;
+        fault(device, cudaErrorIllegalAddress, "kernel %p: pointer argument %zu (%p) is %s", kernel, i + 1, ptrs[i],
+              r.kind == mem::device ? "memory of another device" : "not device memory (host, freed or never allocated)");
+        return;
+    }
+    block_run b;
+    std::vector<fiber> fibers((size_t)(cfg.block.x * cfg.block.y * cfg.block.z));
+    b.body = &body;
+    b.fibers = &fibers;
+    b.nthreads = (int)fibers.size();
+    b.warps.resize((fibers.size() + 31) / 32);
+    running = &b;
+    uint64_t n = 0;
+    for (unsigned z = 0; z < cfg.grid.z; z++)
+        for (unsigned y = 0; y < cfg.grid.y; y++)
+            for (unsigned x = 0; x < cfg.grid.x; x++, n++) {
+                const char *why = nullptr;
+                if (!run_block(b, fibers, uint3{x, y, z}, cfg, n & 1, &why)) {
+                    fault(device, cudaErrorLaunchFailure, "kernel %p, block (%u,%u,%u) of (%u,%u,%u) x (%u,%u,%u) threads: %s",
+                          kernel, x, y, z, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z, why);
+                    running = nullptr;
+                    self = nullptr;
+                    return;
+                }
+            }
+    running = nullptr;
+    self = nullptr;
+}
+
+} // namespace
+
+// The limits are the device's (cudaDeviceProp); going past one is
+// cudaErrorInvalidConfiguration, which the runtime also returns for too much shared
+// memory (Runtime API, cudaErrorInvalidConfiguration).
+void launch(const launch_config &cfg, const void *kernel, std::function<void()> body, std::vector<const void *> ptrs) {
+    int device = current_device();
+    cudaDeviceProp p;
+    if (cudaError_t e = cudaGetDeviceProperties(&p, device)) {
+        fail(e);
+        return;
+    }
+    const dim3 &g = cfg.grid, &bl = cfg.block;
+    uint64_t threads = (uint64_t)bl.x * bl.y * bl.z;
+    bool ok = g.x >= 1 && g.y >= 1 && g.z >= 1 && g.x <= (unsigned)p.maxGridSize[0] &&
+              g.y <= (unsigned)p.maxGridSize[1] && g.z <= (unsigned)p.maxGridSize[2] && bl.x >= 1 && bl.y >= 1 &&
+              bl.z >= 1 && bl.x <= (unsigned)p.maxThreadsDim[0] && bl.y <= (unsigned)p.maxThreadsDim[1] &&
+              bl.z <= (unsigned)p.maxThreadsDim[2] && threads <= (uint64_t)p.maxThreadsPerBlock &&
+              cfg.smem <= p.sharedMemPerBlock;
+    if (!ok) {
+        fail(cudaErrorInvalidConfiguration);
+        return;
+    }
+    if (cfg.stream && stream_device(cfg.stream) != device) {
+        fail(cudaErrorInvalidResourceHandle);
+        return;
+    }
+    launch_config c = cfg;
+    enqueue(cfg.stream, [device, c, kernel, body = std::move(body), ptrs = std::move(ptrs)] {
+        run_kernel(device, c, kernel, body, ptrs);
+    });
+}
+
+} // namespace cuda_emu

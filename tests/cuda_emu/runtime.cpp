@@ -1,0 +1,802 @@
+// CUDA emulation (tests only): the Runtime API (CUDA Runtime API reference: device
+// management, error handling, memory, streams, events, and the "API synchronization
+// behavior" notes). Devices are H100s (80 GiB, compute capability 9.0, 132 SMs) whose
+// memory is host memory tagged with its device; CUDA_EMU_DEVICES sets how many
+// (default 8), CUDA_EMU_MEMORY their memory (e.g. "2G"), and CUDA_VISIBLE_DEVICES is
+// honoured as the runtime documents. Every stream is a thread running its work in
+// order; an error found while work runs ends the device's context, as a GPU fault does.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "emu.h"
+
+// ---- objects ----
+
+struct CUstream_st {
+    int device;
+    bool blocking; // synchronizes with the legacy default stream
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> work;
+    uint64_t enqueued = 0, done = 0; // work items, in order
+    bool stop = false;
+    std::thread thread;
+};
+
+// One recording of an event: done once the work before it on its stream has run.
+struct marker {
+    std::atomic<bool> done{false};
+    double time = 0; // seconds, when it ran
+};
+
+struct CUevent_st {
+    int device;
+    bool timed;
+    std::mutex mu;
+    std::shared_ptr<marker> last; // the latest cudaEventRecord; null: never recorded
+};
+
+namespace cuda_emu {
+namespace {
+
+// Writes past an allocation land in a guard of this many bytes on each side, checked
+// when it is freed. Under AddressSanitizer the allocation is exact instead, so that
+// ASan reports the access itself.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t GUARD = 0;
+#else
+constexpr size_t GUARD = 256;
+#endif
+constexpr unsigned char GUARD_BYTE = 0xa5;
+
+struct allocation {
+    size_t size;
+    int device;
+    char *raw; // what posix_memalign gave; the caller's pointer is raw + GUARD
+};
+
+struct device_state {
+    cudaDeviceProp prop;
+    size_t used = 0;                          // bytes allocated (machine::mu)
+    std::atomic<cudaError_t> sticky{cudaSuccess}; // the fault that ended the context
+    CUstream_st *legacy = nullptr;            // the NULL stream, made on first use
+    std::vector<CUstream_st *> streams;       // live streams, the legacy one included
+};
+
+struct machine {
+    std::mutex mu; // guards everything below but the streams' own queues
+    std::vector<std::unique_ptr<device_state>> devs;
+    std::map<uintptr_t, allocation> allocs;  // by the caller's pointer
+    std::map<uintptr_t, size_t> registered;  // cudaHostRegister ranges
+    std::mutex done_mu;                       // with done_cv: any marker or work item finished
+    std::condition_variable done_cv;
+};
+
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local int current = 0;
+thread_local bool in_host_fn = false; // a host function may not call the runtime
+
+double now_s() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+size_t parse_size(const char *s, size_t dflt) {
+    if (!s || !*s) return dflt;
+    char *end;
+    double v = strtod(s, &end);
+    double mult = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                  : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+    return v > 0 ? (size_t)(v * mult) : dflt;
+}
+
+// CUDA_VISIBLE_DEVICES: a comma-separated list of device indices; the list ends at the
+// first entry that is not a valid, unused index (as the CUDA documentation describes).
+int visible_count(int physical) {
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v) return physical;
+    std::vector<bool> used((size_t)physical, false);
+    int n = 0;
+    for (const char *p = v; *p;) {
+        char *end;
+        long i = strtol(p, &end, 10);
+        if (end == p || i < 0 || i >= physical || used[(size_t)i]) break;
+        used[(size_t)i] = true;
+        n++;
+        if (*end != ',') break;
+        p = end + 1;
+    }
+    return n;
+}
+
+machine &M() {
+    static machine *m = [] {
+        machine *mm = new machine; // never destroyed: stream threads may outlive main's statics
+        const char *dn = getenv("CUDA_EMU_DEVICES");
+        int physical = dn ? atoi(dn) : 8;
+        int n = visible_count(physical < 0 ? 0 : physical);
+        size_t mem = parse_size(getenv("CUDA_EMU_MEMORY"), (size_t)80 << 30);
+        for (int i = 0; i < n; i++) {
+            auto d = std::make_unique<device_state>();
+            cudaDeviceProp &p = d->prop;
+            memset(&p, 0, sizeof p);
+            snprintf(p.name, sizeof p.name, "NVIDIA H100 80GB HBM3 (CPU emulation)");
+            p.totalGlobalMem = mem;
+            p.sharedMemPerBlock = 48 << 10;
+            p.sharedMemPerBlockOptin = 227 << 10;
+            p.regsPerBlock = 65536;
+            p.warpSize = 32;
+            p.maxThreadsPerBlock = 1024;
+            p.maxThreadsDim[0] = 1024, p.maxThreadsDim[1] = 1024, p.maxThreadsDim[2] = 64;
+            p.maxGridSize[0] = 2147483647, p.maxGridSize[1] = 65535, p.maxGridSize[2] = 65535;
+            p.major = 9, p.minor = 0;
+            p.multiProcessorCount = 132;
+            p.maxThreadsPerMultiProcessor = 2048;
+            p.pciDomainID = 0, p.pciBusID = 0x18 + i, p.pciDeviceID = 0;
+            p.unifiedAddressing = 1;
+            p.canMapHostMemory = 1;
+            mm->devs.push_back(std::move(d));
+        }
+        return mm;
+    }();
+    return *m;
+}
+
+bool valid_device(int d) { return d >= 0 && d < (int)M().devs.size(); }
+device_state &dev(int d) { return *M().devs[(size_t)d]; }
+
+// The allocation holding address p, or null (machine::mu held).
+const allocation *holder(uintptr_t p, uintptr_t *base) {
+    auto &a = M().allocs;
+    auto it = a.upper_bound(p);
+    if (it == a.begin()) return nullptr;
+    --it;
+    if (p >= it->first + it->second.size && !(it->second.size == 0 && p == it->first)) return nullptr;
+    *base = it->first;
+    return &it->second;
+}
+
+// ---- streams ----
+
+void notify_done() {
+    std::lock_guard<std::mutex> g(M().done_mu);
+    M().done_cv.notify_all();
+}
+
+void stream_main(CUstream_st *s) {
+    std::unique_lock<std::mutex> lk(s->mu);
+    for (;;) {
+        s->cv.wait(lk, [s] { return s->stop || !s->work.empty(); });
+        if (s->work.empty()) return; // stopped and drained
+        std::function<void()> w = std::move(s->work.front());
+        s->work.pop_front();
+        lk.unlock();
+        w();
+        lk.lock();
+        s->done++;
+        s->cv.notify_all();
+        lk.unlock();
+        notify_done();
+        lk.lock();
+    }
+}
+
+CUstream_st *make_stream(int device, bool blocking) {
+    CUstream_st *s = new CUstream_st;
+    s->device = device;
+    s->blocking = blocking;
+    s->thread = std::thread(stream_main, s);
+    std::lock_guard<std::mutex> g(M().mu);
+    dev(device).streams.push_back(s);
+    return s;
+}
+
+CUstream_st *legacy_stream(int device) {
+    {
+        std::lock_guard<std::mutex> g(M().mu);
+        if (dev(device).legacy) return dev(device).legacy;
+    }
+    CUstream_st *s = make_stream(device, true);
+    std::lock_guard<std::mutex> g(M().mu);
+    if (!dev(device).legacy) dev(device).legacy = s; // a racing thread may have made one too: both live on
+    return dev(device).legacy;
+}
+
+void push(CUstream_st *s, std::function<void()> w, uint64_t *ticket = nullptr) {
+    std::lock_guard<std::mutex> g(s->mu);
+    s->work.push_back(std::move(w));
+    if (ticket) *ticket = s->enqueued + 1;
+    s->enqueued++;
+    s->cv.notify_all();
+}
+
+// Waits until the stream has run its first `ticket` work items.
+void wait_ticket(CUstream_st *s, uint64_t ticket) {
+    std::unique_lock<std::mutex> lk(s->mu);
+    s->cv.wait(lk, [&] { return s->done >= ticket; });
+}
+
+uint64_t tail(CUstream_st *s) {
+    std::lock_guard<std::mutex> g(s->mu);
+    return s->enqueued;
+}
+
+void drain(CUstream_st *s) { wait_ticket(s, tail(s)); }
+
+// The legacy default stream waits for all blocking streams' earlier work, and they for
+// its (CUDA Runtime API, "stream synchronization behavior").
+void order_with_legacy(CUstream_st *s) {
+    if (!s->blocking) return;
+    std::vector<std::pair<CUstream_st *, uint64_t>> before;
+    {
+        std::lock_guard<std::mutex> g(M().mu);
+        device_state &d = dev(s->device);
+        for (CUstream_st *o : d.streams)
+            if (o != s && o->blocking && (s == d.legacy || o == d.legacy)) before.push_back({o, 0});
+    }
+    for (auto &b : before) b.second = tail(b.first);
+    for (auto &b : before)
+        if (b.second) push(s, [b] { wait_ticket(b.first, b.second); });
+}
+
+void drain_device(int device) {
+    std::vector<CUstream_st *> all;
+    {
+        std::lock_guard<std::mutex> g(M().mu);
+        all = dev(device).streams;
+    }
+    for (CUstream_st *s : all) drain(s);
+}
+
+} // namespace
+
+// ---- shared with the other files (emu.h) ----
+
+int current_device() { return current; }
+
+region classify(const void *p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p, base;
+    std::lock_guard<std::mutex> g(M().mu);
+    if (const allocation *al = holder(a, &base))
+        return a + bytes <= base + al->size ? region{mem::device, al->device} : region{mem::none, -1};
+    auto &r = M().registered;
+    auto it = r.upper_bound(a);
+    if (it != r.begin()) {
+        --it;
+        if (a >= it->first && a + bytes <= it->first + it->second) return {mem::registered, -1};
+    }
+    return {mem::none, -1};
+}
+
+cudaError_t fail(cudaError_t err) {
+    if (err != cudaSuccess) last_error = err;
+    return err;
+}
+
+cudaError_t sticky(int device) { return valid_device(device) ? dev(device).sticky.load() : cudaSuccess; }
+
+void fault(int device, cudaError_t err, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cuda emulation: device %d: %s: %s\n", device, cudaGetErrorString(err), msg);
+    cudaError_t none = cudaSuccess;
+    if (valid_device(device)) dev(device).sticky.compare_exchange_strong(none, err);
+}
+
+int stream_device(cudaStream_t s) { return s ? s->device : current; }
+
+cudaError_t enqueue(cudaStream_t s, std::function<void()> work) {
+    if (in_host_fn) return fail(cudaErrorNotPermitted);
+    if (!valid_device(current)) return fail(cudaErrorInvalidDevice);
+    if (!s) s = legacy_stream(current);
+    if (s->device != current) return fail(cudaErrorInvalidResourceHandle);
+    if (cudaError_t e = sticky(current)) return fail(e);
+    order_with_legacy(s);
+    push(s, std::move(work));
+    return cudaSuccess;
+}
+
+} // namespace cuda_emu
+
+using namespace cuda_emu;
+
+// Every entry point that touches a device: not from a host function, a valid current
+// device, and a context that has not faulted.
+#define ENTER()                                                                                                        \
+    do {                                                                                                               \
+        if (in_host_fn) return fail(cudaErrorNotPermitted);                                                            \
+        if (!valid_device(current)) return fail(M().devs.empty() ? cudaErrorNoDevice : cudaErrorInvalidDevice);        \
+        if (cudaError_t e_ = sticky(current)) return fail(e_);                                                         \
+    } while (0)
+
+extern "C" {
+
+// ---- device management ----
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    if (!count) return fail(cudaErrorInvalidValue);
+    *count = (int)M().devs.size();
+    return *count ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device) {
+    if (in_host_fn) return fail(cudaErrorNotPermitted);
+    if (!valid_device(device)) return fail(M().devs.empty() ? cudaErrorNoDevice : cudaErrorInvalidDevice);
+    current = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device) {
+    if (!device) return fail(cudaErrorInvalidValue);
+    *device = current;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+    if (!prop) return fail(cudaErrorInvalidValue);
+    if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
+    *prop = dev(device).prop;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device) {
+    if (!id || len <= 0) return fail(cudaErrorInvalidValue);
+    if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
+    const cudaDeviceProp &p = dev(device).prop;
+    snprintf(id, (size_t)len, "%08x:%02x:%02x.0", p.pciDomainID, p.pciBusID, p.pciDeviceID);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    ENTER();
+    drain_device(current);
+    return fail(sticky(current));
+}
+
+// The API version this emulation follows.
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    if (!v) return fail(cudaErrorInvalidValue);
+    *v = 12080;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v) {
+    if (!v) return fail(cudaErrorInvalidValue);
+    *v = 12080;
+    return cudaSuccess;
+}
+
+// ---- errors ----
+
+// The last error of this thread, reset; a fault of the current device is never reset.
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    cudaError_t s = sticky(current);
+    return s ? s : e;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+    cudaError_t s = sticky(current);
+    return s ? s : last_error;
+}
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+#define N(x)                                                                                                           \
+    case x: return #x;
+        N(cudaSuccess) N(cudaErrorInvalidValue) N(cudaErrorMemoryAllocation) N(cudaErrorInitializationError)
+        N(cudaErrorInvalidConfiguration) N(cudaErrorInvalidDevicePointer) N(cudaErrorInvalidMemcpyDirection)
+        N(cudaErrorInsufficientDriver) N(cudaErrorNoDevice) N(cudaErrorInvalidDevice) N(cudaErrorNoKernelImageForDevice)
+        N(cudaErrorInvalidResourceHandle) N(cudaErrorNotReady) N(cudaErrorIllegalAddress)
+        N(cudaErrorLaunchOutOfResources) N(cudaErrorHostMemoryAlreadyRegistered) N(cudaErrorHostMemoryNotRegistered)
+        N(cudaErrorLaunchFailure) N(cudaErrorNotPermitted) N(cudaErrorNotSupported) N(cudaErrorUnknown)
+#undef N
+    }
+    return "cudaErrorUnknown";
+}
+
+// The runtime's own wording.
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotPermitted: return "operation not permitted";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorUnknown: return "unknown error";
+    }
+    return "unrecognized error code";
+}
+
+// ---- memory ----
+
+cudaError_t cudaMalloc(void **ptr, size_t size) {
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    *ptr = nullptr;
+    ENTER();
+    if (size == 0) return cudaSuccess; // documented: a null pointer, no error
+    device_state &d = dev(current);
+    {
+        std::lock_guard<std::mutex> g(M().mu);
+        if (size > d.prop.totalGlobalMem - d.used) return fail(cudaErrorMemoryAllocation);
+        d.used += size;
+    }
+    void *raw = nullptr;
+    if (posix_memalign(&raw, 256, size + 2 * GUARD) != 0) {
+        std::lock_guard<std::mutex> g(M().mu);
+        d.used -= size;
+        return fail(cudaErrorMemoryAllocation);
+    }
+    char *p = (char *)raw + GUARD;
+    memset(raw, GUARD_BYTE, GUARD);
+    memset(p + size, GUARD_BYTE, GUARD);
+    // cudaMalloc does not clear memory: all bits set (a NaN in every float type) makes
+    // a read of what was never written show.
+    memset(p, 0xff, size);
+    std::lock_guard<std::mutex> g(M().mu);
+    M().allocs[(uintptr_t)p] = allocation{size, current, (char *)raw};
+    *ptr = p;
+    return cudaSuccess;
+}
+
+// Frees after every stream of the device has finished (cudaFree synchronizes). A
+// guard byte changed means device work wrote past the allocation: a fault.
+cudaError_t cudaFree(void *ptr) {
+    if (!ptr) return cudaSuccess;
+    if (in_host_fn) return fail(cudaErrorNotPermitted);
+    int owner;
+    {
+        std::lock_guard<std::mutex> g(M().mu);
+        auto it = M().allocs.find((uintptr_t)ptr);
+        if (it == M().allocs.end()) return fail(cudaErrorInvalidValue);
+        owner = it->second.device;
+    }
+    drain_device(owner);
+    allocation a;
+    {
+        std::lock_guard<std::mutex> g(M().mu);
+        auto it = M().allocs.find((uintptr_t)ptr);
+        if (it == M().allocs.end()) return fail(cudaErrorInvalidValue); // freed meanwhile
+        a = it->second;
+        M().allocs.erase(it);
+        dev(owner).used -= a.size;
+    }
+    for (size_t i = 0; i < GUARD; i++) {
+        if ((unsigned char)a.raw[i] != GUARD_BYTE || (unsigned char)a.raw[GUARD + a.size + i] != GUARD_BYTE) {
+            fault(owner, cudaErrorIllegalAddress, "a write %s the %zu-byte allocation at %p", a.raw[i] != (char)GUARD_BYTE ? "before" : "past",
+                  a.size, ptr);
+            break;
+        }
+    }
+    free(a.raw);
+    return fail(sticky(owner));
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    if (!free_bytes || !total) return fail(cudaErrorInvalidValue);
+    ENTER();
+    std::lock_guard<std::mutex> g(M().mu);
+    *total = dev(current).prop.totalGlobalMem;
+    *free_bytes = *total - dev(current).used;
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
+    ENTER();
+    if (!ptr || size == 0 || (flags & ~(unsigned)(cudaHostRegisterPortable | cudaHostRegisterMapped)))
+        return fail(cudaErrorInvalidValue);
+    uintptr_t a = (uintptr_t)ptr;
+    std::lock_guard<std::mutex> g(M().mu);
+    auto &r = M().registered;
+    auto it = r.upper_bound(a + size - 1);
+    if (it != r.begin() && std::prev(it)->first + std::prev(it)->second > a)
+        return fail(cudaErrorHostMemoryAlreadyRegistered);
+    uintptr_t base;
+    if (holder(a, &base)) return fail(cudaErrorInvalidValue); // device memory is not host memory
+    r[a] = size;
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void *ptr) {
+    ENTER();
+    std::lock_guard<std::mutex> g(M().mu);
+    if (M().registered.erase((uintptr_t)ptr) == 0) return fail(cudaErrorHostMemoryNotRegistered);
+    return cudaSuccess;
+}
+
+namespace {
+
+// The side of a copy: device memory (a range inside one allocation), host memory, or
+// an error for a range that starts in an allocation and runs past its end.
+enum side { HOST, DEVICE, BAD };
+
+side side_of(const void *p, size_t n, int *device) {
+    uintptr_t a = (uintptr_t)p, base;
+    std::lock_guard<std::mutex> g(M().mu);
+    const allocation *al = holder(a, &base);
+    if (!al) return HOST;
+    *device = al->device;
+    return a + n <= base + al->size ? DEVICE : BAD;
+}
+
+// Checks a copy as the runtime does: the direction must match the pointers
+// (cudaMemcpyDefault infers it), and device ranges must lie inside an allocation.
+cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, side *ds, side *ss) {
+    int dd = -1, sd = -1;
+    *ds = side_of(dst, n, &dd);
+    *ss = side_of(src, n, &sd);
+    if (!dst || !src || *ds == BAD || *ss == BAD) return cudaErrorInvalidValue;
+    switch (kind) {
+    case cudaMemcpyHostToHost: return *ds == HOST && *ss == HOST ? cudaSuccess : cudaErrorInvalidValue;
+    case cudaMemcpyHostToDevice: return *ds == DEVICE && *ss == HOST ? cudaSuccess : cudaErrorInvalidValue;
+    case cudaMemcpyDeviceToHost: return *ds == HOST && *ss == DEVICE ? cudaSuccess : cudaErrorInvalidValue;
+    case cudaMemcpyDeviceToDevice: return *ds == DEVICE && *ss == DEVICE ? cudaSuccess : cudaErrorInvalidValue;
+    case cudaMemcpyDefault: return cudaSuccess;
+    }
+    return cudaErrorInvalidMemcpyDirection;
+}
+
+bool registered(const void *p, size_t n) { return classify(p, n).kind == mem::registered; }
+
+// When the copy runs: its device ranges must still be allocated (a fault otherwise).
+void copy_now(int device, void *dst, const void *src, size_t n, side ds, side ss) {
+    if (sticky(device)) return;
+    if ((ds == DEVICE && classify(dst, n).kind != mem::device) || (ss == DEVICE && classify(src, n).kind != mem::device)) {
+        fault(device, cudaErrorIllegalAddress, "a copy of %zu bytes from %p to %p touches freed memory", n, src, dst);
+        return;
+    }
+    memmove(dst, src, n);
+}
+
+// The copy enqueued on s, with the host-side rules for pageable memory: the source of a
+// copy to the device is taken at the call, and a copy into pageable memory returns
+// once it is done (Runtime API, "API synchronization behavior").
+cudaError_t copy_on(CUstream_st *s, void *dst, const void *src, size_t n, cudaMemcpyKind kind, bool sync) {
+    side ds, ss;
+    if (cudaError_t e = check_copy(dst, src, n, kind, &ds, &ss)) return fail(e);
+    if (n == 0) return cudaSuccess;
+    int device = s->device;
+    cudaError_t e;
+    if (ss == HOST && !registered(src, n) && !sync) {
+        auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+        e = enqueue(s, [=] { copy_now(device, dst, staged->data(), n, ds, HOST); });
+    } else {
+        e = enqueue(s, [=] { copy_now(device, dst, src, n, ds, ss); });
+    }
+    if (e) return e;
+    if (sync || (ds == HOST && !registered(dst, n))) drain(s);
+    return fail(sticky(device));
+}
+
+} // namespace
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, cudaMemcpyKind kind) {
+    ENTER();
+    return copy_on(legacy_stream(current), dst, src, count, kind, true);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+    ENTER();
+    CUstream_st *s = stream ? stream : legacy_stream(current);
+    if (s->device != current) return fail(cudaErrorInvalidResourceHandle);
+    return copy_on(s, dst, src, count, kind, false);
+}
+
+static cudaError_t memset_on(CUstream_st *s, void *p, int value, size_t count, bool sync) {
+    if (count == 0) return cudaSuccess;
+    if (classify(p, count).kind != mem::device) return fail(cudaErrorInvalidValue);
+    int device = s->device;
+    if (cudaError_t e = enqueue(s, [=] {
+            if (sticky(device)) return;
+            if (classify(p, count).kind != mem::device)
+                fault(device, cudaErrorIllegalAddress, "a memset of %zu bytes at %p touches freed memory", count, p);
+            else
+                memset(p, value, count);
+        }))
+        return e;
+    if (sync) drain(s);
+    return fail(sticky(device));
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t count) {
+    ENTER();
+    return memset_on(legacy_stream(current), p, value, count, true);
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t stream) {
+    ENTER();
+    CUstream_st *s = stream ? stream : legacy_stream(current);
+    if (s->device != current) return fail(cudaErrorInvalidResourceHandle);
+    return memset_on(s, p, value, count, false);
+}
+
+// ---- streams ----
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    if (!s || (flags & ~(unsigned)cudaStreamNonBlocking)) return fail(cudaErrorInvalidValue);
+    ENTER();
+    *s = make_stream(current, !(flags & cudaStreamNonBlocking));
+    return cudaSuccess;
+}
+
+// Work already enqueued still runs (the runtime documents that destroying a stream
+// with pending work returns at once and releases it when done); the thread ends then.
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (in_host_fn) return fail(cudaErrorNotPermitted);
+    if (!s) return fail(cudaErrorInvalidResourceHandle);
+    {
+        std::lock_guard<std::mutex> g(M().mu);
+        auto &v = dev(s->device).streams;
+        auto it = std::find(v.begin(), v.end(), s);
+        if (it == v.end() || s == dev(s->device).legacy) return fail(cudaErrorInvalidResourceHandle);
+        v.erase(it);
+    }
+    {
+        std::lock_guard<std::mutex> g(s->mu);
+        s->stop = true;
+        s->cv.notify_all();
+    }
+    s->thread.join();
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    ENTER();
+    CUstream_st *s = stream ? stream : legacy_stream(current);
+    drain(s);
+    return fail(sticky(s->device));
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+    ENTER();
+    CUstream_st *s = stream ? stream : legacy_stream(current);
+    std::lock_guard<std::mutex> g(s->mu);
+    return s->done == s->enqueued ? cudaSuccess : cudaErrorNotReady;
+}
+
+static void wait_marker(const std::shared_ptr<marker> &m) {
+    std::unique_lock<std::mutex> lk(M().done_mu);
+    M().done_cv.wait(lk, [&] { return m->done.load(); });
+}
+
+// The stream waits for the work the event's latest record captured; an event never
+// recorded is no wait. Events of other devices are allowed (cross-device waits).
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev, unsigned int flags) {
+    ENTER();
+    if (!ev || flags) return fail(cudaErrorInvalidValue);
+    std::shared_ptr<marker> m;
+    {
+        std::lock_guard<std::mutex> g(ev->mu);
+        m = ev->last;
+    }
+    if (!m) return cudaSuccess;
+    return enqueue(stream, [m] { wait_marker(m); });
+}
+
+// fn runs on the stream's thread; it may not call the runtime (cudaErrorNotPermitted
+// there), and it is not called once the context has faulted.
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *arg) {
+    ENTER();
+    if (!fn) return fail(cudaErrorInvalidValue);
+    int device = stream_device(stream);
+    return enqueue(stream, [=] {
+        if (sticky(device)) return;
+        in_host_fn = true;
+        fn(arg);
+        in_host_fn = false;
+    });
+}
+
+// ---- events ----
+
+cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, cudaEventDefault); }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
+    if (!ev || (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming))) return fail(cudaErrorInvalidValue);
+    ENTER();
+    *ev = new CUevent_st;
+    (*ev)->device = current;
+    (*ev)->timed = !(flags & cudaEventDisableTiming);
+    return cudaSuccess;
+}
+
+// Pending records complete on their own: the markers outlive the event.
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+    if (in_host_fn) return fail(cudaErrorNotPermitted);
+    if (!ev) return fail(cudaErrorInvalidResourceHandle);
+    delete ev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t stream) {
+    ENTER();
+    if (!ev) return fail(cudaErrorInvalidResourceHandle);
+    if (stream_device(stream) != ev->device) return fail(cudaErrorInvalidResourceHandle);
+    auto m = std::make_shared<marker>();
+    bool timed = ev->timed;
+    if (cudaError_t e = enqueue(stream, [m, timed] {
+            if (timed) m->time = now_s();
+            m->done = true;
+        }))
+        return e;
+    std::lock_guard<std::mutex> g(ev->mu);
+    ev->last = m;
+    return cudaSuccess;
+}
+
+// "Not ready" is a state, not an error: it does not become the thread's last error.
+cudaError_t cudaEventQuery(cudaEvent_t ev) {
+    ENTER();
+    if (!ev) return fail(cudaErrorInvalidResourceHandle);
+    std::lock_guard<std::mutex> g(ev->mu);
+    return !ev->last || ev->last->done ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+    ENTER();
+    if (!ev) return fail(cudaErrorInvalidResourceHandle);
+    std::shared_ptr<marker> m;
+    {
+        std::lock_guard<std::mutex> g(ev->mu);
+        m = ev->last;
+    }
+    if (m) wait_marker(m);
+    return fail(sticky(ev->device));
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    ENTER();
+    if (!ms) return fail(cudaErrorInvalidValue);
+    if (!start || !end || !start->timed || !end->timed) return fail(cudaErrorInvalidResourceHandle);
+    std::shared_ptr<marker> a, b;
+    {
+        std::lock_guard<std::mutex> g(start->mu);
+        a = start->last;
+    }
+    {
+        std::lock_guard<std::mutex> g(end->mu);
+        b = end->last;
+    }
+    if (!a || !b) return fail(cudaErrorInvalidResourceHandle);
+    if (!a->done || !b->done) return fail(cudaErrorNotReady);
+    *ms = (float)((b->time - a->time) * 1e3);
+    return cudaSuccess;
+}
+
+} // extern "C"

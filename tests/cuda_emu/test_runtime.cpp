@@ -1,0 +1,370 @@
+// The CUDA emulation's runtime and kernels against what the CUDA Runtime API reference
+// and the Programming Guide say: device properties, cudaMalloc's limit, copy direction
+// and range checks, launch limits, faults that end a context (a host pointer in a
+// kernel, memory of another device, a write past an allocation), barriers and shuffles
+// (and that a missing barrier shows), streams, events, host functions, the pageable
+// and pinned rules of cudaMemcpyAsync, and the 16-bit conversions against the CPU's
+// own (F16C) and a double-precision reference. Each fault uses a device of its own,
+// since a fault ends that device's context for the rest of the process.
+// timeout: 60
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <thread>
+
+static int failures;
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            printf("%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                           \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+            failures++;                                                                                                \
+        }                                                                                                              \
+    } while (0)
+#define EXPECT(call, want)                                                                                             \
+    do {                                                                                                               \
+        cudaError_t got_ = (call);                                                                                     \
+        CHECK(got_ == (want), "%s returned %s", #call, cudaGetErrorName(got_));                                        \
+    } while (0)
+#define LAUNCH CUDA_EMU_LAUNCH
+
+// ---- kernels ----
+
+static __global__ void fill(int *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = i * 3 + 1;
+}
+
+// Each thread stores its index, then reads its neighbour's: right only with the barrier.
+static __global__ void rotate(int *out, bool sync) {
+    __shared__ int s[256];
+    int t = threadIdx.x;
+    s[t] = (int)blockIdx.x * 1000 + t;
+    if (sync) __syncthreads();
+    out[blockIdx.x * blockDim.x + t] = s[(t + 1) % blockDim.x];
+}
+
+// Only the first half of the block reaches the barrier: undefined, so a fault.
+static __global__ void half_barrier(int *out) {
+    if (threadIdx.x < blockDim.x / 2) __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+// Butterfly sum over the warp, then shuffles of each kind with width 16.
+static __global__ void shuffles(int *out) {
+    int lane = threadIdx.x;
+    int sum = lane;
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    out[lane] = sum;
+    out[32 + lane] = __shfl_up_sync(0xffffffffu, lane, 3, 16);
+    out[64 + lane] = __shfl_down_sync(0xffffffffu, lane, 3, 16);
+    out[96 + lane] = __shfl_sync(0xffffffffu, lane, 5, 16);
+    out[128 + lane] = __shfl_xor_sync(0xffffffffu, lane, 16, 16); // a later group: own value
+    if (lane < 16) out[160 + lane] = __shfl_xor_sync(0x0000ffffu, lane * 10, 1); // half the warp takes part
+}
+
+static __global__ void bad_mask(int *out) { out[threadIdx.x] = __shfl_xor_sync(0x1u, 1, 1); }
+
+static __global__ void overrun(char *p, int n) { p[n] = 7; }
+
+// ---- helpers ----
+
+static int *dev_ints(int n) {
+    int *p = nullptr;
+    EXPECT(cudaMalloc((void **)&p, n * sizeof(int)), cudaSuccess);
+    return p;
+}
+
+static void test_devices() {
+    int n = 0;
+    EXPECT(cudaGetDeviceCount(&n), cudaSuccess);
+    CHECK(n == 8, "%d devices", n);
+    cudaDeviceProp p;
+    EXPECT(cudaGetDeviceProperties(&p, 0), cudaSuccess);
+    CHECK(p.major == 9 && p.minor == 0 && p.multiProcessorCount == 132 && p.maxThreadsPerBlock == 1024,
+          "cc %d.%d, %d SMs", p.major, p.minor, p.multiProcessorCount);
+    CHECK(p.totalGlobalMem == (size_t)1 << 30, "memory %zu (CUDA_EMU_MEMORY=1G)", p.totalGlobalMem);
+    EXPECT(cudaGetDeviceProperties(&p, 8), cudaErrorInvalidDevice);
+    EXPECT(cudaSetDevice(8), cudaErrorInvalidDevice);
+    EXPECT(cudaGetLastError(), cudaErrorInvalidDevice);
+    EXPECT(cudaGetLastError(), cudaSuccess); // read and reset
+}
+
+static void test_memory() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    void *big = nullptr;
+    EXPECT(cudaMalloc(&big, (size_t)2 << 30), cudaErrorMemoryAllocation);
+    cudaGetLastError();
+    int *d = dev_ints(64), h[64], back[64];
+    CHECK(((uintptr_t)d & 255) == 0, "cudaMalloc alignment %p", (void *)d);
+    EXPECT(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost), cudaSuccess);
+    CHECK(back[0] == -1 && back[63] == -1, "new memory not poisoned: %d", back[0]);
+    for (int i = 0; i < 64; i++)
+        h[i] = i;
+    // The direction must match the pointers; device ranges must lie in an allocation.
+    EXPECT(cudaMemcpy(d, h, sizeof h, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    EXPECT(cudaMemcpy(h, d, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    EXPECT(cudaMemcpy(d, d, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    EXPECT(cudaMemcpy(d + 1, h, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    EXPECT(cudaMemset(d + 60, 0, 5 * sizeof(int)), cudaErrorInvalidValue);
+    EXPECT(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT(cudaMemcpy(back, d, sizeof back, cudaMemcpyDefault), cudaSuccess);
+    CHECK(memcmp(back, h, sizeof h) == 0, "round trip");
+    EXPECT(cudaFree(h), cudaErrorInvalidValue);
+    EXPECT(cudaFree(d), cudaSuccess);
+    EXPECT(cudaFree(d), cudaErrorInvalidValue); // twice
+    EXPECT(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue); // freed
+    EXPECT(cudaHostRegister(h, sizeof h, cudaHostRegisterPortable), cudaSuccess);
+    EXPECT(cudaHostRegister(h, sizeof h, cudaHostRegisterPortable), cudaErrorHostMemoryAlreadyRegistered);
+    EXPECT(cudaHostUnregister(h), cudaSuccess);
+    EXPECT(cudaHostUnregister(h), cudaErrorHostMemoryNotRegistered);
+    cudaGetLastError();
+}
+
+static void test_launches() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    int n = 1000, *d = dev_ints(n), h[1000];
+    fill LAUNCH((n + 127) / 128, 128, 0, 0)(d, n);
+    EXPECT(cudaGetLastError(), cudaSuccess);
+    EXPECT(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+    bool ok = true;
+    for (int i = 0; i < n; i++)
+        ok = ok && h[i] == i * 3 + 1;
+    CHECK(ok, "fill");
+    // Past the limits: the launch fails, seen by cudaGetLastError, and nothing runs.
+    fill LAUNCH(1, 1025, 0, 0)(d, n);
+    EXPECT(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    fill LAUNCH(dim3(1, 65536), 32, 0, 0)(d, n);
+    EXPECT(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    fill LAUNCH(1, dim3(1, 1, 65), 0, 0)(d, n);
+    EXPECT(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    fill LAUNCH(1, 32, 48 * 1024 + 1, 0)(d, n);
+    EXPECT(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    fill LAUNCH(0, 32, 0, 0)(d, n);
+    EXPECT(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    cudaStream_t other;
+    EXPECT(cudaSetDevice(1), cudaSuccess);
+    EXPECT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    fill LAUNCH(1, 32, 0, other)(d, n);
+    EXPECT(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+    EXPECT(cudaSetDevice(1), cudaSuccess);
+    EXPECT(cudaStreamDestroy(other), cudaSuccess);
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    EXPECT(cudaFree(d), cudaSuccess);
+}
+
+static void test_blocks() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    int nb = 3, nt = 256, *d = dev_ints(nb * nt), h[3 * 256];
+    rotate LAUNCH(nb, nt, 0, 0)(d, true);
+    EXPECT(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+    int bad = 0;
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < nt; t++)
+            bad += h[b * nt + t] != b * 1000 + (t + 1) % nt;
+    CHECK(bad == 0, "rotate with __syncthreads: %d wrong", bad);
+    // Without the barrier some thread reads its neighbour's slot before it is written.
+    rotate LAUNCH(nb, nt, 0, 0)(d, false);
+    EXPECT(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+    bad = 0;
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < nt; t++)
+            bad += h[b * nt + t] != b * 1000 + (t + 1) % nt;
+    CHECK(bad > 0, "rotate without __syncthreads gave the right answer");
+
+    int *s = dev_ints(192), hs[192];
+    shuffles LAUNCH(1, 32, 0, 0)(s);
+    EXPECT(cudaMemcpy(hs, s, sizeof hs, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int l = 0; l < 32; l++) {
+        int g = l & ~15;
+        CHECK(hs[l] == 496, "xor sum lane %d: %d", l, hs[l]);
+        CHECK(hs[32 + l] == (l - 3 >= g ? l - 3 : l), "up lane %d: %d", l, hs[32 + l]);
+        CHECK(hs[64 + l] == (l + 3 < g + 16 ? l + 3 : l), "down lane %d: %d", l, hs[64 + l]);
+        CHECK(hs[96 + l] == g + 5, "idx lane %d: %d", l, hs[96 + l]);
+        CHECK(hs[128 + l] == (l < 16 ? l : l - 16), "xor past the group lane %d: %d", l, hs[128 + l]);
+        if (l < 16) CHECK(hs[160 + l] == (l ^ 1) * 10, "half warp lane %d: %d", l, hs[160 + l]);
+    }
+    EXPECT(cudaFree(d), cudaSuccess);
+    EXPECT(cudaFree(s), cudaSuccess);
+}
+
+// Device 2..: each fault ends its device's context; every later call there returns it.
+static void test_faults() {
+    int h[64];
+    EXPECT(cudaSetDevice(2), cudaSuccess);
+    fill LAUNCH(1, 64, 0, 0)(h, 64); // a host pointer in a kernel
+    EXPECT(cudaGetLastError(), cudaSuccess);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    int *d = nullptr;
+    EXPECT(cudaMalloc((void **)&d, 64), cudaErrorIllegalAddress);
+    EXPECT(cudaGetLastError(), cudaErrorIllegalAddress); // sticky: never reset
+    EXPECT(cudaGetLastError(), cudaErrorIllegalAddress);
+
+    EXPECT(cudaSetDevice(3), cudaSuccess);
+    int *on3 = dev_ints(64);
+    EXPECT(cudaSetDevice(4), cudaSuccess);
+    fill LAUNCH(1, 64, 0, 0)(on3, 64); // memory of another device
+    EXPECT(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    EXPECT(cudaSetDevice(3), cudaSuccess);
+    EXPECT(cudaFree(on3), cudaSuccess); // device 3 is unharmed
+
+    EXPECT(cudaSetDevice(5), cudaSuccess);
+    int *d5 = dev_ints(32);
+    half_barrier LAUNCH(1, 32, 0, 0)(d5);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
+    EXPECT(cudaSetDevice(6), cudaSuccess);
+    int *d6 = dev_ints(32);
+    bad_mask LAUNCH(1, 32, 0, 0)(d6);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
+#if !defined(__SANITIZE_ADDRESS__) // there ASan reports the write itself
+    EXPECT(cudaSetDevice(7), cudaSuccess);
+    char *c = nullptr;
+    EXPECT(cudaMalloc((void **)&c, 100), cudaSuccess);
+    overrun LAUNCH(1, 1, 0, 0)(c, 100);
+    EXPECT(cudaFree(c), cudaErrorIllegalAddress);
+#endif
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    cudaGetLastError();
+}
+
+static std::atomic<int> gate;
+static void wait_gate(void *) {
+    while (!gate.load())
+        std::this_thread::yield();
+}
+static void call_runtime(void *out) {
+    void *p;
+    *(cudaError_t *)out = cudaMalloc(&p, 4);
+}
+
+static void test_streams() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    cudaStream_t a, b;
+    cudaEvent_t e, t0, t1, plain;
+    EXPECT(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+    EXPECT(cudaEventCreate(&t0), cudaSuccess);
+    EXPECT(cudaEventCreate(&t1), cudaSuccess);
+    EXPECT(cudaEventCreateWithFlags(&plain, cudaEventDisableTiming), cudaSuccess);
+    float ms;
+    EXPECT(cudaEventQuery(e), cudaSuccess); // never recorded
+    EXPECT(cudaEventElapsedTime(&ms, t0, t1), cudaErrorInvalidResourceHandle);
+
+    // b waits on an event recorded on a after a gate: its copy must see a's copy.
+    int *d = dev_ints(4), *d2 = dev_ints(4), h[4] = {1, 2, 3, 4}, src[4] = {5, 6, 7, 8}, got[4];
+    EXPECT(cudaHostRegister(src, sizeof src, cudaHostRegisterPortable), cudaSuccess);
+    gate = 0;
+    EXPECT(cudaEventRecord(t0, a), cudaSuccess);
+    EXPECT(cudaLaunchHostFunc(a, wait_gate, nullptr), cudaSuccess);
+    // A pageable source is taken at the call; a registered one when the copy runs.
+    EXPECT(cudaMemcpyAsync(d, h, sizeof h, cudaMemcpyHostToDevice, a), cudaSuccess);
+    EXPECT(cudaMemcpyAsync(d2, src, sizeof src, cudaMemcpyHostToDevice, a), cudaSuccess);
+    EXPECT(cudaEventRecord(e, a), cudaSuccess);
+    EXPECT(cudaEventRecord(t1, a), cudaSuccess);
+    EXPECT(cudaStreamWaitEvent(b, e, 0), cudaSuccess);
+    EXPECT(cudaMemcpyAsync(d2 + 1, d, sizeof(int), cudaMemcpyDeviceToDevice, b), cudaSuccess);
+    h[0] = -1;
+    src[3] = -8;
+    cudaGetLastError();
+    EXPECT(cudaEventQuery(e), cudaErrorNotReady);
+    EXPECT(cudaGetLastError(), cudaSuccess); // not ready is not an error
+    EXPECT(cudaStreamQuery(b), cudaErrorNotReady);
+    EXPECT(cudaEventElapsedTime(&ms, t0, t1), cudaErrorNotReady);
+    gate = 1;
+    EXPECT(cudaStreamSynchronize(b), cudaSuccess);
+    EXPECT(cudaMemcpy(got, d2, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+    CHECK(got[0] == 5 && got[1] == 1 && got[2] == 7 && got[3] == -8, "ordering: %d %d %d %d", got[0], got[1], got[2],
+          got[3]);
+    EXPECT(cudaEventSynchronize(t1), cudaSuccess);
+    EXPECT(cudaEventElapsedTime(&ms, t0, t1), cudaSuccess);
+    CHECK(ms >= 0, "elapsed %g ms", ms);
+    EXPECT(cudaEventRecord(plain, a), cudaSuccess);
+    EXPECT(cudaStreamSynchronize(a), cudaSuccess);
+    EXPECT(cudaEventElapsedTime(&ms, t0, plain), cudaErrorInvalidResourceHandle); // no timing
+
+    cudaError_t from_fn = cudaSuccess;
+    EXPECT(cudaLaunchHostFunc(a, call_runtime, &from_fn), cudaSuccess);
+    EXPECT(cudaStreamSynchronize(a), cudaSuccess);
+    EXPECT(from_fn, cudaErrorNotPermitted);
+
+    EXPECT(cudaHostUnregister(src), cudaSuccess);
+    cudaFree(d), cudaFree(d2);
+    cudaEventDestroy(e), cudaEventDestroy(t0), cudaEventDestroy(t1), cudaEventDestroy(plain);
+    cudaStreamDestroy(a), cudaStreamDestroy(b);
+}
+
+// ---- 16-bit conversions ----
+
+static uint32_t bits(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return x;
+}
+static float from_bits(uint32_t x) {
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+__attribute__((target("f16c"))) static unsigned short f16c_from(float f) {
+    return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+__attribute__((target("f16c"))) static float f16c_to(unsigned short h) { return _cvtsh_ss(h); }
+
+static void test_conversions() {
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int bad_h = 0, bad_b = 0;
+    for (int i = 0; i < 2000000; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        float f = from_bits((uint32_t)rng);
+        if (f != f) continue;
+        // fp16: the CPU's own IEEE conversion (F16C) is the reference.
+        unsigned short want = f16c_from(f);
+        bad_h += __float2half_rn(f).__x != want;
+        __half h;
+        h.__x = want;
+        bad_h += bits(__half2float(h)) != bits(f16c_to(want));
+        // bf16: the nearer of the two neighbours in magnitude, the even one on a tie, in
+        // double; past the largest finite value the upper neighbour stands for 2^128
+        // (IEEE rounds as if the exponent were unbounded, then overflows to infinity).
+        uint32_t mag = bits(f) & 0x7fffffffu, lo = mag & 0xffff0000u, hi = lo + 0x10000u;
+        double a = fabs((double)f), vl = from_bits(lo), vh = hi == 0x7f800000u ? ldexp(1.0, 128) : from_bits(hi);
+        uint32_t near = a - vl < vh - a || (a - vl == vh - a && !(lo & 0x10000u)) ? lo : hi;
+        if (lo == 0x7f800000u) near = lo; // infinity stays
+        near |= bits(f) & 0x80000000u;
+        bad_b += __float2bfloat16_rn(f).__x != (unsigned short)(near >> 16);
+    }
+    CHECK(bad_h == 0, "%d fp16 conversions differ from F16C", bad_h);
+    CHECK(bad_b == 0, "%d bf16 conversions are not round-to-nearest-even", bad_b);
+    CHECK(__float2half_rn(from_bits(0x7fc00001u)).__x == 0x7fff, "fp16 NaN");
+    CHECK(__float2bfloat16_rn(from_bits(0xffc00001u)).__x == 0x7fff, "bf16 NaN");
+    CHECK(__float2half_rn(65520.0f).__x == 0x7c00 && __float2half_rn(65519.0f).__x == 0x7bff, "fp16 overflow");
+}
+
+int main() {
+    setenv("CUDA_EMU_MEMORY", "1G", 1);
+    unsetenv("CUDA_EMU_DEVICES");
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    test_devices();
+    test_memory();
+    test_launches();
+    test_blocks();
+    test_faults();
+    test_streams();
+    test_conversions();
+    if (failures) printf("test_runtime: %d check(s) failed\n", failures);
+    else printf("test_runtime: all checks passed\n");
+    return failures ? 1 : 0;
+}
