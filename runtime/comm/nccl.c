@@ -43,12 +43,18 @@ static void sleep_ms(int ms) {
     nanosleep(&t, NULL);
 }
 
-// The first failure wins; it aborts NCCL so that kernels waiting on peers end.
-static void fail_once(zinf_comm *c, const char *msg) {
+// The first failure wins; it aborts NCCL so that kernels waiting on peers end. The
+// abort frees the communicator, so NCCL is only asked about it under this lock and
+// before the abort: nccl_detail adds NCCL's last error text.
+static void fail_once(zinf_comm *c, const char *msg, bool nccl_detail) {
     struct nccl_state *n = c->nccl;
     pthread_mutex_lock(&n->mu);
     if (!atomic_load(&n->failed)) {
-        snprintf(n->failure, sizeof n->failure, "comm nccl: rank %d: %s", c->rank, msg);
+        if (nccl_detail)
+            snprintf(n->failure, sizeof n->failure, "comm nccl: rank %d: %s (%s)", c->rank, msg,
+                     ncclGetLastError(n->nc));
+        else
+            snprintf(n->failure, sizeof n->failure, "comm nccl: rank %d: %s", c->rank, msg);
         atomic_store(&n->failed, true);
         ZINF_LOG_ERROR("%s", n->failure);
         ncclCommAbort(n->nc);
@@ -58,20 +64,28 @@ static void fail_once(zinf_comm *c, const char *msg) {
 
 // NCCL's words for a failed call or an asynchronous error.
 static void fail_nccl(zinf_comm *c, const char *what, ncclResult_t r) {
-    char m[400];
-    snprintf(m, sizeof m, "%s failed: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(c->nccl->nc));
-    fail_once(c, m);
+    char m[300];
+    snprintf(m, sizeof m, "%s failed: %s", what, ncclGetErrorString(r));
+    fail_once(c, m, true);
+}
+
+// The communicator's asynchronous state, asked under the lock an abort takes (another
+// thread's abort frees it); ncclSuccess once it has failed, which callers check.
+static ncclResult_t async_error(struct nccl_state *n) {
+    ncclResult_t r = ncclSuccess;
+    pthread_mutex_lock(&n->mu);
+    if (!atomic_load(&n->failed) && ncclCommGetAsyncError(n->nc, &r) != ncclSuccess) r = ncclInternalError;
+    pthread_mutex_unlock(&n->mu);
+    return r;
 }
 
 static void fail_late(zinf_comm *c, const char *what, const char *verb) {
     char m[200];
     snprintf(m, sizeof m, "%s did not %s within %g s; a rank has died or stopped", what, verb, c->nccl->timeout_s);
-    fail_once(c, m);
+    fail_once(c, m, false);
 }
 
-static zinf_status failed_status(zinf_comm *c) {
-    return zinf_fail(ZINF_ERR_COMM, "%s", c->nccl->failure);
-}
+static zinf_status failed_status(zinf_comm *c) { return zinf_fail(ZINF_ERR_COMM, "%s", c->nccl->failure); }
 
 static bool nccl_error(ncclResult_t r) { return r != ncclSuccess && r != ncclInProgress; }
 
@@ -85,7 +99,7 @@ static zinf_status settle(zinf_comm *c, ncclResult_t r, const char *what) {
             break;
         }
         sleep_ms(1);
-        if (ncclCommGetAsyncError(n->nc, &r) != ncclSuccess) r = ncclInternalError;
+        r = async_error(n);
     }
     if (nccl_error(r)) fail_nccl(c, what, r);
     return atomic_load(&n->failed) ? failed_status(c) : ZINF_OK;
@@ -105,10 +119,11 @@ static void *watch(void *arg) {
         double waited = n->count ? zinf_clock_s() - n->since[n->head] : 0;
         const char *what = n->count ? n->what[n->head] : "";
         pthread_mutex_unlock(&n->mu);
-        ncclResult_t r = ncclSuccess;
-        if (ncclCommGetAsyncError(n->nc, &r) != ncclSuccess) r = ncclInternalError;
-        if (nccl_error(r)) fail_nccl(c, what[0] ? what : "a collective", r);
-        else if (waited > n->timeout_s) fail_late(c, what, "complete");
+        ncclResult_t r = async_error(n);
+        if (nccl_error(r))
+            fail_nccl(c, what[0] ? what : "a collective", r);
+        else if (waited > n->timeout_s)
+            fail_late(c, what, "complete");
         sleep_ms(20);
         pthread_mutex_lock(&n->mu);
     }
@@ -221,14 +236,21 @@ void zinf_comm_detach_device(zinf_comm *c) {
 
 bool zinf_comm_on_device(const zinf_comm *c) { return c && c->nccl; }
 
-// Every device call: attached, not failed, on the right device; then NCCL, then track.
+// Every device call: attached, on the right device; NCCL is called under the lock an
+// abort takes, and only if no failure has aborted (and freed) the communicator; then
+// the call settles and is tracked.
 #define DEVICE_CALL(c, s, what, call)                                                                                  \
     do {                                                                                                               \
-        if (!(c) || !(c)->nccl) return zinf_fail(ZINF_ERR_INVAL, "comm %s: not attached to a device", what);          \
-        if (!(s)) return zinf_fail(ZINF_ERR_INVAL, "comm %s: no stream", what);                                      \
-        if (atomic_load(&(c)->nccl->failed)) return failed_status(c);                                                  \
-        cudaSetDevice((c)->nccl->index);                                                                               \
-        ZINF_CHECK(settle(c, call, what));                                                                             \
+        if (!(c) || !(c)->nccl) return zinf_fail(ZINF_ERR_INVAL, "comm %s: not attached to a device", what);           \
+        if (!(s)) return zinf_fail(ZINF_ERR_INVAL, "comm %s: no stream", what);                                        \
+        struct nccl_state *n_ = (c)->nccl;                                                                             \
+        cudaSetDevice(n_->index);                                                                                      \
+        pthread_mutex_lock(&n_->mu);                                                                                   \
+        bool failed_ = atomic_load(&n_->failed);                                                                       \
+        ncclResult_t r_ = failed_ ? ncclSuccess : (call);                                                              \
+        pthread_mutex_unlock(&n_->mu);                                                                                 \
+        if (failed_) return failed_status(c);                                                                          \
+        ZINF_CHECK(settle(c, r_, what));                                                                               \
         return track(c, s, what);                                                                                      \
     } while (0)
 
@@ -239,7 +261,8 @@ zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, co
 }
 
 zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n) {
-    DEVICE_CALL(c, s, "allreduce", ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->nccl->nc, zinf_stream_native(s)));
+    DEVICE_CALL(c, s, "allreduce",
+                ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->nccl->nc, zinf_stream_native(s)));
 }
 
 zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
@@ -252,8 +275,10 @@ static const char *device_failure(const zinf_comm *c) { return c->nccl->failure;
 #else // no NCCL in this build
 
 #define NO_NCCL(what)                                                                                                  \
-    zinf_fail(ZINF_ERR_UNSUPPORTED, "comm %s: this build has no NCCL (built with NO_CUDA=1 or without NCCL " \
-                                    "installed); collectives stay on host memory", what)
+    zinf_fail(ZINF_ERR_UNSUPPORTED,                                                                                    \
+              "comm %s: this build has no NCCL (built with NO_CUDA=1 or without NCCL "                                 \
+              "installed); collectives stay on host memory",                                                           \
+              what)
 
 zinf_status zinf_comm_attach_device(zinf_comm *c, zinf_device *d) {
     (void)c, (void)d;
