@@ -14,6 +14,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <mutex>
+#include <unordered_set>
 #include <vector>
 
 #include "emu.h"
@@ -110,6 +112,8 @@ struct block_run {
     int nthreads, at_barrier = 0, exited = 0;
     bool descending = false; // this block's order
     int pos = -1;            // of the current fiber in this pass
+    bool direct = false;     // threads run as plain calls, one after another
+    bool cooperated = false; // a thread used __syncthreads or a warp function
     fiber *cur = nullptr;
     const char *error = nullptr; // the first undefined behaviour seen
 #if defined(__x86_64__)
@@ -231,10 +235,13 @@ void fiber_main() {
 
 void prepare(fiber *f, char *stack) {
     f->stack = stack;
+    // The stacks are a page multiple apart; starting each at another 64-byte offset
+    // spreads the fibers' hot frames over the cache's sets instead of one set.
+    size_t top = STACK - (size_t)(f->lin * 7 % 64) * 64;
 #if defined(__x86_64__)
     // The frame cuda_emu_switch pops: r15..rbp, then the return address (the start
     // trampoline, which calls r13 with the stack 16-byte aligned).
-    uint64_t *sp = (uint64_t *)(stack + STACK) - 9;
+    uint64_t *sp = (uint64_t *)(stack + top) - 9;
     sp[0] = 0, sp[1] = 0;                    // r15, r14
     sp[2] = (uint64_t)(uintptr_t)fiber_main; // r13
     sp[3] = 0, sp[4] = 0, sp[5] = 0;         // r12, rbx, rbp
@@ -243,11 +250,14 @@ void prepare(fiber *f, char *stack) {
 #else
     getcontext(&f->ctx);
     f->ctx.uc_stack.ss_sp = stack;
-    f->ctx.uc_stack.ss_size = STACK;
+    f->ctx.uc_stack.ss_size = top;
     f->ctx.uc_link = nullptr;
     makecontext(&f->ctx, fiber_main, 0);
 #endif
 }
+
+constexpr const char *DIRECT_BROKEN = "a kernel that ran without __syncthreads or warp functions used one: the "
+                                      "emulation ran its threads as plain calls and cannot go on";
 
 void undefined(block_run *b, const char *what) {
     if (!b->error) b->error = what;
@@ -259,6 +269,9 @@ void undefined(block_run *b, const char *what) {
 
 uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int width) {
     block_run *b = running;
+    b->cooperated = true;
+    if (b->direct) undefined(b, DIRECT_BROKEN);
+    if (b->error) return v;
     fiber *f = b->cur;
     int lane = f->lin % 32, wi = f->lin / 32;
     warp &w = b->warps[(size_t)wi];
@@ -289,6 +302,9 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int w
 
 void block_barrier() {
     block_run *b = running;
+    b->cooperated = true;
+    if (b->direct) undefined(b, DIRECT_BROKEN);
+    if (b->error) return;
     if (++b->at_barrier == b->nthreads) { // the last to arrive releases everyone
         b->at_barrier = 0;
         for (fiber &f : *b->fibers)
@@ -342,6 +358,33 @@ bool run_block(block_run &b, std::vector<fiber> &fibers, uint3 bid, const launch
     }
 }
 
+// Kernels that ran a whole grid without __syncthreads or a warp function: later
+// launches run their threads as plain calls, one after another, which any schedule of
+// independent threads allows and which costs no switches. Should such a kernel use one
+// after all, the launch faults (nothing silently wrong).
+std::mutex plain_mu;
+std::unordered_set<const void *> plain_kernels;
+
+bool is_plain(const void *kernel) {
+    std::lock_guard<std::mutex> g(plain_mu);
+    return plain_kernels.count(kernel) != 0;
+}
+
+bool run_direct(block_run &b, uint3 bid, const launch_config &cfg, bool descending) {
+    thread_view v;
+    v.bid = bid;
+    v.bdim = cfg.block;
+    v.gdim = cfg.grid;
+    self = &v;
+    dim3 bd = cfg.block;
+    for (int i = 0; i < b.nthreads && !b.error; i++) {
+        unsigned t = (unsigned)(descending ? b.nthreads - 1 - i : i);
+        v.tid = {t % bd.x, t / bd.x % bd.y, t / (bd.x * bd.y)};
+        (*b.body)();
+    }
+    return !b.error;
+}
+
 void run_kernel(int device, const launch_config &cfg, const void *kernel, const std::function<void()> &body,
                 const std::vector<const void *> &ptrs) {
     if (sticky(device)) return;
@@ -359,13 +402,16 @@ void run_kernel(int device, const launch_config &cfg, const void *kernel, const 
     b.fibers = &fibers;
     b.nthreads = (int)fibers.size();
     b.warps.resize((fibers.size() + 31) / 32);
+    b.direct = is_plain(kernel);
     running = &b;
     uint64_t n = 0;
     for (unsigned z = 0; z < cfg.grid.z; z++)
         for (unsigned y = 0; y < cfg.grid.y; y++)
             for (unsigned x = 0; x < cfg.grid.x; x++, n++) {
-                const char *why = nullptr;
-                if (!run_block(b, fibers, uint3{x, y, z}, cfg, n & 1, &why)) {
+                const char *why = DIRECT_BROKEN;
+                bool ok = b.direct ? run_direct(b, uint3{x, y, z}, cfg, n & 1)
+                                   : run_block(b, fibers, uint3{x, y, z}, cfg, n & 1, &why);
+                if (!ok) {
                     fault(device, cudaErrorLaunchFailure, "kernel %p, block (%u,%u,%u) of (%u,%u,%u) x (%u,%u,%u) threads: %s",
                           kernel, x, y, z, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z, why);
                     running = nullptr;
@@ -375,6 +421,10 @@ void run_kernel(int device, const launch_config &cfg, const void *kernel, const 
             }
     running = nullptr;
     self = nullptr;
+    if (!b.direct && !b.cooperated) {
+        std::lock_guard<std::mutex> g(plain_mu);
+        plain_kernels.insert(kernel);
+    }
 }
 
 } // namespace

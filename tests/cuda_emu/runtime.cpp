@@ -81,6 +81,7 @@ struct machine {
     std::vector<std::unique_ptr<device_state>> devs;
     std::map<uintptr_t, allocation> allocs;  // by the caller's pointer
     std::map<uintptr_t, size_t> registered;  // cudaHostRegister ranges
+    std::vector<std::unique_ptr<CUstream_st>> retired; // destroyed streams (see cudaStreamDestroy)
     std::mutex done_mu;                       // with done_cv: any marker or work item finished
     std::condition_variable done_cv;
 };
@@ -656,6 +657,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
 
 // Work already enqueued still runs (the runtime documents that destroying a stream
 // with pending work returns at once and releases it when done); the thread ends then.
+// The object itself is kept, drained and idle: other threads may still hold it (a
+// cudaFree draining the device, a stream waiting for it behind the legacy stream).
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (in_host_fn) return fail(cudaErrorNotPermitted);
     if (!s) return fail(cudaErrorInvalidResourceHandle);
@@ -672,7 +675,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
         s->cv.notify_all();
     }
     s->thread.join();
-    delete s;
+    std::lock_guard<std::mutex> g(M().mu);
+    M().retired.emplace_back(s);
     return cudaSuccess;
 }
 
