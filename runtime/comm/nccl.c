@@ -166,7 +166,13 @@ static void release(zinf_comm *c) {
     if (n->nc) {
         cudaSetDevice(n->index);
         if (atomic_load(&n->failed)) {
-            // ncclCommAbort already freed it.
+            // ncclCommAbort already freed it. The ranks are out of step as after a failed
+            // host collective: the communicator is failed as a whole, so that closing it
+            // leaves MPI alone instead of waiting in MPI_Finalize for a rank that is gone.
+            pthread_mutex_lock(&c->lock);
+            if (!c->failed) snprintf(c->failure, sizeof c->failure, "%s", n->failure);
+            c->failed = true;
+            pthread_mutex_unlock(&c->lock);
         } else {
             // Finalize flushes what is in flight; bounded, then abort.
             ncclResult_t r = ncclCommFinalize(n->nc);
