@@ -113,6 +113,15 @@ grep -q 'ZINF_COMM_TIMEOUT: "abc"' "$tmp/err" || fail "bad timeout knob: $(cat "
 expect 1 "$Z" train "$tmp/cfg.json" --set device.memory_limit=1M
 grep -q 'does not fit.*lower train_micro_batch_size_per_gpu' "$tmp/err" || fail "out of memory: $(cat "$tmp/err")"
 
+# Under the CUDA emulation: a device whose blocks hold fewer threads than zinf's
+# kernels ask for refuses their launches (cudaErrorInvalidConfiguration), and zinf
+# says which launch failed and why instead of training on garbage.
+if [ -n "${ZINF_TEST_CUDA_EMU:-}" ]; then
+  CUDA_EMU_MAX_THREADS_PER_BLOCK=128 expect 1 "$Z" train "$tmp/cfg.json"
+  grep -q 'cuda: [a-z_]*_kernel launch failed (gpu/cuda/[a-z]*\.cu:[0-9]*): invalid configuration argument' "$tmp/err" ||
+    fail "a refused launch: $(tail -c 400 "$tmp/err")"
+fi
+
 # A rank that dies (SIGKILL) or stops (SIGSTOP, found by the collectives' timeout):
 # the job ends non-zero with a message within 60 s.
 for sig in KILL STOP; do

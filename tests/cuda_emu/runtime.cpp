@@ -2,8 +2,9 @@
 // management, error handling, memory, streams, events, and the "API synchronization
 // behavior" notes). Devices are H100s (80 GiB, compute capability 9.0, 132 SMs) whose
 // memory is host memory tagged with its device; CUDA_EMU_DEVICES sets how many
-// (default 8), CUDA_EMU_MEMORY their memory (e.g. "2G"), and CUDA_VISIBLE_DEVICES is
-// honoured as the runtime documents. Every stream is a thread running its work in
+// (default 8), CUDA_EMU_MEMORY their memory (e.g. "2G"), CUDA_EMU_MAX_THREADS_PER_BLOCK
+// their limit (default 1024; lower, to see launches refused), and CUDA_VISIBLE_DEVICES
+// is honoured as the runtime documents. Every stream is a thread running its work in
 // order; an error found while work runs ends the device's context, as a GPU fault does.
 #include <stdarg.h>
 #include <stdio.h>
@@ -131,6 +132,8 @@ machine &M() {
         int physical = dn ? atoi(dn) : 8;
         int n = visible_count(physical < 0 ? 0 : physical);
         size_t mem = parse_size(getenv("CUDA_EMU_MEMORY"), (size_t)80 << 30);
+        const char *mt = getenv("CUDA_EMU_MAX_THREADS_PER_BLOCK");
+        int max_threads = mt && atoi(mt) > 0 && atoi(mt) <= 1024 ? atoi(mt) : 1024;
         for (int i = 0; i < n; i++) {
             auto d = std::make_unique<device_state>();
             cudaDeviceProp &p = d->prop;
@@ -141,7 +144,7 @@ machine &M() {
             p.sharedMemPerBlockOptin = 227 << 10;
             p.regsPerBlock = 65536;
             p.warpSize = 32;
-            p.maxThreadsPerBlock = 1024;
+            p.maxThreadsPerBlock = max_threads;
             p.maxThreadsDim[0] = 1024, p.maxThreadsDim[1] = 1024, p.maxThreadsDim[2] = 64;
             p.maxGridSize[0] = 2147483647, p.maxGridSize[1] = 65535, p.maxGridSize[2] = 65535;
             p.major = 9, p.minor = 0;
