@@ -1,7 +1,8 @@
 // Every device op against a reference written here in double precision, in fp32, bf16
 // and fp16 storage, on random inputs (never zeros) with outputs poisoned (all bits
 // set: NaN in every dtype) before the op, so an element the op fails to write fails
-// the comparison. The device optimizer must equal cpu_adam bit for bit.
+// the comparison. The device optimizer must equal cpu_adam bit for bit. Under the CUDA
+// emulation (ZINF_TEST_CUDA_EMU) the products also run on the fallback kernel.
 // timeout: 120
 #include <math.h>
 
@@ -438,11 +439,17 @@ int main(void) {
     const zinf_dtype dts[] = {ZINF_DTYPE_F32, ZINF_DTYPE_BF16, ZINF_DTYPE_F16};
     for (int i = 0; i < 3; i++) {
         zinf_dtype dt = dts[i];
-        for (int t = 0; t < 4; t++)
-            test_gemm(dt, t & 1, t & 2, false, 0, 1);
-        test_gemm(dt, false, false, true, 0, 1);
-        test_gemm(dt, false, true, true, 0.5f, 1);
-        test_gemm(dt, true, false, false, 1, 3);
+        // Under the CUDA emulation the products run a second time with cuBLASLt offering
+        // no algorithm, so that the backend's own fallback kernel is checked too.
+        for (int plain = 0; plain <= (getenv("ZINF_TEST_CUDA_EMU") != NULL); plain++) {
+            if (plain) setenv("CUDA_EMU_LT_NO_ALGO", "1", 1);
+            for (int t = 0; t < 4; t++)
+                test_gemm(dt, t & 1, t & 2, false, 0, 1);
+            test_gemm(dt, false, false, true, 0, 1);
+            test_gemm(dt, false, true, true, 0.5f, 1);
+            test_gemm(dt, true, false, false, 1, 3);
+            unsetenv("CUDA_EMU_LT_NO_ALGO");
+        }
         test_bias_grad(dt);
         test_layernorm(dt);
         test_elementwise(dt);
