@@ -1,7 +1,7 @@
 # zinf — one Makefile (llm.c / liburing style): probe features by compiling, write
 # build/config.h, build build/libzinf.a and the build/zinf CLI, run tests and benches.
 #
-#   make [all]            library + CLI        make test [BACKEND=host|cuda|cuda-emu]
+#   make [all]            library + CLI        make test [BACKEND=host|cuda|cuda-emu] [TESTS="NAME ..."]
 #   make bench            benchmarks           make deps   (Debian packages; root installs)
 #   make clean (keeps the PyTorch venv build/pyenv)   make distclean
 # Switches: NO_CUDA=1, SAN=1 (ASan+UBSan), WERROR=1, CUDA_ARCH="80 90", V=1.
@@ -278,7 +278,7 @@ build/ref/%.bin: tests/ref/%_ref.py $(PYENV)/.ok
 tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(REF_BIN)
 
 test: tests
-	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run
+	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run $(TESTS)
 
 $(PYENV)/.bench-ok: tests/bench/requirements.txt $(PYENV)/.ok
 	$(say) PYENV "$(PYENV) (DeepSpeed, first time only)"
