@@ -276,7 +276,8 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int w
     int lane = f->lin % 32, wi = f->lin / 32;
     warp &w = b->warps[(size_t)wi];
     if (!(mask >> lane & 1)) undefined(b, "a lane called a warp function with a mask that leaves it out");
-    if (width < 1 || width > 32 || (width & (width - 1))) undefined(b, "a shuffle width that is not 1, 2, 4, 8, 16 or 32");
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        undefined(b, "a shuffle width that is not 1, 2, 4, 8, 16 or 32");
     if (b->error) return v;
     if (!w.arrived)
         w.mask = mask;
@@ -393,7 +394,8 @@ void run_kernel(int device, const launch_config &cfg, const void *kernel, const 
         region r = classify(ptrs[i], 0);
         if (r.kind == mem::registered || (r.kind == mem::device && r.device == device)) continue;
         fault(device, cudaErrorIllegalAddress, "kernel %p: pointer argument %zu (%p) is %s", kernel, i + 1, ptrs[i],
-              r.kind == mem::device ? "memory of another device" : "not device memory (host, freed or never allocated)");
+              r.kind == mem::device ? "memory of another device"
+                                    : "not device memory (host, freed or never allocated)");
         return;
     }
     block_run b;
@@ -412,8 +414,9 @@ void run_kernel(int device, const launch_config &cfg, const void *kernel, const 
                 bool ok = b.direct ? run_direct(b, uint3{x, y, z}, cfg, n & 1)
                                    : run_block(b, fibers, uint3{x, y, z}, cfg, n & 1, &why);
                 if (!ok) {
-                    fault(device, cudaErrorLaunchFailure, "kernel %p, block (%u,%u,%u) of (%u,%u,%u) x (%u,%u,%u) threads: %s",
-                          kernel, x, y, z, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z, why);
+                    fault(device, cudaErrorLaunchFailure,
+                          "kernel %p, block (%u,%u,%u) of (%u,%u,%u) x (%u,%u,%u) threads: %s", kernel, x, y, z,
+                          cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z, why);
                     running = nullptr;
                     self = nullptr;
                     return;

@@ -71,19 +71,19 @@ struct allocation {
 
 struct device_state {
     cudaDeviceProp prop;
-    size_t used = 0;                          // bytes allocated (machine::mu)
+    size_t used = 0;                              // bytes allocated (machine::mu)
     std::atomic<cudaError_t> sticky{cudaSuccess}; // the fault that ended the context
-    CUstream_st *legacy = nullptr;            // the NULL stream, made on first use
-    std::vector<CUstream_st *> streams;       // live streams, the legacy one included
+    CUstream_st *legacy = nullptr;                // the NULL stream, made on first use
+    std::vector<CUstream_st *> streams;           // live streams, the legacy one included
 };
 
 struct machine {
     std::mutex mu; // guards everything below but the streams' own queues
     std::vector<std::unique_ptr<device_state>> devs;
-    std::map<uintptr_t, allocation> allocs;  // by the caller's pointer
-    std::map<uintptr_t, size_t> registered;  // cudaHostRegister ranges
+    std::map<uintptr_t, allocation> allocs;            // by the caller's pointer
+    std::map<uintptr_t, size_t> registered;            // cudaHostRegister ranges
     std::vector<std::unique_ptr<CUstream_st>> retired; // destroyed streams (see cudaStreamDestroy)
-    std::mutex done_mu;                       // with done_cv: any marker or work item finished
+    std::mutex done_mu;                                // with done_cv: any marker or work item finished
     std::condition_variable done_cv;
 };
 
@@ -101,8 +101,10 @@ size_t parse_size(const char *s, size_t dflt) {
     if (!s || !*s) return dflt;
     char *end;
     double v = strtod(s, &end);
-    double mult = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
-                  : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+    double mult = *end == 'K' || *end == 'k'   ? 1024.0
+                  : *end == 'M' || *end == 'm' ? 1048576.0
+                  : *end == 'G' || *end == 'g' ? 1073741824.0
+                                               : 1.0;
     return v > 0 ? (size_t)(v * mult) : dflt;
 }
 
@@ -252,7 +254,8 @@ void order_with_legacy(CUstream_st *s) {
         for (CUstream_st *o : d.streams)
             if (o != s && o->blocking && (s == d.legacy || o == d.legacy)) before.push_back({o, 0});
     }
-    for (auto &b : before) b.second = tail(b.first);
+    for (auto &b : before)
+        b.second = tail(b.first);
     for (auto &b : before)
         if (b.second) push(s, [b] { wait_ticket(b.first, b.second); });
 }
@@ -263,7 +266,8 @@ void drain_device(int device) {
         std::lock_guard<std::mutex> g(M().mu);
         all = dev(device).streams;
     }
-    for (CUstream_st *s : all) drain(s);
+    for (CUstream_st *s : all)
+        drain(s);
 }
 
 } // namespace
@@ -406,12 +410,15 @@ const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
 #define N(x)                                                                                                           \
     case x: return #x;
-        N(cudaSuccess) N(cudaErrorInvalidValue) N(cudaErrorMemoryAllocation) N(cudaErrorInitializationError)
-        N(cudaErrorInvalidConfiguration) N(cudaErrorInvalidDevicePointer) N(cudaErrorInvalidMemcpyDirection)
-        N(cudaErrorInsufficientDriver) N(cudaErrorNoDevice) N(cudaErrorInvalidDevice) N(cudaErrorNoKernelImageForDevice)
-        N(cudaErrorInvalidResourceHandle) N(cudaErrorNotReady) N(cudaErrorIllegalAddress)
-        N(cudaErrorLaunchOutOfResources) N(cudaErrorHostMemoryAlreadyRegistered) N(cudaErrorHostMemoryNotRegistered)
-        N(cudaErrorLaunchFailure) N(cudaErrorNotPermitted) N(cudaErrorNotSupported) N(cudaErrorUnknown)
+        N(cudaSuccess)
+        N(cudaErrorInvalidValue) N(cudaErrorMemoryAllocation) N(cudaErrorInitializationError)
+            N(cudaErrorInvalidConfiguration) N(cudaErrorInvalidDevicePointer) N(cudaErrorInvalidMemcpyDirection)
+                N(cudaErrorInsufficientDriver) N(cudaErrorNoDevice) N(cudaErrorInvalidDevice)
+                    N(cudaErrorNoKernelImageForDevice) N(cudaErrorInvalidResourceHandle) N(cudaErrorNotReady)
+                        N(cudaErrorIllegalAddress) N(cudaErrorLaunchOutOfResources)
+                            N(cudaErrorHostMemoryAlreadyRegistered) N(cudaErrorHostMemoryNotRegistered)
+                                N(cudaErrorLaunchFailure) N(cudaErrorNotPermitted) N(cudaErrorNotSupported)
+                                    N(cudaErrorUnknown)
 #undef N
     }
     return "cudaErrorUnknown";
@@ -500,8 +507,8 @@ cudaError_t cudaFree(void *ptr) {
     }
     for (size_t i = 0; i < GUARD; i++) {
         if ((unsigned char)a.raw[i] != GUARD_BYTE || (unsigned char)a.raw[GUARD + a.size + i] != GUARD_BYTE) {
-            fault(owner, cudaErrorIllegalAddress, "a write %s the %zu-byte allocation at %p", a.raw[i] != (char)GUARD_BYTE ? "before" : "past",
-                  a.size, ptr);
+            fault(owner, cudaErrorIllegalAddress, "a write %s the %zu-byte allocation at %p",
+                  a.raw[i] != (char)GUARD_BYTE ? "before" : "past", a.size, ptr);
             break;
         }
     }
@@ -578,7 +585,8 @@ bool registered(const void *p, size_t n) { return classify(p, n).kind == mem::re
 // When the copy runs: its device ranges must still be allocated (a fault otherwise).
 void copy_now(int device, void *dst, const void *src, size_t n, side ds, side ss) {
     if (sticky(device)) return;
-    if ((ds == DEVICE && classify(dst, n).kind != mem::device) || (ss == DEVICE && classify(src, n).kind != mem::device)) {
+    if ((ds == DEVICE && classify(dst, n).kind != mem::device) ||
+        (ss == DEVICE && classify(src, n).kind != mem::device)) {
         fault(device, cudaErrorIllegalAddress, "a copy of %zu bytes from %p to %p touches freed memory", n, src, dst);
         return;
     }
@@ -735,7 +743,8 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *arg) 
 cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, cudaEventDefault); }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
-    if (!ev || (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming))) return fail(cudaErrorInvalidValue);
+    if (!ev || (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming)))
+        return fail(cudaErrorInvalidValue);
     ENTER();
     *ev = new CUevent_st;
     (*ev)->device = current;

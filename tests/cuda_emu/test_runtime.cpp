@@ -22,7 +22,7 @@ static int failures;
 #define CHECK(cond, ...)                                                                                               \
     do {                                                                                                               \
         if (!(cond)) {                                                                                                 \
-            printf("%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                           \
+            printf("%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                            \
             printf(__VA_ARGS__);                                                                                       \
             printf("\n");                                                                                              \
             failures++;                                                                                                \
@@ -67,7 +67,7 @@ static __global__ void shuffles(int *out) {
     out[32 + lane] = __shfl_up_sync(0xffffffffu, lane, 3, 16);
     out[64 + lane] = __shfl_down_sync(0xffffffffu, lane, 3, 16);
     out[96 + lane] = __shfl_sync(0xffffffffu, lane, 5, 16);
-    out[128 + lane] = __shfl_xor_sync(0xffffffffu, lane, 16, 16); // a later group: own value
+    out[128 + lane] = __shfl_xor_sync(0xffffffffu, lane, 16, 16);                // a later group: own value
     if (lane < 16) out[160 + lane] = __shfl_xor_sync(0x0000ffffu, lane * 10, 1); // half the warp takes part
 }
 
@@ -120,7 +120,7 @@ static void test_memory() {
     CHECK(memcmp(back, h, sizeof h) == 0, "round trip");
     EXPECT(cudaFree(h), cudaErrorInvalidValue);
     EXPECT(cudaFree(d), cudaSuccess);
-    EXPECT(cudaFree(d), cudaErrorInvalidValue); // twice
+    EXPECT(cudaFree(d), cudaErrorInvalidValue);                                        // twice
     EXPECT(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue); // freed
     EXPECT(cudaHostRegister(h, sizeof h, cudaHostRegisterPortable), cudaSuccess);
     EXPECT(cudaHostRegister(h, sizeof h, cudaHostRegisterPortable), cudaErrorHostMemoryAlreadyRegistered);
@@ -307,17 +307,6 @@ static void test_streams() {
 
 // ---- 16-bit conversions ----
 
-static uint32_t bits(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    return x;
-}
-static float from_bits(uint32_t x) {
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
 __attribute__((target("f16c"))) static unsigned short f16c_from(float f) {
     return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 }
@@ -328,28 +317,29 @@ static void test_conversions() {
     int bad_h = 0, bad_b = 0;
     for (int i = 0; i < 2000000; i++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        float f = from_bits((uint32_t)rng);
+        float f = __uint_as_float((uint32_t)rng);
         if (f != f) continue;
         // fp16: the CPU's own IEEE conversion (F16C) is the reference.
         unsigned short want = f16c_from(f);
         bad_h += __float2half_rn(f).__x != want;
         __half h;
         h.__x = want;
-        bad_h += bits(__half2float(h)) != bits(f16c_to(want));
+        bad_h += __float_as_uint(__half2float(h)) != __float_as_uint(f16c_to(want));
         // bf16: the nearer of the two neighbours in magnitude, the even one on a tie, in
         // double; past the largest finite value the upper neighbour stands for 2^128
         // (IEEE rounds as if the exponent were unbounded, then overflows to infinity).
-        uint32_t mag = bits(f) & 0x7fffffffu, lo = mag & 0xffff0000u, hi = lo + 0x10000u;
-        double a = fabs((double)f), vl = from_bits(lo), vh = hi == 0x7f800000u ? ldexp(1.0, 128) : from_bits(hi);
+        uint32_t mag = __float_as_uint(f) & 0x7fffffffu, lo = mag & 0xffff0000u, hi = lo + 0x10000u;
+        double a = fabs((double)f), vl = __uint_as_float(lo),
+               vh = hi == 0x7f800000u ? ldexp(1.0, 128) : __uint_as_float(hi);
         uint32_t near = a - vl < vh - a || (a - vl == vh - a && !(lo & 0x10000u)) ? lo : hi;
         if (lo == 0x7f800000u) near = lo; // infinity stays
-        near |= bits(f) & 0x80000000u;
+        near |= __float_as_uint(f) & 0x80000000u;
         bad_b += __float2bfloat16_rn(f).__x != (unsigned short)(near >> 16);
     }
     CHECK(bad_h == 0, "%d fp16 conversions differ from F16C", bad_h);
     CHECK(bad_b == 0, "%d bf16 conversions are not round-to-nearest-even", bad_b);
-    CHECK(__float2half_rn(from_bits(0x7fc00001u)).__x == 0x7fff, "fp16 NaN");
-    CHECK(__float2bfloat16_rn(from_bits(0xffc00001u)).__x == 0x7fff, "bf16 NaN");
+    CHECK(__float2half_rn(__uint_as_float(0x7fc00001u)).__x == 0x7fff, "fp16 NaN");
+    CHECK(__float2bfloat16_rn(__uint_as_float(0xffc00001u)).__x == 0x7fff, "bf16 NaN");
     CHECK(__float2half_rn(65520.0f).__x == 0x7c00 && __float2half_rn(65519.0f).__x == 0x7bff, "fp16 overflow");
 }
 
@@ -364,7 +354,9 @@ int main() {
     test_faults();
     test_streams();
     test_conversions();
-    if (failures) printf("test_runtime: %d check(s) failed\n", failures);
-    else printf("test_runtime: all checks passed\n");
+    if (failures)
+        printf("test_runtime: %d check(s) failed\n", failures);
+    else
+        printf("test_runtime: all checks passed\n");
     return failures ? 1 : 0;
 }

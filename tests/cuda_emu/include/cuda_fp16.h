@@ -27,7 +27,7 @@ static inline __half __float2half_rn(float f) {
         return h;
     }
     uint32_t e = mag >> 23;
-    if (e < 113) { // below 2^-14: a subnormal half (or zero), in units of 2^-24
+    if (e < 113) {     // below 2^-14: a subnormal half (or zero), in units of 2^-24
         if (e < 101) { // below 2^-26: rounds to zero (2^-25 exactly is a tie to even zero)
             h.__x = (unsigned short)sign;
             return h;

@@ -211,7 +211,8 @@ template <typename... P, typename... A> void operator->*(void (*kernel)(P...), b
     params_t params = convert<params_t>(b.args, std::index_sequence_for<P...>{});
     std::vector<const void *> ptrs;
     std::apply([&](const auto &...p) { (add_if_pointer(ptrs, p), ...); }, params);
-    launch(b.cfg, (const void *)kernel, [kernel, params]() { std::apply(kernel, params); }, std::move(ptrs));
+    launch(
+        b.cfg, (const void *)kernel, [kernel, params]() { std::apply(kernel, params); }, std::move(ptrs));
 }
 
 } // namespace cuda_emu
@@ -267,26 +268,18 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __int_as_float(int i) {
-    float f;
-    __builtin_memcpy(&f, &i, 4);
-    return f;
+namespace cuda_emu {
+template <typename To, typename From> To bits_as(From v) {
+    static_assert(sizeof(To) == sizeof(From), "a reinterpretation keeps the size");
+    To t;
+    __builtin_memcpy(&t, &v, sizeof t);
+    return t;
 }
-inline float __uint_as_float(unsigned i) {
-    float f;
-    __builtin_memcpy(&f, &i, 4);
-    return f;
-}
-inline int __float_as_int(float f) {
-    int i;
-    __builtin_memcpy(&i, &f, 4);
-    return i;
-}
-inline unsigned __float_as_uint(float f) {
-    unsigned i;
-    __builtin_memcpy(&i, &f, 4);
-    return i;
-}
+} // namespace cuda_emu
+inline float __int_as_float(int i) { return cuda_emu::bits_as<float>(i); }
+inline float __uint_as_float(unsigned i) { return cuda_emu::bits_as<float>(i); }
+inline int __float_as_int(float f) { return cuda_emu::bits_as<int>(f); }
+inline unsigned __float_as_uint(float f) { return cuda_emu::bits_as<unsigned>(f); }
 
 #endif // __cplusplus
 #endif
