@@ -21,6 +21,7 @@
 #include "emu.h"
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #if !defined(__x86_64__)
@@ -132,8 +133,14 @@ thread_local block_run *running = nullptr;
 struct stack_pool {
     std::vector<char *> stacks;
     ~stack_pool() {
-        for (char *s : stacks)
+        for (char *s : stacks) {
+#if defined(__SANITIZE_ADDRESS__)
+            // ASan keeps the poison of the fibers' frames; the pages may come back as
+            // another mapping (a large malloc) whose reads it would then report.
+            __asan_unpoison_memory_region(s, STACK);
+#endif
             munmap(s - getpagesize(), STACK + getpagesize());
+        }
     }
     char *get(size_t i) {
         while (stacks.size() <= i) {
