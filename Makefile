@@ -156,7 +156,6 @@ ifeq ($(ZINF_HAVE_MPI),1)
 endif
 # The emulation's headers stand in for the toolkit's and its library for cudart,
 # cuBLASLt and NCCL; the .cu files are compiled as C++ (CXXFLAGS) instead of by nvcc.
-CXX ?= g++
 CXXFLAGS = $(filter-out -std=c11 -Wstrict-prototypes,$(CFLAGS)) -std=c++17
 EMU_LIB := $(B)/libcudaemu.a
 ifneq ($(EMU),)
