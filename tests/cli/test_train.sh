@@ -125,6 +125,10 @@ fi
 # A rank that dies (SIGKILL) or stops (SIGSTOP, found by the collectives' timeout):
 # the job ends non-zero with a message within 60 s.
 for sig in KILL STOP; do
+  # The previous run's output must not count as this one's first step: the job starts in
+  # the background, and a rank stopped before it is in training stops the other inside
+  # MPI_Init, which has no deadline.
+  rm -f "$tmp/k.out"
   ZINF_COMM_TIMEOUT=5 mpirun -np 2 -x ZINF_COMM_TIMEOUT "$Z" train "$tmp/cfg.json" --json --steps 1000000 \
     > "$tmp/k.out" 2> "$tmp/k.err" &
   job=$!
