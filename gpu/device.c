@@ -99,10 +99,37 @@ static zinf_status pick_backend(zinf_backend want, const backend_ops **out) {
     return ZINF_OK;
 }
 
+// The host backend's capacity is a set amount (its memory is the machine's); a card's
+// is its memory, or the limit within it.
+static zinf_status capacity_of(const backend_ops *be, const zinf_device_params *p, uint64_t *out) {
+    uint64_t limit = p->memory_limit > 0 ? (uint64_t)p->memory_limit : 0;
+    if (!be->describe) {
+        *out = limit ? limit : ZINF_HOST_DEVICE_DEFAULT_LIMIT;
+        return ZINF_OK;
+    }
+    char name[96], a[32], b[32];
+    uint64_t memory;
+    ZINF_CHECK(be->describe(p->index, name, &memory));
+    if (limit > memory)
+        return zinf_fail(ZINF_ERR_INVAL, "device.memory_limit %s exceeds %s's %s", zinf_size_format(limit, a, sizeof a),
+                         name, zinf_size_format(memory, b, sizeof b));
+    *out = limit ? limit : memory;
+    return ZINF_OK;
+}
+
+zinf_status zinf_device_choose(const zinf_device_params *p, zinf_device_choice *out) {
+    const backend_ops *be = NULL;
+    ZINF_CHECK(pick_backend(p->backend, &be));
+    out->backend = be == &zinf_host_backend ? ZINF_BACKEND_HOST : ZINF_BACKEND_CUDA;
+    return capacity_of(be, p, &out->capacity);
+}
+
 zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p) {
     *out = NULL;
     const backend_ops *be = NULL;
+    uint64_t capacity;
     ZINF_CHECK(pick_backend(p->backend, &be));
+    ZINF_CHECK(capacity_of(be, p, &capacity));
     zinf_device *d = calloc(1, sizeof *d);
     if (!d) return zinf_fail(ZINF_ERR_NOMEM, "device: out of host memory");
     d->be = be;
@@ -114,19 +141,7 @@ zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p) {
         free(d);
         return st;
     }
-    uint64_t limit = p->memory_limit > 0 ? (uint64_t)p->memory_limit : 0;
-    if (be == &zinf_host_backend) {
-        d->caps.capacity = limit ? limit : ZINF_HOST_DEVICE_DEFAULT_LIMIT;
-    } else if (limit > d->caps.total_memory) {
-        char a[32], b[32];
-        st = zinf_fail(ZINF_ERR_INVAL, "device.memory_limit %s exceeds %s's %s", zinf_size_format(limit, a, sizeof a),
-                       d->caps.name, zinf_size_format(d->caps.total_memory, b, sizeof b));
-        zinf_device_destroy(d);
-        return st;
-    } else {
-        d->caps.capacity = limit ? limit : d->caps.total_memory;
-    }
-    d->mem.capacity = d->caps.capacity;
+    d->caps.capacity = d->mem.capacity = capacity;
     *out = d;
     return ZINF_OK;
 }

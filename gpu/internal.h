@@ -45,13 +45,13 @@ typedef struct op_layernorm {
 } op_layernorm;
 
 typedef struct op_elementwise { // gelu, add, scale, cast, grad_stats, bias_grad
-    void *out;                   // gelu/add/cast: output; gelu bwd: dx; scale: x; bias_grad: dbias
-    const void *a, *b;           // gelu: x (a), dout (b); add: a, b; cast: src (a); sumsq: x (a)
-    zinf_dtype src_dt;           // cast
-    double *stats;               // sumsq: two doubles
+    void *out;                  // gelu/add/cast: output; gelu bwd: dx; scale: x; bias_grad: dbias
+    const void *a, *b;          // gelu: x (a), dout (b); add: a, b; cast: src (a); sumsq: x (a)
+    zinf_dtype src_dt;          // cast
+    double *stats;              // sumsq: two doubles
     float scale;
-    size_t n;                    // elements; bias_grad: rows
-    int cols;                    // bias_grad
+    size_t n; // elements; bias_grad: rows
+    int cols; // bias_grad
 } op_elementwise;
 
 typedef struct op_cross_entropy {
@@ -94,6 +94,8 @@ typedef struct op_record {
 
 typedef struct backend_ops {
     const char *name;
+    // Device index's name and memory, without opening it (NULL: capacity is not memory).
+    zinf_status (*describe)(int index, char name[96], uint64_t *memory);
     // Fill d->caps (all but capacity) and d->impl. index is d->params.index.
     zinf_status (*open)(zinf_device *d);
     void (*close)(zinf_device *d);
@@ -104,7 +106,7 @@ typedef struct backend_ops {
     zinf_status (*stream_create)(zinf_stream *s); // fills s->impl
     void (*stream_destroy)(zinf_stream *s);
     zinf_status (*stream_sync)(zinf_stream *s);
-    void *(*stream_native)(zinf_stream *s); // the backend's own handle, or NULL
+    void *(*stream_native)(zinf_stream *s);     // the backend's own handle, or NULL
     zinf_status (*event_create)(zinf_event *e); // fills e->impl
     void (*event_destroy)(zinf_event *e);
     zinf_status (*event_record)(zinf_event *e, zinf_stream *s);

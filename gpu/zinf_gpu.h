@@ -54,7 +54,6 @@ zinf_status zinf_gpu_device_probe(int index, zinf_gpu_device_info *out);
 const char *zinf_gpu_host_blas_config(void);
 int zinf_gpu_host_blas_threads(void);
 
-
 // ---- devices ----
 
 typedef enum zinf_backend { ZINF_BACKEND_AUTO = 0, ZINF_BACKEND_HOST, ZINF_BACKEND_CUDA } zinf_backend;
@@ -88,10 +87,18 @@ typedef struct zinf_device_caps {
 
 typedef struct zinf_device_mem {
     uint64_t capacity;
-    uint64_t in_use;   // bytes allocated through zinf_device_alloc, not yet freed
-    uint64_t peak;     // the most in_use has been
+    uint64_t in_use; // bytes allocated through zinf_device_alloc, not yet freed
+    uint64_t peak;   // the most in_use has been
     int64_t allocations;
 } zinf_device_mem;
+
+// What zinf_device_create(p) makes, found without making it: the backend AUTO comes to
+// and the capacity. Fails as zinf_device_create would, short of opening the device.
+typedef struct zinf_device_choice {
+    zinf_backend backend; // HOST or CUDA
+    uint64_t capacity;    // what zinf may allocate on it (zinf_device_caps.capacity)
+} zinf_device_choice;
+zinf_status zinf_device_choose(const zinf_device_params *p, zinf_device_choice *out);
 
 zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p);
 // Frees what is still allocated on it (streams, events and buffers must be gone).

@@ -25,35 +25,37 @@ struct zinf_host_pool {
     bool pin_now;
 };
 
-// What to change when host memory runs short, per budget.
-static const char *const pinned_hint =
-    "raise device.pinned_memory_limit (and `ulimit -l`), set offload_optimizer/offload_param.pin_memory to false, "
-    "or lower zero_optimization.sub_group_size, offload_param.buffer_count, buffer_size or max_in_cpu";
-static const char *const host_hint =
-    "move a tier to nvme (zero_optimization.offload_optimizer/offload_param.device), lower "
-    "offload_param.max_in_cpu or zero_optimization.sub_group_size, or run fewer ranks per host";
+const char *zinf_host_pool_hint(bool pinned) {
+    return pinned
+               ? "raise device.pinned_memory_limit (and `ulimit -l`), set offload_optimizer/offload_param.pin_memory "
+                 "to false, or lower zero_optimization.sub_group_size, offload_param.buffer_count, buffer_size or "
+                 "max_in_cpu"
+               : "move a tier to nvme (zero_optimization.offload_optimizer/offload_param.device), lower "
+                 "offload_param.max_in_cpu or zero_optimization.sub_group_size, or run fewer ranks per host";
+}
 
-// The budgets: pinned memory from the configured limit, else half of the memory
-// available (pinned pages cannot be swapped or reclaimed), within the locked-memory
-// limit where it binds (the host backend pins with mlock; CUDA's driver pins past it);
-// all host memory within what is available. Ranks on one host share both. On the host
-// backend the device's memory is host memory too: what it holds by now (the model's
-// activations) is not available.
+zinf_host_budgets zinf_host_pool_budgets(const zinf_host_mem *hm, int local_ranks, bool host_backend,
+                                         int64_t device_bytes, int64_t pinned_limit) {
+    int64_t local = local_ranks > 0 ? local_ranks : 1;
+    int64_t avail = (int64_t)(hm->available_bytes / (uint64_t)local) - (host_backend ? device_bytes : 0);
+    zinf_host_budgets b = {.host = avail > 0 ? avail : 0};
+    int64_t pin = b.host / 2;
+    if (host_backend && !hm->lock_unlimited && hm->memlock_limit != UINT64_MAX &&
+        (int64_t)(hm->memlock_limit / (uint64_t)local) < pin)
+        pin = (int64_t)(hm->memlock_limit / (uint64_t)local);
+    b.pinned = pinned_limit >= 0 ? pinned_limit : pin;
+    return b;
+}
+
+// The budgets from the machine's memory now, and what the device holds by now.
 static zinf_status budgets(zinf_host_pool *p, const zinf_host_pool_config *cfg) {
     zinf_host_mem hm;
     ZINF_CHECK(zinf_host_mem_probe(&hm));
-    bool host = zinf_device_get_caps(cfg->dev)->backend == ZINF_BACKEND_HOST;
-    int64_t local = cfg->local_ranks > 0 ? cfg->local_ranks : 1;
-    int64_t avail = (int64_t)(hm.available_bytes / (uint64_t)local);
     zinf_device_mem dm;
     zinf_device_get_mem(cfg->dev, &dm);
-    if (host) avail -= (int64_t)dm.in_use;
-    p->host_budget = avail > 0 ? avail : 0;
-    int64_t pin = p->host_budget / 2;
-    if (host && !hm.lock_unlimited && hm.memlock_limit != UINT64_MAX &&
-        (int64_t)(hm.memlock_limit / (uint64_t)local) < pin)
-        pin = (int64_t)(hm.memlock_limit / (uint64_t)local);
-    p->pinned_budget = cfg->pinned_limit >= 0 ? cfg->pinned_limit : pin;
+    bool host = zinf_device_get_caps(cfg->dev)->backend == ZINF_BACKEND_HOST;
+    zinf_host_budgets b = zinf_host_pool_budgets(&hm, cfg->local_ranks, host, (int64_t)dm.in_use, cfg->pinned_limit);
+    p->pinned_budget = b.pinned, p->host_budget = b.host;
     return ZINF_OK;
 }
 
@@ -120,14 +122,14 @@ zinf_status zinf_host_pool_alloc(zinf_host_pool *p, size_t bytes, bool pinned, c
                          "is left; %s",
                          what, zinf_size_format(bytes, a, sizeof a),
                          zinf_size_format((uint64_t)(p->pinned_budget - p->pinned_used), b, sizeof b),
-                         zinf_size_format((uint64_t)p->pinned_budget, c, sizeof c), pinned_hint);
+                         zinf_size_format((uint64_t)p->pinned_budget, c, sizeof c), zinf_host_pool_hint(true));
     if (past_host)
         return zinf_fail(ZINF_ERR_NOMEM,
                          "engine: %s need %s of host memory, but this rank's share of the memory "
                          "available is %s and %s is taken; %s",
                          what, zinf_size_format(bytes, a, sizeof a),
                          zinf_size_format((uint64_t)p->host_budget, b, sizeof b),
-                         zinf_size_format((uint64_t)p->host_used, c, sizeof c), host_hint);
+                         zinf_size_format((uint64_t)p->host_used, c, sizeof c), zinf_host_pool_hint(false));
     if (pinned) {
         ZINF_CHECK(map_block(p, bytes ? bytes : 4096, what, out));
         p->pinned_used += (int64_t)bytes;

@@ -63,6 +63,18 @@ typedef struct zinf_host_pool_config {
 } zinf_host_pool_config;
 
 zinf_status zinf_host_pool_create(zinf_host_pool **out, const zinf_host_pool_config *cfg);
+
+// The budgets a pool made with cfg holds to, worked out from the machine's memory hm:
+// host memory is this rank's share of what is available, less what the device holds
+// (device_bytes) on the host backend, whose memory is host memory too; pinned memory
+// cfg's limit, else half of that share, within the locked-memory limit where it binds
+// (the host backend pins with mlock; CUDA's driver pins past it). A plan's verdict is
+// held to these for a pool not made yet.
+typedef struct zinf_host_budgets {
+    int64_t pinned, host; // bytes
+} zinf_host_budgets;
+zinf_host_budgets zinf_host_pool_budgets(const zinf_host_mem *hm, int local_ranks, bool host_backend,
+                                         int64_t device_bytes, int64_t pinned_limit);
 void zinf_host_pool_destroy(zinf_host_pool *p); // every buffer given back first; NULL is a no-op
 // bytes of host memory, `what` naming it in errors; pinned when pinned. Refused with
 // ZINF_ERR_NOMEM, saying which budget and what to change, past either budget. Buffers
@@ -72,6 +84,8 @@ void zinf_host_pool_free(zinf_host_pool *p, void *buf, bool pinned);
 // Pin every buffer asked for so far, and later ones at once: a plan past a budget is
 // refused before seconds go into pinning what would be given back.
 zinf_status zinf_host_pool_pin(zinf_host_pool *p);
+// What to change when the pinned budget (pinned) or all host memory runs short.
+const char *zinf_host_pool_hint(bool pinned);
 // Whether the last refused allocation was refused by a budget (not by the system).
 bool zinf_host_pool_refused(const zinf_host_pool *p);
 

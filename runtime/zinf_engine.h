@@ -148,25 +148,52 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out);
 // ---- the plan ----
 // What an engine with cfg takes and moves per rank, worked out without a device, a
 // communicator or an allocation: creation's own code, counting instead of taking, and a
-// replay of two steps (the stage-3 gathers by the engine's own prefetcher). cfg's
-// world_size is not used: the target says where the engine would run.
+// replay of two steps (the stage-3 gathers by the engine's own prefetcher); and whether
+// that fits where it would run. cfg's world_size is not used: the target says where.
 typedef struct zinf_plan_target {
-    int world;            // ranks
-    zinf_backend backend; // HOST or CUDA (its attention workspace)
-    bool nccl;            // collectives on device buffers; else through pinned staging
+    int world;               // ranks
+    zinf_backend backend;    // HOST or CUDA (its attention workspace)
+    bool nccl;               // collectives on device buffers; else through pinned staging
+    int64_t device_capacity; // bytes the device may hold; <= 0: not known, not judged
+    int local_ranks;         // ranks on one host: they share its memory
+    zinf_host_mem host;      // that host's memory, for the host budgets
 } zinf_plan_target;
 
+// Where zinf_engine_create(cfg, comm) would make its engine, found without making it:
+// the backend device.backend comes to, NCCL between ranks where each on a host has a
+// GPU of its own and the build has NCCL, the device's capacity (device.memory_limit or
+// the card's memory) and this host's memory. Creation makes exactly this.
+zinf_status zinf_engine_target(const zinf_config *cfg, const zinf_comm *comm, zinf_plan_target *out);
+
+// One budget's verdict: need against have (have < 0: not known).
+typedef struct zinf_plan_budget {
+    int64_t need, have;
+} zinf_plan_budget;
+
+typedef enum zinf_plan_fit {
+    ZINF_PLAN_FITS = 0,     // within every budget
+    ZINF_PLAN_EXCEEDS,      // past at least one budget: creation or the first step would fail
+    ZINF_PLAN_FITS_UNKNOWN, // within every known budget; the device's capacity is not known
+} zinf_plan_fit;
+
 typedef struct zinf_plan {
-    // As zinf_engine_memory_get reports it once the engine is made; the device's
-    // capacity and the pinned budget are the config's limits, or -1 where it sets none.
+    // As zinf_engine_memory_get reports it once the engine is made (the device's
+    // capacity and the pinned budget are the target's; -1 where not known).
     zinf_engine_memory mem;
     int64_t device_peak;   // device bytes at the busiest moment of a step
     int64_t gathered_peak; // stage 3: gathered parameters at most, bytes
     // Bytes per optimizer step, from the second step on (the first has no trace).
     int64_t h2d, d2h, nvme_read, nvme_write;
+    // The budgets' verdict: the device's peak against its capacity; pinned and all host
+    // memory against the budgets the engine's host pool would hold them to.
+    zinf_plan_budget device, pinned, host;
+    zinf_plan_fit fit;
 } zinf_plan;
 
 zinf_status zinf_engine_plan(const zinf_config *cfg, const zinf_plan_target *t, zinf_plan *out);
+// ZINF_OK unless p exceeds a budget; then ZINF_ERR_NOMEM naming each budget it is past,
+// by how much, and what to change. zinf train refuses such a plan before allocating.
+zinf_status zinf_plan_verdict(const zinf_plan *p);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,18 @@ zinf_status cuda_bad_dtype(zinf_dtype dt, const char *op) {
 
 // ---- device ----
 
+static zinf_status cuda_describe(int index, char name[96], uint64_t *memory) {
+    cudaDeviceProp prop;
+    cudaError_t err = cudaGetDeviceProperties(&prop, index);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return zinf_fail(ZINF_ERR_CUDA, "cuda device %d: %s", index, cudaGetErrorString(err));
+    }
+    snprintf(name, 96, "%.95s", prop.name);
+    *memory = prop.totalGlobalMem;
+    return ZINF_OK;
+}
+
 static zinf_status cuda_open(zinf_device *d) {
     int index = d->params.index;
     cudaDeviceProp prop;
@@ -265,6 +277,7 @@ extern "C" {
 
 const backend_ops zinf_cuda_backend = {
     "cuda",
+    cuda_describe,
     cuda_open,
     cuda_close,
     cuda_mem_alloc,

@@ -22,16 +22,15 @@ void cli_print_json_line(json_t *obj);
 // CLI_OK, or a usage error naming the option.
 int cli_parse_size(const char *cmd, const char *opt, const char *arg, uint64_t lo, uint64_t hi, uint64_t *out);
 
-// What the plan lines say: the run's config, model, world and communication, and the
-// engine's memory (zinf train's, measured; zinf estimate's, worked out).
+// What the plan lines say: the run's config, model and data, where it runs, and the
+// engine's plan (zinf_engine_plan, the same for zinf train and zinf estimate).
 typedef struct cli_plan {
     const zinf_config *cfg;
     zinf_gpt_shape shape;
-    int world, seq_len;
-    const char *comm;       // zinf_comm_name
-    int64_t windows;        // of the data file, or -1 without one
-    zinf_engine_memory mem; // device_capacity <= 0: not known ("the GPU's memory");
-                            // pinned_budget < 0: not known (left out)
+    int seq_len;
+    int64_t windows; // of the data file, or -1 without one
+    const zinf_plan_target *target;
+    const zinf_plan *plan;
 } cli_plan;
 void cli_print_plan(FILE *f, const cli_plan *p);
 

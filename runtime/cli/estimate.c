@@ -19,33 +19,52 @@ static const char *const tier_name[] = {"none", "cpu", "nvme"};
 typedef struct plan {
     zinf_config cfg; // the caller's, with the row's stage and tiers
     zinf_gpt_shape s;
-    int world, seq_len;
-    bool gpu;  // the cuda backend: its attention workspace, and NCCL between ranks
-    bool nccl; // collectives on device buffers; else through pinned staging
+    int seq_len;
+    zinf_plan_target t;
     zinf_plan r;
 } plan;
 
-static zinf_status plan_make(plan *p) {
-    p->nccl = p->gpu && p->world > 1;
-    zinf_plan_target t = {
-        .world = p->world, .backend = p->gpu ? ZINF_BACKEND_CUDA : ZINF_BACKEND_HOST, .nccl = p->nccl};
-    return zinf_engine_plan(&p->cfg, &t, &p->r);
+// Where the rows run: world ranks, gpus_per_node of them sharing a host's memory. The
+// estimate is for GPUs ("auto" counts as cuda, with NCCL between ranks, one GPU each),
+// whose capacity is device.memory_limit's or not known; the host backend's is the
+// device's. Host memory is this machine's.
+static zinf_status target_of(const zinf_config *cfg, int world, int gpus_per_node, zinf_plan_target *t) {
+    bool gpu = cfg->device.backend != ZINF_BACKEND_HOST;
+    *t = (zinf_plan_target){.world = world,
+                            .backend = gpu ? ZINF_BACKEND_CUDA : ZINF_BACKEND_HOST,
+                            .nccl = gpu && world > 1,
+                            .device_capacity = cfg->device.memory_limit > 0 ? cfg->device.memory_limit : -1,
+                            .local_ranks = gpus_per_node};
+    if (!gpu) {
+        zinf_device_choice dc;
+        zinf_device_params dp = {.backend = ZINF_BACKEND_HOST, .memory_limit = cfg->device.memory_limit};
+        ZINF_CHECK(zinf_device_choose(&dp, &dc));
+        t->device_capacity = (int64_t)dc.capacity;
+    }
+    return zinf_host_mem_probe(&t->host);
 }
+
+static zinf_status plan_make(plan *p) { return zinf_engine_plan(&p->cfg, &p->t, &p->r); }
 
 // ---- output ----
 
+// true, false, or null where the device's capacity is not known and nothing else exceeds.
+static json_t *fits_json(const zinf_plan *r) {
+    return r->fit == ZINF_PLAN_FITS_UNKNOWN ? json_null() : json_boolean(r->fit == ZINF_PLAN_FITS);
+}
+
 static json_t *row_json(const plan *p) {
     const zinf_engine_memory *m = &p->r.mem;
-    return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stage",
-                     (int)p->cfg.zero.stage, "optimizer", tier_name[m->optimizer_tier], "params",
-                     tier_name[m->params_tier], "world_size", p->world, "model_numel", (json_int_t)m->model_numel,
+    return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+                     "stage", (int)p->cfg.zero.stage, "optimizer", tier_name[m->optimizer_tier], "params",
+                     tier_name[m->params_tier], "world_size", p->t.world, "model_numel", (json_int_t)m->model_numel,
                      "partition_numel", (json_int_t)m->partition_numel, "device_bytes", (json_int_t)m->device_in_use,
                      "device_peak_bytes", (json_int_t)p->r.device_peak, "gathered_peak_bytes",
                      (json_int_t)p->r.gathered_peak, "pinned_bytes", (json_int_t)m->pinned, "pageable_bytes",
                      (json_int_t)(m->host_total - m->pinned), "nvme_bytes", (json_int_t)m->nvme, "activation_bytes",
                      (json_int_t)m->activations, "pcie_h2d_bytes", (json_int_t)p->r.h2d, "pcie_d2h_bytes",
                      (json_int_t)p->r.d2h, "nvme_read_bytes", (json_int_t)p->r.nvme_read, "nvme_write_bytes",
-                     (json_int_t)p->r.nvme_write);
+                     (json_int_t)p->r.nvme_write, "fits", fits_json(&p->r));
 }
 
 // The config's own row: every figure of train's plan lines, in bytes.
@@ -60,54 +79,43 @@ static json_t *plan_json(const plan *p) {
         (json_int_t)m->grads32, "reduce_bucket_bytes", (json_int_t)m->reduce_bufs, "staging_bytes",
         (json_int_t)m->staging, "optimizer_host_bytes", (json_int_t)m->host, "host_bytes", (json_int_t)m->host_total,
         "subgroups", m->subgroups, "subgroup_max", (json_int_t)m->subgroup_max);
+    json_t *budgets =
+        json_pack("{s:I, s:I, s:I}", "device_capacity_bytes", (json_int_t)p->r.device.have, "pinned_budget_bytes",
+                  (json_int_t)p->r.pinned.have, "host_available_bytes", (json_int_t)p->r.host.have);
+    json_object_update(more, budgets);
+    json_decref(budgets);
     json_object_update(more, o); // "plan" first, then the row's keys
     json_decref(o);
     return more;
 }
 
 static void table_head(void) {
-    printf("%-5s %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s\n", "stage", "optimizer", "params",
-           "device", "dev. peak", "pinned", "pageable", "NVMe", "PCIe h2d", "PCIe d2h", "NVMe read", "NVMe write");
+    printf("%-5s %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %s\n", "stage", "optimizer",
+           "params", "device", "dev. peak", "pinned", "pageable", "NVMe", "PCIe h2d", "PCIe d2h", "NVMe read",
+           "NVMe write", "fits");
 }
 
 static void table_row(const plan *p, bool mark) {
+    static const char *const fits[] = {"yes", "no", "?"}; // zinf_plan_fit
     const zinf_engine_memory *m = &p->r.mem;
     char b[10][32];
-    printf("%-5d %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s%s\n", (int)p->cfg.zero.stage,
+    printf("%-5d %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %s%*s%s\n", (int)p->cfg.zero.stage,
            tier_name[m->optimizer_tier], tier_name[m->params_tier], sz(m->device_in_use, b[0]),
            sz(p->r.device_peak, b[1]), sz(m->pinned, b[2]), sz(m->host_total - m->pinned, b[3]), sz(m->nvme, b[4]),
-           sz(p->r.h2d, b[5]), sz(p->r.d2h, b[6]), sz(p->r.nvme_read, b[7]), sz(p->r.nvme_write, b[8]),
-           mark ? "  <- this config" : "");
+           sz(p->r.h2d, b[5]), sz(p->r.d2h, b[6]), sz(p->r.nvme_read, b[7]), sz(p->r.nvme_write, b[8]), fits[p->r.fit],
+           mark ? 3 - (int)strlen(fits[p->r.fit]) : 0, "", mark ? "  <- this config" : "");
 }
 
-// zinf_comm_name of the run: one rank alone, NCCL on GPUs, else MPI through host memory.
-static const char *comm_name(const plan *p) { return p->world == 1 ? "single" : p->nccl ? "nccl" : "mpi"; }
-
-// The lines zinf train prints before step 1 (the same printer), for this plan. The
-// device's capacity and the pinned budget depend on the machine unless the config sets
-// them (device.memory_limit, device.pinned_memory_limit); the data windows come from
-// the data file.
+// The lines zinf train prints before it allocates (the same printer), for this plan;
+// the data windows come from the data file.
 static void print_plan(const plan *p) {
     const zinf_config *c = &p->cfg;
-    char b[6][32];
-    cli_plan pl = {.cfg = c,
-                   .shape = p->s,
-                   .world = p->world,
-                   .seq_len = p->seq_len,
-                   .comm = comm_name(p),
-                   .windows = -1,
-                   .mem = p->r.mem};
-    if (pl.mem.device_capacity < 0 && !p->gpu) pl.mem.device_capacity = (int64_t)ZINF_HOST_DEVICE_DEFAULT_LIMIT;
+    cli_plan pl = {.cfg = c, .shape = p->s, .seq_len = p->seq_len, .windows = -1, .target = &p->t, .plan = &p->r};
     zinf_tokens *tok = NULL;
     if (c->data.present && c->data.path && zinf_tokens_open(&tok, c->data.path, c->data.format) == ZINF_OK)
         pl.windows = zinf_tokens_windows(tok, p->seq_len);
     zinf_tokens_close(tok);
     cli_print_plan(stdout, &pl);
-    // What the plan lines leave out: the busiest moment, and the traffic of a step.
-    printf("  per rank, per step: device peak %s (%s gathered parameters at most); host<->device %s up, %s down; "
-           "NVMe %s read, %s written\n",
-           sz(p->r.device_peak, b[0]), sz(p->r.gathered_peak, b[1]), sz(p->r.h2d, b[2]), sz(p->r.d2h, b[3]),
-           sz(p->r.nvme_read, b[4]), sz(p->r.nvme_write, b[5]));
 }
 
 // ---- the command ----
@@ -207,9 +215,9 @@ static zinf_dtype dtype_of(const zinf_config *cfg) {
 }
 
 // The row of one stage and offload choice, every other setting from cfg.
-static plan plan_of(const zinf_config *cfg, const zinf_gpt_shape *s, int world, int seq_len, bool gpu, int stage,
+static plan plan_of(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_len, const zinf_plan_target *t, int stage,
                     zinf_offload_device otier, zinf_offload_device ptier) {
-    plan p = {.cfg = *cfg, .s = *s, .world = world, .seq_len = seq_len, .gpu = gpu};
+    plan p = {.cfg = *cfg, .s = *s, .seq_len = seq_len, .t = *t};
     p.cfg.zero.stage = stage;
     p.cfg.zero.offload_optimizer.device = otier;
     p.cfg.zero.offload_param.device = ptier;
@@ -218,14 +226,14 @@ static plan plan_of(const zinf_config *cfg, const zinf_gpt_shape *s, int world, 
 
 // One row per stage and offload choice (offload_optimizer from stage 1, offload_param
 // at stage 3); with mark, the config's own is marked.
-static int rows(const zinf_config *cfg, const zinf_gpt_shape *s, int world, int seq_len, bool gpu, bool json,
+static int rows(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_len, const zinf_plan_target *t, bool json,
                 bool mark) {
     const zinf_zero_config *z = &cfg->zero;
     if (!json) table_head();
     for (int stage = 0; stage <= 3; stage++)
         for (int o = 0; o < (stage ? 3 : 1); o++)
             for (int q = 0; q < (stage == 3 ? 3 : 1); q++) {
-                plan p = plan_of(cfg, s, world, seq_len, gpu, stage, (zinf_offload_device)o, (zinf_offload_device)q);
+                plan p = plan_of(cfg, s, seq_len, t, stage, (zinf_offload_device)o, (zinf_offload_device)q);
                 zinf_status st = plan_make(&p);
                 if (st == ZINF_OK && json) cli_print_json_line(row_json(&p));
                 if (st == ZINF_OK && !json)
@@ -236,32 +244,39 @@ static int rows(const zinf_config *cfg, const zinf_gpt_shape *s, int world, int 
     return CLI_OK;
 }
 
+static void print_head(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_len, const zinf_plan_target *t,
+                       const args *a) {
+    char b[3][32];
+    int world = t->world;
+    printf("GPT n_layer %d n_head %d n_embd %d vocab %d block %d (%lld parameters), %s, micro-batch %lld x %d "
+           "tokens, accumulation %lld, %d rank%s (%d per node x %d node%s), %s backend\n",
+           s->n_layer, s->n_head, s->n_embd, s->vocab_size, s->block_size, (long long)zinf_gpt_param_count(s),
+           zinf_dtype_name(dtype_of(cfg)), (long long)cfg->train_micro_batch_size_per_gpu, seq_len,
+           (long long)cfg->gradient_accumulation_steps, world, world > 1 ? "s" : "", a->gpus, a->nodes,
+           a->nodes > 1 ? "s" : "", zinf_backend_name(t->backend));
+    printf("Per rank; traffic per optimizer step; sub_group_size %lld, reduce_bucket_size %lld, aio block %s%s\n",
+           (long long)cfg->zero.sub_group_size, (long long)cfg->zero.reduce_bucket_size, sz(cfg->aio.block_size, b[0]),
+           cfg->activation_checkpointing.enabled ? ", activation checkpointing" : "");
+    printf("Fits: a device of %s; this machine's host memory (%s available) shared by %d rank%s, pinned %s\n\n",
+           t->device_capacity > 0 ? sz(t->device_capacity, b[1]) : "unknown capacity (set device.memory_limit)",
+           sz((int64_t)t->host.available_bytes, b[2]), t->local_ranks, t->local_ranks > 1 ? "s" : "",
+           cfg->device.pinned_memory_limit >= 0 ? "up to device.pinned_memory_limit" : "up to half of it");
+}
+
 static int estimate(const args *a, zinf_config *cfg) {
-    int world = a->gpus * a->nodes;
     zinf_gpt_shape s;
+    zinf_plan_target t;
     if (zinf_gpt_shape_from_config(&cfg->model, &s) != ZINF_OK) return cli_fail("estimate", CLI_USAGE);
     int seq_len = cfg->data.present && cfg->data.seq_len > 0 ? (int)cfg->data.seq_len : s.block_size;
     if (seq_len > s.block_size)
         return cli_usage("estimate", "--config: data.seq_len %d is longer than the model's block_size %d", seq_len,
                          s.block_size);
-    // The estimate is for GPUs: "auto" counts as cuda (NCCL between ranks, one GPU each).
-    bool gpu = cfg->device.backend != ZINF_BACKEND_HOST;
-    const char *dt = zinf_dtype_name(dtype_of(cfg));
-    char b[32];
-    if (!a->json) {
-        printf("GPT n_layer %d n_head %d n_embd %d vocab %d block %d (%lld parameters), %s, micro-batch %lld x %d "
-               "tokens, accumulation %lld, %d rank%s (%d per node x %d node%s), %s backend\n",
-               s.n_layer, s.n_head, s.n_embd, s.vocab_size, s.block_size, (long long)zinf_gpt_param_count(&s), dt,
-               (long long)cfg->train_micro_batch_size_per_gpu, seq_len, (long long)cfg->gradient_accumulation_steps,
-               world, world > 1 ? "s" : "", a->gpus, a->nodes, a->nodes > 1 ? "s" : "", gpu ? "cuda" : "host");
-        printf("Per rank; traffic per optimizer step; sub_group_size %lld, reduce_bucket_size %lld, aio block %s%s\n\n",
-               (long long)cfg->zero.sub_group_size, (long long)cfg->zero.reduce_bucket_size, sz(cfg->aio.block_size, b),
-               cfg->activation_checkpointing.enabled ? ", activation checkpointing" : "");
-    }
-    int rc = rows(cfg, &s, world, seq_len, gpu, a->json, a->config != NULL);
+    if (target_of(cfg, a->gpus * a->nodes, a->gpus, &t) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+    if (!a->json) print_head(cfg, &s, seq_len, &t, a);
+    int rc = rows(cfg, &s, seq_len, &t, a->json, a->config != NULL);
     if (rc != CLI_OK || !a->config) return rc;
     const zinf_zero_config *z = &cfg->zero;
-    plan p = plan_of(cfg, &s, world, seq_len, gpu, (int)z->stage, z->offload_optimizer.device, z->offload_param.device);
+    plan p = plan_of(cfg, &s, seq_len, &t, (int)z->stage, z->offload_optimizer.device, z->offload_param.device);
     zinf_status st = plan_make(&p);
     if (st == ZINF_OK && a->json) cli_print_json_line(plan_json(&p));
     if (st == ZINF_OK && !a->json) {

@@ -1,6 +1,7 @@
-// The plan zinf train prints before step 1 and zinf estimate prints without running:
-// what lives where and how many bytes, per rank. One printer, so that the two say the
-// same thing in the same words (tests/cli/test_estimate.sh compares them).
+// The plan zinf train prints before it allocates and zinf estimate prints without
+// running: what lives where and how many bytes, per rank, what a step moves, and the
+// budgets' verdict. One printer, so that the two say the same thing in the same words
+// (tests/cli/test_estimate.sh compares them).
 #include <stdio.h>
 #include <string.h>
 
@@ -8,17 +9,40 @@
 
 static const char *sz(int64_t bytes, char *buf) { return zinf_size_format((uint64_t)bytes, buf, 32); }
 
+// "needs of has", and by how much it is over.
+static void budget(FILE *f, const char *what, const zinf_plan_budget *x, const char *of, const char *unknown) {
+    char a[32], b[32], c[32];
+    if (x->have < 0) {
+        fprintf(f, "%s %s of %s", what, sz(x->need, a), unknown);
+        return;
+    }
+    fprintf(f, "%s %s of %s%s", what, sz(x->need, a), sz(x->have, b), of);
+    if (x->need > x->have) fprintf(f, " (%s over)", sz(x->need - x->have, c));
+}
+
+static void print_verdict(FILE *f, const zinf_plan *r) {
+    static const char *const says[] = {"fits", "does not fit", "fits as far as is known"};
+    fprintf(f, "  verdict: %s: ", says[r->fit]);
+    budget(f, "device peak", &r->device, "", "a capacity not known (set device.memory_limit)");
+    budget(f, ", pinned", &r->pinned, " budgeted", "");
+    budget(f, ", host", &r->host, " available", "");
+    fprintf(f, "\n");
+}
+
 void cli_print_plan(FILE *f, const cli_plan *p) {
     const zinf_config *c = p->cfg;
     const zinf_gpt_shape *s = &p->shape;
-    const zinf_engine_memory m = p->mem;
+    const zinf_plan *r = p->plan;
+    const zinf_engine_memory m = r->mem;
     const char *dt = c->bf16 ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
-    int stage = (int)c->zero.stage, world = p->world;
+    int stage = (int)c->zero.stage, world = p->target->world;
+    const char *comm = world == 1 ? "single" : p->target->nccl ? "nccl" : "mpi"; // zinf_comm_name, once made
     char b[8][32];
-    fprintf(f, "plan: GPT n_layer %d n_head %d n_embd %d vocab %d (%.2f M parameters), %s, ZeRO stage %d over %d "
-                    "rank%s (%s)\n",
+    fprintf(f,
+            "plan: GPT n_layer %d n_head %d n_embd %d vocab %d (%.2f M parameters), %s, ZeRO stage %d over %d "
+            "rank%s (%s)\n",
             s->n_layer, s->n_head, s->n_embd, s->vocab_size, (double)m.model_numel / 1e6, dt, stage, world,
-            world > 1 ? "s" : "", p->comm);
+            world > 1 ? "s" : "", comm);
     fprintf(f, "  batch %lld = micro %lld x accumulation %lld x %d rank%s, %d tokens each",
             (long long)c->train_batch_size, (long long)c->train_micro_batch_size_per_gpu,
             (long long)c->gradient_accumulation_steps, world, world > 1 ? "s" : "", p->seq_len);
@@ -34,8 +58,9 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
                 stage == 3 ? "its slices; modules gathered as they run" : "full");
         break;
     case ZINF_OFFLOAD_CPU:
-        fprintf(f, "  per rank, parameters offloaded to cpu: %s (its slices, in %s host memory; modules copied to "
-                        "the device and gathered as they run)\n",
+        fprintf(f,
+                "  per rank, parameters offloaded to cpu: %s (its slices, in %s host memory; modules copied to "
+                "the device and gathered as they run)\n",
                 sz(m.params16, b[0]), pin);
         break;
     case ZINF_OFFLOAD_NVME:
@@ -50,16 +75,20 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
     const zinf_offload_optimizer_config *oo = &c->zero.offload_optimizer;
     bool nvme = m.optimizer_tier == ZINF_OFFLOAD_NVME;
     if (m.optimizer_tier == ZINF_OFFLOAD_NONE)
-        fprintf(f, "  per rank, optimizer on the device: %s fp32 master, %s optimizer states, %s fp32 gradients "
-                        "(partition of %lld elements)\n",
+        fprintf(f,
+                "  per rank, optimizer on the device: %s fp32 master, %s optimizer states, %s fp32 gradients "
+                "(partition of %lld elements)\n",
                 sz(m.master, b[0]), sz(m.optim_states, b[1]), sz(m.grads32, b[2]), (long long)m.partition_numel);
     else
-        fprintf(f, "  per rank, optimizer offloaded to %s: %s fp32 master and %s optimizer states %s, %s fp32 "
-                        "gradients in %s host memory (partition of %lld elements); %d sub-group%s of up to %lld "
-                        "elements%s\n",
+        fprintf(f,
+                "  per rank, optimizer offloaded to %s: %s fp32 master and %s optimizer states %s, %s fp32 "
+                "gradients in %s host memory (partition of %lld elements); %d sub-group%s of up to %lld "
+                "elements%s\n",
                 nvme ? "nvme" : "cpu", sz(m.master, b[0]), sz(m.optim_states, b[1]),
-                nvme ? "on NVMe" : oo->pin_memory ? "in pinned host memory" : "in host memory", sz(m.grads32, b[2]),
-                oo->pin_memory ? "pinned" : "pageable", (long long)m.partition_numel, m.subgroups,
+                nvme             ? "on NVMe"
+                : oo->pin_memory ? "in pinned host memory"
+                                 : "in host memory",
+                sz(m.grads32, b[2]), oo->pin_memory ? "pinned" : "pageable", (long long)m.partition_numel, m.subgroups,
                 m.subgroups == 1 ? "" : "s", (long long)m.subgroup_max,
                 nvme ? (oo->pipeline_read && oo->pipeline_write ? ", reads and writes pipelined"
                         : oo->pipeline_read                     ? ", reads pipelined"
@@ -86,4 +115,10 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
             sep = ", ";
         }
     fprintf(f, "\n");
+    fprintf(f,
+            "  per rank, per step: device peak %s (%s gathered parameters at most); host<->device %s up, %s down; "
+            "NVMe %s read, %s written\n",
+            sz(r->device_peak, b[0]), sz(r->gathered_peak, b[1]), sz(r->h2d, b[2]), sz(r->d2h, b[3]),
+            sz(r->nvme_read, b[4]), sz(r->nvme_write, b[5]));
+    print_verdict(f, r);
 }

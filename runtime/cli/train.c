@@ -58,8 +58,10 @@ static int parse(trainer *t, int argc, char **argv) {
     if (rc == CLI_OK && optind != argc - 1)
         rc = cli_usage("train", optind == argc ? "missing CONFIG.json" : "unexpected argument \"%s\"", argv[argc - 1]);
     if (rc == CLI_OK) {
-        if (zinf_config_load(&t->cfg, argv[optind], &co) != ZINF_OK) rc = cli_fail("train", CLI_USAGE);
-        else t->have_cfg = true;
+        if (zinf_config_load(&t->cfg, argv[optind], &co) != ZINF_OK)
+            rc = cli_fail("train", CLI_USAGE);
+        else
+            t->have_cfg = true;
     }
     free(sets);
     if (rc != CLI_OK) return rc;
@@ -69,9 +71,35 @@ static int parse(trainer *t, int argc, char **argv) {
         return cli_usage("train", "%s: no \"data\" section; add {\"data\": {\"path\": FILE, \"format\": ...}}",
                          argv[optind]);
     if (!t->cfg.model.present)
-        return cli_usage("train", "%s: no \"model\" section; add e.g. {\"model\": {\"preset\": \"gpt2\"}}", argv[optind]);
+        return cli_usage("train", "%s: no \"model\" section; add e.g. {\"model\": {\"preset\": \"gpt2\"}}",
+                         argv[optind]);
     if (zinf_schedule_check(&t->cfg.scheduler) != ZINF_OK) return cli_fail("train", CLI_USAGE);
     return CLI_OK;
+}
+
+// The engine's plan, printed by rank 0 before anything is allocated, and refused on
+// every rank when a budget says no on any: the ranks on another host judge their own.
+static zinf_status plan(trainer *t, const zinf_gpt_shape *shape) {
+    zinf_plan_target target;
+    zinf_plan pl;
+    TRY(zinf_engine_target(&t->cfg, t->comm, &target));
+    TRY(zinf_engine_plan(&t->cfg, &target, &pl));
+    if (zinf_comm_rank(t->comm) == 0) {
+        cli_plan p = {.cfg = &t->cfg,
+                      .shape = *shape,
+                      .seq_len = t->seq_len,
+                      .windows = zinf_tokens_windows(t->tok, t->seq_len),
+                      .target = &target,
+                      .plan = &pl};
+        cli_print_plan(t->log, &p);
+        fflush(t->log);
+    }
+    zinf_status st = zinf_plan_verdict(&pl);
+    double refused = st != ZINF_OK;
+    TRY(zinf_comm_allreduce_f64(t->comm, &refused, 1));
+    if (st != ZINF_OK) return st;
+    if (refused > 0) return zinf_fail(ZINF_ERR_NOMEM, "the plan does not fit on another rank: see its error");
+    return ZINF_OK;
 }
 
 static zinf_status open_all(trainer *t) {
@@ -89,6 +117,7 @@ static zinf_status open_all(trainer *t) {
     t->in = malloc((size_t)t->micro * t->seq_len * sizeof *t->in);
     t->tg = malloc((size_t)t->micro * t->seq_len * sizeof *t->tg);
     if (!t->in || !t->tg) return zinf_fail(ZINF_ERR_NOMEM, "train: out of memory");
+    TRY(plan(t, &shape));
     return zinf_engine_create(&t->e, &t->cfg, t->comm);
 }
 
@@ -102,14 +131,6 @@ static void close_all(trainer *t) {
 }
 
 static const char *sz(int64_t bytes, char *buf) { return zinf_size_format((uint64_t)bytes, buf, 32); }
-
-static void print_plan(const trainer *t) {
-    cli_plan p = {.cfg = &t->cfg, .shape = zinf_model_get_params(zinf_engine_model(t->e))->shape,
-                  .world = zinf_comm_size(t->comm), .seq_len = t->seq_len, .comm = zinf_comm_name(t->comm),
-                  .windows = zinf_tokens_windows(t->tok, t->seq_len)};
-    zinf_engine_memory_get(t->e, &p.mem);
-    cli_print_plan(t->log, &p);
-}
 
 // Model FLOPs per token of a training step (forward and backward, no recompute): 6 per
 // parameter, and attention's scores and weighted sums, 12 * n_layer * T * C.
@@ -140,28 +161,26 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
     double tokens = (double)t->cfg.train_batch_size * t->seq_len, tps = tokens / secs, tflops = tps * fpt / 1e12;
     if (t->json) {
         // A skipped step's norm is inf or NaN, which JSON cannot hold: null.
-        json_t *o = json_pack("{s:I, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step",
-                              (json_int_t)si->step, "loss", si->loss, "lr", si->lr, "grad_norm",
-                              isfinite(si->grad_norm) ? json_real(si->grad_norm) : json_null(),
-                              "step_seconds", secs, "tokens_per_s", tps, "tflops", tflops, "loss_scale",
-                              si->loss_scale, "skipped", si->skipped, "device_bytes", (json_int_t)m.device_in_use,
-                              "device_peak_bytes", (json_int_t)m.device_peak, "pinned_bytes", (json_int_t)m.pinned,
-                              "nvme_bytes", (json_int_t)m.nvme);
-        json_t *times = json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}", "wait_params_s", si->wait_params_s,
-                                        "wait_params_nvme_s", si->wait_params_nvme_s, "optim_s", si->optim_s,
-                                        "optim_io_wait_s", si->optim_io_wait_s, "wait_optim_s", si->wait_optim_s,
-                                        "nvme_read_bytes",
-                                        (json_int_t)si->nvme_read_bytes, "nvme_write_bytes",
-                                        (json_int_t)si->nvme_write_bytes, "nvme_read_s", si->nvme_read_s,
-                                        "nvme_write_s", si->nvme_write_s);
+        json_t *o = json_pack(
+            "{s:I, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step", (json_int_t)si->step, "loss",
+            si->loss, "lr", si->lr, "grad_norm", isfinite(si->grad_norm) ? json_real(si->grad_norm) : json_null(),
+            "step_seconds", secs, "tokens_per_s", tps, "tflops", tflops, "loss_scale", si->loss_scale, "skipped",
+            si->skipped, "device_bytes", (json_int_t)m.device_in_use, "device_peak_bytes", (json_int_t)m.device_peak,
+            "pinned_bytes", (json_int_t)m.pinned, "nvme_bytes", (json_int_t)m.nvme);
+        json_t *times = json_pack(
+            "{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}", "wait_params_s", si->wait_params_s, "wait_params_nvme_s",
+            si->wait_params_nvme_s, "optim_s", si->optim_s, "optim_io_wait_s", si->optim_io_wait_s, "wait_optim_s",
+            si->wait_optim_s, "nvme_read_bytes", (json_int_t)si->nvme_read_bytes, "nvme_write_bytes",
+            (json_int_t)si->nvme_write_bytes, "nvme_read_s", si->nvme_read_s, "nvme_write_s", si->nvme_write_s);
         json_object_update(o, times);
         json_decref(times);
         cli_print_json_line(o);
     }
     if (si->step % t->cfg.steps_per_print == 0 || si->step == t->steps) {
         char b[4][32];
-        fprintf(t->log, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | %.3f TFLOPS | device "
-                        "%s (peak %s) | pinned %s | nvme %s",
+        fprintf(t->log,
+                "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | %.3f TFLOPS | device "
+                "%s (peak %s) | pinned %s | nvme %s",
                 (long long)si->step, (long long)t->steps, si->loss, si->lr, si->grad_norm, tps, tflops,
                 sz(m.device_in_use, b[0]), sz(m.device_peak, b[1]), sz(m.pinned, b[2]), sz(m.nvme, b[3]));
         // Where the step's time went, for what is offloaded.
@@ -210,8 +229,9 @@ static zinf_status resume(trainer *t) {
         fprintf(t->log, "checkpoint: resumed from %s at step %lld (saved by %d rank%s)\n", r.dir, (long long)r.step,
                 r.world_size, r.world_size == 1 ? "" : "s");
         if (r.seed != t->cfg.seed)
-            fprintf(t->log, "checkpoint: warning: saved with seed %lld, this run has seed %lld: the data order "
-                            "from here on is this run's\n",
+            fprintf(t->log,
+                    "checkpoint: warning: saved with seed %lld, this run has seed %lld: the data order "
+                    "from here on is this run's\n",
                     (long long)r.seed, (long long)t->cfg.seed);
     }
     return ZINF_OK;
@@ -224,7 +244,6 @@ static zinf_status save(trainer *t) {
 
 static zinf_status train(trainer *t) {
     bool speak = zinf_comm_rank(t->comm) == 0;
-    if (speak) print_plan(t);
     TRY(resume(t));
     const zinf_checkpoint_config *k = &t->cfg.checkpoint;
     double fpt = flops_per_token(t), start = zinf_clock_s(), loss = NAN;

@@ -163,7 +163,9 @@ static zinf_status open_aio(zinf_engine *e) {
 static zinf_status alloc_states(zinf_engine *e) {
     bool nvme =
         e->cfg.zero.offload_optimizer.device == ZINF_OFFLOAD_NVME || (e->stage == 3 && e->ptier == ZINF_OFFLOAD_NVME);
-    if (!e->plan) {
+    if (e->plan) {
+        e->plan_pool_device = e->plan_device;
+    } else {
         // The host budgets count what the device holds by now on the host backend.
         zinf_host_pool_config hc = {.dev = e->dev,
                                     .local_ranks = zinf_comm_local_size(e->comm),
@@ -207,36 +209,57 @@ zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_mode
 
 // Each rank on a host takes its own GPU (local rank); with more ranks than GPUs they
 // share, and collectives stay on host memory, since NCCL refuses a GPU twice.
-static zinf_status open_device(zinf_engine *e, const zinf_config *cfg) {
+void engine_device_params(const zinf_config *cfg, const zinf_comm *comm, zinf_device_params *dp, int *gpus) {
     zinf_gpu_runtime_info ri;
     zinf_gpu_runtime_probe(&ri);
-    int local = zinf_comm_local_rank(e->comm), nlocal = zinf_comm_local_size(e->comm);
-    zinf_device_params dp = {.backend = cfg->device.backend,
-                             .memory_limit = cfg->device.memory_limit,
-                             .index = ri.device_count > 0 ? local % ri.device_count : 0};
+    *gpus = ri.device_count;
+    *dp = (zinf_device_params){.backend = cfg->device.backend,
+                               .memory_limit = cfg->device.memory_limit,
+                               .index = ri.device_count > 0 ? zinf_comm_local_rank(comm) % ri.device_count : 0};
+}
+
+zinf_status zinf_engine_target(const zinf_config *cfg, const zinf_comm *comm, zinf_plan_target *out) {
+    if (!cfg || !comm || !out) return zinf_fail(ZINF_ERR_INVAL, "engine target: cfg, comm and out are required");
+    zinf_device_params dp;
+    zinf_device_choice dc;
+    zinf_comm_info ci;
+    int gpus, world = zinf_comm_size(comm), local = zinf_comm_local_size(comm);
+    engine_device_params(cfg, comm, &dp, &gpus);
+    ZINF_CHECK(zinf_device_choose(&dp, &dc));
+    zinf_comm_probe(&ci);
+    *out = (zinf_plan_target){.world = world,
+                              .backend = dc.backend,
+                              .nccl = world > 1 && dc.backend == ZINF_BACKEND_CUDA && local <= gpus && ci.nccl,
+                              .device_capacity = (int64_t)dc.capacity,
+                              .local_ranks = local};
+    return zinf_host_mem_probe(&out->host);
+}
+
+// The device and communication of the target.
+static zinf_status open_device(zinf_engine *e, const zinf_plan_target *t) {
+    zinf_device_params dp;
+    int gpus;
+    engine_device_params(&e->cfg, e->comm, &dp, &gpus);
     ZINF_CHECK(zinf_device_create(&e->dev, &dp));
-    if (e->world == 1 || zinf_device_get_caps(e->dev)->backend != ZINF_BACKEND_CUDA) return ZINF_OK;
-    if (nlocal > ri.device_count) {
-        ZINF_LOG_WARN("engine: %d ranks share %d GPUs on this host; collectives go through host memory", nlocal,
-                      ri.device_count);
-        return ZINF_OK;
+    if (t->nccl) {
+        ZINF_CHECK(zinf_comm_attach_device(e->comm, e->dev));
+        e->nccl = true;
+    } else if (t->world > 1 && t->backend == ZINF_BACKEND_CUDA) {
+        if (t->local_ranks > gpus)
+            ZINF_LOG_WARN("engine: %d ranks share %d GPUs on this host; collectives go through host memory",
+                          t->local_ranks, gpus);
+        else
+            ZINF_LOG_WARN("engine: this build has no NCCL (built with NO_CUDA=1 or without NCCL installed); "
+                          "collectives go through host memory");
     }
-    zinf_status st = zinf_comm_attach_device(e->comm, e->dev);
-    if (st == ZINF_ERR_UNSUPPORTED) { // a build without NCCL
-        ZINF_LOG_WARN("engine: %s", zinf_last_error());
-        return ZINF_OK;
-    }
-    ZINF_CHECK(st);
-    e->nccl = true;
     return ZINF_OK;
 }
 
 // Creation runs the plan's own code, allocating: it takes exactly what the plan says,
 // which zinf estimate and train's plan lines rest on. A difference is a bug in zinf.
-static zinf_status check_plan(zinf_engine *e, uint64_t device_base) {
-    zinf_plan_target t = {.world = e->world, .backend = zinf_device_get_caps(e->dev)->backend, .nccl = e->nccl};
+static zinf_status check_plan(zinf_engine *e, const zinf_plan_target *t, uint64_t device_base) {
     zinf_engine_memory p, m;
-    ZINF_CHECK(engine_plan_memory(&e->cfg, &t, &p));
+    ZINF_CHECK(engine_plan_memory(&e->cfg, t, &p));
     zinf_engine_memory_get(e, &m);
     int64_t dev = m.device_in_use - (int64_t)device_base;
     if (dev == p.device_in_use && m.pinned == p.pinned && m.host_total == p.host_total) return ZINF_OK;
@@ -264,8 +287,10 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     zinf_loss_scaler_init(&e->scaler, &cfg->fp16);
 
     zinf_model_params mp;
+    zinf_plan_target t;
     ZINF_CHECK(engine_model_params(cfg, e->dt, &mp));
-    ZINF_CHECK(open_device(e, cfg));
+    ZINF_CHECK(zinf_engine_target(cfg, comm, &t));
+    ZINF_CHECK(open_device(e, &t));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->cs));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->xs));
     ZINF_CHECK(zinf_event_create(e->dev, &e->ev_cs));
@@ -275,7 +300,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     zinf_device_get_mem(e->dev, &after);
     e->act_bytes = (int64_t)(after.in_use - before.in_use);
     ZINF_CHECK(engine_build(e));
-    ZINF_CHECK(check_plan(e, before.in_use));
+    ZINF_CHECK(check_plan(e, &t, before.in_use));
     ZINF_CHECK(zinf_host_pool_pin(e->host));
     if (e->stage == 3)
         ZINF_CHECK(coord_create(e));
@@ -299,11 +324,7 @@ zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_c
         bool device = st == ZINF_ERR_NOMEM && !zinf_host_pool_refused(e->host); // a host budget said what to change
         zinf_engine_destroy(e);
         // Say what to change, not just what ran out.
-        return zinf_fail(st, "%s%s", msg,
-                         device
-                             ? "; lower train_micro_batch_size_per_gpu or zero_optimization.reduce_bucket_size, "
-                               "turn on activation_checkpointing, raise zero_optimization.stage or device.memory_limit"
-                             : "");
+        return zinf_fail(st, "%s%s%s", msg, device ? "; " : "", device ? ENGINE_DEVICE_HINT : "");
     }
     *out = e;
     return ZINF_OK;
@@ -544,11 +565,10 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->nvme = os->nvme_bytes + ps->nvme_bytes;
     out->subgroups = os->subgroups;
     out->subgroup_max = (int64_t)os->subgroup_max;
-    if (e->plan) { // the machine's capacity and budget only where the config sets them
+    if (e->plan) { // the capacity and the budget are the target's: zinf_engine_plan's verdict
         out->pinned = e->plan_pinned, out->host_total = e->plan_host;
-        out->pinned_budget = e->cfg.device.pinned_memory_limit;
+        out->pinned_budget = out->device_capacity = -1;
         out->device_in_use = out->device_peak = e->plan_device;
-        out->device_capacity = e->cfg.device.memory_limit > 0 ? e->cfg.device.memory_limit : -1;
     } else {
         zinf_host_pool_usage hu;
         zinf_host_pool_get_usage(e->host, &hu);

@@ -150,6 +150,7 @@ struct zinf_engine {
     // it would take is counted (engine_take_device, engine_take_host) instead.
     bool plan;
     int64_t plan_device, plan_pinned, plan_host;
+    int64_t plan_pool_device;     // device bytes when the host pool would be made (its budgets)
     zinf_optim_tier_stats ostats; // the tiers' figures: of the tiers made, or planned
     zinf_param_tier_stats pstats;
 };
@@ -215,6 +216,12 @@ zinf_status engine_take_pinned(zinf_engine *e, size_t bytes, const char *what, v
 zinf_status engine_build(zinf_engine *e);
 // The config and what follows from it alone: stage, where stage-3 parameters live, dtype.
 void engine_settings(zinf_engine *e, const zinf_config *cfg);
+// What to change when the device runs short.
+#define ENGINE_DEVICE_HINT                                                                                             \
+    "lower train_micro_batch_size_per_gpu or zero_optimization.reduce_bucket_size, turn on activation_checkpointing, " \
+    "raise zero_optimization.stage, offload (offload_optimizer, offload_param) or raise device.memory_limit"
+// The device creation opens for cfg on comm, and how many GPUs this host has.
+void engine_device_params(const zinf_config *cfg, const zinf_comm *comm, zinf_device_params *dp, int *gpus);
 // The memory figures of zinf_engine_plan, without its replay of the steps.
 zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out);
 // The model's parameters for cfg (shared by creation and the plan).

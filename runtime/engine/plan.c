@@ -3,7 +3,9 @@
 // flat layout, the tiers' plans, the buckets and staging; device and pinned memory
 // counted, not taken), then two steps are replayed: the 16-bit gradients from first
 // backward use to reduction, at stage 3 the gathers by the engine's own prefetcher, and
-// the bytes each step moves between host and device and to and from NVMe.
+// the bytes each step moves between host and device and to and from NVMe; last, the
+// budgets' verdict.
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -195,6 +197,20 @@ zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t
     return ZINF_OK;
 }
 
+// The device's peak against its capacity; pinned and all host memory against the
+// budgets the host pool, made when the device held plan_pool_device, would hold.
+static void judge(const zinf_engine *e, const zinf_plan_target *t, zinf_plan *out) {
+    zinf_host_budgets hb = zinf_host_pool_budgets(&t->host, t->local_ranks, t->backend == ZINF_BACKEND_HOST,
+                                                  e->plan_pool_device, e->cfg.device.pinned_memory_limit);
+    out->device = (zinf_plan_budget){out->device_peak, t->device_capacity > 0 ? t->device_capacity : -1};
+    out->pinned = (zinf_plan_budget){out->mem.pinned, hb.pinned};
+    out->host = (zinf_plan_budget){out->mem.host_total, hb.host};
+    out->mem.device_capacity = out->device.have, out->mem.pinned_budget = hb.pinned;
+    bool over = (out->device.have >= 0 && out->device.need > out->device.have) || out->pinned.need > out->pinned.have ||
+                out->host.need > out->host.have;
+    out->fit = over ? ZINF_PLAN_EXCEEDS : out->device.have < 0 ? ZINF_PLAN_FITS_UNKNOWN : ZINF_PLAN_FITS;
+}
+
 zinf_status zinf_engine_plan(const zinf_config *cfg, const zinf_plan_target *t, zinf_plan *out) {
     if (!cfg || !t || !out) return zinf_fail(ZINF_ERR_INVAL, "engine plan: cfg, t and out are required");
     memset(out, 0, sizeof *out);
@@ -203,8 +219,31 @@ zinf_status zinf_engine_plan(const zinf_config *cfg, const zinf_plan_target *t, 
     zinf_engine_memory_get(e, &out->mem);
     int64_t *gathers = calloc((size_t)e->nmod + 1, sizeof *gathers);
     zinf_status st = gathers ? replay_steps(e, gathers, out) : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
-    if (st == ZINF_OK) traffic(e, gathers, out);
+    if (st == ZINF_OK) traffic(e, gathers, out), judge(e, t, out);
     free(gathers);
     plan_free(e);
     return st;
+}
+
+zinf_status zinf_plan_verdict(const zinf_plan *p) {
+    if (!p) return zinf_fail(ZINF_ERR_INVAL, "plan verdict: p is required");
+    if (p->fit != ZINF_PLAN_EXCEEDS) return ZINF_OK;
+    char msg[2048] = "", a[32], b[32];
+    const struct {
+        const zinf_plan_budget *b;
+        const char *what, *of, *hint;
+    } budgets[] = {
+        {&p->device, "the device's peak", "its capacity", ENGINE_DEVICE_HINT},
+        {&p->pinned, "pinned host memory", "the pinned budget", zinf_host_pool_hint(true)},
+        {&p->host, "host memory", "this rank's share of the memory available", zinf_host_pool_hint(false)},
+    };
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(budgets); i++) {
+        const zinf_plan_budget *x = budgets[i].b;
+        if (x->have < 0 || x->need <= x->have) continue;
+        size_t n = strlen(msg);
+        snprintf(msg + n, sizeof msg - n, "%s%s %s is past %s, %s: %s", n ? "; " : "", budgets[i].what,
+                 zinf_size_format((uint64_t)x->need, a, sizeof a), budgets[i].of,
+                 zinf_size_format((uint64_t)x->have, b, sizeof b), budgets[i].hint);
+    }
+    return zinf_fail(ZINF_ERR_NOMEM, "the plan does not fit: %s", msg);
 }

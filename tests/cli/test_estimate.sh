@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# zinf estimate: its figures are what zinf train measures. For a tiny GPT on the host
-# backend at stages 0-3, with the optimizer on the device, cpu and nvme, the parameters
-# on cpu and nvme at stage 3, on 1 and 2 ranks (mpirun -np 2), the estimate's plan lines
-# are train's, word for word; pinned_bytes and nvme_bytes of every step, nvme_read_bytes
-# and nvme_write_bytes of every step after the first (the first has no trace and, at
-# stage 3, no update of its own yet) and the final gathered_peak_bytes are the
-# estimate's to the byte. The device figures are held exactly by the engine's own
-# account: with device.memory_limit at the estimated bytes once made, the engine is
-# made and 256 bytes (one allocation unit) less refuses it; with the limit at the
-# estimated peak, training runs to the same weights digest and 256 bytes less runs out.
-# Without a limit the measured peak only bounds the estimate from above: the engine
-# frees a buffer once the stream has passed it, and waits for that only when the
+# zinf estimate: its figures are what zinf train measures, and its verdict what the
+# engine does. For a tiny GPT on the host backend at stages 0-3, with the optimizer on
+# the device, cpu and nvme, the parameters on cpu and nvme at stage 3, on 1 and 2 ranks
+# (mpirun -np 2), the estimate's plan lines are the ones train prints before it
+# allocates, word for word (the verdict's host memory aside: what is available moves);
+# pinned_bytes and nvme_bytes of every step, nvme_read_bytes and nvme_write_bytes of
+# every step after the first (the first has no trace and, at stage 3, no update of its
+# own yet) and the final gathered_peak_bytes are the estimate's to the byte. The device
+# peak and the pinned bytes are held exactly by the engine's own account: with
+# device.memory_limit at the estimated peak and device.pinned_memory_limit at the
+# estimated pinned bytes, training runs to the same weights digest; 256 device bytes
+# (one allocation unit) or one pinned byte less, train refuses the plan before it
+# allocates, and the example program, which makes the engine without asking the plan,
+# runs out. (Creation itself fails on any difference between what it takes and the
+# plan.) Without a limit the measured peak only bounds the estimate from above: the
+# engine frees a buffer once the stream has passed it, and waits for that only when the
 # device is full, so how much freed memory is still held depends on timing. The
 # traffic over PCIe has no counter in the engine and is not checked here. Also: the
-# --params rows, --json, and usage errors (exit 2 naming the option).
+# --params rows with their verdicts, --json, and usage errors (exit 2 naming the option).
 # timeout: 300
 set -u
 Z=${ZINF_BUILD:-build}/zinf
+EX=${ZINF_BUILD:-build}/examples/train_loop
 R=${ZINF_REF_DIR:-build/ref}
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
@@ -62,7 +67,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = ("stage optimizer params world_size model_numel partition_numel device_bytes device_peak_bytes "
         "gathered_peak_bytes pinned_bytes pageable_bytes nvme_bytes activation_bytes pcie_h2d_bytes pcie_d2h_bytes "
-        "nvme_read_bytes nvme_write_bytes").split()
+        "nvme_read_bytes nvme_write_bytes fits").split()
 assert len(rows) == 16, len(rows)
 tiers = [(r["stage"], r["optimizer"], r["params"]) for r in rows]
 want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none", "cpu", "nvme")] + \
@@ -70,7 +75,8 @@ want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none",
 assert tiers == want, tiers
 for r in rows:
     assert list(r) == keys, list(r)
-    assert all(isinstance(r[k], int) for k in keys if k not in ("optimizer", "params")), r
+    assert all(isinstance(r[k], int) for k in keys if k not in ("optimizer", "params", "fits")), r
+    assert r["fits"] is None, r  # a GPU of a capacity not known
     assert r["world_size"] == 8 and r["model_numel"] == 124439808, r
     assert r["device_peak_bytes"] >= r["device_bytes"] > r["activation_bytes"] > 0, r
 row = {t: r for t, r in zip(tiers, rows)}
@@ -87,6 +93,23 @@ assert row[1, "none", "none"]["pcie_d2h_bytes"] == 0 and row[1, "cpu", "none"]["
 n = row[2, "nvme", "none"]
 assert n["nvme_read_bytes"] == n["nvme_write_bytes"] == 12 * n["partition_numel"] <= n["nvme_bytes"], n
 print("--params 124M on 8 ranks: 16 rows, gpt2's shape, the gpt2 preset's figures")
+PY
+# The verdict: against a 2 GiB device and a 100 MiB pinned budget, a row fits when its
+# device peak and its pinned bytes are within them (this machine's host memory holds
+# every row), and the plan line gives the budgets it was judged against.
+expect 0 "$Z" estimate --config "$tmp/gpt2.json" --json --gpus-per-node 4 --nodes 2 \
+  --set device.memory_limit=2GiB --set device.pinned_memory_limit=100MiB
+python3 - "$tmp/out" <<'PY' || fail "verdicts: $(head -c 600 "$tmp/out")"
+import json, sys
+*rows, plan = [json.loads(l) for l in open(sys.argv[1])]
+G, M = 1 << 30, 1 << 20
+assert plan["device_capacity_bytes"] == 2 * G and plan["pinned_budget_bytes"] == 100 * M, plan
+assert all(r["pinned_bytes"] + r["pageable_bytes"] < plan["host_available_bytes"] for r in rows), plan
+for r in rows:
+    assert r["fits"] == (r["device_peak_bytes"] <= 2 * G and r["pinned_bytes"] <= 100 * M), r
+verdicts = {r["fits"] for r in rows}
+assert verdicts == {True, False}, verdicts
+print("verdicts: %d of %d rows fit a 2 GiB device with 100 MiB pinned" % (sum(r["fits"] for r in rows), len(rows)))
 PY
 
 # ---- against zinf train ----
@@ -118,9 +141,12 @@ compare() {
   "$Z" estimate --config "$tmp/cfg.json" --gpus-per-node "$np" --json "${sets[@]}" > "$tmp/e.json" 2> "$tmp/e.err" &&
     "$Z" estimate --config "$tmp/cfg.json" --gpus-per-node "$np" "${sets[@]}" > "$tmp/e.txt" 2>> "$tmp/e.err" ||
     { fail "$what: estimate: $(cat "$tmp/e.err")"; return; }
-  sed -n '/^plan:/,+5p' "$tmp/e.txt" > "$tmp/e.plan"
-  sed -n '/^plan:/,+5p' "$tmp/t.err" > "$tmp/t.plan"
+  # Seven lines word for word; the verdict's host memory is what is available now.
+  sed -n '/^plan:/,+6p' "$tmp/e.txt" > "$tmp/e.plan"
+  sed -n '/^plan:/,+6p' "$tmp/t.err" > "$tmp/t.plan"
   cmp -s "$tmp/e.plan" "$tmp/t.plan" || fail "$what: plan lines differ: $(diff "$tmp/e.plan" "$tmp/t.plan")"
+  grep -q '^  verdict: fits: device peak ' "$tmp/e.txt" && grep -q '^  verdict: fits: device peak ' "$tmp/t.err" ||
+    fail "$what: no verdict: $(grep verdict "$tmp/e.txt" "$tmp/t.err")"
   python3 - "$tmp/t.json" "$tmp/e.json" <<'PY' || fail "$what: the step figures"
 import json, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
@@ -136,25 +162,33 @@ f = steps[-1]
 if f["gathered_peak_bytes"] != est["gathered_peak_bytes"]:
     bad.append(f"gathered_peak_bytes {f['gathered_peak_bytes']}, estimated {est['gathered_peak_bytes']}")
 assert not bad, "; ".join(bad)
-open(sys.argv[2] + ".sh", "w").write(f"dev={est['device_bytes']} peak={est['device_peak_bytes']} digest={f['weights_digest']}\n")
+open(sys.argv[2] + ".sh", "w").write(f"peak={est['device_peak_bytes']} pinned={est['pinned_bytes']} digest={f['weights_digest']}\n")
 PY
   [ -f "$tmp/e.json.sh" ] || return
-  local dev peak digest
+  local peak pinned digest
   . "$tmp/e.json.sh"
   rm -f "$tmp/e.json.sh"
-  # The device bytes once made: made within them, refused one allocation unit short.
-  "${launch[@]}" "$Z" train "$tmp/cfg.json" --steps 1 "${sets[@]}" --set device.memory_limit=$dev > "$tmp/l.out" 2> "$tmp/l.err"
-  grep -q '^plan:' "$tmp/l.out" || fail "$what: not made within the estimated $dev device bytes: $(tail -n 2 "$tmp/l.err")"
-  "${launch[@]}" "$Z" train "$tmp/cfg.json" --steps 1 "${sets[@]}" --set device.memory_limit=$((dev - 256)) > "$tmp/l.out" 2> "$tmp/l.err"
-  grep -q '^plan:' "$tmp/l.out" && fail "$what: made within $((dev - 256)) device bytes, 256 less than estimated"
-  grep -q 'does not fit' "$tmp/l.err" || fail "$what: at $((dev - 256)) device bytes: $(tail -n 2 "$tmp/l.err")"
-  # The peak: the same training within it, out of memory one allocation unit short.
-  "${launch[@]}" "$Z" train "$tmp/cfg.json" --json "${sets[@]}" --set device.memory_limit=$peak > "$tmp/l.out" 2> "$tmp/l.err" ||
-    fail "$what: failed within the estimated peak of $peak device bytes: $(tail -n 2 "$tmp/l.err")"
+  # Within the estimated device peak and pinned bytes, the same training.
+  local at=(--set device.memory_limit=$peak --set device.pinned_memory_limit=$pinned)
+  "${launch[@]}" "$Z" train "$tmp/cfg.json" --json "${sets[@]}" "${at[@]}" > "$tmp/l.out" 2> "$tmp/l.err" ||
+    fail "$what: failed within the estimated peak of $peak device and $pinned pinned bytes: $(tail -n 2 "$tmp/l.err")"
   grep -q "\"weights_digest\":\"$digest\"" "$tmp/l.out" || fail "$what: another digest within $peak device bytes"
-  "${launch[@]}" "$Z" train "$tmp/cfg.json" --json "${sets[@]}" --set device.memory_limit=$((peak - 256)) > "$tmp/l.out" 2> "$tmp/l.err" &&
-    fail "$what: trained within $((peak - 256)) device bytes, 256 less than the estimated peak"
-  grep -q 'does not fit' "$tmp/l.err" || fail "$what: at $((peak - 256)) device bytes: $(tail -n 2 "$tmp/l.err")"
+  # One allocation unit less device or one byte less pinned memory: train refuses the
+  # plan before it allocates, and a program that makes the engine without asking the
+  # plan (the example) runs out of it.
+  local short
+  local shorts=("device.memory_limit=$((peak - 256)) the device's peak")
+  [ "$pinned" = 0 ] || shorts+=("device.pinned_memory_limit=$((pinned - 1)) pinned host memory")
+  for short in "${shorts[@]}"; do
+    local set=${short%% *} says=${short#* }
+    "${launch[@]}" "$Z" train "$tmp/cfg.json" --json "${sets[@]}" "${at[@]}" --set "$set" > "$tmp/l.out" 2> "$tmp/l.err" &&
+      fail "$what: trained with $set"
+    grep -q "the plan does not fit: $says" "$tmp/l.err" || fail "$what: train with $set: $(tail -n 2 "$tmp/l.err")"
+    "$Z" check "$tmp/cfg.json" --world-size "$np" "${sets[@]}" "${at[@]}" --set "$set" > "$tmp/short.json" 2> "$tmp/l.err" ||
+      { fail "$what: check with $set"; continue; }
+    "${launch[@]}" "$EX" "$tmp/short.json" > "$tmp/l.out" 2> "$tmp/l.err" && fail "$what: the example ran with $set"
+    grep -q 'does not fit\|pinned budget' "$tmp/l.err" || fail "$what: the example with $set: $(tail -n 2 "$tmp/l.err")"
+  done
 }
 
 OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param

@@ -110,11 +110,13 @@ expect 2 "$Z" train "$tmp/cfg.json" --set $OO.device=cpu --set zero_optimization
 grep -q 'offload_optimizer.device: "cpu" needs zero_optimization.stage 1, 2 or 3' "$tmp/err" ||
   fail "stage 0 offload: $(cat "$tmp/err")"
 
-# A plan past the pinned budget stops before training, saying what to change.
+# A plan past the pinned budget stops before anything is allocated, saying what to change.
 expect 1 "$Z" train "$tmp/cfg.json" --set $OO.device=cpu --set device.pinned_memory_limit=256K
-grep -q 'need .* of pinned host memory, but .* of the 256 KiB pinned budget is left; raise device.pinned_memory_limit' \
+grep -q '^  verdict: does not fit: .*, pinned .* of 256 KiB budgeted (.* over)' "$tmp/out" ||
+  fail "pinned verdict: $(grep -A7 '^plan' "$tmp/out")"
+grep -q 'the plan does not fit: pinned host memory .* is past the pinned budget, 256 KiB: raise device.pinned_memory_limit' \
   "$tmp/err" || fail "pinned budget: $(cat "$tmp/err")"
-grep -q 'raise zero_optimization.stage or device.memory_limit' "$tmp/err" && fail "device advice for a host budget"
+grep -q 'lower train_micro_batch_size_per_gpu' "$tmp/err" && fail "device advice for a host budget"
 grep -q '^step' "$tmp/out" && fail "trained past the pinned budget"
 
 finish test_offload

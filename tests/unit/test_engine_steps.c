@@ -11,7 +11,9 @@
 //   next update's first sub-groups by then) is the one the step uses: optimizer on
 //   NVMe gives the device tier's weights;
 // - checkpoints only between steps, and a saved state loads back whole;
-// - zinf_engine_plan of a made engine is its memory; bad arguments are named. timeout: 120
+// - zinf_engine_plan of a made engine is its memory and fits; one byte short of the
+//   device's peak or the pinned bytes it does not; bad arguments are named.
+// timeout: 120
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -292,13 +294,31 @@ static void test_plan(zinf_comm *comm) {
     zinf_engine_memory m;
     zinf_engine_memory_get(e, &m);
     zinf_plan p;
-    zinf_plan_target t = {.world = 1, .backend = ZINF_BACKEND_HOST};
-    if (getenv("ZINF_TEST_BACKEND") && strcmp(getenv("ZINF_TEST_BACKEND"), "cuda") == 0) t.backend = ZINF_BACKEND_CUDA;
+    zinf_plan_target t;
+    CHECK(zinf_engine_target(&cfg, comm, &t) == ZINF_OK, "target: %s", zinf_last_error());
     CHECK(zinf_engine_plan(&cfg, &t, &p) == ZINF_OK, "plan: %s", zinf_last_error());
+    CHECK(t.world == 1 && !t.nccl && p.mem.device_capacity == m.device_capacity, "target: world %d, capacity %lld",
+          t.world, (long long)p.mem.device_capacity);
+    CHECK(p.fit == ZINF_PLAN_FITS && zinf_plan_verdict(&p) == ZINF_OK, "the made engine's plan does not fit: %s",
+          zinf_last_error());
     CHECK(p.mem.device_in_use == m.device_in_use && p.mem.pinned == m.pinned && p.mem.host_total == m.host_total &&
               p.mem.partition_numel == m.partition_numel && p.device_peak >= p.mem.device_in_use,
           "plan %lld/%lld/%lld vs engine %lld/%lld/%lld", (long long)p.mem.device_in_use, (long long)p.mem.pinned,
           (long long)p.mem.host_total, (long long)m.device_in_use, (long long)m.pinned, (long long)m.host_total);
+    // One byte short of the device's peak or of the pinned bytes: refused, naming the budget.
+    zinf_config short_cfg = cfg;
+    short_cfg.device.memory_limit = p.device_peak - 1;
+    zinf_plan q;
+    CHECK(zinf_engine_target(&short_cfg, comm, &t) == ZINF_OK && zinf_engine_plan(&short_cfg, &t, &q) == ZINF_OK,
+          "plan: %s", zinf_last_error());
+    CHECK(q.fit == ZINF_PLAN_EXCEEDS && zinf_plan_verdict(&q) == ZINF_ERR_NOMEM, "a device 1 byte short fits");
+    CHECK_CONTAINS(zinf_last_error(), "the device's peak");
+    short_cfg = cfg;
+    short_cfg.device.pinned_memory_limit = p.mem.pinned - 1;
+    CHECK(zinf_engine_target(&short_cfg, comm, &t) == ZINF_OK && zinf_engine_plan(&short_cfg, &t, &q) == ZINF_OK,
+          "plan: %s", zinf_last_error());
+    CHECK(q.fit == ZINF_PLAN_EXCEEDS && zinf_plan_verdict(&q) == ZINF_ERR_NOMEM, "a pinned budget 1 byte short fits");
+    CHECK_CONTAINS(zinf_last_error(), "pinned host memory");
     CHECK(zinf_engine_plan(NULL, &t, &p) == ZINF_ERR_INVAL, "a NULL config was planned");
     t.world = 0;
     CHECK(zinf_engine_plan(&cfg, &t, &p) == ZINF_ERR_INVAL, "world 0 was planned");

@@ -1,5 +1,6 @@
 // The device as the engine relies on it: a capacity that really refuses (with a
-// message naming the request and what is in use), an account that returns to zero,
+// message naming the request and what is in use) and is known before the device is
+// made (zinf_device_choose), an account that returns to zero,
 // pinned memory, and stream/event ordering: a copy on one stream that another stream
 // waits on is seen complete, and without the wait it is not (on the host backend,
 // where the first stream is made slow on purpose).
@@ -111,6 +112,28 @@ static int handoff(zinf_device *d, bool wait) {
     return seen;
 }
 
+// zinf_device_choose says what zinf_device_create makes, without making it.
+static void test_choose(void) {
+    int64_t limits[] = {0, 1 << 20};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        zinf_device_params p = {.backend = test_backend(), .memory_limit = limits[i]};
+        zinf_device_choice c;
+        TRY(zinf_device_choose(&p, &c));
+        zinf_device *d = test_device(limits[i]);
+        const zinf_device_caps *caps = zinf_device_get_caps(d);
+        CHECK(c.backend == caps->backend && c.capacity == caps->capacity, "chose %s with %llu, made %s with %llu",
+              zinf_backend_name(c.backend), (unsigned long long)c.capacity, zinf_backend_name(caps->backend),
+              (unsigned long long)caps->capacity);
+        // A card refuses a limit past its memory, in the choice as in creation.
+        if (caps->backend == ZINF_BACKEND_CUDA) {
+            p.memory_limit = (int64_t)caps->total_memory + 1;
+            CHECK(zinf_device_choose(&p, &c) == ZINF_ERR_INVAL, "a limit past the card's memory was chosen");
+            CHECK_CONTAINS(zinf_last_error(), "device.memory_limit");
+        }
+        zinf_device_destroy(d);
+    }
+}
+
 static void test_ordering(void) {
     zinf_device *d = test_device(0);
     int seen = handoff(d, true);
@@ -201,6 +224,7 @@ static void test_elapsed(void) {
 
 int main(void) {
     test_capacity();
+    test_choose();
     test_ordering();
     test_elapsed();
     test_bad_args();

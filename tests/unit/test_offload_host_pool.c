@@ -1,14 +1,32 @@
 // The host pool (offload/zinf_offload.h): allocations held to the pinned budget and to
 // the host memory available, refused with the budget, the buffer and what to change
 // named; buffers mapped before zinf_host_pool_pin are pinned then, later ones at once;
-// page alignment; the usage counts; and freeing a buffer that is not the pool's.
+// page alignment; the usage counts; freeing a buffer that is not the pool's; and the
+// budgets' rule (zinf_host_pool_budgets) on a made-up machine.
 #include <stdint.h>
 #include <string.h>
 
 #include "check.h"
 #include "gpu_test.h"
 
+// The budgets' rule on a made-up machine: 8 GiB available, 2 ranks, 1 GiB locked at most.
+static void test_budgets(void) {
+    const int64_t G = 1 << 30;
+    zinf_host_mem hm = {.available_bytes = 8ull << 30, .memlock_limit = 1ull << 30};
+    zinf_host_budgets b = zinf_host_pool_budgets(&hm, 2, true, G, -1); // the device's 1 GiB is host memory
+    CHECK(b.host == 3 * G && b.pinned == G / 2, "host backend: %lld host, %lld pinned", (long long)b.host,
+          (long long)b.pinned);
+    b = zinf_host_pool_budgets(&hm, 2, false, G, -1); // CUDA's driver pins past the locked-memory limit
+    CHECK(b.host == 4 * G && b.pinned == 2 * G, "cuda: %lld host, %lld pinned", (long long)b.host, (long long)b.pinned);
+    hm.lock_unlimited = true;
+    b = zinf_host_pool_budgets(&hm, 2, true, G, -1);
+    CHECK(b.pinned == 3 * G / 2, "CAP_IPC_LOCK: %lld pinned", (long long)b.pinned);
+    b = zinf_host_pool_budgets(&hm, 1, true, 9 * G, 12345); // the limit set; the device holds it all
+    CHECK(b.host == 0 && b.pinned == 12345, "limit: %lld host, %lld pinned", (long long)b.host, (long long)b.pinned);
+}
+
 int main(void) {
+    test_budgets();
     zinf_device *dev = test_device(0);
     zinf_host_pool *p;
     TRY(zinf_host_pool_create(&p, &(zinf_host_pool_config){.dev = dev, .local_ranks = 1, .pinned_limit = 1 << 20}));
