@@ -32,7 +32,8 @@ static const command commands[] = {
      "zinf train CONFIG.json [--steps N] [--json] [--set key.path=value ...]\n"
      "  Trains the config's model on its data with its optimizer and ZeRO stage, on one\n"
      "  rank or on every rank mpirun starts (mpirun -np N zinf train ...). Prints the\n"
-     "  plan (what lives where, in bytes) before step 1, then a log line every\n"
+     "  plan (what lives where, in bytes, and whether it fits) before it allocates, and\n"
+     "  stops there when it does not fit; then a log line every\n"
      "  steps_per_print steps: loss, lr, tokens/s, achieved TFLOPS, memory per tier.\n"
      "  --steps N overrides \"steps\" (the run's total optimizer steps). --set overrides\n"
      "  one config key (value parsed as JSON, else a string), e.g.\n"
@@ -97,7 +98,9 @@ static const command commands[] = {
      "  moment (the least memory that runs), pinned and pageable host memory (tiers, swap\n"
      "  buffers, staging), the NVMe swap files, and per optimizer step the bytes copied\n"
      "  host->device and device->host (model states; the batch left out) and read from\n"
-     "  and written to NVMe. Nothing is allocated and no device is opened.\n"
+     "  and written to NVMe, and whether it fits (yes, no, ? when the device's capacity\n"
+     "  is not known: set device.memory_limit; host memory is this machine's). Nothing\n"
+     "  is allocated and no device is opened.\n"
      "  --params N (124M, 1.5B, 1.5e9, 1T): a GPT-2-like model (vocab 50257, block 1024,\n"
      "  head size 64, n_embd / n_layer from 48 to 80) whose count is nearest N (124M is\n"
      "  gpt2), bf16, one sequence of 1024 tokens per rank, no activation checkpointing,\n"
@@ -109,8 +112,8 @@ static const command commands[] = {
      "  --json: one object per row (stage, optimizer, params, world_size, model_numel,\n"
      "  partition_numel, device_bytes, device_peak_bytes, gathered_peak_bytes,\n"
      "  pinned_bytes, pageable_bytes, nvme_bytes, activation_bytes, pcie_h2d_bytes,\n"
-     "  pcie_d2h_bytes, nvme_read_bytes, nvme_write_bytes) and with --config a last one\n"
-     "  with \"plan\": true and the plan's figures in bytes.\n"},
+     "  pcie_d2h_bytes, nvme_read_bytes, nvme_write_bytes, fits) and with --config a\n"
+     "  last one with \"plan\": true, the plan's figures in bytes and the budgets.\n"},
     {"consolidate", cli_consolidate, "merge a checkpoint into one safetensors file",
      "zinf consolidate CKPT_DIR OUT.safetensors [--dtype fp32|bf16] [--json]\n"
      "  Writes the fp32 master weights of a checkpoint (CKPT_DIR: a checkpoint.dir, whose\n"
