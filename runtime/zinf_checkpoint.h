@@ -37,10 +37,10 @@ extern "C" {
 enum { ZINF_CKPT_VERSION = 1 };
 
 typedef enum zinf_ckpt_state {
-    ZINF_CKPT_MASTER,     // fp32 master weights
-    ZINF_CKPT_EXP_AVG,    // Adam's moments
+    ZINF_CKPT_MASTER,  // fp32 master weights
+    ZINF_CKPT_EXP_AVG, // Adam's moments
     ZINF_CKPT_EXP_AVG_SQ,
-    ZINF_CKPT_PARAMS,     // the 16-bit copy (16-bit models only)
+    ZINF_CKPT_PARAMS, // the 16-bit copy (16-bit models only)
     ZINF_CKPT_NSTATES,
 } zinf_ckpt_state;
 
@@ -86,6 +86,22 @@ zinf_status zinf_ckpt_read(zinf_ckpt *c, int mod, zinf_ckpt_state state, size_t 
 
 // The tensor name of a state ("master", "exp_avg", "exp_avg_sq", "params").
 const char *zinf_ckpt_state_name(zinf_ckpt_state s);
+
+// ---- the model out, as Hugging Face files ----
+// The weights of state (MASTER, or the 16-bit PARAMS of a 16-bit model) in dtype dt
+// (F32, BF16 or F16) with GPT2LMHeadModel's names and shapes, the tied lm_head left
+// out as save_pretrained leaves it. Every tensor streams from the rank files through
+// two 1 MiB buffers, checked against its checksum on the way.
+
+// One safetensors file at path (written aside and renamed into place).
+zinf_status zinf_ckpt_export_file(zinf_ckpt *c, const char *path, zinf_ckpt_state state, zinf_dtype dt);
+// A model directory as save_pretrained writes it, which from_pretrained loads:
+// config.json and model.safetensors, or past max_shard_bytes shards
+// model-0000i-of-0000N.safetensors (greedy in state-dict order, a larger tensor alone)
+// and model.safetensors.index.json. dir must be absent or empty; it is written aside
+// and renamed into place, so it appears whole or not at all.
+zinf_status zinf_ckpt_export_dir(zinf_ckpt *c, const char *dir, zinf_ckpt_state state, zinf_dtype dt,
+                                 uint64_t max_shard_bytes);
 
 #ifdef __cplusplus
 }

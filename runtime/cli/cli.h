@@ -38,6 +38,10 @@ void cli_print_plan(FILE *f, const cli_plan *p);
 // bytes) between 1 and max; false when arg is not one.
 bool cli_parse_count(const char *arg, double max, uint64_t *out);
 
+// A size as Hugging Face writes max_shard_size: bytes, or an integer with KB, MB, GB,
+// TB (decimal) or KiB, MiB, GiB, TiB (binary), any case; false when arg is not one or 0.
+bool cli_parse_hf_size(const char *arg, uint64_t *out);
+
 // The median of v[0..n) (sorts v).
 double cli_median(double *v, int n);
 

@@ -1,9 +1,12 @@
 // zinf: the command-line front end. Dispatches to subcommands; each has --help.
+#include <ctype.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -114,14 +117,17 @@ static const command commands[] = {
      "  pinned_bytes, pageable_bytes, nvme_bytes, activation_bytes, pcie_h2d_bytes,\n"
      "  pcie_d2h_bytes, nvme_read_bytes, nvme_write_bytes, fits) and with --config a\n"
      "  last one with \"plan\": true, the plan's figures in bytes and the budgets.\n"},
-    {"consolidate", cli_consolidate, "merge a checkpoint into one safetensors file",
-     "zinf consolidate CKPT_DIR OUT.safetensors [--dtype fp32|bf16] [--json]\n"
+    {"consolidate", cli_consolidate, "write a checkpoint's model as Hugging Face files",
+     "zinf consolidate CKPT_DIR OUT [--dtype fp32|bf16] [--max-shard-size SIZE] [--json]\n"
      "  Writes the fp32 master weights of a checkpoint (CKPT_DIR: a checkpoint.dir, whose\n"
-     "  latest is followed, or one global_step<N> directory) as one Hugging Face GPT-2\n"
-     "  file (GPT2LMHeadModel's names; the tied lm_head left out), in fp32 (default) or\n"
-     "  bf16. The rank files are streamed and their checksums checked on the way, so\n"
-     "  memory stays at about 9 MiB whatever the model's size; OUT appears only when\n"
-     "  whole.\n"
+     "  latest is followed, or one global_step<N> directory) as Hugging Face GPT-2 files\n"
+     "  (GPT2LMHeadModel's names; the tied lm_head left out), in fp32 (default) or bf16:\n"
+     "  OUT ending in .safetensors is one file; any other OUT a model directory that\n"
+     "  from_pretrained loads (config.json and model.safetensors, or shards and their\n"
+     "  index past --max-shard-size, default 5GB, split as save_pretrained splits them;\n"
+     "  OUT must be absent or empty). The rank files are streamed and their checksums\n"
+     "  checked on the way, so memory stays at about 9 MiB whatever the model's size;\n"
+     "  OUT appears only when whole.\n"
      "  --json prints {\"tensors\", \"bytes\" (OUT's size), \"peak_rss_bytes\", \"seconds\"}.\n"},
 };
 
@@ -154,6 +160,31 @@ int cli_usage(const char *cmd, const char *fmt, ...) {
 int cli_fail(const char *cmd, int code) {
     fprintf(stderr, "zinf %s: error: %s\n", cmd, zinf_last_error());
     return code;
+}
+
+bool cli_parse_hf_size(const char *s, uint64_t *out) {
+    static const struct {
+        const char *suffix;
+        uint64_t unit;
+    } units[] = {{"", 1},
+                 {"KB", 1000},
+                 {"MB", 1000000},
+                 {"GB", 1000000000},
+                 {"TB", 1000000000000ull},
+                 {"KIB", 1ull << 10},
+                 {"MIB", 1ull << 20},
+                 {"GIB", 1ull << 30},
+                 {"TIB", 1ull << 40}};
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || !isdigit((unsigned char)s[0]) || errno == ERANGE || v == 0) return false;
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (strcasecmp(end, units[i].suffix) == 0 && v <= UINT64_MAX / units[i].unit) {
+            *out = v * units[i].unit;
+            return true;
+        }
+    return false;
 }
 
 bool cli_parse_count(const char *s, double max, uint64_t *out) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # zinf consolidate. A ZeRO-3 checkpoint of 2 ranks with both tiers on NVMe becomes one
 # file that Hugging Face's GPT2LMHeadModel.from_pretrained loads (PyTorch and the
-# safetensors package, offline), with GPT-2's names and shapes, whose fp32 values are
+# safetensors package, offline), or a model directory (config.json, one file or shards
+# with their index, sharded as save_pretrained shards) that from_pretrained loads, with
+# GPT-2's names and shapes, whose fp32 values are
 # the engine's full master weights (their digest is the run's weights_digest) and
 # whose bf16 values are those rounded as PyTorch rounds; each tensor's checksum is
 # zlib's CRC-32. Memory stays bounded: a model 400 times larger raises the peak RSS by
@@ -87,6 +89,58 @@ for k, v in b16.items():
     assert v.dtype == torch.bfloat16 and torch.equal(v, tensors[k].to(torch.bfloat16)), k
 print("ok")
 PY
+
+# A model directory, as save_pretrained writes one: config.json and model.safetensors,
+# or past --max-shard-size shards and their index, sharded as save_pretrained itself
+# shards the same model; from_pretrained loads each to the single file's tensors.
+expect 0 "$Z" consolidate "$tmp/ck" "$tmp/dir"
+expect 0 "$Z" consolidate "$tmp/ck" "$tmp/sharded" --max-shard-size 40KB --dtype bf16
+expect 0 "$Z" consolidate "$tmp/ck" "$tmp/sharded32" --max-shard-size 40KB
+HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1 "$PY" - "$tmp" <<'PY' || fail "the consolidated directories in transformers"
+import json, os, sys
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+tmp = sys.argv[1]
+want = load_file(os.path.join(tmp, "hf", "model.safetensors"))
+assert sorted(os.listdir(f"{tmp}/dir")) == ["config.json", "model.safetensors"], os.listdir(f"{tmp}/dir")
+cfg = json.load(open(f"{tmp}/dir/config.json"))
+assert (cfg["model_type"], cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]) == \
+    ("gpt2", 2, 2, 64, 256, 32), cfg
+m = AutoModelForCausalLM.from_pretrained(f"{tmp}/dir")
+sd = m.state_dict()
+assert type(m).__name__ == "GPT2LMHeadModel" and all(torch.equal(sd[k], v) for k, v in want.items())
+assert torch.equal(sd["lm_head.weight"], want["transformer.wte.weight"])
+# Sharded: the index names every tensor, and the shards are save_pretrained's own; in
+# fp32 the embedding and three matrices of each block are past 40 KB, each a shard of
+# its own as save_pretrained makes it.
+def sharded(name, dtype):
+    index = json.load(open(f"{tmp}/{name}/model.safetensors.index.json"))
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 2 and shards[0] == "model-00001-of-%05d.safetensors" % len(shards), shards
+    assert sorted(os.listdir(f"{tmp}/{name}")) == sorted(["config.json", "model.safetensors.index.json"] + shards)
+    size = torch.finfo(dtype).bits // 8
+    assert index["metadata"]["total_size"] == sum(size * v.numel() for v in want.values()), index["metadata"]
+    b = AutoModelForCausalLM.from_pretrained(f"{tmp}/{name}", dtype=dtype)
+    sd = b.state_dict()
+    assert all(torch.equal(sd[k], v.to(dtype)) for k, v in want.items())
+    # save_pretrained groups tensors that share storage (as tensors loaded from one
+    # file can): a model of its own, holding copies, is what it shards tensor by tensor.
+    ref = AutoModelForCausalLM.from_config(b.config, dtype=dtype)
+    ref.load_state_dict({k: v.clone() for k, v in sd.items()})
+    ref.save_pretrained(f"{tmp}/theirs-{name}", max_shard_size="40KB")
+    theirs = json.load(open(f"{tmp}/theirs-{name}/model.safetensors.index.json"))["weight_map"]
+    assert theirs == index["weight_map"], {k: (theirs.get(k), v) for k, v in index["weight_map"].items() if theirs.get(k) != v}
+    return len(shards)
+shards = (sharded("sharded", torch.bfloat16), sharded("sharded32", torch.float32))
+print(f"directories: one file, and %d (bf16) and %d (fp32) shards as save_pretrained makes them" % shards)
+PY
+expect 1 "$Z" consolidate "$tmp/ck" "$tmp/dir"
+grep -q "$tmp/dir is not empty; give a new or empty directory" "$tmp/err" || fail "a full directory: $(cat "$tmp/err")"
+expect 2 "$Z" consolidate "$tmp/ck" "$tmp/d2" --max-shard-size 0
+grep -q -- '--max-shard-size: "0"' "$tmp/err" || fail "--max-shard-size 0: $(cat "$tmp/err")"
+[ ! -e "$tmp/d2" ] || fail "a refused consolidation made $tmp/d2"
 
 # Memory: a checkpoint of a model 400 times larger costs a few MiB of buffers more, far
 # less than its largest tensor (wte, 103 MB).
