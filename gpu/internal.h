@@ -22,8 +22,14 @@ typedef enum op_kind {
     OP_BIAS_GRAD,
     OP_LAYERNORM_FWD,
     OP_LAYERNORM_BWD,
+    OP_RMSNORM_FWD,
+    OP_RMSNORM_BWD,
     OP_GELU_FWD,
     OP_GELU_BWD,
+    OP_SWIGLU_FWD,
+    OP_SWIGLU_BWD,
+    OP_ROPE_FWD,
+    OP_ROPE_BWD,
     OP_ATTENTION_FWD,
     OP_ATTENTION_BWD,
     OP_CROSS_ENTROPY,
@@ -36,7 +42,7 @@ typedef enum op_kind {
     OP_OPTIM,
 } op_kind;
 
-typedef struct op_layernorm {
+typedef struct op_layernorm { // layernorm and rmsnorm (which has no mean, b, db)
     void *out, *dx, *dw, *db; // fwd: out; bwd: dx, dw, db
     float *mean, *rstd;
     const void *x, *w, *b, *dout;
@@ -44,15 +50,23 @@ typedef struct op_layernorm {
     float eps;
 } op_layernorm;
 
-typedef struct op_elementwise { // gelu, add, scale, cast, grad_stats, bias_grad
-    void *out;                  // gelu/add/cast: output; gelu bwd: dx; scale: x; bias_grad: dbias
-    const void *a, *b;          // gelu: x (a), dout (b); add: a, b; cast: src (a); sumsq: x (a)
+typedef struct op_elementwise { // gelu, swiglu, add, scale, cast, grad_stats, bias_grad
+    void *out;                  // gelu/swiglu/add/cast: output; gelu bwd: dx; swiglu bwd: dgu; scale: x;
+                                // bias_grad: dbias
+    const void *a, *b;          // gelu: x (a), dout (b); swiglu: gu (a), dout (b); add: a, b; cast: src (a);
+                                // sumsq: x (a)
     zinf_dtype src_dt;          // cast
     double *stats;              // sumsq: two doubles
     float scale;
-    size_t n; // elements; bias_grad: rows
-    int cols; // bias_grad
+    size_t n; // elements; bias_grad, swiglu: rows
+    int cols; // bias_grad; swiglu: F
 } op_elementwise;
+
+typedef struct op_rope {
+    void *qkv;                      // fwd: qkv; bwd: dqkv (B, T, (NH + 2 NKV) hd), in place
+    const float *cos_tab, *sin_tab; // (T, hd / 2)
+    int B, T, NH, NKV, hd;
+} op_rope;
 
 typedef struct op_cross_entropy {
     float *losses;
@@ -83,6 +97,7 @@ typedef struct op_record {
         zinf_gemm_args gemm;
         op_layernorm ln;
         op_elementwise ew;
+        op_rope rope;
         zinf_attention_args attn;
         op_cross_entropy xent;
         op_embedding emb;

@@ -71,6 +71,25 @@ zinf_status zinf_layernorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw
     return launch(s, OP_LAYERNORM_BWD, dt, &r);
 }
 
+zinf_status zinf_rmsnorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *rstd, const void *x, const void *w,
+                             int rows, int C, float eps) {
+    REQUIRE_DT(dt, "rmsnorm");
+    REQUIRE(out && rstd && x && w, "rmsnorm", "out, rstd, x and w are required");
+    REQUIRE(rows > 0 && C > 0 && eps >= 0, "rmsnorm", "rows and C must be positive, eps >= 0");
+    op_record r = {.u.ln = {.out = out, .rstd = rstd, .x = x, .w = w, .rows = rows, .C = C, .eps = eps}};
+    return launch(s, OP_RMSNORM_FWD, dt, &r);
+}
+
+zinf_status zinf_rmsnorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, const void *dout, const void *x,
+                             const void *w, const float *rstd, int rows, int C) {
+    REQUIRE_DT(dt, "rmsnorm backward");
+    REQUIRE(dx && dw && dout && x && w && rstd, "rmsnorm backward", "dx, dw, dout, x, w and rstd are required");
+    REQUIRE(rows > 0 && C > 0, "rmsnorm backward", "rows and C must be positive");
+    op_record r = {
+        .u.ln = {.dx = dx, .dw = dw, .dout = dout, .x = x, .w = w, .rstd = (float *)rstd, .rows = rows, .C = C}};
+    return launch(s, OP_RMSNORM_BWD, dt, &r);
+}
+
 zinf_status zinf_gelu_fwd(zinf_stream *s, zinf_dtype dt, void *out, const void *x, size_t n) {
     REQUIRE_DT(dt, "gelu");
     REQUIRE(out && x, "gelu", "a buffer is NULL");
@@ -85,40 +104,92 @@ zinf_status zinf_gelu_bwd(zinf_stream *s, zinf_dtype dt, void *dx, const void *x
     return launch(s, OP_GELU_BWD, dt, &r);
 }
 
+zinf_status zinf_swiglu_fwd(zinf_stream *s, zinf_dtype dt, void *out, const void *gu, int rows, int F) {
+    REQUIRE_DT(dt, "swiglu");
+    REQUIRE(out && gu, "swiglu", "out and gu are required");
+    REQUIRE(rows > 0 && F > 0, "swiglu", "rows and F must be positive");
+    op_record r = {.u.ew = {.out = out, .a = gu, .n = (size_t)rows, .cols = F}};
+    return launch(s, OP_SWIGLU_FWD, dt, &r);
+}
+
+zinf_status zinf_swiglu_bwd(zinf_stream *s, zinf_dtype dt, void *dgu, const void *gu, const void *dout, int rows,
+                            int F) {
+    REQUIRE_DT(dt, "swiglu backward");
+    REQUIRE(dgu && gu && dout, "swiglu backward", "dgu, gu and dout are required");
+    REQUIRE(rows > 0 && F > 0, "swiglu backward", "rows and F must be positive");
+    op_record r = {.u.ew = {.out = dgu, .a = gu, .b = dout, .n = (size_t)rows, .cols = F}};
+    return launch(s, OP_SWIGLU_BWD, dt, &r);
+}
+
+static zinf_status rope(zinf_stream *s, op_kind kind, const char *op, zinf_dtype dt, void *qkv, const float *cos_tab,
+                        const float *sin_tab, int B, int T, int NH, int NKV, int hd) {
+    REQUIRE_DT(dt, op);
+    REQUIRE(qkv && cos_tab && sin_tab, op, "qkv, cos_tab and sin_tab are required");
+    REQUIRE(B > 0 && T > 0 && NH > 0 && NKV > 0, op, "B, T, NH and NKV must be positive");
+    REQUIRE(hd > 0 && hd % 2 == 0, op, "hd must be positive and even");
+    op_record r = {
+        .u.rope = {.qkv = qkv, .cos_tab = cos_tab, .sin_tab = sin_tab, .B = B, .T = T, .NH = NH, .NKV = NKV, .hd = hd}};
+    return launch(s, kind, dt, &r);
+}
+
+zinf_status zinf_rope_fwd(zinf_stream *s, zinf_dtype dt, void *qkv, const float *cos_tab, const float *sin_tab, int B,
+                          int T, int NH, int NKV, int hd) {
+    return rope(s, OP_ROPE_FWD, "rope", dt, qkv, cos_tab, sin_tab, B, T, NH, NKV, hd);
+}
+
+zinf_status zinf_rope_bwd(zinf_stream *s, zinf_dtype dt, void *dqkv, const float *cos_tab, const float *sin_tab, int B,
+                          int T, int NH, int NKV, int hd) {
+    return rope(s, OP_ROPE_BWD, "rope backward", dt, dqkv, cos_tab, sin_tab, B, T, NH, NKV, hd);
+}
+
+// a's sizes into *r with NKV and hd filled in where left 0; NULL, or what is wrong.
+static const char *attention_shape(const zinf_attention_args *a, zinf_attention_args *r) {
+    *r = *a;
+    if (a->B <= 0 || a->T <= 0 || a->C <= 0 || a->NH <= 0) return "B, T, C and NH must be positive";
+    if (a->NKV < 0 || a->hd < 0 || a->window < 0) return "NKV, hd and window must be >= 0";
+    if (!a->NKV) r->NKV = a->NH;
+    if (a->NH % r->NKV) return "NKV must divide NH";
+    if (!a->hd) r->hd = a->C % a->NH ? 0 : a->C / a->NH;
+    if (!r->hd || (int64_t)a->NH * r->hd != a->C) return "C must be NH * hd (with hd 0, a multiple of NH)";
+    return NULL;
+}
+
 // The host attention keeps its rows in the stream's own scratch; CUDA's stages chunks
 // of heads in fp32 whatever the dtype.
-size_t zinf_backend_attention_workspace(zinf_backend b, zinf_dtype dt, int B, int T, int C, int NH) {
-    (void)dt;
-    if (b != ZINF_BACKEND_CUDA || B <= 0 || T <= 0 || C <= 0 || NH <= 0) return 0;
-    att_plan p = att_plan_of(B, T, C, NH);
+size_t zinf_backend_attention_workspace(zinf_backend b, const zinf_attention_args *a) {
+    zinf_attention_args r;
+    if (b != ZINF_BACKEND_CUDA || attention_shape(a, &r)) return 0;
+    att_plan p = att_plan_of(r.B, r.T, r.NH, r.NKV, r.hd);
     return att_layout(&p, NULL, NULL);
 }
 
-size_t zinf_attention_workspace(zinf_device *d, zinf_dtype dt, int B, int T, int C, int NH) {
-    return zinf_backend_attention_workspace(zinf_device_get_caps(d)->backend, dt, B, T, C, NH);
+size_t zinf_attention_workspace(zinf_device *d, const zinf_attention_args *a) {
+    return zinf_backend_attention_workspace(zinf_device_get_caps(d)->backend, a);
 }
 
-static zinf_status attention_check(zinf_stream *s, const zinf_attention_args *a, const char *op, bool backward) {
+// The record gets a with NKV and hd filled in, so the backends never see a 0 there.
+static zinf_status attention_check(zinf_stream *s, const zinf_attention_args *a, const char *op, bool backward,
+                                   op_record *rec) {
     REQUIRE_DT(a->dt, op);
-    REQUIRE(a->B > 0 && a->T > 0 && a->NH > 0 && a->C > 0 && a->C % a->NH == 0, op,
-            "B, T, C, NH must be positive with C a multiple of NH");
+    const char *wrong = attention_shape(a, &rec->u.attn);
+    REQUIRE(!wrong, op, wrong);
     REQUIRE(a->qkv && a->lse, op, "qkv and lse are required");
     REQUIRE(backward ? a->dqkv && a->dout : a->out != NULL, op,
             backward ? "dqkv and dout are required" : "out is required");
-    size_t ws = zinf_attention_workspace(s->dev, a->dt, a->B, a->T, a->C, a->NH);
+    size_t ws = zinf_attention_workspace(s->dev, a);
     REQUIRE(ws == 0 || a->ws, op, "this backend needs a workspace (zinf_attention_workspace bytes)");
     return ZINF_OK;
 }
 
 zinf_status zinf_attention_fwd(zinf_stream *s, const zinf_attention_args *a) {
-    ZINF_CHECK(attention_check(s, a, "attention", false));
-    op_record r = {.u.attn = *a};
+    op_record r = {0};
+    ZINF_CHECK(attention_check(s, a, "attention", false, &r));
     return launch(s, OP_ATTENTION_FWD, a->dt, &r);
 }
 
 zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a) {
-    ZINF_CHECK(attention_check(s, a, "attention backward", true));
-    op_record r = {.u.attn = *a};
+    op_record r = {0};
+    ZINF_CHECK(attention_check(s, a, "attention backward", true, &r));
     return launch(s, OP_ATTENTION_BWD, a->dt, &r);
 }
 

@@ -195,28 +195,63 @@ zinf_status zinf_layernorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *
 zinf_status zinf_layernorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, void *db, const void *dout,
                                const void *x, const void *w, const float *mean, const float *rstd, int rows, int C);
 
+// RMSNorm of Llama per row of C: rstd = 1 / sqrt(mean(x^2) + eps), saved (fp32, rows);
+// out = w * n with n = x * rstd rounded to dt first (transformers casts n back to the
+// input's dtype before the weight).
+zinf_status zinf_rmsnorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *rstd, const void *x, const void *w,
+                             int rows, int C, float eps);
+// dx = (written, not added), dw += from dout (rows x C), with n = x * rstd in fp32.
+zinf_status zinf_rmsnorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, const void *dout, const void *x,
+                             const void *w, const float *rstd, int rows, int C);
+
 // GELU, tanh approximation: out = gelu(x); dx = gelu'(x) * dout (written, not added).
 zinf_status zinf_gelu_fwd(zinf_stream *s, zinf_dtype dt, void *out, const void *x, size_t n);
 zinf_status zinf_gelu_bwd(zinf_stream *s, zinf_dtype dt, void *dx, const void *x, const void *dout, size_t n);
 
-// Causal self-attention of GPT-2. qkv (B, T, 3C): q, k, v one after the other along
-// the channels, NH heads of C/NH channels each; out (B, T, C) with the heads side by
-// side; lse (B, NH, T) fp32, the log-sum-exp of each softmax row (scaled scores),
-// saved for the backward, which recomputes the probabilities from it. ws: a
-// workspace of zinf_attention_workspace() bytes (the backend's scratch).
+// SwiGLU of Llama's MLP on the fused gate|up product gu (rows, 2F), F the intermediate
+// size: gate in columns [0, F) and up in [F, 2F) of each row; out (rows, F) = silu(gate) * up.
+zinf_status zinf_swiglu_fwd(zinf_stream *s, zinf_dtype dt, void *out, const void *gu, int rows, int F);
+// dgu (rows, 2F) = [dout * up * silu'(gate), dout * silu(gate)] (written; dgu may be gu).
+zinf_status zinf_swiglu_bwd(zinf_stream *s, zinf_dtype dt, void *dgu, const void *gu, const void *dout, int rows,
+                            int F);
+
+// Rotary position embedding of Llama, rotate-half (element i of a head pairs with
+// i + hd/2), in place on the q and k heads of a packed qkv (B, T, (NH + 2 NKV) hd): NH q
+// heads, NKV k heads, then NKV v heads, left alone. At position t, with c = cos_tab[t][i]
+// and s = sin_tab[t][i]: y_i = x_i c - x_{i+hd/2} s, y_{i+hd/2} = x_{i+hd/2} c + x_i s.
+// cos_tab, sin_tab (T, hd/2) fp32.
+zinf_status zinf_rope_fwd(zinf_stream *s, zinf_dtype dt, void *qkv, const float *cos_tab, const float *sin_tab, int B,
+                          int T, int NH, int NKV, int hd);
+// The backward: dqkv (the same layout) turned back by the same angles, in place.
+zinf_status zinf_rope_bwd(zinf_stream *s, zinf_dtype dt, void *dqkv, const float *cos_tab, const float *sin_tab, int B,
+                          int T, int NH, int NKV, int hd);
+
+// Causal self-attention: GPT-2's multi-head, or grouped-query heads with an optional
+// sliding window (Llama, Mistral, Qwen2). qkv (B, T, (NH + 2 NKV) hd): along the channels
+// of a token NH query heads, NKV key heads, NKV value heads, hd channels each (GPT-2's
+// (B, T, 3C) when NKV = NH); query head h uses kv head h / (NH / NKV). Scores are scaled
+// by hd^-0.5; query t sees keys k with t - window < k <= t (every k <= t when window is
+// 0). out (B, T, C) with the heads side by side; lse (B, NH, T) fp32, the log-sum-exp of
+// each softmax row (scaled scores), saved for the backward, which recomputes the
+// probabilities from it. ws: a workspace of zinf_attention_workspace() bytes (the
+// backend's scratch).
 typedef struct zinf_attention_args {
     zinf_dtype dt;
-    int B, T, C, NH;
+    int B, T, C, NH; // C = NH hd: the width of out
+    int NKV;         // key/value heads, dividing NH; 0: NH
+    int hd;          // channels per head; 0: C / NH
+    int window;      // a query sees at most this many keys, itself included; 0: no limit
     const void *qkv;
     void *out;
     float *lse;
-    void *dqkv;       // backward: written (B, T, 3C)
+    void *dqkv;       // backward: written, the layout of qkv; a kv head's sums over its query heads
     const void *dout; // backward: (B, T, C)
     void *ws;
 } zinf_attention_args;
-size_t zinf_attention_workspace(zinf_device *d, zinf_dtype dt, int B, int T, int C, int NH);
+// Bytes of workspace for a's sizes (the buffers are not read).
+size_t zinf_attention_workspace(zinf_device *d, const zinf_attention_args *a);
 // The same for a backend, without a device (a plan).
-size_t zinf_backend_attention_workspace(zinf_backend b, zinf_dtype dt, int B, int T, int C, int NH);
+size_t zinf_backend_attention_workspace(zinf_backend b, const zinf_attention_args *a);
 zinf_status zinf_attention_fwd(zinf_stream *s, const zinf_attention_args *a);
 zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a);
 

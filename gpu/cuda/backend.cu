@@ -257,8 +257,14 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
     case OP_BIAS_GRAD: return cuda_bias_grad(st, dt, &op->u.ew);
     case OP_LAYERNORM_FWD: return cuda_layernorm_fwd(st, dt, &op->u.ln);
     case OP_LAYERNORM_BWD: return cuda_layernorm_bwd(st, dt, &op->u.ln);
+    case OP_RMSNORM_FWD: return cuda_rmsnorm_fwd(st, dt, &op->u.ln);
+    case OP_RMSNORM_BWD: return cuda_rmsnorm_bwd(st, dt, &op->u.ln);
     case OP_GELU_FWD: return cuda_gelu_fwd(st, dt, &op->u.ew);
     case OP_GELU_BWD: return cuda_gelu_bwd(st, dt, &op->u.ew);
+    case OP_SWIGLU_FWD: return cuda_swiglu_fwd(st, dt, &op->u.ew);
+    case OP_SWIGLU_BWD: return cuda_swiglu_bwd(st, dt, &op->u.ew);
+    case OP_ROPE_FWD: return cuda_rope(st, dt, &op->u.rope, false);
+    case OP_ROPE_BWD: return cuda_rope(st, dt, &op->u.rope, true);
     case OP_ATTENTION_FWD: return cuda_attention_fwd(cd, cs, &op->u.attn);
     case OP_ATTENTION_BWD: return cuda_attention_bwd(cd, cs, &op->u.attn);
     case OP_CROSS_ENTROPY: return cuda_cross_entropy(st, dt, &op->u.xent);

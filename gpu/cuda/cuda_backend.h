@@ -141,6 +141,11 @@ zinf_status cuda_layernorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernor
 zinf_status cuda_layernorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
 zinf_status cuda_gelu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_gelu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_rmsnorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
+zinf_status cuda_rmsnorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
+zinf_status cuda_swiglu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_swiglu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool backward); // backward: turned back
 zinf_status cuda_cross_entropy(cudaStream_t st, zinf_dtype dt, const op_cross_entropy *a);
 zinf_status cuda_embedding_fwd(cudaStream_t st, zinf_dtype dt, const op_embedding *a);
 zinf_status cuda_embedding_bwd(cudaStream_t st, zinf_dtype dt, const op_embedding *a);

@@ -156,6 +156,103 @@ zinf_status cuda_layernorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernor
     CUDA_DT_SWITCH(dt, "layernorm_bwd", layernorm_bwd_t, st, a);
 }
 
+// ---- RMSNorm ----
+// One block per row as the layernorm; n = x * rstd is rounded to the storage type
+// before the weight, as the host backend does.
+
+// v as T stores it, widened back.
+template <typename T> static __device__ __forceinline__ float rounded(float v) {
+    T t;
+    store_f32(&t, v);
+    return to_f32(t);
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(ROW_THREADS)
+    rmsnorm_fwd_kernel(T *out, float *rstd, const T *x, const T *w, int C, float eps) {
+    __shared__ float red[ROW_THREADS / 32];
+    size_t r = blockIdx.x;
+    const T *xr = x + r * C;
+    T *o = out + r * C;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+        float v = to_f32(xr[i]);
+        s += v * v;
+    }
+    float rs = 1.0f / sqrtf(block_sum<ROW_THREADS>(s, red) / (float)C + eps);
+    // As the layernorm: each thread writes only the elements it reads, so out may be x.
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS)
+        store_f32(&o[i], to_f32(w[i]) * rounded<T>(to_f32(xr[i]) * rs));
+    if (threadIdx.x == 0) rstd[r] = rs;
+}
+
+// dx = rstd (dn - n mean(dn n)), dn = w dout, n = x rstd (written).
+template <typename T>
+static __global__ void __launch_bounds__(ROW_THREADS)
+    rmsnorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd, int C) {
+    __shared__ float red[ROW_THREADS / 32];
+    size_t r = blockIdx.x;
+    const T *xr = x + r * C, *dr = dout + r * C;
+    T *dxr = dx + r * C;
+    float rs = rstd[r], s = 0.0f;
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS)
+        s += to_f32(w[i]) * to_f32(dr[i]) * (to_f32(xr[i]) * rs);
+    float dnn = block_sum<ROW_THREADS>(s, red) / (float)C;
+    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+        float n = to_f32(xr[i]) * rs;
+        store_f32(&dxr[i], rs * (to_f32(w[i]) * to_f32(dr[i]) - n * dnn));
+    }
+}
+
+// dw[c] += sum_r n[r][c] * dout[r][c]: column sums.
+template <typename T>
+static __global__ void rmsnorm_bwd_dw_kernel(T *dw, const T *dout, const T *x, const float *rstd, int rows, int C) {
+    __shared__ float part[COL_Y][COL_X];
+    int j = blockIdx.x * COL_X + threadIdx.x;
+    float sw = 0.0f;
+    if (j < C) {
+        for (int r = threadIdx.y; r < rows; r += COL_Y) {
+            size_t at = (size_t)r * C + j;
+            sw += to_f32(dout[at]) * (to_f32(x[at]) * rstd[r]);
+        }
+    }
+    part[threadIdx.y][threadIdx.x] = sw;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < C) {
+        float t = part[0][threadIdx.x];
+        for (int y = 1; y < COL_Y; y++)
+            t += part[y][threadIdx.x];
+        store_f32(&dw[j], to_f32(dw[j]) + t);
+    }
+}
+
+template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
+    rmsnorm_fwd_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)((T *)a->out, a->rstd, (const T *)a->x,
+                                                                             (const T *)a->w, a->C, a->eps);
+    ZINF_CUDA_LAUNCHED("rmsnorm_fwd_kernel");
+    return ZINF_OK;
+}
+
+template <typename T> static zinf_status rmsnorm_bwd_t(cudaStream_t st, const op_layernorm *a) {
+    rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
+        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, a->C);
+    ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
+    rmsnorm_bwd_dw_kernel<T> CUDA_LAUNCH(col_blocks(a->C), dim3(COL_X, COL_Y), 0,
+                                         st)((T *)a->dw, (const T *)a->dout, (const T *)a->x, a->rstd, a->rows, a->C);
+    ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dw_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_rmsnorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {
+    if (a->rows <= 0 || a->C <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "rmsnorm_fwd", rmsnorm_fwd_t, st, a);
+}
+
+zinf_status cuda_rmsnorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {
+    if (a->rows <= 0 || a->C <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "rmsnorm_bwd", rmsnorm_bwd_t, st, a);
+}
+
 // ---- GELU (tanh approximation) ----
 
 template <typename T> static __global__ void gelu_fwd_kernel(T *out, const T *x, size_t n) {
@@ -196,6 +293,86 @@ zinf_status cuda_gelu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *
 zinf_status cuda_gelu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
     if (e->n == 0) return ZINF_OK;
     CUDA_DT_SWITCH(dt, "gelu_bwd", gelu_bwd_t, st, e);
+}
+
+// ---- SwiGLU ----
+// Element j of row r: gate gu[r][j], up gu[r][F + j]. One thread reads both before it
+// writes both, so dgu may be gu.
+
+static __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+template <typename T> static __global__ void swiglu_fwd_kernel(T *out, const T *gu, size_t F, size_t n) {
+    EW_LOOP(i, n) {
+        size_t r = i / F, j = i % F;
+        float g = to_f32(gu[2 * F * r + j]), u = to_f32(gu[2 * F * r + F + j]);
+        store_f32(&out[i], g * sigmoid(g) * u);
+    }
+}
+
+template <typename T> static __global__ void swiglu_bwd_kernel(T *dgu, const T *gu, const T *dout, size_t F, size_t n) {
+    EW_LOOP(i, n) {
+        size_t at = 2 * F * (i / F) + i % F;
+        float g = to_f32(gu[at]), u = to_f32(gu[at + F]), d = to_f32(dout[i]);
+        float sg = sigmoid(g);
+        store_f32(&dgu[at], d * u * (sg * (1.0f + g * (1.0f - sg))));
+        store_f32(&dgu[at + F], d * (g * sg));
+    }
+}
+
+template <typename T> static zinf_status swiglu_fwd_t(cudaStream_t st, const op_elementwise *e) {
+    size_t n = e->n * e->cols;
+    swiglu_fwd_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (size_t)e->cols, n);
+    ZINF_CUDA_LAUNCHED("swiglu_fwd_kernel");
+    return ZINF_OK;
+}
+
+template <typename T> static zinf_status swiglu_bwd_t(cudaStream_t st, const op_elementwise *e) {
+    size_t n = e->n * e->cols;
+    swiglu_bwd_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (const T *)e->b,
+                                                                      (size_t)e->cols, n);
+    ZINF_CUDA_LAUNCHED("swiglu_bwd_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_swiglu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+    if (e->n == 0 || e->cols <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "swiglu_fwd", swiglu_fwd_t, st, e);
+}
+
+zinf_status cuda_swiglu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+    if (e->n == 0 || e->cols <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "swiglu_bwd", swiglu_bwd_t, st, e);
+}
+
+// ---- rotary embedding ----
+// One thread per pair (i, i + hd/2) of a q or k head. The backward turns by the
+// opposite angle: sin negated, which is exact.
+
+template <typename T>
+static __global__ void rope_kernel(T *qkv, const float *cos_tab, const float *sin_tab, int seq, int heads, size_t row,
+                                   int hd, float sign, size_t n) {
+    EW_LOOP(i, n) {
+        size_t half = hd / 2, p = i % half, h = (i / half) % heads, bt = i / (half * heads), t = bt % seq;
+        T *x = qkv + bt * row + h * hd + p;
+        float x1 = to_f32(x[0]), x2 = to_f32(x[half]);
+        float c = cos_tab[t * half + p], s = sign * sin_tab[t * half + p];
+        store_f32(&x[0], x1 * c - x2 * s);
+        store_f32(&x[half], x2 * c + x1 * s);
+    }
+}
+
+template <typename T> static zinf_status rope_t(cudaStream_t st, const op_rope *a, bool backward) {
+    int heads = a->NH + a->NKV;
+    size_t n = (size_t)a->B * a->T * heads * (a->hd / 2), row = (size_t)(a->NH + 2 * a->NKV) * a->hd;
+    rope_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)a->qkv, a->cos_tab, a->sin_tab, a->T, heads, row,
+                                                                a->hd, backward ? -1.0f : 1.0f, n);
+    ZINF_CUDA_LAUNCHED("rope_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool backward) {
+    if (a->B <= 0 || a->T <= 0 || a->hd < 2) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "rope", rope_t, st, a, backward);
 }
 
 // ---- cross-entropy ----

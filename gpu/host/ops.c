@@ -102,6 +102,63 @@ static zinf_status layernorm_bwd(zinf_dtype dt, const op_layernorm *a, host_scra
     return ZINF_OK;
 }
 
+// ---- RMSNorm ----
+
+// v as dt stores it, widened back.
+static float rounded(zinf_dtype dt, float v) {
+    switch (dt) {
+    case ZINF_DTYPE_BF16: return bf16_to_f32(f32_to_bf16(v));
+    case ZINF_DTYPE_F16: return f16_to_f32(f32_to_f16(v));
+    default: return v;
+    }
+}
+
+static zinf_status rmsnorm_fwd(zinf_dtype dt, const op_layernorm *a, host_scratch *s) {
+    int C = a->C;
+    SCRATCH(x, 0, C);
+    SCRATCH(w, 1, C);
+    ld_row(w, a->w, dt, 0, C);
+    for (int r = 0; r < a->rows; r++) {
+        ld_row(x, a->x, dt, (size_t)r * C, C);
+        float ss = 0.0f;
+        for (int i = 0; i < C; i++)
+            ss += x[i] * x[i];
+        float rs = 1.0f / sqrtf(ss / C + a->eps);
+        for (int i = 0; i < C; i++)
+            x[i] = w[i] * rounded(dt, x[i] * rs);
+        st_row(a->out, dt, (size_t)r * C, x, C);
+        a->rstd[r] = rs;
+    }
+    return ZINF_OK;
+}
+
+// dx = rstd (dn - n mean(dn n)), dn = w dout; dw += sum over rows of dout n.
+static zinf_status rmsnorm_bwd(zinf_dtype dt, const op_layernorm *a, host_scratch *s) {
+    int C = a->C;
+    SCRATCH(x, 0, C);
+    SCRATCH(w, 1, C);
+    SCRATCH(dout, 2, C);
+    SCRATCH(dw, 3, C);
+    memset(dw, 0, (size_t)C * sizeof *dw);
+    ld_row(w, a->w, dt, 0, C);
+    for (int r = 0; r < a->rows; r++) {
+        ld_row(x, a->x, dt, (size_t)r * C, C);
+        ld_row(dout, a->dout, dt, (size_t)r * C, C);
+        float rs = a->rstd[r], dnn = 0.0f;
+        for (int i = 0; i < C; i++)
+            dnn += w[i] * dout[i] * (x[i] * rs);
+        dnn /= C;
+        for (int i = 0; i < C; i++) {
+            float n = x[i] * rs;
+            dw[i] += dout[i] * n;
+            x[i] = rs * (w[i] * dout[i] - n * dnn);
+        }
+        st_row(a->dx, dt, (size_t)r * C, x, C);
+    }
+    add_row(a->dw, dt, 0, dw, C);
+    return ZINF_OK;
+}
+
 // ---- elementwise ----
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
@@ -123,6 +180,33 @@ static void gelu_bwd(zinf_dtype dt, const op_elementwise *a) {
     }
 }
 
+// ---- SwiGLU ----
+// Element j of row r: gate gu[r][j], up gu[r][F + j]. The backward reads both before
+// it writes both, so dgu may be gu.
+
+static float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+static void swiglu_fwd(zinf_dtype dt, const op_elementwise *e) {
+    size_t F = (size_t)e->cols;
+    for (size_t r = 0; r < e->n; r++)
+        for (size_t j = 0; j < F; j++) {
+            float g = dt_load(e->a, dt, 2 * F * r + j), u = dt_load(e->a, dt, 2 * F * r + F + j);
+            dt_store(e->out, dt, F * r + j, g * sigmoid(g) * u);
+        }
+}
+
+static void swiglu_bwd(zinf_dtype dt, const op_elementwise *e) {
+    size_t F = (size_t)e->cols;
+    for (size_t r = 0; r < e->n; r++)
+        for (size_t j = 0; j < F; j++) {
+            size_t at = 2 * F * r + j;
+            float g = dt_load(e->a, dt, at), u = dt_load(e->a, dt, at + F), d = dt_load(e->b, dt, F * r + j);
+            float sg = sigmoid(g);
+            dt_store(e->out, dt, at, d * u * (sg * (1.0f + g * (1.0f - sg))));
+            dt_store(e->out, dt, at + F, d * (g * sg));
+        }
+}
+
 static zinf_status bias_grad(zinf_dtype dt, const op_elementwise *a, host_scratch *s) {
     int cols = a->cols;
     SCRATCH(sum, 0, cols);
@@ -137,32 +221,68 @@ static zinf_status bias_grad(zinf_dtype dt, const op_elementwise *a, host_scratc
     return ZINF_OK;
 }
 
-// ---- attention ----
-// Per (batch, head): q, k, v of the head widened into T x hs fp32 rows, then row by
-// row over the causal prefix.
+// ---- rotary embedding ----
+// The backward turns by the opposite angle: sin negated, which is exact.
 
-typedef struct head_view {
-    float *q, *k, *v; // T x hs each
-} head_view;
-
-static void load_head(const zinf_attention_args *a, int b, int h, head_view *hv) {
-    int T = a->T, C = a->C, hs = C / a->NH;
-    for (int t = 0; t < T; t++) {
-        size_t base = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
-        ld_row(hv->q + (size_t)t * hs, a->qkv, a->dt, base, hs);
-        ld_row(hv->k + (size_t)t * hs, a->qkv, a->dt, base + C, hs);
-        ld_row(hv->v + (size_t)t * hs, a->qkv, a->dt, base + 2 * (size_t)C, hs);
-    }
+static void rope(zinf_dtype dt, const op_rope *a, bool backward) {
+    int half = a->hd / 2, heads = a->NH + a->NKV;
+    size_t row = (size_t)(a->NH + 2 * a->NKV) * a->hd;
+    float sign = backward ? -1.0f : 1.0f;
+    for (int b = 0; b < a->B; b++)
+        for (int t = 0; t < a->T; t++) {
+            const float *c = a->cos_tab + (size_t)t * half, *sn = a->sin_tab + (size_t)t * half;
+            for (int h = 0; h < heads; h++) {
+                size_t base = ((size_t)b * a->T + t) * row + (size_t)h * a->hd;
+                for (int i = 0; i < half; i++) {
+                    float x1 = dt_load(a->qkv, dt, base + i), x2 = dt_load(a->qkv, dt, base + half + i);
+                    float si = sign * sn[i];
+                    dt_store(a->qkv, dt, base + i, x1 * c[i] - x2 * si);
+                    dt_store(a->qkv, dt, base + half + i, x2 * c[i] + x1 * si);
+                }
+            }
+        }
 }
 
-// Scaled scores of row t against keys 0..t into p; returns their maximum.
-static float scores(const head_view *hv, int t, int hs, float scale, float *p) {
+// ---- attention ----
+// Per (batch, kv head): its k and v widened into T x hd fp32 rows, then for each query
+// head of its group the q rows, row by row over the keys the query sees.
+
+typedef struct head_view {
+    float *q, *k, *v; // T x hd each: a query head, and its kv head
+} head_view;
+
+// The T rows of hd channels at channel off of each token of batch item b into dst.
+static void load_rows(const zinf_attention_args *a, int b, size_t off, float *dst) {
+    int T = a->T, hd = a->hd;
+    size_t row = (size_t)(a->NH + 2 * a->NKV) * hd;
+    for (int t = 0; t < T; t++)
+        ld_row(dst + (size_t)t * hd, a->qkv, a->dt, ((size_t)b * T + t) * row + off, hd);
+}
+
+// The inverse of load_rows, into dqkv.
+static void store_rows(const zinf_attention_args *a, int b, size_t off, const float *src) {
+    int T = a->T, hd = a->hd;
+    size_t row = (size_t)(a->NH + 2 * a->NKV) * hd;
+    for (int t = 0; t < T; t++)
+        st_row(a->dqkv, a->dt, ((size_t)b * T + t) * row + off, src + (size_t)t * hd, hd);
+}
+
+static void load_kv(const zinf_attention_args *a, int b, int g, head_view *hv) {
+    load_rows(a, b, (size_t)(a->NH + g) * a->hd, hv->k);
+    load_rows(a, b, (size_t)(a->NH + a->NKV + g) * a->hd, hv->v);
+}
+
+// The first key query t sees.
+static int first_key(int t, int window) { return window > 0 && t >= window ? t - window + 1 : 0; }
+
+// Scaled scores of row t against keys lo..t into p; returns their maximum.
+static float scores(const head_view *hv, int t, int lo, int hd, float scale, float *p) {
     float mx = -INFINITY;
-    const float *q = hv->q + (size_t)t * hs;
-    for (int j = 0; j <= t; j++) {
-        const float *k = hv->k + (size_t)j * hs;
+    const float *q = hv->q + (size_t)t * hd;
+    for (int j = lo; j <= t; j++) {
+        const float *k = hv->k + (size_t)j * hd;
         float dot = 0.0f;
-        for (int i = 0; i < hs; i++)
+        for (int i = 0; i < hd; i++)
             dot += q[i] * k[i];
         p[j] = dot * scale;
         if (p[j] > mx) mx = p[j];
@@ -171,83 +291,91 @@ static float scores(const head_view *hv, int t, int hs, float scale, float *p) {
 }
 
 static zinf_status attention_fwd(const zinf_attention_args *a, host_scratch *s) {
-    int T = a->T, C = a->C, NH = a->NH, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    SCRATCH(qkv, 0, 3 * (size_t)T * hs);
+    int T = a->T, C = a->C, NH = a->NH, hd = a->hd, group = NH / a->NKV;
+    float scale = 1.0f / sqrtf((float)hd);
+    SCRATCH(qkv, 0, 3 * (size_t)T * hd);
     SCRATCH(p, 1, T);
-    SCRATCH(o, 2, hs);
-    head_view hv = {qkv, qkv + (size_t)T * hs, qkv + 2 * (size_t)T * hs};
+    SCRATCH(o, 2, hd);
+    head_view hv = {qkv, qkv + (size_t)T * hd, qkv + 2 * (size_t)T * hd};
     for (int b = 0; b < a->B; b++) {
         for (int h = 0; h < NH; h++) {
-            load_head(a, b, h, &hv);
+            if (h % group == 0) load_kv(a, b, h / group, &hv);
+            load_rows(a, b, (size_t)h * hd, hv.q);
             for (int t = 0; t < T; t++) {
-                float mx = scores(&hv, t, hs, scale, p), sum = 0.0f;
-                for (int j = 0; j <= t; j++) {
+                int lo = first_key(t, a->window);
+                float mx = scores(&hv, t, lo, hd, scale, p), sum = 0.0f;
+                for (int j = lo; j <= t; j++) {
                     p[j] = expf(p[j] - mx);
                     sum += p[j];
                 }
                 float inv = 1.0f / sum;
-                memset(o, 0, (size_t)hs * sizeof *o);
-                for (int j = 0; j <= t; j++) {
+                memset(o, 0, (size_t)hd * sizeof *o);
+                for (int j = lo; j <= t; j++) {
                     float pj = p[j] * inv;
-                    const float *v = hv.v + (size_t)j * hs;
-                    for (int i = 0; i < hs; i++)
+                    const float *v = hv.v + (size_t)j * hd;
+                    for (int i = 0; i < hd; i++)
                         o[i] += pj * v[i];
                 }
                 a->lse[((size_t)b * NH + h) * T + t] = mx + logf(sum);
-                st_row(a->out, a->dt, ((size_t)b * T + t) * C + (size_t)h * hs, o, hs);
+                st_row(a->out, a->dt, ((size_t)b * T + t) * C + (size_t)h * hd, o, hd);
             }
         }
     }
     return ZINF_OK;
 }
 
+// dk and dv of a kv head sum over the query heads of its group, in head order.
 static zinf_status attention_bwd(const zinf_attention_args *a, host_scratch *s) {
-    int T = a->T, C = a->C, NH = a->NH, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    SCRATCH(qkv, 0, 3 * (size_t)T * hs);
-    SCRATCH(dqkv, 1, 3 * (size_t)T * hs);
+    int T = a->T, C = a->C, NH = a->NH, hd = a->hd, group = NH / a->NKV;
+    float scale = 1.0f / sqrtf((float)hd);
+    SCRATCH(qkv, 0, 3 * (size_t)T * hd);
+    SCRATCH(dqkv, 1, 3 * (size_t)T * hd);
     SCRATCH(p, 2, 2 * (size_t)T);
-    SCRATCH(dout, 3, hs);
+    SCRATCH(dout, 3, hd);
     float *dp = p + T;
-    head_view hv = {qkv, qkv + (size_t)T * hs, qkv + 2 * (size_t)T * hs};
-    float *dq = dqkv, *dk = dqkv + (size_t)T * hs, *dv = dqkv + 2 * (size_t)T * hs;
+    head_view hv = {qkv, qkv + (size_t)T * hd, qkv + 2 * (size_t)T * hd};
+    float *dq = dqkv, *dk = dqkv + (size_t)T * hd, *dv = dqkv + 2 * (size_t)T * hd;
     for (int b = 0; b < a->B; b++) {
         for (int h = 0; h < NH; h++) {
-            load_head(a, b, h, &hv);
-            memset(dqkv, 0, 3 * (size_t)T * hs * sizeof *dqkv);
+            if (h % group == 0) {
+                load_kv(a, b, h / group, &hv);
+                memset(dk, 0, 2 * (size_t)T * hd * sizeof *dk);
+            }
+            load_rows(a, b, (size_t)h * hd, hv.q);
+            memset(dq, 0, (size_t)T * hd * sizeof *dq);
             for (int t = 0; t < T; t++) {
+                int lo = first_key(t, a->window);
                 float lse = a->lse[((size_t)b * NH + h) * T + t];
-                scores(&hv, t, hs, scale, p);
-                ld_row(dout, a->dout, a->dt, ((size_t)b * T + t) * C + (size_t)h * hs, hs);
+                scores(&hv, t, lo, hd, scale, p);
+                ld_row(dout, a->dout, a->dt, ((size_t)b * T + t) * C + (size_t)h * hd, hd);
                 float D = 0.0f;
-                for (int j = 0; j <= t; j++) {
+                for (int j = lo; j <= t; j++) {
                     p[j] = expf(p[j] - lse);
-                    const float *v = hv.v + (size_t)j * hs;
+                    const float *v = hv.v + (size_t)j * hd;
                     float d = 0.0f;
-                    for (int i = 0; i < hs; i++)
+                    for (int i = 0; i < hd; i++)
                         d += dout[i] * v[i];
                     dp[j] = d;
                     D += p[j] * d;
                 }
-                const float *q = hv.q + (size_t)t * hs;
-                float *dqt = dq + (size_t)t * hs;
-                for (int j = 0; j <= t; j++) {
+                const float *q = hv.q + (size_t)t * hd;
+                float *dqt = dq + (size_t)t * hd;
+                for (int j = lo; j <= t; j++) {
                     float ds = p[j] * (dp[j] - D) * scale;
-                    const float *k = hv.k + (size_t)j * hs;
-                    float *dkj = dk + (size_t)j * hs, *dvj = dv + (size_t)j * hs;
-                    for (int i = 0; i < hs; i++) {
+                    const float *k = hv.k + (size_t)j * hd;
+                    float *dkj = dk + (size_t)j * hd, *dvj = dv + (size_t)j * hd;
+                    for (int i = 0; i < hd; i++) {
                         dqt[i] += ds * k[i];
                         dkj[i] += ds * q[i];
                         dvj[i] += p[j] * dout[i];
                     }
                 }
             }
-            for (int t = 0; t < T; t++) {
-                size_t base = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
-                st_row(a->dqkv, a->dt, base, dq + (size_t)t * hs, hs);
-                st_row(a->dqkv, a->dt, base + C, dk + (size_t)t * hs, hs);
-                st_row(a->dqkv, a->dt, base + 2 * (size_t)C, dv + (size_t)t * hs, hs);
+            store_rows(a, b, (size_t)h * hd, dq);
+            if (h % group == group - 1) {
+                int g = h / group;
+                store_rows(a, b, (size_t)(NH + g) * hd, dk);
+                store_rows(a, b, (size_t)(NH + a->NKV + g) * hd, dv);
             }
         }
     }
@@ -333,8 +461,14 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
     case OP_BIAS_GRAD: return bias_grad(dt, e, s);
     case OP_LAYERNORM_FWD: return layernorm_fwd(dt, &op->u.ln, s);
     case OP_LAYERNORM_BWD: return layernorm_bwd(dt, &op->u.ln, s);
+    case OP_RMSNORM_FWD: return rmsnorm_fwd(dt, &op->u.ln, s);
+    case OP_RMSNORM_BWD: return rmsnorm_bwd(dt, &op->u.ln, s);
     case OP_GELU_FWD: gelu_fwd(dt, e); return ZINF_OK;
     case OP_GELU_BWD: gelu_bwd(dt, e); return ZINF_OK;
+    case OP_SWIGLU_FWD: swiglu_fwd(dt, e); return ZINF_OK;
+    case OP_SWIGLU_BWD: swiglu_bwd(dt, e); return ZINF_OK;
+    case OP_ROPE_FWD: rope(dt, &op->u.rope, false); return ZINF_OK;
+    case OP_ROPE_BWD: rope(dt, &op->u.rope, true); return ZINF_OK;
     case OP_ATTENTION_FWD: return attention_fwd(&op->u.attn, s);
     case OP_ATTENTION_BWD: return attention_bwd(&op->u.attn, s);
     case OP_CROSS_ENTROPY: return cross_entropy(dt, &op->u.xent, s);

@@ -153,8 +153,8 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, &m->logits, BT * (size_t)s->vocab_size, es, "activations: logits"));
     ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
-    size_t ws = zinf_backend_attention_workspace(m->dev ? zinf_device_get_caps(m->dev)->backend : m->backend,
-                                                 m->p.dtype, m->p.batch, m->p.seq_len, s->n_embd, s->n_head);
+    zinf_attention_args at = {.dt = m->p.dtype, .B = m->p.batch, .T = m->p.seq_len, .C = s->n_embd, .NH = s->n_head};
+    size_t ws = zinf_backend_attention_workspace(m->dev ? zinf_device_get_caps(m->dev)->backend : m->backend, &at);
     if (ws) ZINF_CHECK(dalloc(m, &m->att_ws, ws, 1, "attention workspace"));
     if (!m->p.training) return ZINF_OK;
     ZINF_CHECK(dalloc(m, &m->dres, BT * C, es, "gradients: residual"));

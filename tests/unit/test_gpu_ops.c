@@ -194,6 +194,46 @@ static void test_layernorm(zinf_dtype dt) {
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(ref), free(rgx);
 }
 
+// Rows of small values, so that eps weighs in rstd (7% here), as Llama's RMSNorm.
+static void test_rmsnorm(zinf_dtype dt) {
+    enum { R = 9, C = 45 };
+    size_t n = (size_t)R * C;
+    const float eps = 1e-5f;
+    float *x = randv(dt, n, 0.02), *w = randv(dt, C, 1), *dy = randv(dt, n, 1), *dw0 = randv(dt, C, 1);
+    void *dx_ = dev_of(dt, x, n), *dw_ = dev_of(dt, w, C), *ddy = dev_of(dt, dy, n), *gw = dev_of(dt, dw0, C);
+    void *out = dev_poisoned(n * zinf_dtype_size(dt)), *gx = dev_poisoned(n * zinf_dtype_size(dt));
+    float *rstd = dev_poisoned(R * 4);
+    TRY(zinf_rmsnorm_fwd(S, dt, out, rstd, dx_, dw_, R, C, eps));
+    TRY(zinf_rmsnorm_bwd(S, dt, gx, gw, ddy, dx_, dw_, rstd, R, C));
+    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), rr[R], rgw[C];
+    for (int j = 0; j < C; j++)
+        rgw[j] = dw0[j];
+    for (int i = 0; i < R; i++) {
+        const float *xr = x + (size_t)i * C, *g = dy + (size_t)i * C;
+        double ss = 0, dnn = 0;
+        for (int j = 0; j < C; j++)
+            ss += (double)xr[j] * xr[j];
+        double rs = 1 / sqrt(ss / C + eps);
+        rr[i] = rs;
+        for (int j = 0; j < C; j++) {
+            double xn = xr[j] * rs;
+            ref[(size_t)i * C + j] = w[j] * (double)rounded(dt, (float)xn); // n in dt, then the weight
+            dnn += g[j] * w[j] * xn;
+            rgw[j] += g[j] * xn;
+        }
+        for (int j = 0; j < C; j++)
+            rgx[(size_t)i * C + j] = rs * (g[j] * w[j] - xr[j] * rs * dnn / C);
+    }
+    compare("rmsnorm", dt, out, ref, n);
+    compare_f32("rmsnorm rstd", rstd, rr, R, 1e-5);
+    compare("rmsnorm backward dx", dt, gx, rgx, n);
+    compare("rmsnorm backward dw", dt, gw, rgw, C);
+    void *bufs[] = {dx_, dw_, ddy, gw, out, gx, rstd};
+    for (size_t i = 0; i < LEN(bufs); i++)
+        zinf_device_free(dev, bufs[i]);
+    free(x), free(w), free(dy), free(dw0), free(ref), free(rgx);
+}
+
 // ---- elementwise ----
 
 static void test_elementwise(zinf_dtype dt) {
@@ -231,6 +271,36 @@ static void test_elementwise(zinf_dtype dt) {
     free(x), free(y), free(ref);
 }
 
+static double sigmoid_ref(double g) { return 1 / (1 + exp(-g)); }
+
+// The backward also in place (dgu over gu), as a model saves the memory.
+static void test_swiglu(zinf_dtype dt) {
+    enum { R = 7, F = 37 };
+    size_t ng = (size_t)R * 2 * F, no = (size_t)R * F;
+    float *gu = randv(dt, ng, 4), *dy = randv(dt, no, 1);
+    void *dgu_in = dev_of(dt, gu, ng), *ddy = dev_of(dt, dy, no), *inplace = dev_of(dt, gu, ng);
+    void *out = dev_poisoned(no * zinf_dtype_size(dt)), *dgu = dev_poisoned(ng * zinf_dtype_size(dt));
+    TRY(zinf_swiglu_fwd(S, dt, out, dgu_in, R, F));
+    TRY(zinf_swiglu_bwd(S, dt, dgu, dgu_in, ddy, R, F));
+    TRY(zinf_swiglu_bwd(S, dt, inplace, inplace, ddy, R, F));
+    double *ro = malloc(no * sizeof *ro), *rg = malloc(ng * sizeof *rg);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < F; j++) {
+            double g = gu[(size_t)r * 2 * F + j], u = gu[(size_t)r * 2 * F + F + j], d = dy[(size_t)r * F + j];
+            double sg = sigmoid_ref(g);
+            ro[(size_t)r * F + j] = g * sg * u;
+            rg[(size_t)r * 2 * F + j] = d * u * sg * (1 + g * (1 - sg));
+            rg[(size_t)r * 2 * F + F + j] = d * g * sg;
+        }
+    compare("swiglu", dt, out, ro, no);
+    compare("swiglu backward", dt, dgu, rg, ng);
+    compare("swiglu backward in place", dt, inplace, rg, ng);
+    void *bufs[] = {dgu_in, ddy, inplace, out, dgu};
+    for (size_t i = 0; i < LEN(bufs); i++)
+        zinf_device_free(dev, bufs[i]);
+    free(gu), free(dy), free(ro), free(rg);
+}
+
 static void test_cast(zinf_dtype from, zinf_dtype to) {
     size_t n = 515;
     float *x = randv(from, n, 100);
@@ -263,66 +333,154 @@ static void test_sumsq(zinf_dtype dt) {
     zinf_device_free(dev, dx), zinf_device_free(dev, out), free(x);
 }
 
+// ---- rotary embedding ----
+
+// The packed qkv with every q and k head of x turned by +angle (sign 1) or -angle (-1),
+// the v heads as they were.
+static void rope_ref(double *y, const float *x, const float *cs, const float *sn, int B, int T, int NH, int NKV, int hd,
+                     double sign) {
+    int half = hd / 2;
+    size_t row = (size_t)(NH + 2 * NKV) * hd;
+    for (size_t i = 0; i < (size_t)B * T * row; i++)
+        y[i] = x[i];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH + NKV; h++)
+                for (int i = 0; i < half; i++) {
+                    size_t at = ((size_t)b * T + t) * row + (size_t)h * hd + i;
+                    double c = cs[t * half + i], s = sign * sn[t * half + i];
+                    y[at] = x[at] * c - x[at + half] * s;
+                    y[at + half] = x[at + half] * c + x[at] * s;
+                }
+}
+
+// Tables as transformers makes them (fp32 inverse frequencies and angles); then the
+// backward of a random gradient, and the backward undoing the forward.
+static void test_rope(zinf_dtype dt) {
+    enum { B = 2, T = 11, NH = 4, NKV = 2, HD = 10 };
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HD;
+    float cs[T * HD / 2], sn[T * HD / 2];
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < HD / 2; i++) {
+            float inv = 1.0f / powf(10000.0f, (float)(2 * i) / HD), ang = (float)t * inv;
+            cs[t * HD / 2 + i] = cosf(ang), sn[t * HD / 2 + i] = sinf(ang);
+        }
+    float *x = randv(dt, n, 2), *g = randv(dt, n, 1);
+    void *dx = dev_of(dt, x, n), *dg = dev_of(dt, g, n);
+    float *dcs = to_device(dev, S, cs, sizeof cs), *dsn = to_device(dev, S, sn, sizeof sn);
+    double *ref = malloc(n * sizeof *ref), *orig = malloc(n * sizeof *orig);
+    TRY(zinf_rope_fwd(S, dt, dx, dcs, dsn, B, T, NH, NKV, HD));
+    rope_ref(ref, x, cs, sn, B, T, NH, NKV, HD, 1);
+    compare("rope", dt, dx, ref, n);
+    TRY(zinf_rope_bwd(S, dt, dg, dcs, dsn, B, T, NH, NKV, HD));
+    rope_ref(ref, g, cs, sn, B, T, NH, NKV, HD, -1);
+    compare("rope backward", dt, dg, ref, n);
+    TRY(zinf_rope_bwd(S, dt, dx, dcs, dsn, B, T, NH, NKV, HD));
+    for (size_t i = 0; i < n; i++)
+        orig[i] = x[i];
+    compare("rope backward of forward", dt, dx, orig, n);
+    zinf_device_free(dev, dx), zinf_device_free(dev, dg), zinf_device_free(dev, dcs), zinf_device_free(dev, dsn);
+    free(x), free(g), free(ref), free(orig);
+}
+
 // ---- attention ----
 
-static void test_attention(zinf_dtype dt) {
-    int B = 2, T = 13, C = 24, NH = 3, hs = C / NH;
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+// GPT-2's multi-head attention (NKV and hd left 0: NH and C / NH), and grouped-query
+// heads, with a sliding window shorter than the sequence or not.
+static void test_attention(zinf_dtype dt, int NH, int NKV, int hd, int window) {
+    enum { B = 2, T = 13 };
+    int nkv = NKV ? NKV : NH, hs = hd ? hd : 24 / NH, C = NH * hs, G = NH / nkv;
+    size_t row = (size_t)(NH + 2 * nkv) * hs, nq = (size_t)B * T * row, no = (size_t)B * T * C;
     float *qkv = randv(dt, nq, 1), *dout = randv(dt, no, 1);
     void *dq = dev_of(dt, qkv, nq), *ddo = dev_of(dt, dout, no), *out = dev_poisoned(no * zinf_dtype_size(dt));
     void *dqkv = dev_poisoned(nq * zinf_dtype_size(dt));
     float *lse = dev_poisoned((size_t)B * NH * T * 4);
-    size_t wsb = zinf_attention_workspace(dev, dt, B, T, C, NH);
-    void *ws = wsb ? dev_poisoned(wsb) : NULL;
-    zinf_attention_args a = {.dt = dt, .B = B, .T = T, .C = C, .NH = NH, .qkv = dq, .out = out, .lse = lse,
-                             .dqkv = dqkv, .dout = ddo, .ws = ws};
+    zinf_attention_args a = {.dt = dt, .B = B, .T = T, .C = C, .NH = NH, .NKV = NKV, .hd = hd, .window = window,
+                             .qkv = dq, .out = out, .lse = lse, .dqkv = dqkv, .dout = ddo};
+    size_t wsb = zinf_attention_workspace(dev, &a);
+    a.ws = wsb ? dev_poisoned(wsb) : NULL;
     TRY(zinf_attention_fwd(S, &a));
     TRY(zinf_attention_bwd(S, &a));
     double *ro = calloc(no, sizeof *ro), *rg = calloc(nq, sizeof *rg), *rl = calloc((size_t)B * NH * T, sizeof *rl);
-    double p[13], dp[13], sc = 1 / sqrt(hs);
-#define Q(b, t, h, i) qkv[((size_t)(b) * T + (t)) * 3 * C + (size_t)(h) * hs + (i)]
-#define K(b, t, h, i) qkv[((size_t)(b) * T + (t)) * 3 * C + C + (size_t)(h) * hs + (i)]
-#define VV(b, t, h, i) qkv[((size_t)(b) * T + (t)) * 3 * C + 2 * C + (size_t)(h) * hs + (i)]
+    double p[T], dp[T], sc = 1 / sqrt(hs);
+#define AT(b, t, h, i) (((size_t)(b) * T + (t)) * row + (size_t)(h) * hs + (i)) // head h of the packed row
+#define Q(b, t, h, i) qkv[AT(b, t, h, i)]
+#define K(b, t, g, i) qkv[AT(b, t, NH + (g), i)]
+#define VV(b, t, g, i) qkv[AT(b, t, NH + nkv + (g), i)]
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
+                int g = h / G, lo = window && t >= window ? t - window + 1 : 0;
                 double mx = -INFINITY, sum = 0, D = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = lo; j <= t; j++) {
                     double s = 0;
                     for (int i = 0; i < hs; i++)
-                        s += (double)Q(b, t, h, i) * K(b, j, h, i);
+                        s += (double)Q(b, t, h, i) * K(b, j, g, i);
                     p[j] = s * sc;
                     mx = fmax(mx, p[j]);
                 }
-                for (int j = 0; j <= t; j++)
+                for (int j = lo; j <= t; j++)
                     sum += exp(p[j] - mx);
                 rl[((size_t)b * NH + h) * T + t] = mx + log(sum);
-                const float *g = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
-                for (int j = 0; j <= t; j++) {
+                const float *gr = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+                for (int j = lo; j <= t; j++) {
                     p[j] = exp(p[j] - mx) / sum;
                     dp[j] = 0;
                     for (int i = 0; i < hs; i++) {
-                        ro[((size_t)b * T + t) * C + (size_t)h * hs + i] += p[j] * VV(b, j, h, i);
-                        dp[j] += (double)g[i] * VV(b, j, h, i);
+                        ro[((size_t)b * T + t) * C + (size_t)h * hs + i] += p[j] * VV(b, j, g, i);
+                        dp[j] += (double)gr[i] * VV(b, j, g, i);
                     }
                     D += p[j] * dp[j];
                 }
-                for (int j = 0; j <= t; j++) {
+                for (int j = lo; j <= t; j++) {
                     double ds = p[j] * (dp[j] - D) * sc;
                     for (int i = 0; i < hs; i++) {
-                        rg[((size_t)b * T + t) * 3 * C + (size_t)h * hs + i] += ds * K(b, j, h, i);
-                        rg[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs + i] += ds * Q(b, t, h, i);
-                        rg[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs + i] += p[j] * g[i];
+                        rg[AT(b, t, h, i)] += ds * K(b, j, g, i);
+                        rg[AT(b, j, NH + g, i)] += ds * Q(b, t, h, i);
+                        rg[AT(b, j, NH + nkv + g, i)] += p[j] * gr[i];
                     }
                 }
             }
-    compare("attention", dt, out, ro, no);
-    compare_f32("attention lse", lse, rl, (size_t)B * NH * T, dt == ZINF_DTYPE_F32 ? 1e-5 : 1e-4);
-    compare("attention backward", dt, dqkv, rg, nq);
-    void *bufs[] = {dq, ddo, out, dqkv, lse, ws};
+#undef AT
+#undef Q
+#undef K
+#undef VV
+    char what[96];
+    snprintf(what, sizeof what, "attention NH=%d NKV=%d hd=%d window=%d", NH, NKV, hd, window);
+    compare(what, dt, out, ro, no);
+    snprintf(what, sizeof what, "attention lse NH=%d NKV=%d hd=%d window=%d", NH, NKV, hd, window);
+    compare_f32(what, lse, rl, (size_t)B * NH * T, dt == ZINF_DTYPE_F32 ? 1e-5 : 1e-4);
+    snprintf(what, sizeof what, "attention backward NH=%d NKV=%d hd=%d window=%d", NH, NKV, hd, window);
+    compare(what, dt, dqkv, rg, nq);
+    void *bufs[] = {dq, ddo, out, dqkv, lse, a.ws};
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
     free(qkv), free(dout), free(ro), free(rg), free(rl);
+}
+
+// The front end refuses what the Llama family's ops cannot take, naming the argument.
+static void test_bad_args(void) {
+    void *x = (void *)256;
+    CHECK(zinf_rmsnorm_fwd(S, ZINF_DTYPE_F32, x, x, x, x, 2, 8, -1e-5f) == ZINF_ERR_INVAL, "rmsnorm eps < 0 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "eps");
+    CHECK(zinf_rmsnorm_bwd(S, ZINF_DTYPE_F32, x, NULL, x, x, x, x, 2, 8) == ZINF_ERR_INVAL, "rmsnorm no dw accepted");
+    CHECK_CONTAINS(zinf_last_error(), "dw");
+    CHECK(zinf_swiglu_fwd(S, ZINF_DTYPE_F32, x, x, 2, 0) == ZINF_ERR_INVAL, "swiglu F = 0 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "F must");
+    CHECK(zinf_rope_fwd(S, ZINF_DTYPE_BF16, x, x, x, 1, 4, 4, 2, 7) == ZINF_ERR_INVAL, "rope odd hd accepted");
+    CHECK_CONTAINS(zinf_last_error(), "hd");
+    zinf_attention_args a = {
+        .dt = ZINF_DTYPE_F32, .B = 1, .T = 4, .C = 32, .NH = 4, .NKV = 3, .qkv = x, .out = x, .lse = x, .ws = x};
+    CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_INVAL, "NKV not dividing NH accepted");
+    CHECK_CONTAINS(zinf_last_error(), "NKV");
+    a.NKV = 2, a.hd = 6;
+    CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_INVAL, "C other than NH * hd accepted");
+    CHECK_CONTAINS(zinf_last_error(), "NH * hd");
+    a.hd = 8, a.window = -1;
+    CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_INVAL, "negative window accepted");
+    CHECK_CONTAINS(zinf_last_error(), "window");
+    CHECK(zinf_attention_workspace(dev, &a) == 0, "a workspace for a bad shape");
+    TRY(zinf_stream_sync(S));
 }
 
 // ---- cross-entropy ----
@@ -453,15 +611,22 @@ int main(void) {
         }
         test_bias_grad(dt);
         test_layernorm(dt);
+        test_rmsnorm(dt);
         test_elementwise(dt);
+        test_swiglu(dt);
         test_sumsq(dt);
-        test_attention(dt);
+        test_rope(dt);
+        test_attention(dt, 3, 0, 0, 0);
+        test_attention(dt, 4, 2, 6, 0);
+        test_attention(dt, 6, 2, 5, 4);
+        test_attention(dt, 4, 1, 8, 13);
         test_cross_entropy(dt, false);
         test_cross_entropy(dt, true);
         test_embedding(dt);
         for (int j = 0; j < 3; j++)
             test_cast(dt, dts[j]);
     }
+    test_bad_args();
     for (int k = ZINF_OPTIM_ADAM; k <= ZINF_OPTIM_LION; k++) {
         test_optim(k, ZINF_DTYPE_F32, ZINF_DTYPE_NONE);
         test_optim(k, ZINF_DTYPE_BF16, ZINF_DTYPE_BF16);
