@@ -45,6 +45,7 @@ typedef struct zinf_zero_config {
     int64_t stage; // 0..3
     bool contiguous_gradients;
     bool reduce_scatter;
+    bool round_robin_gradients; // accepted; zinf's gradient path has no use for it
     int64_t reduce_bucket_size; // elements
     bool allgather_partitions;
     int64_t allgather_bucket_size; // elements
@@ -127,7 +128,12 @@ typedef struct zinf_model_config {
     char *init_from; // safetensors file, or NULL
 } zinf_model_config;
 
-typedef enum zinf_data_format { ZINF_DATA_TOKENS_U16 = 0, ZINF_DATA_TEXT_BYTES } zinf_data_format;
+typedef enum zinf_data_format {
+    ZINF_DATA_TOKENS_U16 = 0,
+    ZINF_DATA_TEXT_BYTES,
+    ZINF_DATA_TOKENS_U32,
+    ZINF_DATA_MEGATRON, // path: the .bin or the prefix of a Megatron-LM .bin / .idx pair
+} zinf_data_format;
 typedef enum zinf_sampling { ZINF_SAMPLING_RANDOM = 0, ZINF_SAMPLING_SEQUENTIAL } zinf_sampling;
 
 typedef struct zinf_data_config {
@@ -137,6 +143,10 @@ typedef struct zinf_data_config {
     int64_t seq_len; // default: model.block_size
     zinf_sampling sampling;
 } zinf_data_config;
+
+// The files of the Megatron dataset that data.path names: PREFIX.bin and PREFIX.idx for
+// a path PREFIX.bin or PREFIX. Both are malloc'd; the caller frees them.
+zinf_status zinf_data_megatron_files(const char *path, char **bin, char **idx);
 
 typedef struct zinf_device_config {
     zinf_backend backend;

@@ -177,15 +177,19 @@ zinf_status zinf_model_write_weights(const zinf_model *m, const char *path, zinf
 
 typedef struct zinf_tokens zinf_tokens;
 
-// tokens-u16 (an llm.c file with its 256 x int32 header is recognized by its magic)
-// or text-bytes (every byte a token).
+// tokens-u16 / tokens-u32: little-endian ids, headerless, or behind llm.c's 256 x int32
+// header (recognized by its magic; its token count must match the file's size).
+// text-bytes: every byte a token. megatron: path names PREFIX.bin or PREFIX, and the
+// PREFIX.idx beside it is checked whole against the .bin; the tokens are the sequences
+// in index order. A header or index that disagrees with the files is ZINF_ERR_CORRUPT,
+// a file that is not of the format ZINF_ERR_INVAL, each naming the file and the fault.
 zinf_status zinf_tokens_open(zinf_tokens **out, const char *path, zinf_data_format format);
 void zinf_tokens_close(zinf_tokens *t); // NULL is a no-op
 int64_t zinf_tokens_count(const zinf_tokens *t);
 // Complete windows of seq_len + 1 tokens.
 int64_t zinf_tokens_windows(const zinf_tokens *t, int seq_len);
-// Window w as inputs and targets (seq_len each); ids >= vocab are an error naming the
-// file and the position.
+// Window w as inputs and targets (seq_len each); an id outside [0, vocab) is an error
+// naming the file and the position.
 zinf_status zinf_tokens_window(const zinf_tokens *t, int64_t w, int seq_len, int vocab, int32_t *inputs,
                                int32_t *targets);
 

@@ -53,12 +53,16 @@ static zinf_status check_swap_dir(const parse_ctx *ctx, const char *keypath, con
         *cut = '\0';
         cut = strrchr(parent, '/');
     }
-    if (!cut) snprintf(parent, sizeof parent, ".");
-    else if (cut == parent) parent[1] = '\0';
-    else *cut = '\0';
+    if (!cut)
+        snprintf(parent, sizeof parent, ".");
+    else if (cut == parent)
+        parent[1] = '\0';
+    else
+        *cut = '\0';
     if (stat(parent, &st) != 0)
-        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\": neither it nor its parent \"%s\" exists; create it or point %s "
-                                         "at an existing directory",
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: %s: \"%s\": neither it nor its parent \"%s\" exists; create it or point %s "
+                         "at an existing directory",
                          ctx->name, keypath, dir, parent, config_key_name(keypath));
     return check_dir(ctx, keypath, parent);
 }
@@ -110,10 +114,35 @@ static zinf_status model_rules(zinf_config *c, const parse_ctx *ctx) {
     return ZINF_OK;
 }
 
+zinf_status zinf_data_megatron_files(const char *path, char **bin, char **idx) {
+    size_t n = strlen(path);
+    // "PREFIX.bin" names the data file itself; anything else is the prefix both share.
+    if (n >= 4 && strcmp(path + n - 4, ".bin") == 0) n -= 4;
+    *bin = malloc(n + 5), *idx = malloc(n + 5);
+    if (!*bin || !*idx) {
+        free(*bin), free(*idx);
+        *bin = *idx = NULL;
+        return zinf_fail(ZINF_ERR_NOMEM, "data file %s: out of memory", path);
+    }
+    snprintf(*bin, n + 5, "%.*s.bin", (int)n, path);
+    snprintf(*idx, n + 5, "%.*s.idx", (int)n, path);
+    return ZINF_OK;
+}
+
 static zinf_status data_rules(zinf_config *c, const parse_ctx *ctx) {
     zinf_data_config *d = &c->data;
     if (!d->present) return ZINF_OK;
-    ZINF_CHECK(check_file(ctx, "data.path", d->path));
+    if (d->format == ZINF_DATA_MEGATRON) {
+        // data.path names the .bin or the prefix it shares with the .idx: both must be there.
+        char *bin, *idx;
+        ZINF_CHECK(zinf_data_megatron_files(d->path, &bin, &idx));
+        zinf_status st = check_file(ctx, "data.path", bin);
+        if (st == ZINF_OK) st = check_file(ctx, "data.path", idx);
+        free(bin), free(idx);
+        ZINF_CHECK(st);
+    } else {
+        ZINF_CHECK(check_file(ctx, "data.path", d->path));
+    }
     if (d->seq_len < 0) d->seq_len = c->model.present ? c->model.block_size : 1024;
     if (!c->model.present) return ZINF_OK;
     if (d->seq_len > c->model.block_size)
@@ -124,6 +153,12 @@ static zinf_status data_rules(zinf_config *c, const parse_ctx *ctx) {
                          "%s: model.vocab_size: %lld is too small for data.format \"text-bytes\" (every byte is a "
                          "token: at least 256)",
                          ctx->name, (long long)c->model.vocab_size);
+    // Not an error (the data may use part of the vocabulary), but likely the wrong format:
+    // nanoGPT and llm.c write uint32 ids once the vocabulary passes what uint16 holds.
+    if (d->format == ZINF_DATA_TOKENS_U16 && c->model.vocab_size > 65536)
+        ZINF_LOG_WARN("%s: model.vocab_size %lld is more than uint16 ids reach (65536); data.format \"tokens-u32\" "
+                      "holds larger ids",
+                      ctx->name, (long long)c->model.vocab_size);
     return ZINF_OK;
 }
 
@@ -180,6 +215,13 @@ static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
     zinf_zero_config *z = &c->zero;
     // DeepSpeed overlaps gradient reduction with backward by default in stage 3 only.
     if (!given(ctx, "zero_optimization.overlap_comm")) z->overlap_comm = z->stage == 3;
+    // DeepSpeed partitions gradients finely over the ranks with it so that their copies to
+    // host memory run in parallel (stages 1-2 with CPU offload); zinf reduces each bucket
+    // straight into the partition of the rank that owns it, so there is nothing to spread.
+    if (z->round_robin_gradients)
+        ZINF_LOG_INFO("%s: zero_optimization.round_robin_gradients has no effect in zinf: zinf reduces gradients "
+                      "bucket by bucket into each rank's partition already",
+                      ctx->name);
     ZINF_CHECK(offload_rules(ctx, "offload_optimizer", z->offload_optimizer.device, &z->offload_optimizer.nvme_path,
                              z->stage, 1));
     ZINF_CHECK(offload_rules(ctx, "offload_param", z->offload_param.device, &z->offload_param.nvme_path, z->stage, 3));

@@ -17,7 +17,7 @@ static const char *const optimizer_types[] = {"Adam", "AdamW", NULL};
 static const char *const scheduler_types[] = {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", NULL};
 static const char *const warmup_types[] = {"log", "linear", NULL};
 static const char *const presets[] = {"", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", NULL};
-static const char *const data_formats[] = {"tokens-u16", "text-bytes", NULL};
+static const char *const data_formats[] = {"tokens-u16", "text-bytes", "tokens-u32", "megatron", NULL};
 static const char *const samplings[] = {"random", "sequential", NULL};
 static const char *const backends[] = {"auto", "host", "cuda", NULL};
 
@@ -106,6 +106,7 @@ const key zinf_config_keys[] = {
     INT(ZO "stage", OFF(zero.stage), 0, 0, 3, 0),
     BOOL(ZO "contiguous_gradients", OFF(zero.contiguous_gradients), 1),
     BOOL(ZO "reduce_scatter", OFF(zero.reduce_scatter), 1),
+    BOOL(ZO "round_robin_gradients", OFF(zero.round_robin_gradients), 0), // no effect: see rules
     INT(ZO "reduce_bucket_size", OFF(zero.reduce_bucket_size), 5e8, 1, BIG, 0),
     BOOL(ZO "allgather_partitions", OFF(zero.allgather_partitions), 1),
     INT(ZO "allgather_bucket_size", OFF(zero.allgather_bucket_size), 5e8, 1, BIG, 0),
@@ -164,7 +165,6 @@ const key zinf_config_keys[] = {
     UNSUPPORTED(ZO "zero_hpz_partition_size", "1", NULL),
     UNSUPPORTED(ZO "mics_shard_size", "-1", NULL),
     UNSUPPORTED(ZO "mics_hierarchical_params_gather", "false", NULL),
-    UNSUPPORTED(ZO "round_robin_gradients", "false", NULL),
     UNSUPPORTED(ZO "elastic_checkpoint", "false", "zinf re-slices checkpoints for a new world size by itself"),
     UNSUPPORTED(ZO "load_from_fp32_weights", "true", "zinf checkpoints always hold the fp32 master weights"),
     UNSUPPORTED(ZO "legacy_stage1", "false", NULL),
@@ -237,6 +237,7 @@ const key zinf_config_keys[] = {
     SWITCHED_OFF("autotuning"),
     SWITCHED_OFF("data_efficiency"),
     SWITCHED_OFF("curriculum_learning"),
+    UNSUPPORTED("hybrid_engine", "{\"enabled\": false}", "zinf has no hybrid (RLHF generation) engine"),
     INERT("zero_allow_untested_optimizer", "zinf builds its optimizer from the optimizer section"),
     INERT("zero_force_ds_cpu_optimizer", "zinf builds its optimizer from the optimizer section"),
 

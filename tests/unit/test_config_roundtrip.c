@@ -43,6 +43,17 @@ static const char *const ds_examples[] = {
     "\"contiguous_memory_optimization\": false, \"number_checkpoints\": null, \"synchronize_checkpoint_boundary\": "
     "false, \"profile\": false }, "
     "\"tensorboard\": { \"enabled\": false, \"output_path\": \"log/\" } }",
+    // DeepSpeed-Chat's training config (get_train_ds_config), with round_robin_gradients
+    // as DeepSpeed's stage 2 examples set it: both keys are accepted.
+    "{ \"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 4, \"steps_per_print\": 10, "
+    "\"zero_optimization\": { \"stage\": 2, \"offload_param\": { \"device\": \"none\" }, "
+    "\"offload_optimizer\": { \"device\": \"none\" }, \"stage3_param_persistence_threshold\": 1e4, "
+    "\"stage3_max_live_parameters\": 3e7, \"stage3_prefetch_bucket_size\": 3e7, \"memory_efficient_linear\": false, "
+    "\"round_robin_gradients\": true }, "
+    "\"fp16\": { \"enabled\": true, \"loss_scale_window\": 100 }, \"gradient_clipping\": 1.0, "
+    "\"prescale_gradients\": false, \"wall_clock_breakdown\": false, "
+    "\"hybrid_engine\": { \"enabled\": false, \"max_out_tokens\": 512, \"inference_tp_size\": 1, "
+    "\"release_inference_cache\": false, \"pin_parameters\": true, \"tp_gather_partition_size\": 8 } }",
 };
 
 static char dir[64];
@@ -82,6 +93,13 @@ static char *roundtrip(const char *text, int world) {
 static void logged(zinf_log_level level, int rank, const char *msg, void *user) {
     (void)rank;
     if (level <= ZINF_LOG_LEVEL_WARN) snprintf(user, 256, "%s", msg);
+}
+
+// Every line at INFO, appended.
+static void logged_info(zinf_log_level level, int rank, const char *msg, void *user) {
+    (void)rank;
+    size_t used = strlen(user);
+    if (level == ZINF_LOG_LEVEL_INFO) snprintf((char *)user + used, 1024 - used, "%s\n", msg);
 }
 
 int main(void) {
@@ -196,6 +214,45 @@ int main(void) {
     CHECK_CONTAINS(warning, "zero_optimization.offload_optimizer.nvme_path is unused");
     zinf_config_free(&c);
     zinf_log_set_callback(NULL, NULL);
+
+    // round_robin_gradients: true is said to change nothing, in one log line; false is
+    // DeepSpeed's default and says nothing.
+    char info[1024] = "";
+    zinf_log_level level = zinf_log_get_level();
+    zinf_log_set_level(ZINF_LOG_LEVEL_INFO);
+    zinf_log_set_callback(logged_info, info);
+    CHECK(parse(&c, ds_examples[6], 1) == ZINF_OK, "%s", zinf_last_error());
+    CHECK(c.zero.round_robin_gradients && c.zero.stage == 2 && c.fp16.loss_scale_window == 100, "DeepSpeed-Chat");
+    zinf_config_free(&c);
+    const char *rr = strstr(info, "zero_optimization.round_robin_gradients has no effect in zinf");
+    CHECK(rr && !strstr(strchr(rr, '\n'), "round_robin_gradients"), "one log line for round_robin_gradients:\n%s",
+          info);
+    info[0] = '\0';
+    CHECK(parse(&c, "{\"train_batch_size\": 1, \"zero_optimization\": {\"round_robin_gradients\": false}}", 1) ==
+              ZINF_OK,
+          "%s", zinf_last_error());
+    CHECK(!c.zero.round_robin_gradients && !strstr(info, "round_robin"), "false logged:\n%s", info);
+    zinf_config_free(&c);
+    zinf_log_set_callback(NULL, NULL);
+    zinf_log_set_level(level);
+
+    // A vocabulary past uint16 with uint16 data is likely the wrong format: a warning.
+    static const char *const fmts[] = {"tokens-u16", "tokens-u32"};
+    for (int i = 0; i < 2; i++) {
+        warning[0] = '\0';
+        zinf_log_set_callback(logged, warning);
+        snprintf(text, sizeof text,
+                 "{\"train_batch_size\": 1, \"model\": {\"n_layer\": 1, \"n_head\": 1, \"n_embd\": 8, "
+                 "\"vocab_size\": 128256}, \"data\": {\"path\": \"%s\", \"format\": \"%s\"}}",
+                 data, fmts[i]);
+        CHECK(zinf_config_parse(&c, text, "v", NULL) == ZINF_OK, "%s", zinf_last_error());
+        zinf_config_free(&c);
+        zinf_log_set_callback(NULL, NULL);
+        if (i == 0)
+            CHECK_CONTAINS(warning, "model.vocab_size 128256 is more than uint16 ids reach");
+        else
+            CHECK(!warning[0], "tokens-u32 warned: %s", warning);
+    }
 
     unlink(data);
     rmdir(dir);
