@@ -3,6 +3,8 @@
 //   ROOT/latest                     the name of the newest complete step directory
 //   ROOT/global_step<N>/meta.json   what the step directory holds (below)
 //   ROOT/global_step<N>/rank<R>.safetensors, R = 0 .. world_size - 1
+//   ROOT/global_step<N>/hf/         with stage3_gather_16bit_weights_on_model_save: the
+//                                   model as a Hugging Face directory (zinf_ckpt_export_dir)
 //
 // Rank R's file holds, for every module M of the model, elements [R * slice,
 // min((R + 1) * slice, numel)) of M's flat buffer (the parameters laid end to end at

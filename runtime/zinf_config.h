@@ -46,6 +46,7 @@ typedef struct zinf_zero_config {
     bool contiguous_gradients;
     bool reduce_scatter;
     bool round_robin_gradients; // accepted; zinf's gradient path has no use for it
+    bool gather_16bit_weights_on_model_save; // each save also writes the model as a Hugging Face directory
     int64_t reduce_bucket_size; // elements
     bool allgather_partitions;
     int64_t allgather_bucket_size; // elements

@@ -212,8 +212,23 @@ static zinf_status prepare(const char *root, const char *tmp) {
     return s;
 }
 
-// Rank 0, once every rank's file is synced: meta.json, the directory into place, then
-// latest.
+// zero_optimization.stage3_gather_16bit_weights_on_model_save: the whole model in its
+// training dtype (the 16-bit copy, or the fp32 master of an fp32 model) as a Hugging
+// Face directory hf/ inside the step directory, streamed back from the rank files just
+// written, so memory stays bounded and it is published with the rest.
+static zinf_status write_model(zinf_engine *e, const char *tmp) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/hf", tmp);
+    zinf_ckpt *ck;
+    ZINF_CHECK(zinf_ckpt_open(&ck, tmp));
+    zinf_status s = zinf_ckpt_export_dir(ck, p, e->dt == ZINF_DTYPE_F32 ? ZINF_CKPT_MASTER : ZINF_CKPT_PARAMS, e->dt,
+                                         5000000000ull); // save_pretrained's 5GB shards
+    zinf_ckpt_close(ck);
+    return s;
+}
+
+// Rank 0, once every rank's file is synced: meta.json (and the model directory), the
+// directory into place, then latest.
 static zinf_status publish(zinf_engine *e, const char *root, const char *tmp, const char *tag, int64_t data_position,
                            int64_t seed) {
     char p[PATH_MAX + 64], q[PATH_MAX + 64];
@@ -225,6 +240,7 @@ static zinf_status publish(zinf_engine *e, const char *root, const char *tmp, co
     zinf_status s = write_file(p, text, strlen(text));
     free(text);
     ZINF_CHECK(s);
+    if (e->cfg.zero.gather_16bit_weights_on_model_save) ZINF_CHECK(write_model(e, tmp));
     ZINF_CHECK(sync_dir(tmp));
     snprintf(p, sizeof p, "%s/%s", root, tag);
     struct stat sb;

@@ -3,7 +3,8 @@
 # file that Hugging Face's GPT2LMHeadModel.from_pretrained loads (PyTorch and the
 # safetensors package, offline), or a model directory (config.json, one file or shards
 # with their index, sharded as save_pretrained shards) that from_pretrained loads, with
-# GPT-2's names and shapes, whose fp32 values are
+# GPT-2's names and shapes; with stage3_gather_16bit_weights_on_model_save every step
+# directory holds such a directory of the bf16 model, whose fp32 values are
 # the engine's full master weights (their digest is the run's weights_digest) and
 # whose bf16 values are those rounded as PyTorch rounds; each tensor's checksum is
 # zlib's CRC-32. Memory stays bounded: a model 400 times larger raises the peak RSS by
@@ -24,7 +25,8 @@ cat > "$tmp/cfg.json" <<JSON
 {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "seed": 11, "steps": 4,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
  "bf16": {"enabled": true},
- "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme"},
+ "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true,
+   "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme"},
    "offload_param": {"device": "nvme", "nvme_path": "$tmp/nvme"}},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
  "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
@@ -134,6 +136,15 @@ def sharded(name, dtype):
     assert theirs == index["weight_map"], {k: (theirs.get(k), v) for k, v in index["weight_map"].items() if theirs.get(k) != v}
     return len(shards)
 shards = (sharded("sharded", torch.bfloat16), sharded("sharded32", torch.float32))
+# stage3_gather_16bit_weights_on_model_save: each step directory holds the model in bf16
+# (the engine's 16-bit copy, the master weights rounded) as a directory of its own.
+step = f"{tmp}/ck/global_step4/hf"
+assert sorted(os.listdir(step)) == ["config.json", "model.safetensors"], os.listdir(step)
+assert json.load(open(f"{step}/config.json"))["dtype"] == "bfloat16"
+saved = load_file(f"{step}/model.safetensors")
+assert set(saved) == set(want) and all(torch.equal(saved[k], v.to(torch.bfloat16)) for k, v in want.items())
+m = AutoModelForCausalLM.from_pretrained(step, dtype=torch.bfloat16)
+assert all(torch.equal(m.state_dict()[k], saved[k]) for k in saved)
 print(f"directories: one file, and %d (bf16) and %d (fp32) shards as save_pretrained makes them" % shards)
 PY
 expect 1 "$Z" consolidate "$tmp/ck" "$tmp/dir"
