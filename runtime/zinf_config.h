@@ -126,8 +126,15 @@ typedef struct zinf_model_config {
     bool present;
     zinf_model_preset preset;
     int64_t n_layer, n_head, n_embd, vocab_size, block_size;
-    char *init_from; // safetensors file, or NULL
+    char *init_from; // safetensors file or Hugging Face model directory, or NULL
 } zinf_model_config;
+
+// The model section a Hugging Face model directory implies (DIR/config.json, read as
+// transformers reads it, GPT2Config's defaults for what it leaves out): fills m's shape
+// where it is not given (< 0). A given value that differs, a model_type other than
+// "gpt2", or a GPT-2 zinf would compute differently (activation, layer-norm epsilon,
+// MLP width, an untied head, attention scaling) fails naming the file and the key.
+zinf_status zinf_config_model_from_hf(const char *dir, zinf_model_config *m);
 
 typedef enum zinf_data_format {
     ZINF_DATA_TOKENS_U16 = 0,

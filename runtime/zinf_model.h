@@ -71,6 +71,21 @@ void zinf_st_writer_abort(zinf_st_writer *w); // NULL is a no-op
 // Write n tensors (with their data) to path in one go, as above.
 zinf_status zinf_safetensors_write(const char *path, const zinf_st_tensor *tensors, int n);
 
+// A model's weights as Hugging Face keeps them: one safetensors file, or a model
+// directory with model.safetensors, or model.safetensors.index.json and its shards
+// (a single file wins over an index, as from_pretrained has it). Every file is opened
+// and checked as above, and the index is held to its shards: a shard it names that is
+// missing, or a tensor that is not where it says, fails naming the file and the tensor.
+typedef struct zinf_hf_weights zinf_hf_weights;
+zinf_status zinf_hf_weights_open(zinf_hf_weights **out, const char *path);
+void zinf_hf_weights_close(zinf_hf_weights *w); // NULL is a no-op
+int zinf_hf_weights_count(const zinf_hf_weights *w);
+// Tensor i over all the files (file by file, each in file order), and its file; NULL
+// past the end.
+const zinf_st_tensor *zinf_hf_weights_at(const zinf_hf_weights *w, int i, const char **file);
+// The tensor called name and its file, or NULL.
+const zinf_st_tensor *zinf_hf_weights_find(const zinf_hf_weights *w, const char *name, const char **file);
+
 
 // ---- GPT-2 ----
 
@@ -82,7 +97,8 @@ typedef struct zinf_gpt_shape {
 zinf_status zinf_gpt_shape_from_config(const zinf_model_config *mc, zinf_gpt_shape *out);
 // The shape a GPT-2 safetensors file implies: n_layer from the blocks present, n_embd
 // and vocab_size from wte, block_size from wpe, and n_head = n_embd / 64 (the head
-// size of every GPT-2); errors name the file.
+// size of every GPT-2); a model directory's is its config.json's
+// (zinf_config_model_from_hf). Errors name the file.
 zinf_status zinf_gpt_shape_from_file(const char *path, zinf_gpt_shape *out);
 // Parameters of the model (the tied head counted once): 124,439,808 for gpt2.
 int64_t zinf_gpt_param_count(const zinf_gpt_shape *s);
@@ -159,7 +175,8 @@ zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t 
 // h_out after the head's forward. A training forward turns them into their gradient.
 zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out);
 
-// Read a safetensors file into module buffers of dtype dt in host memory (bufs[i]:
+// Read weights (a safetensors file or a model directory, as zinf_hf_weights_open
+// takes them) into module buffers of dtype dt in host memory (bufs[i]:
 // numel elements of module i, or NULL to skip the module, so a caller can hold one
 // module at a time; padding left as it is). Names with or without the
 // `transformer.` prefix; `attn.bias`/`attn.masked_bias` buffers and an lm_head.weight

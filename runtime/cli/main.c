@@ -45,14 +45,17 @@ static const command commands[] = {
      "  tier) and a last one with \"final\": true, the totals and weights_digest (a hex\n"
      "  digest of the fp32 master weights: identical runs print identical digests);\n"
      "  the plan and logs then go to stderr.\n"},
-    {"eval", cli_eval, "mean loss of a GPT-2 weights file on a token file",
-     "zinf eval --model FILE.safetensors --data FILE [--config CONFIG.json] [--json]\n"
+    {"eval", cli_eval, "mean loss of GPT-2 weights on a token file",
+     "zinf eval --model FILE.safetensors|DIR --data FILE [--config CONFIG.json] [--json]\n"
+     "  --model: a safetensors file, or a Hugging Face model directory (config.json and\n"
+     "  model.safetensors, or model.safetensors.index.json and its shards).\n"
      "  Runs the model forward over every complete window of seq_len + 1 tokens of FILE\n"
      "  (offsets 0, T, 2T, ...; inputs tok[o:o+T], targets tok[o+1:o+T+1]) and prints the\n"
      "  mean loss over every predicted token. The config gives the model shape (model),\n"
      "  the data format and seq_len (data), the batch (train_micro_batch_size_per_gpu),\n"
      "  the precision (bf16 / fp16 sections; fp32 without them) and the device. Without\n"
-     "  it: the shape from the weights file with head size 64, tokens-u16 data,\n"
+     "  it: the shape from the directory's config.json, or from the weights file with head\n"
+     "  size 64; tokens-u16 data,\n"
      "  seq_len = block_size, batch 8, fp32, device auto.\n"
      "  --json prints {\"loss\":X,\"tokens\":N}.\n"},
     {"io-bench", cli_io_bench, "measure NVMe read/write bandwidth",

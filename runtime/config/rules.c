@@ -97,20 +97,27 @@ static zinf_status model_rules(zinf_config *c, const parse_ctx *ctx) {
         if (m->n_head < 0) m->n_head = presets[m->preset].n_head;
         if (m->n_embd < 0) m->n_embd = presets[m->preset].n_embd;
     }
+    // A model directory says what the model is (its config.json); a file only holds tensors.
+    struct stat sb;
+    if (m->init_from && stat(m->init_from, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        zinf_status st = zinf_config_model_from_hf(m->init_from, m);
+        if (st != ZINF_OK) return zinf_fail(st, "%s: model.init_from: %s", ctx->name, zinf_last_error());
+    } else if (m->init_from) {
+        ZINF_CHECK(check_file(ctx, "model.init_from", m->init_from));
+    }
     const char *dims[] = {"model.n_layer", "model.n_head", "model.n_embd"};
     int64_t vals[] = {m->n_layer, m->n_head, m->n_embd};
     for (int i = 0; i < 3; i++)
         if (vals[i] < 0)
             return zinf_fail(ZINF_ERR_INVAL,
-                             "%s: %s: missing; give model.preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or "
-                             "n_layer, n_head and n_embd",
+                             "%s: %s: missing; give model.preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl), "
+                             "n_layer, n_head and n_embd, or a model directory as model.init_from",
                              ctx->name, dims[i]);
     if (m->vocab_size < 0) m->vocab_size = c->data.present && c->data.format == ZINF_DATA_TEXT_BYTES ? 256 : 50257;
     if (m->block_size < 0) m->block_size = 1024;
     if (m->n_embd % m->n_head != 0)
         return zinf_fail(ZINF_ERR_INVAL, "%s: model.n_embd: %lld is not a multiple of model.n_head (%lld)", ctx->name,
                          (long long)m->n_embd, (long long)m->n_head);
-    if (m->init_from) ZINF_CHECK(check_file(ctx, "model.init_from", m->init_from));
     return ZINF_OK;
 }
 

@@ -1,7 +1,8 @@
 // safetensors: the file the safetensors package wrote (tests/ref/safetensors_ref.py)
 // read back value for value; zinf's own files read back the same; and every kind of
 // malformed or truncated file refused with an error that names the file and tensor;
-// files streamed in and out, with their checksums.
+// files streamed in and out, with their checksums; model directories (shards and their
+// index) read as one set of tensors.
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -255,7 +256,58 @@ static void streaming(void) {
     CHECK(access(tmp, F_OK) != 0, "its temporary stayed");
 }
 
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "writing %s", path);
+}
+
+// A model directory: shards and their index read as one set; the index held to them;
+// a single file preferred over an index.
+static void directories(void) {
+    char dir[] = "/tmp/zinf-hf-XXXXXX", p[600];
+    CHECK(mkdtemp(dir), "mkdtemp");
+    float a[3] = {1, 2, 3}, b[2] = {4, 5};
+    zinf_st_tensor ta = {.name = "a", .dtype = ZINF_DTYPE_F32, .ndim = 1, .shape = {3}, .nbytes = 12, .data = a};
+    zinf_st_tensor tb = {.name = "b", .dtype = ZINF_DTYPE_F32, .ndim = 1, .shape = {2}, .nbytes = 8, .data = b};
+    snprintf(p, sizeof p, "%s/s1.safetensors", dir);
+    CHECK(zinf_safetensors_write(p, &ta, 1) == ZINF_OK, "%s", zinf_last_error());
+    snprintf(p, sizeof p, "%s/s2.safetensors", dir);
+    CHECK(zinf_safetensors_write(p, &tb, 1) == ZINF_OK, "%s", zinf_last_error());
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    write_text(p, "{\"metadata\": {}, \"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s2.safetensors\"}}");
+    zinf_hf_weights *w;
+    CHECK(zinf_hf_weights_open(&w, dir) == ZINF_OK, "%s", zinf_last_error());
+    const char *file = NULL;
+    const zinf_st_tensor *t = zinf_hf_weights_find(w, "b", &file);
+    CHECK(zinf_hf_weights_count(w) == 2 && t && ((const float *)t->data)[1] == 5 && strstr(file, "s2.safetensors"),
+          "the shards as one set");
+    CHECK(zinf_hf_weights_at(w, 0, NULL) && !zinf_hf_weights_at(w, 2, NULL), "at");
+    zinf_hf_weights_close(w);
+    // The index puts a tensor where it is not, or leaves out one a shard holds.
+    write_text(p, "{\"weight_map\": {\"a\": \"s2.safetensors\", \"b\": \"s2.safetensors\"}}");
+    CHECK(zinf_hf_weights_open(&w, dir) == ZINF_ERR_INVAL && !w, "a tensor in the wrong shard");
+    CHECK_CONTAINS(zinf_last_error(), "tensor a is not in");
+    zinf_st_tensor both[2] = {ta, tb};
+    snprintf(p, sizeof p, "%s/s12.safetensors", dir);
+    CHECK(zinf_safetensors_write(p, both, 2) == ZINF_OK, "%s", zinf_last_error());
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    write_text(p, "{\"weight_map\": {\"a\": \"s12.safetensors\"}}");
+    CHECK(zinf_hf_weights_open(&w, dir) == ZINF_ERR_INVAL, "a shard's tensor left out of the index");
+    CHECK_CONTAINS(zinf_last_error(), "holds tensor b");
+    write_text(p, "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s3.safetensors\"}}");
+    CHECK(zinf_hf_weights_open(&w, dir) == ZINF_ERR_INVAL, "a missing shard");
+    CHECK_CONTAINS(zinf_last_error(), "s3.safetensors for b, which is missing");
+    // model.safetensors wins over the (now broken) index, as from_pretrained has it.
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK(zinf_safetensors_write(p, &ta, 1) == ZINF_OK, "%s", zinf_last_error());
+    CHECK(zinf_hf_weights_open(&w, dir) == ZINF_OK && zinf_hf_weights_count(w) == 1, "the single file");
+    zinf_hf_weights_close(w);
+    snprintf(p, sizeof p, "rm -rf %s", dir);
+    CHECK(system(p) == 0, "%s", p);
+}
+
 int main(void) {
+    directories();
     const char *dir = getenv("ZINF_REF_DIR") ? getenv("ZINF_REF_DIR") : "build/ref";
     from_package(dir);
     malformed();
