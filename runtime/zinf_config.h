@@ -51,7 +51,7 @@ typedef struct zinf_zero_config {
     bool allgather_partitions;
     int64_t allgather_bucket_size; // elements
     bool overlap_comm;             // default: stage == 3, as DeepSpeed
-    int64_t sub_group_size;        // elements per optimizer tile
+    int64_t sub_group_size;        // elements per optimizer tile; 0: one per module
     int64_t prefetch_bucket_size;  // elements (stage3_prefetch_bucket_size)
     int64_t param_persistence_threshold;
     int64_t max_live_parameters;
@@ -177,6 +177,7 @@ typedef struct zinf_config {
     int64_t gradient_accumulation_steps;
     double gradient_clipping; // 0: off
     int64_t steps_per_print;
+    bool wall_clock_breakdown; // accepted; zinf train reports where each step's time went anyway
     int64_t seed;
     int64_t steps; // -1: not set (train then needs --steps)
     zinf_fp16_config fp16;

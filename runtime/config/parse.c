@@ -265,14 +265,38 @@ static zinf_status set_value(zinf_config *cfg, const parse_ctx *ctx, const key *
 
 // ---- the walk ----
 
+// Names DeepSpeed still reads, with a deprecation warning, for a key zinf has under its
+// current name: read as that key, so that both together are "given twice", as
+// DeepSpeed refuses them together.
+static const struct {
+    const char *path, *key; // the old spelling's full path; the key it is read as
+} deprecated[] = {
+    {"zero_optimization.stage3_gather_fp16_weights_on_model_save",
+     "zero_optimization.stage3_gather_16bit_weights_on_model_save"},
+};
+
+// The deprecated spelling of k, or NULL.
+static const char *deprecated_name(const key *k) {
+    for (size_t i = 0; k && i < sizeof deprecated / sizeof deprecated[0]; i++)
+        if (strcmp(deprecated[i].key, k->path) == 0) return config_key_name(deprecated[i].path);
+    return NULL;
+}
+
 // The schema key for member `name` of the section at canonical path `parent`,
-// accepting the key's alias. NULL when unknown.
+// accepting the key's alias and its deprecated name. NULL when unknown.
 static const key *child_key(const char *parent, const char *name) {
     for (size_t i = 0; i < zinf_config_nkeys; i++) {
         const key *k = &zinf_config_keys[i];
         if (is_child(k, parent) &&
             (strcmp(config_key_name(k->path), name) == 0 || (k->alias && strcmp(k->alias, name) == 0)))
             return k;
+    }
+    size_t pl = strlen(parent);
+    for (size_t i = 0; i < sizeof deprecated / sizeof deprecated[0]; i++) {
+        const char *old = deprecated[i].path;
+        if (config_key_parent_len(old) == pl && strncmp(old, parent, pl) == 0 &&
+            strcmp(config_key_name(old), name) == 0)
+            return config_key_find(deprecated[i].key);
     }
     return NULL;
 }
@@ -292,6 +316,10 @@ static zinf_status walk(zinf_config *cfg, parse_ctx *ctx, json_t *obj, const cha
                              ctx->via[i], name);
         ctx->given[i] = true;
         ctx->via[i] = name;
+        const char *dep = deprecated_name(k);
+        if (dep && strcmp(dep, name) == 0)
+            ZINF_LOG_INFO("%s: %s is DeepSpeed's deprecated name of %s; read as that", ctx->name, path,
+                          config_key_name(k->path));
         if (k->kind != K_SECTION) {
             ZINF_CHECK(set_value(cfg, ctx, k, path, v));
             continue;
@@ -359,9 +387,9 @@ static zinf_status apply_set(json_t *root, const char *set) {
     char *save = NULL;
     for (char *comp = strtok_r(keypath, ".", &save); comp; comp = strtok_r(NULL, ".", &save)) {
         const key *k = child_key(canon, comp);
-        // Use the spelling already in the file (canonical or alias) for this key.
-        const char *names[2] = {k ? config_key_name(k->path) : comp, k ? k->alias : NULL};
-        for (int i = 0; i < 2; i++)
+        // Use the spelling already in the file (canonical, alias or deprecated) for this key.
+        const char *names[3] = {k ? config_key_name(k->path) : comp, k ? k->alias : NULL, deprecated_name(k)};
+        for (int i = 0; i < 3; i++)
             if (names[i] && strcmp(names[i], comp) != 0 && json_object_get(obj, names[i])) comp = (char *)names[i];
         if (k) snprintf(canon, sizeof canon, "%s", k->path);
         if (!save || !*save) {

@@ -239,6 +239,12 @@ static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
 }
 
 static zinf_status run_rules(zinf_config *c, const parse_ctx *ctx) {
+    // DeepSpeed times forward, backward and step with it; zinf train times every step
+    // and reports the waits on parameters, the optimizer and NVMe without being asked.
+    if (c->wall_clock_breakdown)
+        ZINF_LOG_INFO("%s: wall_clock_breakdown has no effect in zinf: zinf train reports each step's time and "
+                      "where it waited (on parameters, the optimizer, NVMe) anyway; --json for every step",
+                      ctx->name);
 #ifndef ZINF_HAVE_CUDA
     if (c->device.backend == ZINF_BACKEND_CUDA)
         return zinf_fail(ZINF_ERR_UNSUPPORTED,

@@ -51,6 +51,7 @@ const key zinf_config_keys[] = {
     INT("gradient_accumulation_steps", OFF(gradient_accumulation_steps), -1, 1, BIG, F_NULL),
     REAL("gradient_clipping", OFF(gradient_clipping), 0, 0, INFINITY, 0),
     INT("steps_per_print", OFF(steps_per_print), 10, 1, BIG, 0),
+    BOOL("wall_clock_breakdown", OFF(wall_clock_breakdown), 0), // no effect: see rules
     INT("seed", OFF(seed), 42, 0, 4294967295.0, 0),
     INT("steps", OFF(steps), -1, 1, BIG, F_NULL),
 
@@ -115,7 +116,8 @@ const key zinf_config_keys[] = {
     BOOL(ZO "allgather_partitions", OFF(zero.allgather_partitions), 1),
     INT(ZO "allgather_bucket_size", OFF(zero.allgather_bucket_size), 5e8, 1, BIG, 0),
     BOOL(ZO "overlap_comm", OFF(zero.overlap_comm), 0), // default stage == 3: see rules
-    INT(ZO "sub_group_size", OFF(zero.sub_group_size), 1e9, 1, BIG, 0),
+    // 0 is DeepSpeed's too: every parameter a sub-group there, every module here
+    INT(ZO "sub_group_size", OFF(zero.sub_group_size), 1e9, 0, BIG, 0),
     {.path = ZO "stage3_prefetch_bucket_size",
      .kind = K_INT,
      .off = OFF(zero.prefetch_bucket_size),
@@ -173,8 +175,6 @@ const key zinf_config_keys[] = {
     UNSUPPORTED(ZO "load_from_fp32_weights", "true", "zinf checkpoints always hold the fp32 master weights"),
     UNSUPPORTED(ZO "legacy_stage1", "false", NULL),
     UNSUPPORTED(ZO "pipeline_loading_checkpoint", "false", NULL),
-    UNSUPPORTED(ZO "stage3_gather_fp16_weights_on_model_save", "false",
-                "DeepSpeed's older name of stage3_gather_16bit_weights_on_model_save: use that"),
     {.path = ZO "stage3_model_persistence_threshold",
      .kind = K_OFF,
      .off = NONE,
@@ -221,7 +221,6 @@ const key zinf_config_keys[] = {
     UNSUPPORTED("gradient_predivide_factor", "1.0", NULL),
     UNSUPPORTED("communication_data_type", "null", "zinf reduces gradients in fp32"),
     UNSUPPORTED("sparse_gradients", "false", NULL),
-    UNSUPPORTED("wall_clock_breakdown", "false", "zinf logs per-stream busy and wait times every step"),
     UNSUPPORTED("memory_breakdown", "false", "zinf logs memory per tier every step"),
     UNSUPPORTED("dump_state", "false", NULL),
     SWITCHED_OFF("amp"),

@@ -233,8 +233,54 @@ int main(void) {
           "%s", zinf_last_error());
     CHECK(!c.zero.round_robin_gradients && !strstr(info, "round_robin"), "false logged:\n%s", info);
     zinf_config_free(&c);
+
+    // wall_clock_breakdown likewise (Megatron-DeepSpeed's ZeRO-3 example sets it true).
+    info[0] = '\0';
+    CHECK(parse(&c, "{\"train_batch_size\": 64, \"wall_clock_breakdown\": true}", 8) == ZINF_OK, "%s",
+          zinf_last_error());
+    CHECK(c.wall_clock_breakdown && c.train_batch_size == 64 && c.train_micro_batch_size_per_gpu == 8, "wall clock");
+    zinf_config_free(&c);
+    CHECK_CONTAINS(info, "wall_clock_breakdown has no effect in zinf");
+    info[0] = '\0';
+    CHECK(parse(&c, "{\"train_batch_size\": 1, \"wall_clock_breakdown\": false}", 1) == ZINF_OK, "%s",
+          zinf_last_error());
+    CHECK(!c.wall_clock_breakdown && !strstr(info, "wall_clock"), "false logged:\n%s", info);
+    zinf_config_free(&c);
+    free(roundtrip("{\"train_batch_size\": 1, \"wall_clock_breakdown\": true}", 1));
+
+    // DeepSpeed's deprecated stage3_gather_fp16_weights_on_model_save (transformers'
+    // tests/deepspeed configs) is the current key under its old name, said so once; the
+    // normalized config spells it the current way, and --set of the current name
+    // replaces the old spelling instead of giving the key twice.
+    const char *fp16_name = "{\"train_batch_size\": 2, \"bfloat16\": {\"enabled\": true}, \"zero_optimization\": "
+                            "{\"stage\": 3, \"stage3_gather_fp16_weights_on_model_save\": true}}";
+    info[0] = '\0';
+    CHECK(parse(&c, fp16_name, 2) == ZINF_OK, "%s", zinf_last_error());
+    CHECK(c.zero.gather_16bit_weights_on_model_save && c.bf16, "the deprecated name read as the current key");
+    zinf_config_free(&c);
+    CHECK_CONTAINS(info, "zero_optimization.stage3_gather_fp16_weights_on_model_save is DeepSpeed's deprecated name "
+                         "of stage3_gather_16bit_weights_on_model_save");
+    j = roundtrip(fp16_name, 2);
+    CHECK(j && strstr(j, "\"stage3_gather_16bit_weights_on_model_save\": true") && !strstr(j, "fp16_weights"),
+          "normalized spelling:\n%s", j ? j : "");
+    free(j);
+    const char *save_off[] = {"zero_optimization.stage3_gather_16bit_weights_on_model_save=false"};
+    CHECK(zinf_config_parse(&c, fp16_name, "s",
+                            &(zinf_config_options){.sets = save_off, .nsets = 1, .world_size = 2}) == ZINF_OK,
+          "%s", zinf_last_error());
+    CHECK(!c.zero.gather_16bit_weights_on_model_save, "--set through the deprecated spelling");
+    zinf_config_free(&c);
     zinf_log_set_callback(NULL, NULL);
     zinf_log_set_level(level);
+
+    // sub_group_size 0 (axolotl's ZeRO-3 configs): DeepSpeed's minimum, every module a
+    // sub-group of its own.
+    CHECK(parse(&c, "{\"train_batch_size\": 1, \"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 0}}", 1) ==
+              ZINF_OK,
+          "%s", zinf_last_error());
+    CHECK(c.zero.sub_group_size == 0, "sub_group_size 0");
+    zinf_config_free(&c);
+    free(roundtrip("{\"train_batch_size\": 1, \"zero_optimization\": {\"sub_group_size\": 0}}", 1));
 
     // A vocabulary past uint16 with uint16 data is likely the wrong format: a warning.
     static const char *const fmts[] = {"tokens-u16", "tokens-u32"};
