@@ -34,6 +34,12 @@ static inline uint64_t zinf_mix64(uint64_t z) {
 }
 #define ZINF_GOLDEN64 0x9e3779b97f4a7c15ull // splitmix64's counter step
 
+// Files that survive a crash (files.c): path written whole and synced; a directory
+// synced (after a rename in it); a tree removed (absent is fine).
+zinf_status zinf_file_write_synced(const char *path, const char *data, size_t len);
+zinf_status zinf_dir_sync(const char *dir);
+zinf_status zinf_rm_tree(const char *path);
+
 static inline bool zinf_ends_with(const char *s, const char *tail) {
     size_t a = strlen(s), b = strlen(tail);
     return a >= b && strcmp(s + a - b, tail) == 0;

@@ -4,7 +4,6 @@
 // module at a time through two small buffers, so memory does not grow with the model.
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -168,18 +167,7 @@ static zinf_status write_json(const char *path, json_t *o) {
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(o);
     if (!text) return zinf_fail(ZINF_ERR_NOMEM, "export: out of memory");
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    size_t len = strlen(text), done = 0;
-    while (fd >= 0 && done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        done += (size_t)w;
-    }
-    zinf_status s = fd >= 0 && done == len && fsync(fd) == 0
-                        ? ZINF_OK
-                        : zinf_fail_errno(errno ? errno : EIO, "export: writing %s", path);
-    if (fd >= 0) close(fd);
+    zinf_status s = zinf_file_write_synced(path, text, strlen(text));
     free(text);
     return s;
 }
@@ -258,28 +246,6 @@ static zinf_status write_dir(exporter *x, const char *dir, uint64_t max_shard) {
     return s;
 }
 
-// Remove the flat directory dir and what is in it (a failed export's leftovers).
-static void rm_flat(const char *dir) {
-    DIR *d = opendir(dir);
-    char p[PATH_MAX + 256];
-    for (struct dirent *de; d && (de = readdir(d));)
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name), unlink(p);
-    if (d) closedir(d);
-    rmdir(dir);
-}
-
-static zinf_status sync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) {
-        zinf_status s = zinf_fail_errno(errno, "export: syncing %s", path);
-        if (fd >= 0) close(fd);
-        return s;
-    }
-    close(fd);
-    return ZINF_OK;
-}
-
 // An empty or absent directory, so that nothing of the caller's is replaced.
 static zinf_status check_target(const char *dir) {
     DIR *d = opendir(dir);
@@ -299,21 +265,26 @@ zinf_status zinf_ckpt_export_dir(zinf_ckpt *c, const char *dir, zinf_ckpt_state 
                                  uint64_t max_shard_bytes) {
     if (!c || !dir || !max_shard_bytes)
         return zinf_fail(ZINF_ERR_INVAL, "export: c, dir and max_shard_bytes are required");
+    char tmp[PATH_MAX], parent[PATH_MAX];
+    if (strlen(dir) + 32 > sizeof tmp) return zinf_fail(ZINF_ERR_INVAL, "export: %s: the path is too long", dir);
     ZINF_CHECK(check_target(dir));
     exporter x;
     ZINF_CHECK(exporter_init(&x, c, state, dt));
     // Written aside and renamed into place: the directory appears whole or not at all.
-    char tmp[PATH_MAX], parent[PATH_MAX];
-    if (strlen(dir) + 32 > sizeof tmp) return zinf_fail(ZINF_ERR_INVAL, "export: %s: the path is too long", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
     zinf_status s = mkdir(tmp, 0755) == 0 ? ZINF_OK : zinf_fail_errno(errno, "export: %s", tmp);
     if (s == ZINF_OK) s = write_dir(&x, tmp, max_shard_bytes);
-    if (s == ZINF_OK) s = sync_path(tmp);
+    if (s == ZINF_OK) s = zinf_dir_sync(tmp);
     if (s == ZINF_OK && rename(tmp, dir) != 0) s = zinf_fail_errno(errno, "export: renaming %s to %s", tmp, dir);
-    if (s != ZINF_OK) rm_flat(tmp);
+    if (s != ZINF_OK) zinf_rm_tree(tmp);
+    // The rename is durable once the parent is synced.
     snprintf(parent, sizeof parent, "%s", dir);
     char *slash = strrchr(parent, '/');
-    if (s == ZINF_OK) s = sync_path(slash ? (slash == parent ? "/" : (*slash = 0, parent)) : ".");
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else
+        slash[slash == parent] = '\0'; // "/x" -> "/", "a/b" -> "a"
+    if (s == ZINF_OK) s = zinf_dir_sync(parent);
     exporter_free(&x);
     return s;
 }

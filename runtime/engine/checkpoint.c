@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -41,24 +40,6 @@ static zinf_status between_steps(const zinf_engine *e, const char *what) {
     return ZINF_OK;
 }
 
-static zinf_status sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    zinf_status s = fd < 0 || fsync(fd) != 0 ? zinf_fail_errno(errno, "%s: fsync", dir) : ZINF_OK;
-    if (fd >= 0) close(fd);
-    return s;
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
-}
-
-static zinf_status rm_tree(const char *p) {
-    if (nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-        return zinf_fail_errno(errno, "checkpoint: removing %s", p);
-    return ZINF_OK;
-}
-
 // A step directory's name, "global_step<N>": its N, or -1.
 static int64_t step_of(const char *name) {
     char *end;
@@ -77,23 +58,6 @@ static void latest_tag(const char *root, char *tag, size_t len) {
 }
 
 // ---- saving ----
-
-static zinf_status write_file(const char *path, const char *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return zinf_fail_errno(errno, "%s", path);
-    zinf_status s = ZINF_OK;
-    for (size_t at = 0; s == ZINF_OK && at < len;) {
-        ssize_t w = write(fd, data + at, len - at);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0)
-            s = zinf_fail_errno(w < 0 ? errno : EIO, "%s: write", path);
-        else
-            at += (size_t)w;
-    }
-    if (s == ZINF_OK && fsync(fd) != 0) s = zinf_fail_errno(errno, "%s: fsync", path);
-    if (close(fd) != 0 && s == ZINF_OK) s = zinf_fail_errno(errno, "%s: close", path);
-    return s;
-}
 
 // Rank r's slice of module i: elements [*a, *b) of its flat buffer (padding left out).
 static void saved_range(const zinf_engine *e, int i, int r, size_t *a, size_t *b) {
@@ -205,7 +169,7 @@ static zinf_status prepare(const char *root, const char *tmp) {
         if (strncmp(de->d_name, tmp_prefix, strlen(tmp_prefix)) != 0) continue;
         char p[PATH_MAX + 256];
         snprintf(p, sizeof p, "%s/%s", root, de->d_name);
-        s = rm_tree(p);
+        s = zinf_rm_tree(p);
     }
     closedir(d);
     if (s == ZINF_OK && mkdir(tmp, 0755) != 0) s = zinf_fail_errno(errno, "checkpoint: %s", tmp);
@@ -237,29 +201,29 @@ static zinf_status publish(zinf_engine *e, const char *root, const char *tmp, co
     json_decref(meta);
     if (!text) return zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory for meta.json");
     snprintf(p, sizeof p, "%s/meta.json", tmp);
-    zinf_status s = write_file(p, text, strlen(text));
+    zinf_status s = zinf_file_write_synced(p, text, strlen(text));
     free(text);
     ZINF_CHECK(s);
     if (e->cfg.zero.gather_16bit_weights_on_model_save) ZINF_CHECK(write_model(e, tmp));
-    ZINF_CHECK(sync_dir(tmp));
+    ZINF_CHECK(zinf_dir_sync(tmp));
     snprintf(p, sizeof p, "%s/%s", root, tag);
     struct stat sb;
     if (stat(p, &sb) == 0) {
         // This step was saved before: swap the two in one step, then drop the old one.
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, p, RENAME_EXCHANGE) != 0)
             return zinf_fail_errno(errno, "checkpoint: replacing %s", p);
-        ZINF_CHECK(sync_dir(root));
-        ZINF_CHECK(rm_tree(tmp));
+        ZINF_CHECK(zinf_dir_sync(root));
+        ZINF_CHECK(zinf_rm_tree(tmp));
     } else if (rename(tmp, p) != 0) {
         return zinf_fail_errno(errno, "checkpoint: renaming %s to %s", tmp, p);
     }
-    ZINF_CHECK(sync_dir(root));
+    ZINF_CHECK(zinf_dir_sync(root));
     snprintf(q, sizeof q, "%s/%slatest", root, tmp_prefix);
     snprintf(p, sizeof p, "%s\n", tag);
-    ZINF_CHECK(write_file(q, p, strlen(p)));
+    ZINF_CHECK(zinf_file_write_synced(q, p, strlen(p)));
     snprintf(p, sizeof p, "%s/latest", root);
     if (rename(q, p) != 0) return zinf_fail_errno(errno, "checkpoint: renaming %s to %s", q, p);
-    return sync_dir(root);
+    return zinf_dir_sync(root);
 }
 
 static int by_step_desc(const void *a, const void *b) {
@@ -291,7 +255,7 @@ static zinf_status prune(const char *root, int64_t keep, int64_t current) {
         if (steps[i] == current) continue;
         char p[PATH_MAX + 32];
         snprintf(p, sizeof p, "%s/global_step%lld", root, (long long)steps[i]);
-        s = rm_tree(p);
+        s = zinf_rm_tree(p);
     }
     free(steps);
     return s;
@@ -320,7 +284,7 @@ zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int
     if (st != ZINF_OK) {
         char msg[1024], prev[64];
         snprintf(msg, sizeof msg, "%s", zinf_last_error());
-        if (e->rank == 0) rm_tree(tmp);
+        if (e->rank == 0) zinf_rm_tree(tmp);
         latest_tag(root, prev, sizeof prev);
         return zinf_fail(st, "%s was not saved: %s; %s/latest still names %s, which is whole", tag, msg, root, prev);
     }

@@ -186,5 +186,8 @@ printf 'x' | dd of="$tmp/bad/rank0.safetensors" bs=1 seek=5000 conv=notrunc 2> /
 expect 1 "$Z" consolidate "$tmp/bad" "$tmp/x.safetensors"
 grep -q 'rank0.safetensors: tensor "[^"]*": checksum' "$tmp/err" || fail "a corrupted rank file: $(cat "$tmp/err")"
 [ -z "$(ls "$tmp" | grep '^x.safetensors')" ] || fail "a failed consolidation left $(ls "$tmp" | grep x.safe)"
+expect 1 "$Z" consolidate "$tmp/bad" "$tmp/xdir"
+grep -q 'rank0.safetensors: tensor "[^"]*": checksum' "$tmp/err" || fail "a corrupted rank file, into a directory: $(cat "$tmp/err")"
+[ -z "$(ls "$tmp" | grep '^xdir')" ] || fail "a failed export left $(ls "$tmp" | grep xdir)"
 
 finish test_consolidate
