@@ -60,8 +60,8 @@ static zinf_status open_all(run *r) {
     // The comm is made before the engine and outlives it: the engine borrows it.
     TRY(zinf_comm_create(&r->comm, ZINF_COMM_AUTO, 0));
     TRY(zinf_tokens_open(&r->tok, r->cfg.data.path, r->cfg.data.format));
-    zinf_gpt_shape shape;
-    TRY(zinf_gpt_shape_from_config(&r->cfg.model, &shape));
+    zinf_model_shape shape;
+    TRY(zinf_model_shape_from_config(&r->cfg.model, &shape));
     r->seq_len = r->cfg.data.seq_len > 0 ? (int)r->cfg.data.seq_len : shape.block_size;
     int64_t windows = zinf_tokens_windows(r->tok, r->seq_len);
     if (windows == 0) return zinf_fail(ZINF_ERR_INVAL, "%s: too short for one window", r->cfg.data.path);

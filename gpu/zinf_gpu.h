@@ -261,10 +261,12 @@ zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a);
 zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, void *dlogits, const void *logits,
                                const int32_t *targets, int rows, int V, float dscale);
 
-// out[b, t] = wte[tok[b, t]] + wpe[t], rows of C.
+// out[b, t] = wte[tok[b, t]] + wpe[t], rows of C; wpe NULL: no position table (the
+// Llama family's rotary positions live in attention).
 zinf_status zinf_embedding_fwd(zinf_stream *s, zinf_dtype dt, void *out, const int32_t *tok, const void *wte,
                                const void *wpe, int B, int T, int C);
-// dwte[tok] += dout, dwpe[t] += dout, each row's sum formed in fp32 and added once.
+// dwte[tok] += dout, dwpe[t] += dout (dwpe NULL: none), each row's sum formed in fp32
+// and added once.
 // order: the B*T positions sorted by token id (stably), so the sums are deterministic.
 zinf_status zinf_embedding_bwd(zinf_stream *s, zinf_dtype dt, void *dwte, void *dwpe, const void *dout,
                                const int32_t *tok, const int32_t *order, int B, int T, int C);

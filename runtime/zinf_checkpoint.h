@@ -14,7 +14,8 @@
 // at any world size. Every tensor's CRC-32 is in its file's metadata. meta.json:
 //   {"format": "zinf-checkpoint", "version": 1, "step": N, "steps_applied": N,
 //    "world_size": W, "zero_stage": S, "dtype": "bf16",
-//    "model": {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"},
+//    "model": {"arch", "n_layer", "n_head", "n_embd", "vocab_size", "block_size", and
+//              the Llama family's keys} (zinf_model_shape_to_json),
 //    "modules": [{"name", "numel", "slice",
 //                 "params": [{"name", "shape": [..], "offset"}]}],
 //    "loss_scaler": {"scale", "cur_iter", "last_overflow_iter", "cur_hysteresis"},
@@ -58,7 +59,7 @@ typedef struct zinf_ckpt_info {
     int64_t step, steps_applied;
     int world_size, zero_stage;
     zinf_dtype dtype; // F32, BF16 or F16
-    zinf_gpt_shape shape;
+    zinf_model_shape shape;
     int nmod;
     zinf_ckpt_module *mods;
     double scale; // the loss scaler's state

@@ -120,20 +120,58 @@ typedef enum zinf_model_preset {
     ZINF_PRESET_GPT2_MEDIUM,
     ZINF_PRESET_GPT2_LARGE,
     ZINF_PRESET_GPT2_XL,
+    ZINF_PRESET_LLAMA_3_2_1B,
+    ZINF_PRESET_LLAMA_3_2_3B,
+    ZINF_PRESET_LLAMA_3_1_8B,
+    ZINF_PRESET_MISTRAL_7B,
+    ZINF_PRESET_QWEN2_5_0_5B,
+    ZINF_PRESET_QWEN2_5_7B,
+    ZINF_PRESET_SMOLLM2_135M,
 } zinf_model_preset;
+
+// The architecture, as Hugging Face's model_type names it: GPT-2, or the Llama family
+// (Llama, Mistral and Qwen2 compute alike; they differ in biases, window and names).
+typedef enum zinf_model_arch {
+    ZINF_ARCH_GPT2 = 0,
+    ZINF_ARCH_LLAMA,
+    ZINF_ARCH_MISTRAL,
+    ZINF_ARCH_QWEN2,
+} zinf_model_arch;
+
+// Hugging Face's rope types zinf computes (rope_scaling.rope_type).
+typedef enum zinf_rope_type {
+    ZINF_ROPE_DEFAULT = 0,
+    ZINF_ROPE_LINEAR,
+    ZINF_ROPE_DYNAMIC,
+    ZINF_ROPE_LLAMA3,
+} zinf_rope_type;
 
 typedef struct zinf_model_config {
     bool present;
     zinf_model_preset preset;
+    zinf_model_arch arch;
     int64_t n_layer, n_head, n_embd, vocab_size, block_size;
+    // The Llama family's (GPT-2's are fixed: n_head, n_embd / n_head, 4 n_embd, 1e-5).
+    int64_t n_kv_head, head_dim, intermediate_size;
+    double norm_eps;   // RMSNorm's rms_norm_eps
+    double rope_theta; // rotary base
+    zinf_rope_type rope_type;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int64_t rope_original_max_position; // original_max_position_embeddings; -1: block_size
+    int64_t sliding_window;             // keys a query sees, itself included; -1: all
+    int64_t max_window_layers;          // Qwen2: layers below this one see all keys; -1: 0
+    bool tie_word_embeddings;           // the head is the embedding (GPT-2: always)
+    bool attention_bias, mlp_bias;      // Llama's: biases on q, k, v, o / gate, up, down
     char *init_from; // safetensors file or Hugging Face model directory, or NULL
 } zinf_model_config;
 
 // The model section a Hugging Face model directory implies (DIR/config.json, read as
-// transformers reads it, GPT2Config's defaults for what it leaves out): fills m's shape
-// where it is not given (< 0). A given value that differs, a model_type other than
-// "gpt2", or a GPT-2 zinf would compute differently (activation, layer-norm epsilon,
-// MLP width, an untied head, attention scaling) fails naming the file and the key.
+// transformers reads it, with its config class's defaults for what it leaves out):
+// model_type gpt2, llama, mistral or qwen2; both rope forms (rope_theta + rope_scaling,
+// and rope_parameters). It fills m's sizes where they are not given (< 0) and sets the
+// rest. A given size that differs, another model_type or rope type, or a model zinf
+// would compute differently (activation, GPT-2's epsilon or MLP width, an untied GPT-2
+// head, attention scaling) fails naming the file and the key.
 zinf_status zinf_config_model_from_hf(const char *dir, zinf_model_config *m);
 
 typedef enum zinf_data_format {

@@ -87,36 +87,74 @@ const zinf_st_tensor *zinf_hf_weights_at(const zinf_hf_weights *w, int i, const 
 const zinf_st_tensor *zinf_hf_weights_find(const zinf_hf_weights *w, const char *name, const char **file);
 
 
-// ---- GPT-2 ----
+// ---- models ----
+// A model family is one file under runtime/models/ (gpt2.c; llama.c for Llama, Mistral
+// and Qwen2): its modules, their parameters with Hugging Face's names, and each
+// module's forward and backward through the device ops. Everything above this API is
+// generic over the family.
 
-typedef struct zinf_gpt_shape {
+// What a model is: the model section resolved (zinf_model_shape_from_config), with
+// GPT-2's fixed choices spelled out (n_kv_head = n_head, head_dim = n_embd / n_head,
+// ffn = 4 n_embd, norm_eps 1e-5, tied).
+typedef struct zinf_model_shape {
+    zinf_model_arch arch;
     int n_layer, n_head, n_embd, vocab_size, block_size;
-} zinf_gpt_shape;
+    int n_kv_head, head_dim, ffn;
+    double norm_eps;
+    zinf_rope_type rope_type;
+    double rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_position;
+    int window, window_from; // keys a query sees (0: all), on layers >= window_from
+    bool tied, attention_bias, mlp_bias; // Qwen2's q/k/v biases come with its arch
+} zinf_model_shape;
 
-// The shape a `model` config section gives (a preset, or its sizes); errors name the key.
-zinf_status zinf_gpt_shape_from_config(const zinf_model_config *mc, zinf_gpt_shape *out);
-// The shape a GPT-2 safetensors file implies: n_layer from the blocks present, n_embd
-// and vocab_size from wte, block_size from wpe, and n_head = n_embd / 64 (the head
-// size of every GPT-2); a model directory's is its config.json's
-// (zinf_config_model_from_hf). Errors name the file.
-zinf_status zinf_gpt_shape_from_file(const char *path, zinf_gpt_shape *out);
-// Parameters of the model (the tied head counted once): 124,439,808 for gpt2.
-int64_t zinf_gpt_param_count(const zinf_gpt_shape *s);
+// GPT-2 of these sizes.
+zinf_model_shape zinf_model_shape_gpt2(int n_layer, int n_head, int n_embd, int vocab_size, int block_size);
+// The shape a `model` config section gives; errors name the key.
+zinf_status zinf_model_shape_from_config(const zinf_model_config *mc, zinf_model_shape *out);
+// The shape of a model's weights: a model directory's is its config.json's
+// (zinf_config_model_from_hf); a single GPT-2 safetensors file implies one: n_layer
+// from the blocks present, n_embd and vocab_size from wte, block_size from wpe, and
+// n_head = n_embd / 64 (the head size of every GPT-2). Errors name the file.
+zinf_status zinf_model_shape_from_file(const char *path, zinf_model_shape *out);
+// Parameters of the model (a tied head counted once): 124,439,808 for gpt2.
+int64_t zinf_model_param_count(const zinf_model_shape *s);
+bool zinf_model_shape_equal(const zinf_model_shape *a, const zinf_model_shape *b);
+// The architecture and sizes in a few words ("GPT n_layer 12 n_head 12 n_embd 768
+// vocab 50257"), for plans and errors.
+void zinf_model_shape_describe(const zinf_model_shape *s, char *out, size_t len);
 
-// One parameter inside its module's flat buffer; names are Hugging Face's without the
-// `transformer.` prefix, shapes as HF stores them (Conv1D weights (in, out)).
+// The name Hugging Face's state dict gives the family's parameter `name`.
+void zinf_model_hf_name(const zinf_model_shape *s, const char *name, char *out, size_t len);
+// The config.json from_pretrained reads for this shape with weights of dtype dt, as
+// save_pretrained writes it (sorted keys, indent 2); *json is malloc'd.
+zinf_status zinf_model_hf_config(const zinf_model_shape *s, zinf_dtype dt, char **json);
+// The shape as a checkpoint's meta.json holds it (a JSON object with the model
+// section's key names; *json malloc'd), and back; where names the file in errors. An
+// object without "arch" is a GPT-2 (checkpoints before the Llama family).
+zinf_status zinf_model_shape_to_json(const zinf_model_shape *s, char **json);
+zinf_status zinf_model_shape_from_json(const char *json, const char *where, zinf_model_shape *out);
+
+typedef enum zinf_param_init { ZINF_INIT_NORMAL = 0, ZINF_INIT_ZERO, ZINF_INIT_ONE } zinf_param_init;
+
+// One parameter inside its module's flat buffer; names and shapes as Hugging Face's
+// files have them (GPT-2's without the `transformer.` prefix, its Conv1D weights (in,
+// out); the Llama family's Linear weights (out, in)). A fresh model draws it as its
+// family's _init_weights does: normal(0, std), zeros or ones.
 typedef struct zinf_param_info {
-    char name[48];
+    char name[64];
     int ndim;
     int64_t shape[2];
     size_t offset; // elements from the start of the module's flat buffer
     size_t numel;
+    zinf_param_init init;
+    double std;
 } zinf_param_info;
 
 // The unit of fetch and release. `external` is the module whose parameters this one
 // also uses (the head uses the embedding's wte), or -1.
 typedef struct zinf_module_info {
-    char name[24]; // "embedding", "h.3.attn", "h.3.mlp", "ln_f", "head"
+    char name[24]; // "embedding", "h.3.attn", "h.3.mlp", "ln_f", "head"; "layers.3.attn", "norm"
     int nparams;
     const zinf_param_info *params;
     size_t numel; // flat buffer elements (parameters at 64-element aligned offsets)
@@ -130,7 +168,7 @@ typedef struct zinf_model_op {
 } zinf_model_op;
 
 typedef struct zinf_model_params {
-    zinf_gpt_shape shape;
+    zinf_model_shape shape;
     zinf_dtype dtype; // storage of weights, activations and gradients: F32, BF16 or F16
     int batch;        // most sequences per call
     int seq_len;      // tokens per sequence, <= block_size
@@ -160,7 +198,7 @@ const zinf_model_op *zinf_model_schedule(const zinf_model *m, bool backward, int
 // of the objective with respect to this batch's mean loss (1, or a loss scale).
 zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *tokens, const int32_t *targets,
                                  int batch, float dloss);
-// The parameter called name (with or without `transformer.`) and its module, or NULL.
+// The parameter called name (as in its files) and its module, or NULL.
 const zinf_param_info *zinf_model_find_param(const zinf_model *m, const char *name, int *mod);
 
 // Run one op of the schedule on s. params[i] / grads[i]: module i's flat buffers on
@@ -178,13 +216,14 @@ zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out);
 // Read weights (a safetensors file or a model directory, as zinf_hf_weights_open
 // takes them) into module buffers of dtype dt in host memory (bufs[i]:
 // numel elements of module i, or NULL to skip the module, so a caller can hold one
-// module at a time; padding left as it is). Names with or without the
-// `transformer.` prefix; `attn.bias`/`attn.masked_bias` buffers and an lm_head.weight
-// equal to wte are ignored. A missing, unknown or misshapen tensor is an error
-// naming the file and the tensor.
+// module at a time; padding left as it is). Names with or without the family's
+// prefix (GPT-2's `transformer.`); old GPT-2 files' `attn.bias`/`attn.masked_bias`
+// buffers are skipped, and a tied model's lm_head.weight is accepted when it equals
+// the embedding. A missing, unknown or misshapen tensor is an error naming the file
+// and the tensor.
 zinf_status zinf_model_read_weights(const zinf_model *m, const char *path, zinf_dtype dt, void *const *bufs);
-// Write module buffers (dtype buf_dt) as a Hugging Face GPT2LMHeadModel file with
-// tensors of file_dt (F32, BF16 or F16).
+// Write module buffers (dtype buf_dt) as a Hugging Face file (the state dict's names,
+// a tied head left out) with tensors of file_dt (F32, BF16 or F16).
 zinf_status zinf_model_write_weights(const zinf_model *m, const char *path, zinf_dtype file_dt, zinf_dtype buf_dt,
                                      const void *const *bufs);
 

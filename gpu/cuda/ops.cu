@@ -427,7 +427,8 @@ static __global__ void embedding_fwd_kernel(T *out, const int32_t *tok, const T 
                                             size_t n) {
     EW_LOOP(i, n) {
         size_t r = i / C, c = i % C, t = r % seq;
-        store_f32(&out[i], to_f32(wte[(size_t)tok[r] * C + c]) + to_f32(wpe[t * C + c]));
+        float x = to_f32(wte[(size_t)tok[r] * C + c]);
+        store_f32(&out[i], wpe ? x + to_f32(wpe[t * C + c]) : x);
     }
 }
 

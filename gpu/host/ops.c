@@ -415,9 +415,11 @@ static zinf_status embedding_fwd(zinf_dtype dt, const op_embedding *a, host_scra
         for (int t = 0; t < a->T; t++) {
             size_t r = (size_t)b * a->T + t;
             ld_row(x, a->wte, dt, (size_t)a->tok[r] * C, C);
-            ld_row(y, a->wpe, dt, (size_t)t * C, C);
-            for (int i = 0; i < C; i++)
-                x[i] += y[i];
+            if (a->wpe) {
+                ld_row(y, a->wpe, dt, (size_t)t * C, C);
+                for (int i = 0; i < C; i++)
+                    x[i] += y[i];
+            }
             st_row(a->out, dt, r * C, x, C);
         }
     }
@@ -439,7 +441,7 @@ static zinf_status embedding_bwd(zinf_dtype dt, const op_embedding *a, host_scra
         }
         add_row(a->dwte, dt, (size_t)tok * C, sum, C);
     }
-    for (int t = 0; t < a->T; t++) {
+    for (int t = 0; a->dwpe && t < a->T; t++) {
         memset(sum, 0, (size_t)C * sizeof *sum);
         for (int b = 0; b < a->B; b++) {
             ld_row(row, a->dout, dt, ((size_t)b * a->T + t) * C, C);

@@ -30,7 +30,7 @@ typedef struct exporter {
     int *mod_of; // each tensor's module; its parameter is k - first tensor of that module
     int *first;  // each module's first tensor
     zinf_st_tensor *t;
-    char (*names)[64];
+    char (*names)[96];
     void *buf, *conv;
 } exporter;
 
@@ -133,7 +133,7 @@ static zinf_status exporter_init(exporter *x, zinf_ckpt *ck, zinf_ckpt_state sta
         for (int j = 0; j < in->mods[i].nparams; j++, k++) {
             const zinf_param_info *q = &in->mods[i].params[j];
             x->mod_of[k] = i;
-            snprintf(x->names[k], sizeof x->names[k], "transformer.%s", q->name);
+            zinf_model_hf_name(&in->shape, q->name, x->names[k], sizeof x->names[k]);
             x->t[k] = (zinf_st_tensor){
                 .name = x->names[k], .dtype = dt, .ndim = q->ndim, .nbytes = q->numel * zinf_dtype_size(dt)};
             memcpy(x->t[k].shape, q->shape, sizeof q->shape);
@@ -158,10 +158,6 @@ zinf_status zinf_ckpt_export_file(zinf_ckpt *c, const char *path, zinf_ckpt_stat
 
 // ---- directories ----
 
-static const char *torch_dtype(zinf_dtype dt) {
-    return dt == ZINF_DTYPE_BF16 ? "bfloat16" : dt == ZINF_DTYPE_F16 ? "float16" : "float32";
-}
-
 // o as save_pretrained writes JSON (sorted keys, indent 2), synced.
 static zinf_status write_json(const char *path, json_t *o) {
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
@@ -172,18 +168,14 @@ static zinf_status write_json(const char *path, json_t *o) {
     return s;
 }
 
-// GPT2LMHeadModel's config for the checkpoint's shape. zinf trains without dropout, so
-// the probabilities are 0: the model as trained, not GPT2Config's defaults.
+// The config.json of the checkpoint's model, synced.
 static zinf_status write_config(const exporter *x, const char *dir) {
-    const zinf_gpt_shape *s = &x->in->shape;
-    char p[PATH_MAX + 64];
+    char p[PATH_MAX + 64], *text;
     snprintf(p, sizeof p, "%s/config.json", dir);
-    return write_json(p, json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:b, s:s}",
-                                   "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size",
-                                   s->vocab_size, "n_positions", s->block_size, "n_embd", s->n_embd, "n_layer",
-                                   s->n_layer, "n_head", s->n_head, "activation_function", "gelu_new",
-                                   "layer_norm_epsilon", 1e-5, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0,
-                                   "tie_word_embeddings", 1, "dtype", torch_dtype(x->to)));
+    ZINF_CHECK(zinf_model_hf_config(&x->in->shape, x->to, &text));
+    zinf_status s = zinf_file_write_synced(p, text, strlen(text));
+    free(text);
+    return s;
 }
 
 // save_pretrained's sharding (huggingface_hub's split_state_dict_into_shards): tensors

@@ -188,11 +188,9 @@ static zinf_status parse_meta(zinf_ckpt *c) {
     if (m.st == ZINF_OK && in->dtype == ZINF_DTYPE_NONE)
         m.st = zinf_fail(ZINF_ERR_CORRUPT, "%s: dtype is not fp32, bf16 or fp16", path);
     json_t *model = get(&m, root, "model", "");
-    in->shape = (zinf_gpt_shape){(int)get_int(&m, model, "n_layer", "model.", 1, INT_MAX),
-                                 (int)get_int(&m, model, "n_head", "model.", 1, INT_MAX),
-                                 (int)get_int(&m, model, "n_embd", "model.", 1, INT_MAX),
-                                 (int)get_int(&m, model, "vocab_size", "model.", 1, INT_MAX),
-                                 (int)get_int(&m, model, "block_size", "model.", 1, INT_MAX)};
+    char *shape = model ? json_dumps(model, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    if (m.st == ZINF_OK) m.st = shape ? zinf_model_shape_from_json(shape, path, &in->shape) : zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", path);
+    free(shape);
     json_t *ls = get(&m, root, "loss_scaler", "");
     json_t *scale = get(&m, ls, "scale", "loss_scaler.");
     in->scale = json_number_value(scale);

@@ -26,7 +26,7 @@ int cli_parse_size(const char *cmd, const char *opt, const char *arg, uint64_t l
 // engine's plan (zinf_engine_plan, the same for zinf train and zinf estimate).
 typedef struct cli_plan {
     const zinf_config *cfg;
-    zinf_gpt_shape shape;
+    zinf_model_shape shape;
     int seq_len;
     int64_t windows; // of the data file, or -1 without one
     const zinf_plan_target *target;

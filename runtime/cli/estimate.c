@@ -18,7 +18,7 @@ static const char *const tier_name[] = {"none", "cpu", "nvme"};
 // One row of the estimate: a config with a stage and two tiers, where it runs, and its plan.
 typedef struct plan {
     zinf_config cfg; // the caller's, with the row's stage and tiers
-    zinf_gpt_shape s;
+    zinf_model_shape s;
     int seq_len;
     zinf_plan_target t;
     zinf_plan r;
@@ -124,17 +124,25 @@ static void print_plan(const plan *p) {
 // and head size (64), and of the n_layer and n_embd (a multiple of 64) with n_embd /
 // n_layer from 48 to 80 (GPT-2 small's 64 in the middle) the pair whose count is
 // nearest n; between equals, the aspect nearer 64.
-static zinf_gpt_shape shape_for(uint64_t n) {
-    zinf_gpt_shape best = {1, 1, 64, 50257, 1024};
+static zinf_model_shape shape_for(uint64_t n) {
+    // A model's count is linear in n_layer: per n_embd, the count at 0 layers and per
+    // layer, from the model's own tables at 1 and 2 layers (computed once each).
+    enum { MAX_L = 4096, MAX_C64 = 80 * MAX_L / 64 };
+    static double base[MAX_C64 + 1], per_layer[MAX_C64 + 1];
+    zinf_model_shape best = zinf_model_shape_gpt2(1, 1, 64, 50257, 1024);
     double best_err = INFINITY, best_aspect = INFINITY;
-    for (int L = 1; L <= 4096; L++) {
-        zinf_gpt_shape s = {L, 0, 0, 50257, 1024};
+    for (int L = 1; L <= MAX_L; L++) {
         for (int C = (48 * L + 63) / 64 * 64; C <= 80 * L; C += 64) {
-            s.n_embd = C, s.n_head = C / 64;
-            double count = (double)zinf_gpt_param_count(&s), err = fabs(count - (double)n);
+            if (!per_layer[C / 64]) {
+                zinf_model_shape one = zinf_model_shape_gpt2(1, C / 64, C, 50257, 1024), two = one;
+                two.n_layer = 2;
+                double c1 = (double)zinf_model_param_count(&one), c2 = (double)zinf_model_param_count(&two);
+                per_layer[C / 64] = c2 - c1, base[C / 64] = c1 - (c2 - c1);
+            }
+            double count = base[C / 64] + L * per_layer[C / 64], err = fabs(count - (double)n);
             double aspect = fabs((double)C / L - 64);
             if (err < best_err || (err == best_err && aspect < best_aspect))
-                best = s, best_err = err, best_aspect = aspect;
+                best = zinf_model_shape_gpt2(L, C / 64, C, 50257, 1024), best_err = err, best_aspect = aspect;
             if (C == (48 * L + 63) / 64 * 64 && count > 2.0 * (double)n) return best; // larger L only grow
         }
     }
@@ -144,7 +152,7 @@ static zinf_gpt_shape shape_for(uint64_t n) {
 // The built-in config of --params: bf16, one sequence of block_size tokens per rank,
 // every other setting zinf's default.
 static int params_config(uint64_t n, int world, zinf_config *cfg) {
-    zinf_gpt_shape s = shape_for(n);
+    zinf_model_shape s = shape_for(n);
     char json[512];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}, \"model\": {\"n_layer\": %d, "
@@ -215,7 +223,7 @@ static zinf_dtype dtype_of(const zinf_config *cfg) {
 }
 
 // The row of one stage and offload choice, every other setting from cfg.
-static plan plan_of(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_len, const zinf_plan_target *t, int stage,
+static plan plan_of(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t, int stage,
                     zinf_offload_device otier, zinf_offload_device ptier) {
     plan p = {.cfg = *cfg, .s = *s, .seq_len = seq_len, .t = *t};
     p.cfg.zero.stage = stage;
@@ -226,7 +234,7 @@ static plan plan_of(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_len
 
 // One row per stage and offload choice (offload_optimizer from stage 1, offload_param
 // at stage 3); with mark, the config's own is marked.
-static int rows(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_len, const zinf_plan_target *t, bool json,
+static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t, bool json,
                 bool mark) {
     const zinf_zero_config *z = &cfg->zero;
     if (!json) table_head();
@@ -244,13 +252,14 @@ static int rows(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_len, co
     return CLI_OK;
 }
 
-static void print_head(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_len, const zinf_plan_target *t,
+static void print_head(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t,
                        const args *a) {
-    char b[3][32];
+    char b[3][32], what[256];
     int world = t->world;
-    printf("GPT n_layer %d n_head %d n_embd %d vocab %d block %d (%lld parameters), %s, micro-batch %lld x %d "
+    zinf_model_shape_describe(s, what, sizeof what);
+    printf("%s block %d (%lld parameters), %s, micro-batch %lld x %d "
            "tokens, accumulation %lld, %d rank%s (%d per node x %d node%s), %s backend\n",
-           s->n_layer, s->n_head, s->n_embd, s->vocab_size, s->block_size, (long long)zinf_gpt_param_count(s),
+           what, s->block_size, (long long)zinf_model_param_count(s),
            zinf_dtype_name(dtype_of(cfg)), (long long)cfg->train_micro_batch_size_per_gpu, seq_len,
            (long long)cfg->gradient_accumulation_steps, world, world > 1 ? "s" : "", a->gpus, a->nodes,
            a->nodes > 1 ? "s" : "", zinf_backend_name(t->backend));
@@ -264,9 +273,9 @@ static void print_head(const zinf_config *cfg, const zinf_gpt_shape *s, int seq_
 }
 
 static int estimate(const args *a, zinf_config *cfg) {
-    zinf_gpt_shape s;
+    zinf_model_shape s;
     zinf_plan_target t;
-    if (zinf_gpt_shape_from_config(&cfg->model, &s) != ZINF_OK) return cli_fail("estimate", CLI_USAGE);
+    if (zinf_model_shape_from_config(&cfg->model, &s) != ZINF_OK) return cli_fail("estimate", CLI_USAGE);
     int seq_len = cfg->data.present && cfg->data.seq_len > 0 ? (int)cfg->data.seq_len : s.block_size;
     if (seq_len > s.block_size)
         return cli_usage("estimate", "--config: data.seq_len %d is longer than the model's block_size %d", seq_len,

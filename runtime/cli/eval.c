@@ -1,4 +1,4 @@
-// zinf eval: the mean loss of a GPT-2 weights file over a token file's windows (the
+// zinf eval: the mean loss of a model's weights over a token file's windows (the
 // design's data contract: every complete window of seq_len + 1 tokens, every predicted
 // token counted once).
 #include <getopt.h>
@@ -8,7 +8,7 @@
 #include "cli.h"
 
 typedef struct eval_setup {
-    zinf_gpt_shape shape;
+    zinf_model_shape shape;
     zinf_data_format format;
     int seq_len, batch;
     zinf_dtype dtype;
@@ -24,8 +24,8 @@ static int setup_from(const char *config, const char *model, eval_setup *e) {
         return cli_fail("eval", CLI_USAGE);
     int rc = CLI_OK;
     if (have_cfg && cfg.model.present) {
-        zinf_gpt_shape_from_config(&cfg.model, &e->shape);
-    } else if (zinf_gpt_shape_from_file(model, &e->shape) != ZINF_OK) {
+        zinf_model_shape_from_config(&cfg.model, &e->shape);
+    } else if (zinf_model_shape_from_file(model, &e->shape) != ZINF_OK) {
         rc = cli_fail("eval", CLI_FAIL);
     }
     e->seq_len = e->shape.block_size;

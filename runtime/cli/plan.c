@@ -31,18 +31,16 @@ static void print_verdict(FILE *f, const zinf_plan *r) {
 
 void cli_print_plan(FILE *f, const cli_plan *p) {
     const zinf_config *c = p->cfg;
-    const zinf_gpt_shape *s = &p->shape;
+    const zinf_model_shape *s = &p->shape;
     const zinf_plan *r = p->plan;
     const zinf_engine_memory m = r->mem;
     const char *dt = c->bf16 ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
     int stage = (int)c->zero.stage, world = p->target->world;
     const char *comm = world == 1 ? "single" : p->target->nccl ? "nccl" : "mpi"; // zinf_comm_name, once made
-    char b[8][32];
-    fprintf(f,
-            "plan: GPT n_layer %d n_head %d n_embd %d vocab %d (%.2f M parameters), %s, ZeRO stage %d over %d "
-            "rank%s (%s)\n",
-            s->n_layer, s->n_head, s->n_embd, s->vocab_size, (double)m.model_numel / 1e6, dt, stage, world,
-            world > 1 ? "s" : "", comm);
+    char b[8][32], what[256];
+    zinf_model_shape_describe(s, what, sizeof what);
+    fprintf(f, "plan: %s (%.2f M parameters), %s, ZeRO stage %d over %d rank%s (%s)\n", what,
+            (double)m.model_numel / 1e6, dt, stage, world, world > 1 ? "s" : "", comm);
     fprintf(f, "  batch %lld = micro %lld x accumulation %lld x %d rank%s, %d tokens each",
             (long long)c->train_batch_size, (long long)c->train_micro_batch_size_per_gpu,
             (long long)c->gradient_accumulation_steps, world, world > 1 ? "s" : "", p->seq_len);

@@ -79,7 +79,7 @@ static int parse(trainer *t, int argc, char **argv) {
 
 // The engine's plan, printed by rank 0 before anything is allocated, and refused on
 // every rank when a budget says no on any: the ranks on another host judge their own.
-static zinf_status plan(trainer *t, const zinf_gpt_shape *shape) {
+static zinf_status plan(trainer *t, const zinf_model_shape *shape) {
     zinf_plan_target target;
     zinf_plan pl;
     TRY(zinf_engine_target(&t->cfg, t->comm, &target));
@@ -105,8 +105,8 @@ static zinf_status plan(trainer *t, const zinf_gpt_shape *shape) {
 static zinf_status open_all(trainer *t) {
     TRY(zinf_comm_create(&t->comm, ZINF_COMM_AUTO, 0));
     TRY(zinf_tokens_open(&t->tok, t->cfg.data.path, t->cfg.data.format));
-    zinf_gpt_shape shape;
-    TRY(zinf_gpt_shape_from_config(&t->cfg.model, &shape));
+    zinf_model_shape shape;
+    TRY(zinf_model_shape_from_config(&t->cfg.model, &shape));
     t->seq_len = t->cfg.data.seq_len > 0 ? (int)t->cfg.data.seq_len : shape.block_size;
     int64_t nw = zinf_tokens_windows(t->tok, t->seq_len);
     if (nw == 0)
@@ -133,12 +133,13 @@ static void close_all(trainer *t) {
 static const char *sz(int64_t bytes, char *buf) { return zinf_size_format((uint64_t)bytes, buf, 32); }
 
 // Model FLOPs per token of a training step (forward and backward, no recompute): 6 per
-// parameter, and attention's scores and weighted sums, 12 * n_layer * T * C.
+// parameter, and attention's scores and weighted sums, 12 * n_layer * T * n_head *
+// head_dim (a sliding window's saving not counted).
 static double flops_per_token(const trainer *t) {
-    const zinf_gpt_shape *s = &zinf_model_get_params(zinf_engine_model(t->e))->shape;
+    const zinf_model_shape *s = &zinf_model_get_params(zinf_engine_model(t->e))->shape;
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
-    return 6.0 * (double)m.model_numel + 12.0 * s->n_layer * (double)t->seq_len * s->n_embd;
+    return 6.0 * (double)m.model_numel + 12.0 * s->n_layer * (double)t->seq_len * s->n_head * s->head_dim;
 }
 
 // Rank r's micro-batch m of the next global batch (the sampling contract).

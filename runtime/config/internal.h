@@ -29,6 +29,7 @@ enum {
     F_GT_MIN = 1u << 2,   // the minimum itself is excluded
     F_LT_MAX = 1u << 3,   // the maximum itself is excluded
     F_REQUIRED = 1u << 4, // must be given when its section is present
+    F_LLAMA = 1u << 5,    // a model key of the Llama family: printed only for its archs
     // scheduler.params keys: which schedules take them
     F_WLR = 1u << 8,
     F_WDLR = 1u << 9,
@@ -67,6 +68,13 @@ typedef struct parse_ctx {
 
 // Cross-key rules and derived defaults, after every key has a value.
 zinf_status config_apply_rules(zinf_config *cfg, const parse_ctx *ctx, int world_size);
+
+// The model section's rules (model.c).
+zinf_status config_model_rules(zinf_config *cfg, const parse_ctx *ctx);
+// Whether the input gave the key at path.
+bool given(const parse_ctx *ctx, const char *path);
+// keypath's file must exist and be readable: an error naming the key otherwise.
+zinf_status config_check_file(const parse_ctx *ctx, const char *keypath, const char *file);
 
 static inline void *config_field(zinf_config *cfg, const key *k) { return (char *)cfg + k->off; }
 

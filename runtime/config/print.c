@@ -9,6 +9,7 @@
 
 // Optional sections print only when present: absence is their default.
 static bool section_present(const zinf_config *cfg, const key *k) {
+    if (k->flags & F_LLAMA) return cfg->model.arch != ZINF_ARCH_GPT2;
     if (!(k->flags & F_OPTIONAL)) return true;
     if (strcmp(k->path, "scheduler") == 0) return cfg->scheduler.type != ZINF_SCHED_NONE;
     return *(const bool *)((const char *)cfg + k->off);
@@ -17,6 +18,7 @@ static bool section_present(const zinf_config *cfg, const key *k) {
 static bool printed(const zinf_config *cfg, const key *k) {
     static const unsigned takes[] = {0, F_WLR, F_WDLR, F_WCLR};
     if (k->kind == K_OFF || k->kind == K_INERT) return false;
+    if ((k->flags & F_LLAMA) && cfg->model.arch == ZINF_ARCH_GPT2) return false;
     if ((k->flags & (F_WLR | F_WDLR | F_WCLR)) && !(k->flags & takes[cfg->scheduler.type])) return false;
     if (k->kind == K_ENUM && !k->names[*(const int *)((const char *)cfg + k->off)][0]) return false; // no preset
     return true;

@@ -11,7 +11,7 @@
 #include "config.h"
 #include "internal.h"
 
-static bool given(const parse_ctx *ctx, const char *path) {
+bool given(const parse_ctx *ctx, const char *path) {
     const key *k = config_key_find(path);
     return k && ctx->given[k - zinf_config_keys];
 }
@@ -68,7 +68,7 @@ static zinf_status check_swap_dir(const parse_ctx *ctx, const char *keypath, con
 }
 
 // A file zinf will read: it must exist, be a regular file and open for reading.
-static zinf_status check_file(const parse_ctx *ctx, const char *keypath, const char *file) {
+zinf_status config_check_file(const parse_ctx *ctx, const char *keypath, const char *file) {
     struct stat st;
     int fd = open(file, O_RDONLY);
     if (fd < 0) return zinf_fail(ZINF_ERR_INVAL, "%s: %s: \"%s\": %s", ctx->name, keypath, file, strerror(errno));
@@ -79,47 +79,6 @@ static zinf_status check_file(const parse_ctx *ctx, const char *keypath, const c
 }
 
 // ---- sections ----
-
-static zinf_status model_rules(zinf_config *c, const parse_ctx *ctx) {
-    static const struct {
-        int64_t n_layer, n_head, n_embd;
-    } presets[] = {
-        [ZINF_PRESET_GPT2] = {12, 12, 768},
-        [ZINF_PRESET_GPT2_MEDIUM] = {24, 16, 1024},
-        [ZINF_PRESET_GPT2_LARGE] = {36, 20, 1280},
-        [ZINF_PRESET_GPT2_XL] = {48, 25, 1600},
-    };
-    zinf_model_config *m = &c->model;
-    if (!m->present) return ZINF_OK;
-    if (m->preset != ZINF_PRESET_NONE) {
-        // A preset fills what the section leaves out; explicit keys override it.
-        if (m->n_layer < 0) m->n_layer = presets[m->preset].n_layer;
-        if (m->n_head < 0) m->n_head = presets[m->preset].n_head;
-        if (m->n_embd < 0) m->n_embd = presets[m->preset].n_embd;
-    }
-    // A model directory says what the model is (its config.json); a file only holds tensors.
-    struct stat sb;
-    if (m->init_from && stat(m->init_from, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        zinf_status st = zinf_config_model_from_hf(m->init_from, m);
-        if (st != ZINF_OK) return zinf_fail(st, "%s: model.init_from: %s", ctx->name, zinf_last_error());
-    } else if (m->init_from) {
-        ZINF_CHECK(check_file(ctx, "model.init_from", m->init_from));
-    }
-    const char *dims[] = {"model.n_layer", "model.n_head", "model.n_embd"};
-    int64_t vals[] = {m->n_layer, m->n_head, m->n_embd};
-    for (int i = 0; i < 3; i++)
-        if (vals[i] < 0)
-            return zinf_fail(ZINF_ERR_INVAL,
-                             "%s: %s: missing; give model.preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl), "
-                             "n_layer, n_head and n_embd, or a model directory as model.init_from",
-                             ctx->name, dims[i]);
-    if (m->vocab_size < 0) m->vocab_size = c->data.present && c->data.format == ZINF_DATA_TEXT_BYTES ? 256 : 50257;
-    if (m->block_size < 0) m->block_size = 1024;
-    if (m->n_embd % m->n_head != 0)
-        return zinf_fail(ZINF_ERR_INVAL, "%s: model.n_embd: %lld is not a multiple of model.n_head (%lld)", ctx->name,
-                         (long long)m->n_embd, (long long)m->n_head);
-    return ZINF_OK;
-}
 
 zinf_status zinf_data_megatron_files(const char *path, char **bin, char **idx) {
     size_t n = strlen(path);
@@ -143,12 +102,12 @@ static zinf_status data_rules(zinf_config *c, const parse_ctx *ctx) {
         // data.path names the .bin or the prefix it shares with the .idx: both must be there.
         char *bin, *idx;
         ZINF_CHECK(zinf_data_megatron_files(d->path, &bin, &idx));
-        zinf_status st = check_file(ctx, "data.path", bin);
-        if (st == ZINF_OK) st = check_file(ctx, "data.path", idx);
+        zinf_status st = config_check_file(ctx, "data.path", bin);
+        if (st == ZINF_OK) st = config_check_file(ctx, "data.path", idx);
         free(bin), free(idx);
         ZINF_CHECK(st);
     } else {
-        ZINF_CHECK(check_file(ctx, "data.path", d->path));
+        ZINF_CHECK(config_check_file(ctx, "data.path", d->path));
     }
     if (d->seq_len < 0) d->seq_len = c->model.present ? c->model.block_size : 1024;
     if (!c->model.present) return ZINF_OK;
@@ -324,7 +283,7 @@ zinf_status config_apply_rules(zinf_config *cfg, const parse_ctx *ctx, int world
     ZINF_CHECK(batch_rules(cfg, ctx, world_size));
     ZINF_CHECK(optimizer_rules(cfg, ctx));
     ZINF_CHECK(zero_rules(cfg, ctx));
-    ZINF_CHECK(model_rules(cfg, ctx));
+    ZINF_CHECK(config_model_rules(cfg, ctx));
     ZINF_CHECK(data_rules(cfg, ctx));
     ZINF_CHECK(run_rules(cfg, ctx));
     return ZINF_OK;

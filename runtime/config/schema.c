@@ -16,7 +16,21 @@ static const char *const offload_devices[] = {"none", "cpu", "nvme", NULL};
 static const char *const optimizer_types[] = {"Adam", "AdamW", NULL};
 static const char *const scheduler_types[] = {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", NULL};
 static const char *const warmup_types[] = {"log", "linear", NULL};
-static const char *const presets[] = {"", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", NULL};
+static const char *const presets[] = {"",
+                                      "gpt2",
+                                      "gpt2-medium",
+                                      "gpt2-large",
+                                      "gpt2-xl",
+                                      "llama-3.2-1b",
+                                      "llama-3.2-3b",
+                                      "llama-3.1-8b",
+                                      "mistral-7b",
+                                      "qwen2.5-0.5b",
+                                      "qwen2.5-7b",
+                                      "smollm2-135m",
+                                      NULL};
+static const char *const archs[] = {"gpt2", "llama", "mistral", "qwen2", NULL};
+static const char *const rope_types[] = {"default", "linear", "dynamic", "llama3", NULL};
 static const char *const data_formats[] = {"tokens-u16", "text-bytes", "tokens-u32", "megatron", NULL};
 static const char *const samplings[] = {"random", "sequential", NULL};
 static const char *const backends[] = {"auto", "host", "cuda", NULL};
@@ -246,6 +260,32 @@ const key zinf_config_keys[] = {
     INT("model.n_embd", OFF(model.n_embd), -1, 1, 1048576, F_NULL),
     INT("model.vocab_size", OFF(model.vocab_size), -1, 1, 16777216, F_NULL),
     INT("model.block_size", OFF(model.block_size), -1, 1, 1048576, F_NULL),
+    // The Llama family's keys, named as LlamaConfig names them where it has them; a
+    // preset or a model directory gives them all (rules.c).
+    ENUM("model.arch", OFF(model.arch), ZINF_ARCH_GPT2, archs, 0),
+    INT("model.n_kv_head", OFF(model.n_kv_head), -1, 1, 1024, F_NULL | F_LLAMA),
+    INT("model.head_dim", OFF(model.head_dim), -1, 2, 1024, F_NULL | F_LLAMA),
+    INT("model.intermediate_size", OFF(model.intermediate_size), -1, 1, 4194304, F_NULL | F_LLAMA),
+    REAL("model.norm_eps", OFF(model.norm_eps), 1e-5, 0, 1, F_GT_MIN | F_LLAMA),
+    REAL("model.rope_theta", OFF(model.rope_theta), 10000, 1, INFINITY, F_LLAMA),
+    SECTION("model.rope_scaling", NONE, F_NULL | F_LLAMA),
+    {.path = "model.rope_scaling.rope_type",
+     .kind = K_ENUM,
+     .off = OFF(model.rope_type),
+     .def = ZINF_ROPE_DEFAULT,
+     .names = rope_types,
+     .alias = "type",
+     .flags = F_LLAMA},
+    REAL("model.rope_scaling.factor", OFF(model.rope_factor), 1, 1, INFINITY, F_LLAMA),
+    REAL("model.rope_scaling.low_freq_factor", OFF(model.rope_low_freq_factor), 1, 0, INFINITY, F_GT_MIN | F_LLAMA),
+    REAL("model.rope_scaling.high_freq_factor", OFF(model.rope_high_freq_factor), 4, 0, INFINITY, F_GT_MIN | F_LLAMA),
+    INT("model.rope_scaling.original_max_position_embeddings", OFF(model.rope_original_max_position), -1, 1, 16777216,
+        F_NULL | F_LLAMA),
+    INT("model.sliding_window", OFF(model.sliding_window), -1, 1, 16777216, F_NULL | F_LLAMA),
+    INT("model.max_window_layers", OFF(model.max_window_layers), -1, 0, 1024, F_NULL | F_LLAMA),
+    {.path = "model.tie_word_embeddings", .kind = K_BOOL, .off = OFF(model.tie_word_embeddings), .def = 1, .flags = F_LLAMA},
+    {.path = "model.attention_bias", .kind = K_BOOL, .off = OFF(model.attention_bias), .flags = F_LLAMA},
+    {.path = "model.mlp_bias", .kind = K_BOOL, .off = OFF(model.mlp_bias), .flags = F_LLAMA},
     STRING("model.init_from", OFF(model.init_from), F_NULL),
 
     SECTION("data", OFF(data.present), F_OPTIONAL),

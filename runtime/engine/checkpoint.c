@@ -122,7 +122,11 @@ static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
 }
 
 static json_t *meta_json(zinf_engine *e, int64_t data_position, int64_t seed) {
-    const zinf_gpt_shape *sh = &zinf_model_get_params(e->m)->shape;
+    char *text = NULL;
+    json_t *model = zinf_model_shape_to_json(&zinf_model_get_params(e->m)->shape, &text) == ZINF_OK
+                      ? json_loads(text, 0, NULL)
+                      : NULL;
+    free(text);
     json_t *mods = json_array();
     for (int i = 0; mods && i < e->nmod; i++) {
         const zinf_module_info *mi = zinf_model_module(e->m, i);
@@ -142,12 +146,11 @@ static json_t *meta_json(zinf_engine *e, int64_t data_position, int64_t seed) {
     json_t *config = zinf_config_to_json(&e->cfg, &cfg) == ZINF_OK ? json_loads(cfg, 0, NULL) : NULL;
     free(cfg);
     const zinf_loss_scaler *ls = &e->scaler;
-    return json_pack("{s:s, s:i, s:I, s:I, s:i, s:i, s:s, s:{s:i, s:i, s:i, s:i, s:i}, s:o, s:{s:f, s:I, s:I, s:I}, "
+    return json_pack("{s:s, s:i, s:I, s:I, s:i, s:i, s:s, s:o, s:o, s:{s:f, s:I, s:I, s:I}, "
                      "s:{s:I, s:f}, s:{s:I, s:I, s:s}, s:o}",
                      "format", "zinf-checkpoint", "version", ZINF_CKPT_VERSION, "step", (json_int_t)e->steps_taken,
                      "steps_applied", (json_int_t)e->steps_applied, "world_size", e->world, "zero_stage", e->stage,
-                     "dtype", zinf_dtype_name(e->dt), "model", "n_layer", sh->n_layer, "n_head", sh->n_head, "n_embd",
-                     sh->n_embd, "vocab_size", sh->vocab_size, "block_size", sh->block_size, "modules", mods,
+                     "dtype", zinf_dtype_name(e->dt), "model", model, "modules", mods,
                      "loss_scaler", "scale", ls->scale, "cur_iter", (json_int_t)ls->cur_iter, "last_overflow_iter",
                      (json_int_t)ls->last_overflow_iter, "cur_hysteresis", (json_int_t)ls->cur_hysteresis, "scheduler",
                      "steps_applied", (json_int_t)e->steps_applied, "next_lr",
@@ -319,13 +322,14 @@ static zinf_status to_engine(void *arg, size_t off, const void *p, size_t n) {
 // The checkpoint's model must be this one: the same shape and modules.
 static zinf_status same_model(const zinf_engine *e, const zinf_ckpt *ck) {
     const zinf_ckpt_info *in = zinf_ckpt_info_of(ck);
-    const zinf_gpt_shape *a = &zinf_model_get_params(e->m)->shape, *b = &in->shape;
-    if (memcmp(a, b, sizeof *a) != 0)
-        return zinf_fail(ZINF_ERR_INVAL,
-                         "checkpoint %s: saved from a GPT n_layer %d n_head %d n_embd %d vocab %d block %d, but this "
-                         "run's model is n_layer %d n_head %d n_embd %d vocab %d block %d",
-                         zinf_ckpt_dir(ck), b->n_layer, b->n_head, b->n_embd, b->vocab_size, b->block_size, a->n_layer,
-                         a->n_head, a->n_embd, a->vocab_size, a->block_size);
+    const zinf_model_shape *a = &zinf_model_get_params(e->m)->shape, *b = &in->shape;
+    if (!zinf_model_shape_equal(a, b)) {
+        char was[256], is[256];
+        zinf_model_shape_describe(b, was, sizeof was);
+        zinf_model_shape_describe(a, is, sizeof is);
+        return zinf_fail(ZINF_ERR_INVAL, "checkpoint %s: saved from a %s block %d, but this run's model is a %s block %d",
+                         zinf_ckpt_dir(ck), was, b->block_size, is, a->block_size);
+    }
     if (in->nmod != e->nmod)
         return zinf_fail(ZINF_ERR_CORRUPT, "checkpoint %s: %d modules, this model has %d", zinf_ckpt_dir(ck), in->nmod,
                          e->nmod);

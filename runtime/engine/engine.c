@@ -199,7 +199,7 @@ zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_mode
                               .batch = (int)cfg->train_micro_batch_size_per_gpu,
                               .training = true,
                               .checkpoint_activations = cfg->activation_checkpointing.enabled};
-    ZINF_CHECK(zinf_gpt_shape_from_config(&cfg->model, &mp->shape));
+    ZINF_CHECK(zinf_model_shape_from_config(&cfg->model, &mp->shape));
     mp->seq_len = cfg->data.present && cfg->data.seq_len > 0 ? (int)cfg->data.seq_len : mp->shape.block_size;
     if (mp->seq_len > mp->shape.block_size)
         return zinf_fail(ZINF_ERR_INVAL, "data.seq_len: %d is longer than the model's block_size %d", mp->seq_len,

@@ -1,7 +1,6 @@
 // The starting weights of a rank's partition, one module at a time: read from
-// model.init_from, or drawn as GPT-2 initializes itself (Hugging Face's
-// _init_weights: normal(0, 0.02) for weights and embeddings, c_proj weights with std
-// 0.02 / sqrt(2 n_layer), zero biases, unit layernorm weights). The draws come from a
+// model.init_from, or drawn as the model's family initializes itself (each
+// parameter's init: normal(0, std), zeros or ones). The draws come from a
 // counter-based generator keyed by (seed, module, element), so a value depends only on
 // where it is in the model: every stage and world size starts identically and no rank
 // computes more than it keeps.
@@ -25,24 +24,21 @@ static double normal_at(uint64_t seed, int mod, size_t j) {
 static void fill_range(const zinf_engine *e, int mod, const float *file, size_t lo, size_t n, float *out) {
     const zinf_module_info *mi = zinf_model_module(e->m, mod);
     memset(out, 0, n * sizeof *out);
-    double proj_std = 0.02 / sqrt(2.0 * e->cfg.model.n_layer);
     for (int p = 0; p < mi->nparams; p++) {
         const zinf_param_info *pi = &mi->params[p];
         size_t a = pi->offset > lo ? pi->offset : lo, b = pi->offset + pi->numel;
         if (b > lo + n) b = lo + n;
         if (a >= b) continue;
-        bool bias = zinf_ends_with(pi->name, ".bias"), ln = strstr(pi->name, "ln_") != NULL;
-        double std = zinf_ends_with(pi->name, "c_proj.weight") ? proj_std : 0.02;
         for (size_t j = a; j < b; j++) {
             float v;
             if (file)
                 v = file[j];
-            else if (bias)
+            else if (pi->init == ZINF_INIT_ZERO)
                 v = 0.0f;
-            else if (ln)
+            else if (pi->init == ZINF_INIT_ONE)
                 v = 1.0f;
             else
-                v = (float)(std * normal_at((uint64_t)e->cfg.seed, mod, j));
+                v = (float)(pi->std * normal_at((uint64_t)e->cfg.seed, mod, j));
             out[j - lo] = v;
         }
     }

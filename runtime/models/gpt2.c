@@ -1,60 +1,48 @@
-// GPT-2 (Radford et al. 2019; Hugging Face's GPT2LMHeadModel for names and layouts):
-// the module and parameter tables, the schedule, and the activation memory.
+// The GPT-2 family (Radford et al. 2019; Hugging Face's GPT2LMHeadModel for names and
+// layouts): its parameter tables, and its modules' forward and backward as sequences
+// of device ops on one stream (the structure of llm.c's train_gpt2.cu: pre-LN blocks,
+// fused QKV, tanh GELU, a head tied to wte, cross-entropy fused with its gradient).
+// Backward adds to the gradient buffers; the residual stream's gradient flows through
+// m->dres.
+#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "gpt2_internal.h"
+#include "model_internal.h"
 
-zinf_status zinf_gpt_shape_from_config(const zinf_model_config *mc, zinf_gpt_shape *out) {
-    if (!mc->present) return zinf_fail(ZINF_ERR_INVAL, "model: the config has no model section");
-    *out =
-        (zinf_gpt_shape){(int)mc->n_layer, (int)mc->n_head, (int)mc->n_embd, (int)mc->vocab_size, (int)mc->block_size};
-    return ZINF_OK;
-}
+#define param param_at
 
-int64_t zinf_gpt_param_count(const zinf_gpt_shape *s) {
-    int64_t C = s->n_embd, L = s->n_layer;
-    int64_t block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
-    return (int64_t)s->vocab_size * C + (int64_t)s->block_size * C + L * block + 2 * C;
-}
+// Parameter indices inside each module's table.
+enum { P_WTE = 0, P_WPE };
+enum { P_LN_W = 0, P_LN_B, P_FC_W, P_FC_B, P_PROJ_W, P_PROJ_B }; // attn: c_attn as fc; mlp: c_fc
+enum { P_LNF_W = 0, P_LNF_B };
 
 // ---- tables ----
 
-static void add_param(zinf_module_info *mod, zinf_param_info *table, const char *name, int64_t d0, int64_t d1) {
-    zinf_param_info *p = &table[mod->nparams++];
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = d1 ? 2 : 1;
-    p->shape[0] = d0;
-    p->shape[1] = d1;
-    p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
-    // 64-element offsets keep every weight aligned for vector loads and cuBLASLt.
-    p->offset = (mod->numel + 63) & ~(size_t)63;
-    mod->numel = p->offset + p->numel;
-}
+static int count(const zinf_model_shape *s) { return 4 + 12 * s->n_layer; }
 
-static zinf_status build_tables(zinf_model *m) {
-    const zinf_gpt_shape *s = &m->p.shape;
+// Hugging Face's _init_weights: normal(0, 0.02) for weights and embeddings, c_proj
+// weights with std 0.02 / sqrt(2 n_layer), zero biases, unit layer-norm weights.
+static void tables(zinf_model *m) {
+    const zinf_model_shape *s = &m->p.shape;
     int L = s->n_layer;
     int64_t C = s->n_embd;
-    m->nmod = 3 + 2 * L;
-    m->mods = calloc((size_t)m->nmod, sizeof *m->mods);
-    m->params = calloc((size_t)(4 + 12 * L), sizeof *m->params);
-    if (!m->mods || !m->params) return zinf_fail(ZINF_ERR_NOMEM, "gpt2: out of memory for the module tables");
+    double proj_std = 0.02 / sqrt(2.0 * L);
     zinf_param_info *next = m->params;
-    char name[48];
+    char name[64];
+#define ADD(n, d0, d1, init, std) model_add_param(mod, next, n, d0, d1, true, init, std)
     for (int i = 0; i < m->nmod; i++) {
         zinf_module_info *mod = &m->mods[i];
         mod->params = next;
         mod->external = -1;
         if (i == MOD_EMBEDDING) {
             snprintf(mod->name, sizeof mod->name, "embedding");
-            add_param(mod, next, "wte.weight", s->vocab_size, C);
-            add_param(mod, next, "wpe.weight", s->block_size, C);
-        } else if (i == mod_lnf(L)) {
+            ADD("wte.weight", s->vocab_size, C, ZINF_INIT_NORMAL, 0.02);
+            ADD("wpe.weight", s->block_size, C, ZINF_INIT_NORMAL, 0.02);
+        } else if (i == mod_norm(L)) {
             snprintf(mod->name, sizeof mod->name, "ln_f");
-            add_param(mod, next, "ln_f.weight", C, 0);
-            add_param(mod, next, "ln_f.bias", C, 0);
+            ADD("ln_f.weight", C, 0, ZINF_INIT_ONE, 0);
+            ADD("ln_f.bias", C, 0, ZINF_INIT_ZERO, 0);
         } else if (i == mod_head(L)) {
             snprintf(mod->name, sizeof mod->name, "head");
             mod->external = MOD_EMBEDDING; // tied: the head is wte transposed
@@ -64,245 +52,201 @@ static zinf_status build_tables(zinf_model *m) {
             const char *sub = attn ? "attn" : "mlp", *ln = attn ? "ln_1" : "ln_2";
             snprintf(mod->name, sizeof mod->name, "h.%d.%s", l, sub);
             int64_t wide = attn ? 3 * C : 4 * C, in = attn ? C : 4 * C;
-            snprintf(name, sizeof name, "h.%d.%s.weight", l, ln), add_param(mod, next, name, C, 0);
-            snprintf(name, sizeof name, "h.%d.%s.bias", l, ln), add_param(mod, next, name, C, 0);
+            snprintf(name, sizeof name, "h.%d.%s.weight", l, ln), ADD(name, C, 0, ZINF_INIT_ONE, 0);
+            snprintf(name, sizeof name, "h.%d.%s.bias", l, ln), ADD(name, C, 0, ZINF_INIT_ZERO, 0);
             snprintf(name, sizeof name, "h.%d.%s.%s.weight", l, sub, attn ? "c_attn" : "c_fc");
-            add_param(mod, next, name, C, wide);
+            ADD(name, C, wide, ZINF_INIT_NORMAL, 0.02);
             snprintf(name, sizeof name, "h.%d.%s.%s.bias", l, sub, attn ? "c_attn" : "c_fc");
-            add_param(mod, next, name, wide, 0);
-            snprintf(name, sizeof name, "h.%d.%s.c_proj.weight", l, sub), add_param(mod, next, name, in, C);
-            snprintf(name, sizeof name, "h.%d.%s.c_proj.bias", l, sub), add_param(mod, next, name, C, 0);
+            ADD(name, wide, 0, ZINF_INIT_ZERO, 0);
+            snprintf(name, sizeof name, "h.%d.%s.c_proj.weight", l, sub), ADD(name, in, C, ZINF_INIT_NORMAL, proj_std);
+            snprintf(name, sizeof name, "h.%d.%s.c_proj.bias", l, sub), ADD(name, C, 0, ZINF_INIT_ZERO, 0);
         }
+#undef ADD
         next += mod->nparams;
     }
+}
+
+static zinf_status check(const zinf_model_shape *s) {
+    if (s->n_kv_head != s->n_head || s->head_dim * s->n_head != s->n_embd || s->ffn != 4 * s->n_embd || !s->tied)
+        return zinf_fail(ZINF_ERR_INVAL, "gpt2: n_embd %d must be n_head %d x head_dim, with every head its own kv "
+                                         "head, an MLP 4 x n_embd wide and the head tied",
+                         s->n_embd, s->n_head);
     return ZINF_OK;
 }
 
-// Forward in module order; the backward in reverse, each block recomputed (attn then
-// mlp) right before its backward when activations are checkpointed.
-static zinf_status build_schedule(zinf_model *m) {
-    int L = m->p.shape.n_layer;
-    m->sched = calloc(2 * (unsigned)m->nmod + 2 * (unsigned)L, sizeof *m->sched);
-    if (!m->sched) return zinf_fail(ZINF_ERR_NOMEM, "gpt2: out of memory for the schedule");
-    int n = 0;
-    for (int i = 0; i < m->nmod; i++)
-        m->sched[n++] = (zinf_model_op){i, ZINF_PASS_FORWARD};
-    m->n_fwd = n;
-    m->sched[n++] = (zinf_model_op){mod_head(L), ZINF_PASS_BACKWARD};
-    m->sched[n++] = (zinf_model_op){mod_lnf(L), ZINF_PASS_BACKWARD};
-    for (int l = L - 1; l >= 0; l--) {
-        if (m->p.checkpoint_activations) {
-            m->sched[n++] = (zinf_model_op){mod_attn(l), ZINF_PASS_RECOMPUTE};
-            m->sched[n++] = (zinf_model_op){mod_mlp(l), ZINF_PASS_RECOMPUTE};
-        }
-        m->sched[n++] = (zinf_model_op){mod_mlp(l), ZINF_PASS_BACKWARD};
-        m->sched[n++] = (zinf_model_op){mod_attn(l), ZINF_PASS_BACKWARD};
+static act_widths widths(const zinf_model_shape *s) {
+    int C = s->n_embd;
+    return (act_widths){.qkv = 3 * C, .att = C, .fc = 4 * C, .act = 4 * C, .ln_mean = true};
+}
+
+static zinf_status prepare(zinf_model *m) {
+    (void)m;
+    return ZINF_OK;
+}
+
+// ---- passes ----
+
+// out (rows x n) = in (rows x k) @ w (k x n, as Conv1D stores it) + bias.
+static zinf_status linear(zinf_stream *s, zinf_dtype dt, void *out, const void *in, const void *w, const void *bias,
+                          int rows, int k, int n) {
+    zinf_gemm_args g = {.dt = dt, .m = rows, .n = n, .k = k, .a = in, .lda = k, .b = w, .ldb = n, .c = out, .ldc = n,
+                        .bias = bias, .alpha = 1.0f};
+    return zinf_gemm(s, &g);
+}
+
+// The backward of linear: dw += in^T dout, dbias += column sums of dout, and din =
+// dout w^T (written).
+static zinf_status linear_bwd(zinf_stream *s, zinf_dtype dt, void *din, void *dw, void *dbias, const void *dout,
+                              const void *in, const void *w, int rows, int k, int n) {
+    zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = k, .n = n, .k = rows, .a = in, .lda = k, .b = dout, .ldb = n,
+                         .c = dw, .ldc = n, .alpha = 1.0f, .beta = 1.0f};
+    ZINF_CHECK(zinf_gemm(s, &gw));
+    ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dout, rows, n));
+    zinf_gemm_args gx = {.dt = dt, .trans_b = true, .m = rows, .n = k, .k = n, .a = dout, .lda = n, .b = w, .ldb = n,
+                         .c = din, .ldc = k, .alpha = 1.0f};
+    return zinf_gemm(s, &gx);
+}
+
+static zinf_status attn_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
+    zinf_dtype dt = m->p.dtype;
+    int mod = mod_attn(l), BT = m->b * m->p.seq_len, C = m->p.shape.n_embd;
+    layer_acts *a = acts_of(m, l);
+    void *x = block_input(m, l);
+    ZINF_CHECK(zinf_layernorm_fwd(s, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, param(m, mod, w, P_LN_W),
+                                  param(m, mod, w, P_LN_B), BT, C, 1e-5f));
+    ZINF_CHECK(linear(s, dt, a->qkv, a->ln1, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 3 * C));
+    zinf_attention_args at = {.dt = dt, .B = m->b, .T = m->p.seq_len, .C = C, .NH = m->p.shape.n_head,
+                              .qkv = a->qkv, .out = a->atty, .lse = a->lse, .ws = m->att_ws};
+    ZINF_CHECK(zinf_attention_fwd(s, &at));
+    ZINF_CHECK(linear(s, dt, a->res2, a->atty, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, C, C));
+    return zinf_add(s, dt, a->res2, a->res2, x, (size_t)BT * C);
+}
+
+static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
+    zinf_dtype dt = m->p.dtype;
+    int mod = mod_mlp(l), BT = m->b * m->p.seq_len, C = m->p.shape.n_embd;
+    layer_acts *a = acts_of(m, l);
+    ZINF_CHECK(zinf_layernorm_fwd(s, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, param(m, mod, w, P_LN_W),
+                                  param(m, mod, w, P_LN_B), BT, C, 1e-5f));
+    ZINF_CHECK(linear(s, dt, a->fc, a->ln2, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 4 * C));
+    ZINF_CHECK(zinf_gelu_fwd(s, dt, a->act, a->fc, (size_t)BT * 4 * C));
+    ZINF_CHECK(
+        linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, 4 * C, C));
+    return zinf_add(s, dt, m->res3[l], m->res3[l], a->res2, (size_t)BT * C);
+}
+
+static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *params) {
+    zinf_dtype dt = m->p.dtype;
+    int L = m->p.shape.n_layer, T = m->p.seq_len, BT = m->b * T, C = m->p.shape.n_embd, V = m->p.shape.vocab_size;
+    if (mod == MOD_EMBEDDING) {
+        void *w = params[MOD_EMBEDDING];
+        return zinf_embedding_fwd(s, dt, m->encoded, m->tok, param(m, mod, w, P_WTE), param(m, mod, w, P_WPE), m->b,
+                                  T, C);
     }
-    m->sched[n++] = (zinf_model_op){MOD_EMBEDDING, ZINF_PASS_BACKWARD};
-    m->n_all = n;
-    return ZINF_OK;
-}
-
-// ---- activations ----
-
-static zinf_status dalloc(zinf_model *m, void **p, size_t elems, size_t es, const char *what) {
-    if (m->dev) return zinf_device_alloc(m->dev, elems * es, what, p);
-    m->planned_bytes += (int64_t)zinf_device_account_bytes(elems * es);
-    return ZINF_OK;
-}
-
-static zinf_status alloc_layer(zinf_model *m, layer_acts *a) {
-    size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)m->p.shape.n_embd, es = zinf_dtype_size(m->p.dtype);
-    size_t NH = (size_t)m->p.shape.n_head;
-    ZINF_CHECK(dalloc(m, &a->ln1, BT * C, es, "activations: ln_1"));
-    ZINF_CHECK(dalloc(m, &a->qkv, BT * 3 * C, es, "activations: qkv"));
-    ZINF_CHECK(dalloc(m, &a->atty, BT * C, es, "activations: attention"));
-    ZINF_CHECK(dalloc(m, &a->res2, BT * C, es, "activations: residual"));
-    ZINF_CHECK(dalloc(m, &a->ln2, BT * C, es, "activations: ln_2"));
-    ZINF_CHECK(dalloc(m, &a->fch, BT * 4 * C, es, "activations: mlp"));
-    ZINF_CHECK(dalloc(m, &a->fch_gelu, BT * 4 * C, es, "activations: gelu"));
-    ZINF_CHECK(dalloc(m, (void **)&a->ln1_mean, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&a->ln1_rstd, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&a->ln2_mean, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&a->ln2_rstd, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&a->lse, BT * NH, 4, "activations: attention lse"));
-    return ZINF_OK;
-}
-
-static zinf_status alloc_acts(zinf_model *m) {
-    const zinf_gpt_shape *s = &m->p.shape;
-    size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)s->n_embd, es = zinf_dtype_size(m->p.dtype);
-    int L = s->n_layer, sets = m->p.checkpoint_activations ? 1 : L;
-    m->h_tok = malloc(BT * sizeof *m->h_tok);
-    m->h_order = malloc(BT * sizeof *m->h_order);
-    m->h_losses = malloc(BT * sizeof *m->h_losses);
-    m->res3 = calloc((size_t)L, sizeof *m->res3);
-    m->layers = calloc((size_t)sets, sizeof *m->layers);
-    if (!m->h_tok || !m->h_order || !m->h_losses || !m->res3 || !m->layers)
-        return zinf_fail(ZINF_ERR_NOMEM, "gpt2: out of host memory");
-    ZINF_CHECK(dalloc(m, (void **)&m->tok, BT, 4, "tokens"));
-    ZINF_CHECK(dalloc(m, (void **)&m->targets, BT, 4, "targets"));
-    ZINF_CHECK(dalloc(m, (void **)&m->order, BT, 4, "token order"));
-    ZINF_CHECK(dalloc(m, &m->encoded, BT * C, es, "activations: embedding"));
-    for (int l = 0; l < L; l++)
-        ZINF_CHECK(dalloc(m, &m->res3[l], BT * C, es, "activations: block outputs"));
-    for (int i = 0; i < sets; i++)
-        ZINF_CHECK(alloc_layer(m, &m->layers[i]));
-    ZINF_CHECK(dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
-    ZINF_CHECK(dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, &m->logits, BT * (size_t)s->vocab_size, es, "activations: logits"));
-    ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
-    zinf_attention_args at = {.dt = m->p.dtype, .B = m->p.batch, .T = m->p.seq_len, .C = s->n_embd, .NH = s->n_head};
-    size_t ws = zinf_backend_attention_workspace(m->dev ? zinf_device_get_caps(m->dev)->backend : m->backend, &at);
-    if (ws) ZINF_CHECK(dalloc(m, &m->att_ws, ws, 1, "attention workspace"));
-    if (!m->p.training) return ZINF_OK;
-    ZINF_CHECK(dalloc(m, &m->dres, BT * C, es, "gradients: residual"));
-    ZINF_CHECK(dalloc(m, &m->dln, BT * C, es, "gradients: layernorm"));
-    ZINF_CHECK(dalloc(m, &m->dqkv, BT * 3 * C, es, "gradients: qkv"));
-    ZINF_CHECK(dalloc(m, &m->datty, BT * C, es, "gradients: attention"));
-    ZINF_CHECK(dalloc(m, &m->dfch, BT * 4 * C, es, "gradients: mlp"));
-    return ZINF_OK;
-}
-
-static void free_layer(zinf_device *d, layer_acts *a) {
-    void *bufs[] = {a->ln1,      a->qkv,      a->atty,     a->res2,     a->ln2,      a->fch,
-                    a->fch_gelu, a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
-    for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
-        zinf_device_free(d, bufs[i]);
-}
-
-void zinf_model_destroy(zinf_model *m) {
-    if (!m) return;
-    zinf_device *d = m->dev;
-    for (int l = 0; m->res3 && l < m->p.shape.n_layer; l++)
-        zinf_device_free(d, m->res3[l]);
-    for (int i = 0; m->layers && i < (m->p.checkpoint_activations ? 1 : m->p.shape.n_layer); i++)
-        free_layer(d, &m->layers[i]);
-    void *bufs[] = {m->tok,    m->targets, m->order, m->encoded, m->lnf,  m->lnf_mean, m->lnf_rstd, m->logits,
-                    m->losses, m->att_ws,  m->dres,  m->dln,     m->dqkv, m->datty,    m->dfch};
-    for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
-        zinf_device_free(d, bufs[i]);
-    free(m->res3), free(m->layers), free(m->h_tok), free(m->h_order), free(m->h_losses);
-    free(m->mods), free(m->params), free(m->sched);
-    free(m);
-}
-
-static zinf_status check_params(const zinf_model_params *p) {
-    const zinf_gpt_shape *s = &p->shape;
-    if (s->n_layer < 1 || s->n_head < 1 || s->n_embd < 1 || s->vocab_size < 1 || s->block_size < 1)
-        return zinf_fail(ZINF_ERR_INVAL, "gpt2: n_layer, n_head, n_embd, vocab_size and block_size must be positive");
-    if (s->n_embd % s->n_head)
-        return zinf_fail(ZINF_ERR_INVAL, "gpt2: n_embd %d is not a multiple of n_head %d", s->n_embd, s->n_head);
-    if (p->seq_len < 1 || p->seq_len > s->block_size)
-        return zinf_fail(ZINF_ERR_INVAL, "gpt2: seq_len %d is not in 1..block_size (%d)", p->seq_len, s->block_size);
-    if (p->batch < 1) return zinf_fail(ZINF_ERR_INVAL, "gpt2: batch %d is below 1", p->batch);
-    if (p->dtype != ZINF_DTYPE_F32 && p->dtype != ZINF_DTYPE_BF16 && p->dtype != ZINF_DTYPE_F16)
-        return zinf_fail(ZINF_ERR_INVAL, "gpt2: dtype must be fp32, bf16 or fp16");
-    return ZINF_OK;
-}
-
-static zinf_status create(zinf_model **out, zinf_device *dev, zinf_backend backend, const zinf_model_params *p) {
-    *out = NULL;
-    ZINF_CHECK(check_params(p));
-    zinf_model *m = calloc(1, sizeof *m);
-    if (!m) return zinf_fail(ZINF_ERR_NOMEM, "gpt2: out of host memory");
-    m->dev = dev;
-    m->backend = backend;
-    m->p = *p;
-    zinf_status st;
-    ZINF_CHECK_GOTO(build_tables(m), st, fail);
-    ZINF_CHECK_GOTO(build_schedule(m), st, fail);
-    ZINF_CHECK_GOTO(alloc_acts(m), st, fail);
-    *out = m;
-    return ZINF_OK;
-fail:
-    zinf_model_destroy(m);
-    return st;
-}
-
-zinf_status zinf_model_create(zinf_model **out, zinf_device *dev, const zinf_model_params *p) {
-    if (!dev) return zinf_fail(ZINF_ERR_INVAL, "gpt2: a device is required (zinf_model_plan makes one without)");
-    return create(out, dev, zinf_device_get_caps(dev)->backend, p);
-}
-
-zinf_status zinf_model_plan(zinf_model **out, zinf_backend backend, const zinf_model_params *p,
-                            int64_t *activation_bytes) {
-    ZINF_CHECK(create(out, NULL, backend, p));
-    *activation_bytes = (*out)->planned_bytes;
-    return ZINF_OK;
-}
-
-const zinf_model_params *zinf_model_get_params(const zinf_model *m) { return &m->p; }
-int zinf_model_module_count(const zinf_model *m) { return m->nmod; }
-const zinf_module_info *zinf_model_module(const zinf_model *m, int i) {
-    return i >= 0 && i < m->nmod ? &m->mods[i] : NULL;
-}
-
-const zinf_model_op *zinf_model_schedule(const zinf_model *m, bool backward, int *n) {
-    *n = backward ? m->n_all : m->n_fwd;
-    return m->sched;
-}
-
-// ---- batches ----
-
-static int by_token(const void *a, const void *b, void *tok) {
-    const int32_t *t = tok;
-    int x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (t[x] != t[y]) return t[x] < t[y] ? -1 : 1;
-    return (x > y) - (x < y); // stable: equal tokens keep position order
-}
-
-zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *tokens, const int32_t *targets,
-                                 int batch, float dloss) {
-    if (batch < 1 || batch > m->p.batch)
-        return zinf_fail(ZINF_ERR_INVAL, "gpt2: batch of %d sequences; the model was made for 1..%d", batch,
-                         m->p.batch);
-    int n = batch * m->p.seq_len, V = m->p.shape.vocab_size;
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
-            return zinf_fail(ZINF_ERR_INVAL, "gpt2: token %d at position %d is outside the vocabulary (0..%d)",
-                             tokens[i] < 0 || tokens[i] >= V ? tokens[i] : targets[i], i, V - 1);
-    // The streams may still read the previous batch's host copies: wait first.
-    ZINF_CHECK(zinf_stream_sync(s));
-    memcpy(m->h_tok, tokens, (size_t)n * sizeof *tokens);
-    for (int i = 0; i < n; i++)
-        m->h_order[i] = i;
-    qsort_r(m->h_order, (size_t)n, sizeof *m->h_order, by_token, m->h_tok);
-    ZINF_CHECK(zinf_copy_async(s, m->tok, m->h_tok, (size_t)n * 4, ZINF_COPY_H2D));
-    ZINF_CHECK(zinf_copy_async(s, m->targets, targets, (size_t)n * 4, ZINF_COPY_H2D));
-    ZINF_CHECK(zinf_copy_async(s, m->order, m->h_order, (size_t)n * 4, ZINF_COPY_H2D));
-    ZINF_CHECK(zinf_stream_sync(s)); // targets is the caller's memory
-    m->b = batch;
-    m->dloss = dloss;
-    return ZINF_OK;
-}
-
-zinf_status zinf_model_run(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
-                           void *const *grads) {
-    if (op->module < 0 || op->module >= m->nmod) return zinf_fail(ZINF_ERR_INVAL, "gpt2: no module %d", op->module);
-    if (m->b == 0) return zinf_fail(ZINF_ERR_INVAL, "gpt2: run before zinf_model_set_batch");
-    if (op->pass == ZINF_PASS_BACKWARD) {
-        if (!m->p.training) return zinf_fail(ZINF_ERR_INVAL, "gpt2: backward of a model made without training");
-        return gpt2_backward(m, s, op->module, params, grads);
+    if (mod == mod_norm(L))
+        return zinf_layernorm_fwd(s, dt, m->lnf, m->lnf_mean, m->lnf_rstd, m->res3[L - 1],
+                                  param(m, mod, params[mod], P_LNF_W), param(m, mod, params[mod], P_LNF_B), BT, C,
+                                  1e-5f);
+    if (mod == mod_head(L)) {
+        const void *wte = param(m, MOD_EMBEDDING, params[MOD_EMBEDDING], P_WTE);
+        zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = BT, .n = V, .k = C, .a = m->lnf, .lda = C, .b = wte,
+                            .ldb = C, .c = m->logits, .ldc = V, .alpha = 1.0f};
+        ZINF_CHECK(zinf_gemm(s, &g));
+        // Training turns the logits into their gradient right away (llm.c's fused
+        // classifier): the mean over the batch's tokens, times dloss.
+        return zinf_cross_entropy(s, dt, m->losses, m->p.training ? m->logits : NULL, m->logits, m->targets, BT, V,
+                                  m->dloss / (float)BT);
     }
-    return gpt2_forward(m, s, op->module, params);
+    int l = (mod - 1) / 2;
+    return mod == mod_attn(l) ? attn_fwd(m, s, l, params[mod]) : mlp_fwd(m, s, l, params[mod]);
 }
 
-zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t *count) {
-    int n = m->b * m->p.seq_len;
-    ZINF_CHECK(zinf_copy_async(s, m->h_losses, m->losses, (size_t)n * sizeof *m->h_losses, ZINF_COPY_D2H));
-    ZINF_CHECK(zinf_stream_sync(s));
-    double t = 0;
-    for (int i = 0; i < n; i++)
-        t += m->h_losses[i];
-    *sum = t;
-    *count = n;
-    return ZINF_OK;
+static zinf_status attn_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *g) {
+    zinf_dtype dt = m->p.dtype;
+    int mod = mod_attn(l), BT = m->b * m->p.seq_len, C = m->p.shape.n_embd;
+    layer_acts *a = acts_of(m, l);
+    void *x = block_input(m, l);
+    ZINF_CHECK(linear_bwd(s, dt, m->datty, param(m, mod, g, P_PROJ_W), param(m, mod, g, P_PROJ_B), m->dres, a->atty,
+                          param(m, mod, w, P_PROJ_W), BT, C, C));
+    zinf_attention_args at = {.dt = dt, .B = m->b, .T = m->p.seq_len, .C = C, .NH = m->p.shape.n_head,
+                              .qkv = a->qkv, .out = a->atty, .lse = a->lse, .dqkv = m->dqkv, .dout = m->datty,
+                              .ws = m->att_ws};
+    ZINF_CHECK(zinf_attention_bwd(s, &at));
+    ZINF_CHECK(linear_bwd(s, dt, m->dln, param(m, mod, g, P_FC_W), param(m, mod, g, P_FC_B), m->dqkv, a->ln1,
+                          param(m, mod, w, P_FC_W), BT, C, 3 * C));
+    return zinf_layernorm_bwd(s, dt, m->dres, param(m, mod, g, P_LN_W), param(m, mod, g, P_LN_B), m->dln, x,
+                              param(m, mod, w, P_LN_W), a->ln1_mean, a->ln1_rstd, BT, C);
 }
 
-zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out) {
-    size_t n = (size_t)m->b * m->p.seq_len * m->p.shape.vocab_size;
-    ZINF_CHECK(zinf_copy_async(s, h_out, m->logits, n * zinf_dtype_size(m->p.dtype), ZINF_COPY_D2H));
-    return zinf_stream_sync(s);
+static zinf_status mlp_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *g) {
+    zinf_dtype dt = m->p.dtype;
+    int mod = mod_mlp(l), BT = m->b * m->p.seq_len, C = m->p.shape.n_embd;
+    size_t n4 = (size_t)BT * 4 * C;
+    layer_acts *a = acts_of(m, l);
+    ZINF_CHECK(linear_bwd(s, dt, m->dfc, param(m, mod, g, P_PROJ_W), param(m, mod, g, P_PROJ_B), m->dres, a->act,
+                          param(m, mod, w, P_PROJ_W), BT, 4 * C, C));
+    ZINF_CHECK(zinf_gelu_bwd(s, dt, m->dfc, a->fc, m->dfc, n4));
+    ZINF_CHECK(linear_bwd(s, dt, m->dln, param(m, mod, g, P_FC_W), param(m, mod, g, P_FC_B), m->dfc, a->ln2,
+                          param(m, mod, w, P_FC_W), BT, C, 4 * C));
+    return zinf_layernorm_bwd(s, dt, m->dres, param(m, mod, g, P_LN_W), param(m, mod, g, P_LN_B), m->dln, a->res2,
+                              param(m, mod, w, P_LN_W), a->ln2_mean, a->ln2_rstd, BT, C);
 }
+
+static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const *params, void *const *grads) {
+    zinf_dtype dt = m->p.dtype;
+    int L = m->p.shape.n_layer, T = m->p.seq_len, BT = m->b * T, C = m->p.shape.n_embd, V = m->p.shape.vocab_size;
+    size_t es = zinf_dtype_size(dt);
+    if (mod == mod_head(L)) {
+        // logits = lnf wte^T: dwte += dlogits^T lnf, dlnf = dlogits wte (into dln).
+        void *gwte = param(m, MOD_EMBEDDING, grads[MOD_EMBEDDING], P_WTE);
+        const void *wte = param(m, MOD_EMBEDDING, params[MOD_EMBEDDING], P_WTE);
+        zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = V, .n = C, .k = BT, .a = m->logits, .lda = V,
+                             .b = m->lnf, .ldb = C, .c = gwte, .ldc = C, .alpha = 1.0f, .beta = 1.0f};
+        ZINF_CHECK(zinf_gemm(s, &gw));
+        zinf_gemm_args gx = {.dt = dt, .m = BT, .n = C, .k = V, .a = m->logits, .lda = V, .b = wte, .ldb = C,
+                             .c = m->dln, .ldc = C, .alpha = 1.0f};
+        return zinf_gemm(s, &gx);
+    }
+    if (mod == mod_norm(L)) {
+        ZINF_CHECK(zinf_memset_async(s, m->dres, 0, (size_t)BT * C * es));
+        return zinf_layernorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], P_LNF_W),
+                                  param(m, mod, grads[mod], P_LNF_B), m->dln, m->res3[L - 1],
+                                  param(m, mod, params[mod], P_LNF_W), m->lnf_mean, m->lnf_rstd, BT, C);
+    }
+    if (mod == MOD_EMBEDDING)
+        return zinf_embedding_bwd(s, dt, param(m, mod, grads[mod], P_WTE), param(m, mod, grads[mod], P_WPE), m->dres,
+                                  m->tok, m->order, m->b, T, C);
+    int l = (mod - 1) / 2;
+    return mod == mod_attn(l) ? attn_bwd(m, s, l, params[mod], grads[mod]) : mlp_bwd(m, s, l, params[mod], grads[mod]);
+}
+
+// ---- Hugging Face's files ----
+
+// Old files carry the causal mask as a buffer; zinf builds the mask into the op.
+static bool hf_skip(const char *name) {
+    return zinf_ends_with(name, ".attn.bias") || zinf_ends_with(name, ".attn.masked_bias");
+}
+
+// GPT2LMHeadModel's config. zinf trains without dropout, so the probabilities are 0:
+// the model as trained, not GPT2Config's defaults.
+static json_t *hf_config(const zinf_model_shape *s, zinf_dtype dt) {
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:b, s:s}", "architectures",
+                     "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", s->vocab_size, "n_positions",
+                     s->block_size, "n_embd", s->n_embd, "n_layer", s->n_layer, "n_head", s->n_head,
+                     "activation_function", "gelu_new", "layer_norm_epsilon", 1e-5, "resid_pdrop", 0.0, "embd_pdrop",
+                     0.0, "attn_pdrop", 0.0, "tie_word_embeddings", 1, "dtype", model_torch_dtype(dt));
+}
+
+const model_family zinf_gpt2_family = {
+    .name = "gpt2",
+    .check = check,
+    .widths = widths,
+    .count = count,
+    .tables = tables,
+    .prepare = prepare,
+    .forward = forward,
+    .backward = backward,
+    .hf_prefix = "transformer.",
+    .hf_skip = hf_skip,
+    .hf_config = hf_config,
+};

@@ -156,7 +156,7 @@ loads_bad "a broken meta.json" 'bad/meta.json: ' 2
 spoil none "true"
 out=$tmp/model.log
 "$Z" train "$tmp/cfg.json" --set checkpoint.load="$tmp/bad" --set model.n_embd=128 > "$out" 2>&1
-[ $? = 1 ] && grep -q "saved from a GPT n_layer 2 n_head 2 n_embd 64 .* this run's model is n_layer 2 n_head 2 n_embd 128" "$out" ||
+[ $? = 1 ] && grep -q "saved from a GPT n_layer 2 n_head 2 n_embd 64 .* this run's model is a GPT n_layer 2 n_head 2 n_embd 128" "$out" ||
   fail "another model: $(grep -m1 error "$out")"
 "$Z" train "$tmp/cfg.json" --set checkpoint.load="$tmp/bad" --steps 4 > "$out" 2>&1 || fail "the unspoiled copy does not load: $(tail -2 "$out")"
 

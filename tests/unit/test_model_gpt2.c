@@ -108,7 +108,7 @@ static void run_model(run *r, const fixture *fx, zinf_dtype dt, bool training, b
     memset(r, 0, sizeof *r);
     r->dev = test_device(0);
     TRY(zinf_stream_create(r->dev, &r->s));
-    zinf_model_params p = {.shape = {(int)fx->L, (int)fx->NH, (int)fx->C, (int)fx->V, (int)fx->BS},
+    zinf_model_params p = {.shape = zinf_model_shape_gpt2((int)fx->L, (int)fx->NH, (int)fx->C, (int)fx->V, (int)fx->BS),
                            .dtype = dt,
                            .batch = (int)fx->B,
                            .seq_len = (int)fx->T,
@@ -305,7 +305,7 @@ static void test_bad_files(const fixture *fx) {
                  {(int)fx->L, (int)fx->C + (int)fx->NH, "has shape"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         zinf_model *m;
-        zinf_model_params p = {.shape = {cases[c].L, (int)fx->NH, cases[c].C, (int)fx->V, (int)fx->BS},
+        zinf_model_params p = {.shape = zinf_model_shape_gpt2(cases[c].L, (int)fx->NH, cases[c].C, (int)fx->V, (int)fx->BS),
                                .dtype = ZINF_DTYPE_F32,
                                .batch = 1,
                                .seq_len = 4};
@@ -327,7 +327,7 @@ static void test_bad_files(const fixture *fx) {
     zinf_device *small = test_device(1 << 20);
     zinf_model *m;
     zinf_model_params p = {
-        .shape = {2, 4, 64, 101, 32}, .dtype = ZINF_DTYPE_F32, .batch = 64, .seq_len = 32, .training = true};
+        .shape = zinf_model_shape_gpt2(2, 4, 64, 101, 32), .dtype = ZINF_DTYPE_F32, .batch = 64, .seq_len = 32, .training = true};
     CHECK(zinf_model_create(&m, small, &p) == ZINF_ERR_NOMEM, "a 64 x 32 batch fit in 1 MiB");
     CHECK_CONTAINS(zinf_last_error(), "activations");
     zinf_device_mem mem;
@@ -343,7 +343,7 @@ static void test_plan(void) {
     zinf_device *d = test_device(0);
     zinf_backend be = zinf_device_get_caps(d)->backend;
     for (int c = 0; c < 4; c++) {
-        zinf_model_params p = {.shape = {3, 4, 64, 101, 32},
+        zinf_model_params p = {.shape = zinf_model_shape_gpt2(3, 4, 64, 101, 32),
                                .dtype = c & 1 ? ZINF_DTYPE_BF16 : ZINF_DTYPE_F32,
                                .batch = 3,
                                .seq_len = 17,
@@ -370,7 +370,7 @@ static void test_plan(void) {
         zinf_model_destroy(m);
     }
     zinf_model *m = NULL;
-    zinf_model_params p = {.shape = {1, 1, 64, 101, 32}, .dtype = ZINF_DTYPE_F32, .batch = 1, .seq_len = 4};
+    zinf_model_params p = {.shape = zinf_model_shape_gpt2(1, 1, 64, 101, 32), .dtype = ZINF_DTYPE_F32, .batch = 1, .seq_len = 4};
     CHECK(zinf_model_create(&m, NULL, &p) == ZINF_ERR_INVAL && !m, "a model without a device was made");
     CHECK_CONTAINS(zinf_last_error(), "zinf_model_plan");
     zinf_device_destroy(d);
@@ -381,14 +381,14 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s", getenv("ZINF_REF_DIR") ? getenv("ZINF_REF_DIR") : "build/ref");
     fixture fx;
     load_fixture(&fx);
-    zinf_gpt_shape sh = {(int)fx.L, (int)fx.NH, (int)fx.C, (int)fx.V, (int)fx.BS};
+    zinf_model_shape sh = zinf_model_shape_gpt2((int)fx.L, (int)fx.NH, (int)fx.C, (int)fx.V, (int)fx.BS);
     int64_t total = 0;
     for (uint32_t i = 0; i < fx.np; i++)
         total += (int64_t)fx.numel[i];
-    CHECK(zinf_gpt_param_count(&sh) == total, "param count %lld, torch %lld", (long long)zinf_gpt_param_count(&sh),
+    CHECK(zinf_model_param_count(&sh) == total, "param count %lld, torch %lld", (long long)zinf_model_param_count(&sh),
           (long long)total);
-    zinf_gpt_shape g2 = {12, 12, 768, 50257, 1024};
-    CHECK(zinf_gpt_param_count(&g2) == 124439808, "gpt2 has %lld parameters", (long long)zinf_gpt_param_count(&g2));
+    zinf_model_shape g2 = zinf_model_shape_gpt2(12, 12, 768, 50257, 1024);
+    CHECK(zinf_model_param_count(&g2) == 124439808, "gpt2 has %lld parameters", (long long)zinf_model_param_count(&g2));
     test_fp32(&fx);
     test_bf16(&fx);
     test_bad_files(&fx);

@@ -1,0 +1,294 @@
+// What every model family shares: the module tables' bookkeeping, the schedule, the
+// activations on the device, batches, and dispatch to the family's forward and
+// backward (model_internal.h).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+void model_add_param(zinf_module_info *mod, zinf_param_info *table, const char *name, int64_t d0, int64_t d1,
+                     bool aligned, zinf_param_init init, double std) {
+    zinf_param_info *p = &table[mod->nparams++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = d1 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+    p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    p->offset = aligned ? (mod->numel + 63) & ~(size_t)63 : mod->numel;
+    p->init = init;
+    p->std = std;
+    mod->numel = p->offset + p->numel;
+}
+
+static zinf_status build_tables(zinf_model *m) {
+    m->nmod = 3 + 2 * m->p.shape.n_layer;
+    m->nparams = m->fam->count(&m->p.shape);
+    m->mods = calloc((size_t)m->nmod, sizeof *m->mods);
+    m->params = calloc((size_t)m->nparams + 1, sizeof *m->params);
+    if (!m->mods || !m->params) return zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory for the module tables", m->fam->name);
+    m->fam->tables(m);
+    return ZINF_OK;
+}
+
+// Forward in module order; the backward in reverse, each block recomputed (attn then
+// mlp) right before its backward when activations are checkpointed.
+static zinf_status build_schedule(zinf_model *m) {
+    int L = m->p.shape.n_layer;
+    m->sched = calloc(2 * (unsigned)m->nmod + 2 * (unsigned)L, sizeof *m->sched);
+    if (!m->sched) return zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory for the schedule", m->fam->name);
+    int n = 0;
+    for (int i = 0; i < m->nmod; i++)
+        m->sched[n++] = (zinf_model_op){i, ZINF_PASS_FORWARD};
+    m->n_fwd = n;
+    m->sched[n++] = (zinf_model_op){mod_head(L), ZINF_PASS_BACKWARD};
+    m->sched[n++] = (zinf_model_op){mod_norm(L), ZINF_PASS_BACKWARD};
+    for (int l = L - 1; l >= 0; l--) {
+        if (m->p.checkpoint_activations) {
+            m->sched[n++] = (zinf_model_op){mod_attn(l), ZINF_PASS_RECOMPUTE};
+            m->sched[n++] = (zinf_model_op){mod_mlp(l), ZINF_PASS_RECOMPUTE};
+        }
+        m->sched[n++] = (zinf_model_op){mod_mlp(l), ZINF_PASS_BACKWARD};
+        m->sched[n++] = (zinf_model_op){mod_attn(l), ZINF_PASS_BACKWARD};
+    }
+    m->sched[n++] = (zinf_model_op){MOD_EMBEDDING, ZINF_PASS_BACKWARD};
+    m->n_all = n;
+    return ZINF_OK;
+}
+
+int64_t zinf_model_param_count(const zinf_model_shape *s) {
+    zinf_model m = {.fam = family_of(s->arch), .p = {.shape = *s}};
+    int64_t n = -1;
+    if (build_tables(&m) == ZINF_OK) {
+        n = 0;
+        for (int i = 0; i < m.nparams; i++)
+            n += (int64_t)m.params[i].numel;
+    }
+    free(m.mods), free(m.params);
+    return n;
+}
+
+// ---- activations ----
+
+static zinf_status dalloc(zinf_model *m, void **p, size_t elems, size_t es, const char *what) {
+    if (m->dev) return zinf_device_alloc(m->dev, elems * es, what, p);
+    m->planned_bytes += (int64_t)zinf_device_account_bytes(elems * es);
+    return ZINF_OK;
+}
+
+static zinf_status alloc_layer(zinf_model *m, layer_acts *a) {
+    size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)m->p.shape.n_embd, es = zinf_dtype_size(m->p.dtype);
+    size_t NH = (size_t)m->p.shape.n_head;
+    const act_widths *w = &m->w;
+    ZINF_CHECK(dalloc(m, &a->ln1, BT * C, es, "activations: ln_1"));
+    ZINF_CHECK(dalloc(m, &a->qkv, BT * (size_t)w->qkv, es, "activations: qkv"));
+    ZINF_CHECK(dalloc(m, &a->atty, BT * (size_t)w->att, es, "activations: attention"));
+    ZINF_CHECK(dalloc(m, &a->res2, BT * C, es, "activations: residual"));
+    ZINF_CHECK(dalloc(m, &a->ln2, BT * C, es, "activations: ln_2"));
+    ZINF_CHECK(dalloc(m, &a->fc, BT * (size_t)w->fc, es, "activations: mlp"));
+    ZINF_CHECK(dalloc(m, &a->act, BT * (size_t)w->act, es, "activations: mlp activation"));
+    if (w->ln_mean) ZINF_CHECK(dalloc(m, (void **)&a->ln1_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&a->ln1_rstd, BT, 4, "activations: ln stats"));
+    if (w->ln_mean) ZINF_CHECK(dalloc(m, (void **)&a->ln2_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&a->ln2_rstd, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&a->lse, BT * NH, 4, "activations: attention lse"));
+    return ZINF_OK;
+}
+
+static zinf_status alloc_acts(zinf_model *m) {
+    const zinf_model_shape *s = &m->p.shape;
+    const act_widths *w = &m->w;
+    size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)s->n_embd, es = zinf_dtype_size(m->p.dtype);
+    int L = s->n_layer, sets = m->p.checkpoint_activations ? 1 : L;
+    m->h_tok = malloc(BT * sizeof *m->h_tok);
+    m->h_order = malloc(BT * sizeof *m->h_order);
+    m->h_losses = malloc(BT * sizeof *m->h_losses);
+    m->res3 = calloc((size_t)L, sizeof *m->res3);
+    m->layers = calloc((size_t)sets, sizeof *m->layers);
+    if (!m->h_tok || !m->h_order || !m->h_losses || !m->res3 || !m->layers)
+        return zinf_fail(ZINF_ERR_NOMEM, "%s: out of host memory", m->fam->name);
+    ZINF_CHECK(dalloc(m, (void **)&m->tok, BT, 4, "tokens"));
+    ZINF_CHECK(dalloc(m, (void **)&m->targets, BT, 4, "targets"));
+    ZINF_CHECK(dalloc(m, (void **)&m->order, BT, 4, "token order"));
+    ZINF_CHECK(dalloc(m, &m->encoded, BT * C, es, "activations: embedding"));
+    for (int l = 0; l < L; l++)
+        ZINF_CHECK(dalloc(m, &m->res3[l], BT * C, es, "activations: block outputs"));
+    for (int i = 0; i < sets; i++)
+        ZINF_CHECK(alloc_layer(m, &m->layers[i]));
+    ZINF_CHECK(dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
+    if (w->ln_mean) ZINF_CHECK(dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(dalloc(m, &m->logits, BT * (size_t)s->vocab_size, es, "activations: logits"));
+    ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
+    if (!w->ln_mean) { // rotary angles
+        size_t half = (size_t)m->p.seq_len * (size_t)(s->head_dim / 2);
+        ZINF_CHECK(dalloc(m, (void **)&m->rope_cos, half, 4, "rotary angles"));
+        ZINF_CHECK(dalloc(m, (void **)&m->rope_sin, half, 4, "rotary angles"));
+    }
+    zinf_attention_args at = {.dt = m->p.dtype, .B = m->p.batch, .T = m->p.seq_len, .C = w->att, .NH = s->n_head,
+                              .NKV = s->n_kv_head, .hd = s->head_dim, .window = s->window};
+    size_t ws = zinf_backend_attention_workspace(m->dev ? zinf_device_get_caps(m->dev)->backend : m->backend, &at);
+    if (ws) ZINF_CHECK(dalloc(m, &m->att_ws, ws, 1, "attention workspace"));
+    if (!m->p.training) return ZINF_OK;
+    ZINF_CHECK(dalloc(m, &m->dres, BT * C, es, "gradients: residual"));
+    ZINF_CHECK(dalloc(m, &m->dln, BT * C, es, "gradients: layernorm"));
+    ZINF_CHECK(dalloc(m, &m->dqkv, BT * (size_t)w->qkv, es, "gradients: qkv"));
+    ZINF_CHECK(dalloc(m, &m->datty, BT * (size_t)w->att, es, "gradients: attention"));
+    ZINF_CHECK(dalloc(m, &m->dfc, BT * (size_t)w->fc, es, "gradients: mlp"));
+    if (w->ln_mean) return ZINF_OK;
+    // RMSNorm's backward writes its input gradient, and SwiGLU's reads the down
+    // projection's: two more buffers than GPT-2's in-place layer norm and GELU.
+    ZINF_CHECK(dalloc(m, &m->dact, BT * (size_t)w->act, es, "gradients: mlp activation"));
+    return dalloc(m, &m->dnorm, BT * C, es, "gradients: norm");
+}
+
+static void free_layer(zinf_device *d, layer_acts *a) {
+    void *bufs[] = {a->ln1, a->qkv,      a->atty,     a->res2,     a->ln2,      a->fc,
+                    a->act, a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd, a->lse};
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
+        zinf_device_free(d, bufs[i]);
+}
+
+void zinf_model_destroy(zinf_model *m) {
+    if (!m) return;
+    zinf_device *d = m->dev;
+    for (int l = 0; m->res3 && l < m->p.shape.n_layer; l++)
+        zinf_device_free(d, m->res3[l]);
+    for (int i = 0; m->layers && i < (m->p.checkpoint_activations ? 1 : m->p.shape.n_layer); i++)
+        free_layer(d, &m->layers[i]);
+    void *bufs[] = {m->tok,      m->targets, m->order,  m->encoded, m->lnf,   m->lnf_mean, m->lnf_rstd,
+                    m->logits,   m->losses,  m->att_ws, m->rope_cos, m->rope_sin, m->dres,  m->dln,
+                    m->dqkv,     m->datty,   m->dfc,    m->dact,    m->dnorm};
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
+        zinf_device_free(d, bufs[i]);
+    free(m->res3), free(m->layers), free(m->h_tok), free(m->h_order), free(m->h_losses);
+    free(m->mods), free(m->params), free(m->sched);
+    free(m);
+}
+
+static zinf_status check_params(const model_family *f, const zinf_model_params *p) {
+    const zinf_model_shape *s = &p->shape;
+    if (s->n_layer < 1 || s->n_head < 1 || s->n_embd < 1 || s->vocab_size < 1 || s->block_size < 1)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: n_layer, n_head, n_embd, vocab_size and block_size must be positive",
+                         f->name);
+    if (s->n_kv_head < 1 || s->n_head % s->n_kv_head || s->head_dim < 1 || s->ffn < 1)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: n_kv_head %d must divide n_head %d; head_dim %d and ffn %d positive",
+                         f->name, s->n_kv_head, s->n_head, s->head_dim, s->ffn);
+    ZINF_CHECK(f->check(s));
+    if (p->seq_len < 1 || p->seq_len > s->block_size)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: seq_len %d is not in 1..block_size (%d)", f->name, p->seq_len,
+                         s->block_size);
+    if (p->batch < 1) return zinf_fail(ZINF_ERR_INVAL, "%s: batch %d is below 1", f->name, p->batch);
+    if (p->dtype != ZINF_DTYPE_F32 && p->dtype != ZINF_DTYPE_BF16 && p->dtype != ZINF_DTYPE_F16)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: dtype must be fp32, bf16 or fp16", f->name);
+    return ZINF_OK;
+}
+
+static zinf_status create(zinf_model **out, zinf_device *dev, zinf_backend backend, const zinf_model_params *p) {
+    *out = NULL;
+    const model_family *f = family_of(p->shape.arch);
+    ZINF_CHECK(check_params(f, p));
+    zinf_model *m = calloc(1, sizeof *m);
+    if (!m) return zinf_fail(ZINF_ERR_NOMEM, "%s: out of host memory", f->name);
+    m->fam = f;
+    m->w = f->widths(&p->shape);
+    m->dev = dev;
+    m->backend = backend;
+    m->p = *p;
+    zinf_status st;
+    ZINF_CHECK_GOTO(build_tables(m), st, fail);
+    ZINF_CHECK_GOTO(build_schedule(m), st, fail);
+    ZINF_CHECK_GOTO(alloc_acts(m), st, fail);
+    if (dev) ZINF_CHECK_GOTO(f->prepare(m), st, fail);
+    *out = m;
+    return ZINF_OK;
+fail:
+    zinf_model_destroy(m);
+    return st;
+}
+
+zinf_status zinf_model_create(zinf_model **out, zinf_device *dev, const zinf_model_params *p) {
+    if (!dev) return zinf_fail(ZINF_ERR_INVAL, "model: a device is required (zinf_model_plan makes one without)");
+    return create(out, dev, zinf_device_get_caps(dev)->backend, p);
+}
+
+zinf_status zinf_model_plan(zinf_model **out, zinf_backend backend, const zinf_model_params *p,
+                            int64_t *activation_bytes) {
+    ZINF_CHECK(create(out, NULL, backend, p));
+    *activation_bytes = (*out)->planned_bytes;
+    return ZINF_OK;
+}
+
+const zinf_model_params *zinf_model_get_params(const zinf_model *m) { return &m->p; }
+int zinf_model_module_count(const zinf_model *m) { return m->nmod; }
+const zinf_module_info *zinf_model_module(const zinf_model *m, int i) {
+    return i >= 0 && i < m->nmod ? &m->mods[i] : NULL;
+}
+
+const zinf_model_op *zinf_model_schedule(const zinf_model *m, bool backward, int *n) {
+    *n = backward ? m->n_all : m->n_fwd;
+    return m->sched;
+}
+
+// ---- batches ----
+
+static int by_token(const void *a, const void *b, void *tok) {
+    const int32_t *t = tok;
+    int x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (t[x] != t[y]) return t[x] < t[y] ? -1 : 1;
+    return (x > y) - (x < y); // stable: equal tokens keep position order
+}
+
+zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *tokens, const int32_t *targets,
+                                 int batch, float dloss) {
+    if (batch < 1 || batch > m->p.batch)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: batch of %d sequences; the model was made for 1..%d", m->fam->name, batch,
+                         m->p.batch);
+    int n = batch * m->p.seq_len, V = m->p.shape.vocab_size;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
+            return zinf_fail(ZINF_ERR_INVAL, "%s: token %d at position %d is outside the vocabulary (0..%d)", m->fam->name,
+                             tokens[i] < 0 || tokens[i] >= V ? tokens[i] : targets[i], i, V - 1);
+    // The streams may still read the previous batch's host copies: wait first.
+    ZINF_CHECK(zinf_stream_sync(s));
+    memcpy(m->h_tok, tokens, (size_t)n * sizeof *tokens);
+    for (int i = 0; i < n; i++)
+        m->h_order[i] = i;
+    qsort_r(m->h_order, (size_t)n, sizeof *m->h_order, by_token, m->h_tok);
+    ZINF_CHECK(zinf_copy_async(s, m->tok, m->h_tok, (size_t)n * 4, ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_copy_async(s, m->targets, targets, (size_t)n * 4, ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_copy_async(s, m->order, m->h_order, (size_t)n * 4, ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_stream_sync(s)); // targets is the caller's memory
+    m->b = batch;
+    m->dloss = dloss;
+    return ZINF_OK;
+}
+
+zinf_status zinf_model_run(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
+                           void *const *grads) {
+    if (op->module < 0 || op->module >= m->nmod) return zinf_fail(ZINF_ERR_INVAL, "%s: no module %d", m->fam->name, op->module);
+    if (m->b == 0) return zinf_fail(ZINF_ERR_INVAL, "%s: run before zinf_model_set_batch", m->fam->name);
+    if (op->pass == ZINF_PASS_BACKWARD) {
+        if (!m->p.training) return zinf_fail(ZINF_ERR_INVAL, "%s: backward of a model made without training", m->fam->name);
+        return m->fam->backward(m, s, op->module, params, grads);
+    }
+    return m->fam->forward(m, s, op->module, params);
+}
+
+zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t *count) {
+    int n = m->b * m->p.seq_len;
+    ZINF_CHECK(zinf_copy_async(s, m->h_losses, m->losses, (size_t)n * sizeof *m->h_losses, ZINF_COPY_D2H));
+    ZINF_CHECK(zinf_stream_sync(s));
+    double t = 0;
+    for (int i = 0; i < n; i++)
+        t += m->h_losses[i];
+    *sum = t;
+    *count = n;
+    return ZINF_OK;
+}
+
+zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out) {
+    size_t n = (size_t)m->b * m->p.seq_len * m->p.shape.vocab_size;
+    ZINF_CHECK(zinf_copy_async(s, h_out, m->logits, n * zinf_dtype_size(m->p.dtype), ZINF_COPY_D2H));
+    return zinf_stream_sync(s);
+}

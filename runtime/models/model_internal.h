@@ -1,0 +1,110 @@
+// The model object and the interface of a model family: model.c holds what every
+// family shares (activations, schedule, batches), each family's file its modules'
+// parameters, forward and backward, and its Hugging Face names and config.json.
+#ifndef ZINF_MODEL_INTERNAL_H
+#define ZINF_MODEL_INTERNAL_H
+
+#include <jansson.h>
+
+#include "zinf_internal.h"
+#include "zinf_model.h"
+
+// Modules in forward order, the same for every family: embedding, per layer attn then
+// mlp, the final norm, head.
+enum { MOD_EMBEDDING = 0 };
+static inline int mod_attn(int l) { return 1 + 2 * l; }
+static inline int mod_mlp(int l) { return 2 + 2 * l; }
+static inline int mod_norm(int L) { return 1 + 2 * L; }
+static inline int mod_head(int L) { return 2 + 2 * L; }
+
+// One layer's saved activations (B, T, ...) in the storage dtype; statistics fp32.
+// fc is the MLP's first product (GPT-2's c_fc, the Llama family's gate|up), act its
+// activation (GELU, SwiGLU); ln*_mean only for GPT-2's layer norms.
+typedef struct layer_acts {
+    void *ln1, *qkv, *atty, *res2, *ln2, *fc, *act;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+} layer_acts;
+
+// Widths (channels per token) of the activations, which the family sets.
+typedef struct act_widths {
+    int qkv, att, fc, act; // (NH + 2 NKV) hd, NH hd, the MLP's first product, its activation
+    bool ln_mean;          // layer norms save their mean
+} act_widths;
+
+typedef struct model_family model_family;
+
+struct zinf_model {
+    const model_family *fam;
+    zinf_device *dev;      // NULL for a plan: activations counted, not allocated
+    zinf_backend backend;  // a plan's: sizes the attention workspace
+    int64_t planned_bytes; // a plan's activations, as the device would account them
+    zinf_model_params p;
+    act_widths w;
+    int nmod, nparams;
+    zinf_module_info *mods;
+    zinf_param_info *params; // every module's table, one array
+    zinf_model_op *sched;    // forward ops first (n_fwd), then the backward's
+    int n_fwd, n_all;
+
+    int b;       // sequences in the current batch
+    float dloss; // d objective / d mean loss
+    int32_t *h_tok, *h_order;
+    float *h_losses;
+
+    // device activations
+    int32_t *tok, *targets, *order;
+    void *encoded;      // embedding output (B, T, C)
+    void **res3;        // each layer's output (B, T, C)
+    layer_acts *layers; // L sets, or one shared set with checkpointing
+    void *lnf;
+    float *lnf_mean, *lnf_rstd;
+    void *logits;  // (B, T, V); after a training forward, the gradient of the logits
+    float *losses; // (B, T)
+    void *att_ws;
+    float *rope_cos, *rope_sin; // (T, hd / 2), the Llama family's
+    // backward scratch
+    void *dres, *dln, *dqkv, *datty, *dfc, *dact, *dnorm;
+};
+
+struct model_family {
+    const char *name; // in messages: "gpt2", "llama"
+    // The shape's checks beyond the generic ones; the activation widths.
+    zinf_status (*check)(const zinf_model_shape *s);
+    act_widths (*widths)(const zinf_model_shape *s);
+    // Fill m->mods and m->params (sized by count(), which returns the parameters).
+    int (*count)(const zinf_model_shape *s);
+    void (*tables)(zinf_model *m);
+    // After the activations exist: tables the passes read (the rotary angles).
+    zinf_status (*prepare)(zinf_model *m);
+    zinf_status (*forward)(zinf_model *m, zinf_stream *s, int mod, void *const *params);
+    zinf_status (*backward)(zinf_model *m, zinf_stream *s, int mod, void *const *params, void *const *grads);
+    // Hugging Face's files: the prefix the state dict puts before the table's names;
+    // tensors of old files a reader skips; the config.json of a shape.
+    const char *hf_prefix;
+    bool (*hf_skip)(const char *name);
+    json_t *(*hf_config)(const zinf_model_shape *s, zinf_dtype dt);
+};
+
+extern const model_family zinf_gpt2_family, zinf_llama_family;
+static inline const model_family *family_of(zinf_model_arch a) {
+    return a == ZINF_ARCH_GPT2 ? &zinf_gpt2_family : &zinf_llama_family;
+}
+
+static inline layer_acts *acts_of(zinf_model *m, int l) { return &m->layers[m->p.checkpoint_activations ? 0 : l]; }
+static inline void *block_input(zinf_model *m, int l) { return l == 0 ? m->encoded : m->res3[l - 1]; }
+
+// Parameter idx of module mod inside the flat buffer buf.
+static inline void *param_at(const zinf_model *m, int mod, void *buf, int idx) {
+    return (char *)buf + m->mods[mod].params[idx].offset * zinf_dtype_size(m->p.dtype);
+}
+
+// Append a parameter to mod's table (table: where mod's entries start). aligned: at a
+// 64-element offset (vector loads, cuBLASLt); else right after the previous one, so
+// that consecutive parameters form one matrix (q|k|v, gate|up).
+void model_add_param(zinf_module_info *mod, zinf_param_info *table, const char *name, int64_t d0, int64_t d1,
+                     bool aligned, zinf_param_init init, double std);
+
+// Hugging Face's dtype name for config.json ("float32", "bfloat16", "float16").
+const char *model_torch_dtype(zinf_dtype dt);
+
+#endif

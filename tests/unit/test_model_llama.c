@@ -1,0 +1,371 @@
+// The Llama family against Hugging Face transformers in PyTorch (tests/ref/llama_ref.py):
+// three tiny models read from the directories save_pretrained wrote (a Llama with GQA,
+// head_dim != n_embd / n_head, llama3 rope in all three bands, q/k/v/o and MLP biases
+// and an untied head, from a sharded index; a tied Qwen2 with its q/k/v biases and
+// linear rope; a Mistral with a sliding window shorter than the sequence). Logits,
+// loss and every parameter's gradient in fp32 and bf16; the old config form reads to
+// the same model; activation checkpointing gives the same bits; written weights read
+// back unchanged; config.json written by zinf reads back to the same shape.
+// timeout: 120
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gpu_test.h"
+#include "zinf_half.h"
+
+typedef struct fixture {
+    char name[16];
+    uint32_t B, T, V;
+    int32_t *tok, *tgt;
+    uint32_t np;
+    char (*names)[64];
+    size_t *numel;
+    float loss[2], *logits[2], **grads[2]; // [run][param]; run 0 fp32, 1 bf16
+} fixture;
+
+static char dir[512];
+
+static void rd(FILE *f, void *p, size_t n) {
+    if (fread(p, 1, n, f) != n) {
+        fprintf(stderr, "llama.bin: truncated; `make tests` regenerates it\n");
+        exit(1);
+    }
+}
+
+static void load_case(FILE *f, fixture *fx) {
+    rd(f, fx->name, 16), rd(f, &fx->B, 12);
+    size_t BT = (size_t)fx->B * fx->T;
+    fx->tok = malloc(BT * 4), fx->tgt = malloc(BT * 4);
+    rd(f, fx->tok, BT * 4), rd(f, fx->tgt, BT * 4);
+    rd(f, &fx->np, 4);
+    fx->names = calloc(fx->np, sizeof *fx->names);
+    fx->numel = calloc(fx->np, sizeof *fx->numel);
+    for (uint32_t i = 0; i < fx->np; i++) {
+        uint32_t nd, d;
+        rd(f, fx->names[i], 64), rd(f, &nd, 4);
+        fx->numel[i] = 1;
+        for (uint32_t j = 0; j < nd; j++)
+            rd(f, &d, 4), fx->numel[i] *= d;
+    }
+    for (int r = 0; r < 2; r++) {
+        rd(f, &fx->loss[r], 4);
+        fx->logits[r] = malloc(BT * fx->V * 4);
+        rd(f, fx->logits[r], BT * fx->V * 4);
+        fx->grads[r] = calloc(fx->np, sizeof(float *));
+        for (uint32_t i = 0; i < fx->np; i++) {
+            fx->grads[r][i] = malloc(fx->numel[i] * 4);
+            rd(f, fx->grads[r][i], fx->numel[i] * 4);
+        }
+    }
+}
+
+static void free_case(fixture *fx) {
+    for (int r = 0; r < 2; r++) {
+        for (uint32_t i = 0; i < fx->np; i++)
+            free(fx->grads[r][i]);
+        free(fx->grads[r]), free(fx->logits[r]);
+    }
+    free(fx->tok), free(fx->tgt), free(fx->names), free(fx->numel);
+}
+
+// max |a - ref| / max |ref| over a tensor: its error relative to its own scale.
+static double rel_err(zinf_dtype dt, const void *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(dt_load(a, dt, i) - ref[i]);
+        num = isnan(e) || e > num ? (isnan(e) ? INFINITY : e) : num;
+        den = fmax(den, fabs(ref[i]));
+    }
+    return num / den;
+}
+
+typedef struct run {
+    zinf_device *dev;
+    zinf_stream *s;
+    zinf_model *m;
+    int nmod;
+    void **h_w, **d_w, **d_g, **h_g;
+    double loss;
+    void *logits;
+} run;
+
+static void model_dir(const fixture *fx, const char *suffix, char *out, size_t len) {
+    snprintf(out, len, "%s/llama-%s%s", dir, fx->name, suffix);
+}
+
+static void run_model(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *suffix) {
+    memset(r, 0, sizeof *r);
+    char path[600];
+    model_dir(fx, suffix, path, sizeof path);
+    zinf_model_params p = {
+        .dtype = dt, .batch = (int)fx->B, .seq_len = (int)fx->T, .training = training, .checkpoint_activations = ckpt};
+    TRY(zinf_model_shape_from_file(path, &p.shape));
+    r->dev = test_device(0);
+    TRY(zinf_stream_create(r->dev, &r->s));
+    TRY(zinf_model_create(&r->m, r->dev, &p));
+    r->nmod = zinf_model_module_count(r->m);
+    r->h_w = calloc(r->nmod, sizeof(void *)), r->d_w = calloc(r->nmod, sizeof(void *));
+    r->d_g = calloc(r->nmod, sizeof(void *)), r->h_g = calloc(r->nmod, sizeof(void *));
+    size_t es = zinf_dtype_size(dt);
+    for (int i = 0; i < r->nmod; i++) {
+        size_t n = zinf_model_module(r->m, i)->numel;
+        if (n) r->h_w[i] = calloc(n, es), r->h_g[i] = malloc(n * es);
+    }
+    TRY(zinf_model_read_weights(r->m, path, dt, r->h_w));
+    for (int i = 0; i < r->nmod; i++) {
+        size_t n = zinf_model_module(r->m, i)->numel * es;
+        if (!n) continue;
+        r->d_w[i] = to_device(r->dev, r->s, r->h_w[i], n);
+        TRY(zinf_device_alloc(r->dev, n, "grads", &r->d_g[i]));
+        TRY(zinf_memset_async(r->s, r->d_g[i], 0, n));
+    }
+    TRY(zinf_model_set_batch(r->m, r->s, fx->tok, fx->tgt, (int)fx->B, 1.0f));
+    int n, nall;
+    const zinf_model_op *ops = zinf_model_schedule(r->m, false, &n);
+    for (int i = 0; i < n; i++)
+        TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
+    r->logits = malloc((size_t)fx->B * fx->T * fx->V * es);
+    TRY(zinf_model_logits(r->m, r->s, r->logits)); // a training run holds their gradient here
+    double sum;
+    int64_t cnt;
+    TRY(zinf_model_loss(r->m, r->s, &sum, &cnt));
+    r->loss = sum / (double)cnt;
+    if (!training) return;
+    ops = zinf_model_schedule(r->m, true, &nall);
+    for (int i = n; i < nall; i++)
+        TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
+    for (int i = 0; i < r->nmod; i++)
+        if (r->d_g[i]) from_device(r->s, r->h_g[i], r->d_g[i], zinf_model_module(r->m, i)->numel * es);
+}
+
+static void run_free(run *r) {
+    for (int i = 0; i < r->nmod; i++) {
+        zinf_device_free(r->dev, r->d_w[i]), zinf_device_free(r->dev, r->d_g[i]);
+        free(r->h_w[i]), free(r->h_g[i]);
+    }
+    free(r->h_w), free(r->d_w), free(r->d_g), free(r->h_g), free(r->logits);
+    zinf_model_destroy(r->m);
+    zinf_stream_destroy(r->s);
+    zinf_device_destroy(r->dev);
+}
+
+// The gradient of fixture parameter i inside a run's host buffers.
+static const void *grad_of(const run *r, const fixture *fx, uint32_t i, zinf_dtype dt) {
+    int mod;
+    const zinf_param_info *p = zinf_model_find_param(r->m, fx->names[i], &mod);
+    CHECK(p, "%s: torch parameter %s not in zinf's model", fx->name, fx->names[i]);
+    if (!p) return NULL;
+    CHECK(p->numel == fx->numel[i], "%s: %zu elements, torch has %zu", fx->names[i], p->numel, fx->numel[i]);
+    return (const char *)r->h_g[mod] + p->offset * zinf_dtype_size(dt);
+}
+
+static int zinf_param_total(const run *r) {
+    int n = 0;
+    for (int i = 0; i < r->nmod; i++)
+        n += zinf_model_module(r->m, i)->nparams;
+    return n;
+}
+
+static void test_fp32(const fixture *fx) {
+    run inf, tr, ck;
+    size_t nl = (size_t)fx->B * fx->T * fx->V;
+    run_model(&inf, fx, ZINF_DTYPE_F32, false, false, "");
+    double e = rel_err(ZINF_DTYPE_F32, inf.logits, fx->logits[0], nl);
+    printf("%s fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", fx->name, inf.loss, fx->loss[0], e);
+    CHECK(e <= 1e-5, "%s fp32 logits: rel err %.3g", fx->name, e);
+    CHECK(fabs(inf.loss - fx->loss[0]) <= 1e-5 * fx->loss[0], "%s fp32 loss %.8f vs torch %.8f", fx->name, inf.loss,
+          fx->loss[0]);
+    CHECK(zinf_param_total(&inf) == (int)fx->np, "%s: zinf has %d parameters, torch %u", fx->name,
+          zinf_param_total(&inf), fx->np);
+
+    run_model(&tr, fx, ZINF_DTYPE_F32, true, false, "");
+    CHECK(tr.loss == inf.loss, "%s: training forward loss %.9g differs from inference %.9g", fx->name, tr.loss,
+          inf.loss);
+    double worst = 0;
+    for (uint32_t i = 0; i < fx->np; i++) {
+        const void *g = grad_of(&tr, fx, i, ZINF_DTYPE_F32);
+        if (!g) continue;
+        double ge = rel_err(ZINF_DTYPE_F32, g, fx->grads[0][i], fx->numel[i]);
+        worst = fmax(worst, ge);
+        CHECK(ge <= 1e-5, "%s fp32 gradient of %s: rel err %.3g", fx->name, fx->names[i], ge);
+    }
+    printf("%s fp32: worst gradient rel err %.2e over %u tensors\n", fx->name, worst, fx->np);
+
+    // Checkpointing recomputes the same ops in the same order: the same bits.
+    run_model(&ck, fx, ZINF_DTYPE_F32, true, true, "");
+    CHECK(ck.loss == tr.loss, "%s: checkpointed loss %.9g vs %.9g", fx->name, ck.loss, tr.loss);
+    for (int i = 0; i < tr.nmod; i++) {
+        size_t n = zinf_model_module(tr.m, i)->numel * 4;
+        if (n) CHECK(!memcmp(ck.h_g[i], tr.h_g[i], n), "%s: checkpointed gradients of %s differ", fx->name,
+                     zinf_model_module(tr.m, i)->name);
+    }
+
+    // Written and read back: the same values, under the names transformers saved.
+    char path[600];
+    snprintf(path, sizeof path, "%s/llama-%s-zinf-written.safetensors", dir, fx->name);
+    TRY(zinf_model_write_weights(tr.m, path, ZINF_DTYPE_F32, ZINF_DTYPE_F32, (const void *const *)tr.h_w));
+    for (int i = 0; i < tr.nmod; i++)
+        if (ck.h_w[i]) memset(ck.h_w[i], 0x7f, zinf_model_module(tr.m, i)->numel * 4);
+    TRY(zinf_model_read_weights(ck.m, path, ZINF_DTYPE_F32, ck.h_w));
+    for (int i = 0; i < tr.nmod; i++) {
+        const zinf_module_info *mod = zinf_model_module(tr.m, i);
+        for (int j = 0; j < mod->nparams; j++)
+            CHECK(!memcmp((float *)ck.h_w[i] + mod->params[j].offset, (float *)tr.h_w[i] + mod->params[j].offset,
+                          mod->params[j].numel * 4),
+                  "%s: %s changed through write and read", fx->name, mod->params[j].name);
+    }
+    remove(path);
+    run_free(&inf), run_free(&tr), run_free(&ck);
+}
+
+// bf16: no further from the fp32 truth than 2x torch's own bf16 run (plus one bf16
+// rounding of the tensor's scale), as test_model_gpt2 holds GPT-2.
+static void test_bf16(const fixture *fx) {
+    run r;
+    size_t nl = (size_t)fx->B * fx->T * fx->V;
+    run_model(&r, fx, ZINF_DTYPE_BF16, false, false, "");
+    double ez = rel_err(ZINF_DTYPE_BF16, r.logits, fx->logits[0], nl),
+           et = rel_err(ZINF_DTYPE_F32, fx->logits[1], fx->logits[0], nl);
+    printf("%s bf16: loss %.6f (torch bf16 %.6f, fp32 %.6f); logits vs fp32: zinf %.2e, torch %.2e\n", fx->name,
+           r.loss, fx->loss[1], fx->loss[0], ez, et);
+    CHECK(ez <= 2 * et + 1.0 / 256, "%s bf16 logits: %.3g from fp32, torch's bf16 %.3g", fx->name, ez, et);
+    CHECK(fabs(r.loss - fx->loss[0]) <= 2 * fabs(fx->loss[1] - fx->loss[0]) + 1e-3,
+          "%s bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", fx->name, r.loss, fx->loss[0],
+          fx->loss[1]);
+    run_free(&r);
+    run_model(&r, fx, ZINF_DTYPE_BF16, true, false, "");
+    double worst = 0, worst_torch = 0;
+    for (uint32_t i = 0; i < fx->np; i++) {
+        const void *g = grad_of(&r, fx, i, ZINF_DTYPE_BF16);
+        if (!g) continue;
+        double gz = rel_err(ZINF_DTYPE_BF16, g, fx->grads[0][i], fx->numel[i]);
+        double gt = rel_err(ZINF_DTYPE_F32, fx->grads[1][i], fx->grads[0][i], fx->numel[i]);
+        worst = fmax(worst, gz), worst_torch = fmax(worst_torch, gt);
+        CHECK(gz <= 2 * gt + 1.0 / 256, "%s bf16 gradient of %s: %.3g from fp32; torch's bf16: %.3g", fx->name,
+              fx->names[i], gz, gt);
+    }
+    printf("%s bf16: worst gradient error vs fp32: zinf %.2e, torch %.2e\n", fx->name, worst, worst_torch);
+    run_free(&r);
+}
+
+// The shape from the directory's config.json; the old config form (rope_theta beside
+// rope_scaling) reads to the same shape; zinf's own config.json reads back to it.
+static void test_configs(const fixture *fx) {
+    char path[600], other[600];
+    model_dir(fx, "", path, sizeof path);
+    zinf_model_shape s, t;
+    TRY(zinf_model_shape_from_file(path, &s));
+    model_dir(fx, "-oldcfg", other, sizeof other);
+    struct stat sb;
+    if (stat(other, &sb) == 0) {
+        TRY(zinf_model_shape_from_file(other, &t));
+        CHECK(zinf_model_shape_equal(&s, &t), "%s: the old config form reads to another shape", fx->name);
+        CHECK(s.rope_type == ZINF_ROPE_LLAMA3 && s.rope_original_max_position == 32, "%s: llama3 rope not read",
+              fx->name);
+    }
+    char *json;
+    TRY(zinf_model_hf_config(&s, ZINF_DTYPE_F32, &json));
+    char d[600], f[700];
+    snprintf(d, sizeof d, "%s/llama-%s-zinf-config", dir, fx->name);
+    mkdir(d, 0755);
+    snprintf(f, sizeof f, "%s/config.json", d);
+    FILE *o = fopen(f, "w");
+    CHECK(o && fputs(json, o) >= 0 && fclose(o) == 0, "cannot write %s", f);
+    free(json);
+    TRY(zinf_model_shape_from_file(d, &t));
+    CHECK(zinf_model_shape_equal(&s, &t), "%s: zinf's config.json reads back to another shape", fx->name);
+    // And through a checkpoint's meta.json form.
+    TRY(zinf_model_shape_to_json(&s, &json));
+    TRY(zinf_model_shape_from_json(json, "meta", &t));
+    CHECK(zinf_model_shape_equal(&s, &t), "%s: the meta.json form reads back to another shape", fx->name);
+    free(json);
+    remove(f), rmdir(d);
+}
+
+// The presets have the parameters of the models on the Hugging Face hub (counted by
+// transformers from their config.json files).
+static void test_presets(void) {
+    static const struct {
+        const char *name;
+        int64_t params;
+    } presets[] = {{"llama-3.2-1b", 1235814400},  {"llama-3.2-3b", 3212749824}, {"llama-3.1-8b", 8030261248},
+                   {"mistral-7b", 7241732096},    {"qwen2.5-0.5b", 494032768},  {"qwen2.5-7b", 7615616512},
+                   {"smollm2-135m", 134515008},   {"gpt2", 124439808}};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        char json[160];
+        snprintf(json, sizeof json, "{\"train_batch_size\": 1, \"model\": {\"preset\": \"%s\"}}", presets[i].name);
+        zinf_config cfg;
+        zinf_model_shape s;
+        TRY(zinf_config_parse(&cfg, json, "preset", &(zinf_config_options){.world_size = 1}));
+        TRY(zinf_model_shape_from_config(&cfg.model, &s));
+        CHECK(zinf_model_param_count(&s) == presets[i].params, "%s: %lld parameters, the hub's model %lld",
+              presets[i].name, (long long)zinf_model_param_count(&s), (long long)presets[i].params);
+        zinf_config_free(&cfg);
+    }
+}
+
+// A config.json zinf would compute differently from transformers is refused, naming the
+// file and the key.
+static void test_bad_configs(void) {
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"model_type\": \"phi\"}", "model_type \"phi\""},
+        {"{\"model_type\": \"llama\", \"hidden_act\": \"gelu\"}", "hidden_act \"gelu\""},
+        {"{\"model_type\": \"llama\", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
+         "rope_scaling.rope_type \"yarn\""},
+        {"{\"model_type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"longrope\", \"rope_theta\": 1e4}}",
+         "rope_parameters.rope_type \"longrope\""},
+        {"{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"use_sliding_window\": true, \"sliding_window\": 8,"
+         " \"max_window_layers\": 1, \"layer_types\": [\"sliding_attention\", \"full_attention\"]}",
+         "layer_types[0] is \"sliding_attention\""},
+        {"{\"model_type\": \"mistral\", \"num_attention_heads\": -4}", "num_attention_heads: expected a positive"},
+    };
+    char d[600], f[700];
+    snprintf(d, sizeof d, "%s/llama-bad-config", dir);
+    mkdir(d, 0755);
+    snprintf(f, sizeof f, "%s/config.json", d);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        FILE *o = fopen(f, "w");
+        CHECK(o && fputs(bad[i].json, o) >= 0 && fclose(o) == 0, "cannot write %s", f);
+        zinf_model_shape s;
+        CHECK(zinf_model_shape_from_file(d, &s) != ZINF_OK, "accepted %s", bad[i].json);
+        CHECK_CONTAINS(zinf_last_error(), bad[i].needle);
+        CHECK_CONTAINS(zinf_last_error(), "config.json");
+    }
+    remove(f), rmdir(d);
+}
+
+int main(void) {
+    test_presets();
+    const char *ref = getenv("ZINF_REF_DIR");
+    snprintf(dir, sizeof dir, "%s", ref ? ref : "build/ref");
+    char path[600];
+    snprintf(path, sizeof path, "%s/llama.bin", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: missing; `make tests` generates it with tests/ref/llama_ref.py\n", path);
+        return 1;
+    }
+    char magic[8];
+    uint32_t ver, ncases;
+    rd(f, magic, 8), rd(f, &ver, 4), rd(f, &ncases, 4);
+    if (memcmp(magic, "ZINFLLM1", 8) || ver != 1) {
+        fprintf(stderr, "%s: not a version 1 Llama fixture\n", path);
+        return 1;
+    }
+    test_bad_configs();
+    for (uint32_t c = 0; c < ncases; c++) {
+        fixture fx = {0};
+        load_case(f, &fx);
+        test_configs(&fx);
+        test_fp32(&fx);
+        test_bf16(&fx);
+        free_case(&fx);
+    }
+    fclose(f);
+    CHECK(ncases == 3, "%u cases, expected llama, qwen2 and mistral", ncases);
+    return check_exit("test_model_llama");
+}
