@@ -28,7 +28,8 @@ static int setup_from(const char *config, const char *model, eval_setup *e) {
     } else if (zinf_model_shape_from_file(model, &e->shape) != ZINF_OK) {
         rc = cli_fail("eval", CLI_FAIL);
     }
-    e->seq_len = e->shape.block_size;
+    // A Llama's block is its whole context (131072 for Llama 3.x): too long a default.
+    e->seq_len = e->shape.block_size < 1024 ? e->shape.block_size : 1024;
     if (have_cfg) {
         if (cfg.data.present) {
             e->format = cfg.data.format;

@@ -56,7 +56,7 @@ static const command commands[] = {
      "  the precision (bf16 / fp16 sections; fp32 without them) and the device. Without\n"
      "  it: the shape from the directory's config.json, or from the weights file with head\n"
      "  size 64; tokens-u16 data,\n"
-     "  seq_len = block_size, batch 8, fp32, device auto.\n"
+     "  seq_len = block_size up to 1024, batch 8, fp32, device auto.\n"
      "  --json prints {\"loss\":X,\"tokens\":N}.\n"},
     {"io-bench", cli_io_bench, "measure NVMe read/write bandwidth",
      "zinf io-bench --path DIR [--path DIR ...] [--size S] [--block-size B]\n"

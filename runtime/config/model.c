@@ -123,7 +123,7 @@ zinf_status config_model_rules(zinf_config *c, const parse_ctx *ctx) {
     for (int i = 0; i < 3; i++)
         if (vals[i] < 0)
             return zinf_fail(ZINF_ERR_INVAL,
-                             "%s: %s: missing; give model.preset (gpt2, llama-3.2-1b, ...: zinf help lists them), "
+                             "%s: %s: missing; give model.preset (gpt2, llama-3.2-1b, ...; docs/config.md lists them), "
                              "n_layer, n_head and n_embd, or a model directory as model.init_from",
                              ctx->name, dims[i]);
     if (m->vocab_size < 0) m->vocab_size = c->data.present && c->data.format == ZINF_DATA_TEXT_BYTES ? 256 : 50257;

@@ -522,7 +522,8 @@ static int cmp_pos(const void *a, const void *b, void *tok) {
     return t[x] != t[y] ? (t[x] > t[y]) - (t[x] < t[y]) : (x > y) - (x < y);
 }
 
-static void test_embedding(zinf_dtype dt) {
+// positions: GPT-2's wpe table, or none (the Llama family: wpe and dwpe NULL).
+static void test_embedding(zinf_dtype dt, bool positions) {
     enum { B = 3, T = 7, C = 10, V = 5 }; // few tokens: repeats, so rows really sum
     float *wte = randv(dt, V * C, 1), *wpe = randv(dt, T * C, 1), *dy = randv(dt, B * T * C, 1);
     float *gte0 = randv(dt, V * C, 1), *gpe0 = randv(dt, T * C, 1);
@@ -534,8 +535,8 @@ static void test_embedding(zinf_dtype dt) {
     void *gte = dev_of(dt, gte0, V * C), *gpe = dev_of(dt, gpe0, T * C);
     void *dtok = to_device(dev, S, tok, sizeof tok), *dord = to_device(dev, S, order, sizeof order);
     void *out = dev_poisoned((size_t)B * T * C * zinf_dtype_size(dt));
-    TRY(zinf_embedding_fwd(S, dt, out, dtok, dte, dpe, B, T, C));
-    TRY(zinf_embedding_bwd(S, dt, gte, gpe, ddy, dtok, dord, B, T, C));
+    TRY(zinf_embedding_fwd(S, dt, out, dtok, dte, positions ? dpe : NULL, B, T, C));
+    TRY(zinf_embedding_bwd(S, dt, gte, positions ? gpe : NULL, ddy, dtok, dord, B, T, C));
     double ro[B * T * C], rte[V * C], rpe[T * C];
     for (int i = 0; i < V * C; i++)
         rte[i] = gte0[i];
@@ -545,9 +546,9 @@ static void test_embedding(zinf_dtype dt) {
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++) {
                 int r = b * T + t;
-                ro[r * C + c] = (double)wte[tok[r] * C + c] + wpe[t * C + c];
+                ro[r * C + c] = (double)wte[tok[r] * C + c] + (positions ? wpe[t * C + c] : 0);
                 rte[tok[r] * C + c] += dy[r * C + c];
-                rpe[t * C + c] += dy[r * C + c];
+                if (positions) rpe[t * C + c] += dy[r * C + c];
             }
     compare("embedding", dt, out, ro, B * T * C);
     compare("embedding backward wte", dt, gte, rte, V * C);
@@ -622,7 +623,8 @@ int main(void) {
         test_attention(dt, 4, 1, 8, 13);
         test_cross_entropy(dt, false);
         test_cross_entropy(dt, true);
-        test_embedding(dt);
+        test_embedding(dt, true);
+        test_embedding(dt, false);
         for (int j = 0; j < 3; j++)
             test_cast(dt, dts[j]);
     }
