@@ -126,6 +126,9 @@ void zinf_model_shape_describe(const zinf_model_shape *s, char *out, size_t len)
 
 // The name Hugging Face's state dict gives the family's parameter `name`.
 void zinf_model_hf_name(const zinf_model_shape *s, const char *name, char *out, size_t len);
+// Where the family's parameter `name` comes in transformers' state dict (the order
+// save_pretrained writes and shards in), as a sort key.
+int64_t zinf_model_hf_rank(const zinf_model_shape *s, const char *name);
 // The config.json from_pretrained reads for this shape with weights of dtype dt, as
 // save_pretrained writes it (sorted keys, indent 2); *json is malloc'd.
 zinf_status zinf_model_hf_config(const zinf_model_shape *s, zinf_dtype dt, char **json);

@@ -18,9 +18,9 @@
 
 enum { CHUNK_BYTES = 1 << 20 }; // each of the two buffers
 
-// The model's tensors in state-dict order (module by module), named and shaped as
-// GPT2LMHeadModel's state dict has them, the tied lm_head left out as save_pretrained
-// leaves it.
+// The model's tensors module by module, named and shaped as the family's state dict has
+// them, the tied lm_head left out as save_pretrained leaves it; hf lists them in the
+// state dict's order, which files and shards follow.
 typedef struct exporter {
     zinf_ckpt *ck;
     const zinf_ckpt_info *in;
@@ -30,6 +30,7 @@ typedef struct exporter {
     int *mod_of; // each tensor's module; its parameter is k - first tensor of that module
     int *first;  // each module's first tensor
     zinf_st_tensor *t;
+    int *hf;
     char (*names)[96];
     void *buf, *conv;
 } exporter;
@@ -104,7 +105,15 @@ static zinf_status write_file_of(exporter *x, const char *path, const int *idx, 
 }
 
 static void exporter_free(exporter *x) {
-    free(x->mod_of), free(x->first), free(x->t), free(x->names), free(x->buf), free(x->conv);
+    free(x->mod_of), free(x->first), free(x->t), free(x->hf), free(x->names), free(x->buf), free(x->conv);
+}
+
+// Sort by the state dict's place, the table's order between equals.
+static int by_rank(const void *a, const void *b, void *arg) {
+    const exporter *x = arg;
+    int i = *(const int *)a, j = *(const int *)b;
+    int64_t ri = zinf_model_hf_rank(&x->in->shape, x->t[i].name), rj = zinf_model_hf_rank(&x->in->shape, x->t[j].name);
+    return ri != rj ? (ri > rj) - (ri < rj) : (i > j) - (i < j);
 }
 
 static zinf_status exporter_init(exporter *x, zinf_ckpt *ck, zinf_ckpt_state state, zinf_dtype dt) {
@@ -122,9 +131,10 @@ static zinf_status exporter_init(exporter *x, zinf_ckpt *ck, zinf_ckpt_state sta
     x->mod_of = calloc((size_t)x->n + 1, sizeof *x->mod_of);
     x->first = calloc((size_t)in->nmod + 1, sizeof *x->first);
     x->t = calloc((size_t)x->n, sizeof *x->t);
+    x->hf = calloc((size_t)x->n + 1, sizeof *x->hf);
     x->names = calloc((size_t)x->n, sizeof *x->names);
     x->buf = malloc(CHUNK_BYTES), x->conv = malloc(CHUNK_BYTES);
-    if (!x->mod_of || !x->first || !x->t || !x->names || !x->buf || !x->conv) {
+    if (!x->mod_of || !x->first || !x->t || !x->hf || !x->names || !x->buf || !x->conv) {
         exporter_free(x);
         return zinf_fail(ZINF_ERR_NOMEM, "export: out of memory");
     }
@@ -137,8 +147,10 @@ static zinf_status exporter_init(exporter *x, zinf_ckpt *ck, zinf_ckpt_state sta
             x->t[k] = (zinf_st_tensor){
                 .name = x->names[k], .dtype = dt, .ndim = q->ndim, .nbytes = q->numel * zinf_dtype_size(dt)};
             memcpy(x->t[k].shape, q->shape, sizeof q->shape);
+            x->hf[k] = k;
         }
     }
+    qsort_r(x->hf, (size_t)x->n, sizeof *x->hf, by_rank, x);
     return ZINF_OK;
 }
 
@@ -146,12 +158,7 @@ zinf_status zinf_ckpt_export_file(zinf_ckpt *c, const char *path, zinf_ckpt_stat
     if (!c || !path) return zinf_fail(ZINF_ERR_INVAL, "export: c and path are required");
     exporter x;
     ZINF_CHECK(exporter_init(&x, c, state, dt));
-    int *idx = calloc((size_t)x.n + 1, sizeof *idx);
-    zinf_status s = idx ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "export: out of memory");
-    for (int k = 0; idx && k < x.n; k++)
-        idx[k] = k;
-    if (s == ZINF_OK) s = write_file_of(&x, path, idx, x.n);
-    free(idx);
+    zinf_status s = write_file_of(&x, path, x.hf, x.n);
     exporter_free(&x);
     return s;
 }
@@ -186,7 +193,8 @@ static zinf_status write_config(const exporter *x, const char *dir) {
 static int shard_plan(const exporter *x, uint64_t max, int *order, int *ends, int *cur) {
     int n = 0, at = 0, nb = 0;
     uint64_t size = 0;
-    for (int k = 0; k < x->n; k++) {
+    for (int q = 0; q < x->n; q++) {
+        int k = x->hf[q];
         if (x->t[k].nbytes > max) {
             order[at++] = k, ends[n++] = at;
             continue;

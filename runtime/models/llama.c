@@ -308,6 +308,25 @@ static bool hf_skip(const char *name) {
     return false;
 }
 
+// transformers' order: the embedding; per layer self_attn (q, k, v, o, each weight then
+// bias), mlp (gate, up, down), input_layernorm, post_attention_layernorm; the final
+// norm; lm_head.
+static int64_t hf_rank(const char *name) {
+    static const char *const in_layer[] = {
+        "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+        "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.o_proj.weight", "self_attn.o_proj.bias",
+        "mlp.gate_proj.weight",    "mlp.gate_proj.bias",    "mlp.up_proj.weight",      "mlp.up_proj.bias",
+        "mlp.down_proj.weight",    "mlp.down_proj.bias",    "input_layernorm.weight",  "post_attention_layernorm.weight"};
+    enum { PER_LAYER = sizeof in_layer / sizeof *in_layer, END = 1 << 30 };
+    int l, at = 0;
+    if (sscanf(name, "model.layers.%d.%n", &l, &at) == 1 && at > 0)
+        for (int i = 0; i < PER_LAYER; i++)
+            if (strcmp(name + at, in_layer[i]) == 0) return 1 + (int64_t)l * PER_LAYER + i;
+    if (strcmp(name, "model.norm.weight") == 0) return END;
+    if (strcmp(name, "lm_head.weight") == 0) return END + 1;
+    return 0; // model.embed_tokens.weight
+}
+
 static const char *const architectures[] = {"", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
 static const char *const model_types[] = {"", "llama", "mistral", "qwen2"};
 static const char *const rope_types[] = {"default", "linear", "dynamic", "llama3"};
@@ -355,5 +374,6 @@ const model_family zinf_llama_family = {
     .backward = backward,
     .hf_prefix = "",
     .hf_skip = hf_skip,
+    .hf_rank = hf_rank,
     .hf_config = hf_config,
 };

@@ -79,9 +79,11 @@ struct model_family {
     zinf_status (*forward)(zinf_model *m, zinf_stream *s, int mod, void *const *params);
     zinf_status (*backward)(zinf_model *m, zinf_stream *s, int mod, void *const *params, void *const *grads);
     // Hugging Face's files: the prefix the state dict puts before the table's names;
-    // tensors of old files a reader skips; the config.json of a shape.
+    // tensors of old files a reader skips; a parameter's place in the state dict (NULL:
+    // the table's order is the state dict's); the config.json of a shape.
     const char *hf_prefix;
     bool (*hf_skip)(const char *name);
+    int64_t (*hf_rank)(const char *name);
     json_t *(*hf_config)(const zinf_model_shape *s, zinf_dtype dt);
 };
 

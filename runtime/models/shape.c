@@ -86,6 +86,11 @@ void zinf_model_hf_name(const zinf_model_shape *s, const char *name, char *out, 
     snprintf(out, len, "%s%s", family_of(s->arch)->hf_prefix, name);
 }
 
+int64_t zinf_model_hf_rank(const zinf_model_shape *s, const char *name) {
+    const model_family *f = family_of(s->arch);
+    return f->hf_rank ? f->hf_rank(name) : 0;
+}
+
 const char *model_torch_dtype(zinf_dtype dt) {
     return dt == ZINF_DTYPE_BF16 ? "bfloat16" : dt == ZINF_DTYPE_F16 ? "float16" : "float32";
 }

@@ -7,8 +7,8 @@
 # (sums in other orders) and the final weights within 1e-5 (a hundredth of one step's
 # lr; see test_engine_torch). A run stopped at step 5 and resumed from its checkpoint
 # ends bit-identical to the straight run. The checkpoint consolidates to a model
-# directory that from_pretrained loads as LlamaForCausalLM, whose loss over the data is
-# zinf eval's for the same directory.
+# directory that from_pretrained loads as LlamaForCausalLM, sharded as save_pretrained
+# shards it, whose loss over the data is zinf eval's for the same directory.
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -74,7 +74,8 @@ run 2 "$tmp/r.b" --set checkpoint.dir="$tmp/r.ck" --set checkpoint.load=latest -
   "$(tail -1 "$tmp/n2" | python3 -c 'import json,sys; print(json.load(sys.stdin)["weights_digest"])')" ] ||
   fail "resumed at step 5: another digest than the straight run's"
 
-# A model directory out: transformers loads it, and its loss is zinf eval's.
+# A model directory out: transformers loads it, sharded as save_pretrained shards it, and
+# its loss is zinf eval's.
 expect 0 "$Z" consolidate "$tmp/n2.ck" "$tmp/hf" --max-shard-size 100KB
 expect 0 "$Z" eval --model "$tmp/hf" --data "$R/llama_train.tokens"
 eval_loss=$(sed -n 's/.*loss \([0-9.]*\).*/\1/p' "$tmp/out" | head -1)
@@ -88,6 +89,12 @@ idx = json.load(open(f"{hf}/model.safetensors.index.json"))
 assert len(set(idx["weight_map"].values())) > 1 and "lm_head.weight" not in idx["weight_map"], idx
 m = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, attn_implementation="eager")
 assert type(m).__name__ == "LlamaForCausalLM" and m.config.tie_word_embeddings and m.config.head_dim == 16
+# Sharded as save_pretrained shards the same model (tensors in its state-dict order).
+ref = AutoModelForCausalLM.from_config(m.config, dtype=torch.float32)
+ref.load_state_dict({k: v.clone() for k, v in m.state_dict().items()})
+ref.save_pretrained(hf + "-theirs", max_shard_size="100KB")
+theirs = json.load(open(f"{hf}-theirs/model.safetensors.index.json"))["weight_map"]
+assert theirs == idx["weight_map"], {k: (theirs.get(k), v) for k, v in idx["weight_map"].items() if theirs.get(k) != v}
 tok = torch.from_numpy(np.fromfile(data, dtype="<u2").astype(np.int64))
 T = m.config.max_position_embeddings
 n = (len(tok) - 1) // T
