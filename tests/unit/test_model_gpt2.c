@@ -9,8 +9,7 @@
 #include <math.h>
 
 #include "check.h"
-#include "gpu_test.h"
-#include "zinf_half.h"
+#include "model_test.h"
 
 typedef struct fixture {
     uint32_t L, NH, C, V, BS, B, T;
@@ -81,88 +80,18 @@ static void free_fixture(fixture *fx) {
     free(fx->tok), free(fx->tgt), free(fx->names), free(fx->numel);
 }
 
-// max |a - ref| / max |ref| over a tensor: its error relative to its own scale.
-static double rel_err(zinf_dtype dt, const void *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(dt_load(a, dt, i) - ref[i]);
-        num = isnan(e) || e > num ? (isnan(e) ? INFINITY : e) : num;
-        den = fmax(den, fabs(ref[i]));
-    }
-    return num / den;
-}
-
 static double rel_err_f32(const float *a, const float *ref, size_t n) { return rel_err(ZINF_DTYPE_F32, a, ref, n); }
 
-typedef struct run {
-    zinf_device *dev;
-    zinf_stream *s;
-    zinf_model *m;
-    int nmod;
-    void **h_w, **d_w, **d_g, **h_g;
-    double loss;
-    void *logits;
-} run;
-
-static void run_model(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *file) {
-    memset(r, 0, sizeof *r);
-    r->dev = test_device(0);
-    TRY(zinf_stream_create(r->dev, &r->s));
+static void gpt2_run(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *file) {
     zinf_model_params p = {.shape = zinf_model_shape_gpt2((int)fx->L, (int)fx->NH, (int)fx->C, (int)fx->V, (int)fx->BS),
                            .dtype = dt,
                            .batch = (int)fx->B,
                            .seq_len = (int)fx->T,
                            .training = training,
                            .checkpoint_activations = ckpt};
-    TRY(zinf_model_create(&r->m, r->dev, &p));
-    r->nmod = zinf_model_module_count(r->m);
-    r->h_w = calloc(r->nmod, sizeof(void *)), r->d_w = calloc(r->nmod, sizeof(void *));
-    r->d_g = calloc(r->nmod, sizeof(void *)), r->h_g = calloc(r->nmod, sizeof(void *));
-    size_t es = zinf_dtype_size(dt);
-    for (int i = 0; i < r->nmod; i++) {
-        size_t n = zinf_model_module(r->m, i)->numel;
-        if (!n) continue;
-        r->h_w[i] = calloc(n, es), r->h_g[i] = malloc(n * es);
-    }
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    TRY(zinf_model_read_weights(r->m, path, dt, r->h_w));
-    for (int i = 0; i < r->nmod; i++) {
-        size_t n = zinf_model_module(r->m, i)->numel * es;
-        if (!n) continue;
-        r->d_w[i] = to_device(r->dev, r->s, r->h_w[i], n);
-        TRY(zinf_device_alloc(r->dev, n, "grads", &r->d_g[i]));
-        TRY(zinf_memset_async(r->s, r->d_g[i], 0, n));
-    }
-    TRY(zinf_model_set_batch(r->m, r->s, fx->tok, fx->tgt, (int)fx->B, 1.0f));
-    int n;
-    const zinf_model_op *ops = zinf_model_schedule(r->m, false, &n);
-    for (int i = 0; i < n; i++)
-        TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
-    r->logits = malloc((size_t)fx->B * fx->T * fx->V * es);
-    TRY(zinf_model_logits(r->m, r->s, r->logits)); // a training run holds their gradient here
-    double sum;
-    int64_t cnt;
-    TRY(zinf_model_loss(r->m, r->s, &sum, &cnt));
-    r->loss = sum / (double)cnt;
-    if (!training) return;
-    int nall;
-    ops = zinf_model_schedule(r->m, true, &nall);
-    for (int i = n; i < nall; i++)
-        TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
-    for (int i = 0; i < r->nmod; i++)
-        if (r->d_g[i]) from_device(r->s, r->h_g[i], r->d_g[i], zinf_model_module(r->m, i)->numel * es);
-}
-
-static void run_free(run *r) {
-    for (int i = 0; i < r->nmod; i++) {
-        zinf_device_free(r->dev, r->d_w[i]), zinf_device_free(r->dev, r->d_g[i]);
-        free(r->h_w[i]), free(r->h_g[i]);
-    }
-    free(r->h_w), free(r->d_w), free(r->d_g), free(r->h_g), free(r->logits);
-    zinf_model_destroy(r->m);
-    zinf_stream_destroy(r->s);
-    zinf_device_destroy(r->dev);
+    run_model(r, &p, path, fx->tok, fx->tgt);
 }
 
 // The gradient of fixture parameter i inside a run's host buffers.
@@ -186,13 +115,13 @@ static const void *grad_of(const run *r, const fixture *fx, uint32_t i, zinf_dty
 static void test_fp32(const fixture *fx) {
     run inf, tr;
     size_t nl = (size_t)fx->B * fx->T * fx->V;
-    run_model(&inf, fx, ZINF_DTYPE_F32, false, false, "gpt2.safetensors");
+    gpt2_run(&inf, fx, ZINF_DTYPE_F32, false, false, "gpt2.safetensors");
     double e = rel_err_f32(inf.logits, fx->logits[0], nl);
     printf("fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", inf.loss, fx->loss[0], e);
     CHECK(e <= 1e-5, "fp32 logits: rel err %.3g", e);
     CHECK(fabs(inf.loss - fx->loss[0]) <= 1e-5 * fx->loss[0], "fp32 loss %.8f vs torch %.8f", inf.loss, fx->loss[0]);
 
-    run_model(&tr, fx, ZINF_DTYPE_F32, true, false, "gpt2.safetensors");
+    gpt2_run(&tr, fx, ZINF_DTYPE_F32, true, false, "gpt2.safetensors");
     CHECK(tr.loss == inf.loss, "training forward loss %.9g differs from inference %.9g", tr.loss, inf.loss);
     double worst = 0;
     for (uint32_t i = 0; i < fx->np; i++) {
@@ -206,7 +135,7 @@ static void test_fp32(const fixture *fx) {
 
     // Checkpointing recomputes the same ops in the same order: the same bits.
     run ck;
-    run_model(&ck, fx, ZINF_DTYPE_F32, true, true, "gpt2-noprefix.safetensors");
+    gpt2_run(&ck, fx, ZINF_DTYPE_F32, true, true, "gpt2-noprefix.safetensors");
     CHECK(ck.loss == tr.loss, "checkpointed loss %.9g vs %.9g", ck.loss, tr.loss);
     for (int i = 0; i < tr.nmod; i++) {
         size_t n = zinf_model_module(tr.m, i)->numel * 4;
@@ -267,7 +196,7 @@ static void test_fp32(const fixture *fx) {
 static void test_bf16(const fixture *fx) {
     run r;
     size_t nl = (size_t)fx->B * fx->T * fx->V;
-    run_model(&r, fx, ZINF_DTYPE_BF16, false, false, "gpt2.safetensors");
+    gpt2_run(&r, fx, ZINF_DTYPE_BF16, false, false, "gpt2.safetensors");
     double ez = rel_err(ZINF_DTYPE_BF16, r.logits, fx->logits[0], nl),
            et = rel_err_f32(fx->logits[1], fx->logits[0], nl);
     printf("bf16: loss %.6f (torch bf16 %.6f, fp32 %.6f); logits vs fp32: zinf %.2e, torch %.2e\n", r.loss, fx->loss[1],
@@ -277,7 +206,7 @@ static void test_bf16(const fixture *fx) {
           "bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", r.loss, fx->loss[0], fx->loss[1]);
     run_free(&r);
 
-    run_model(&r, fx, ZINF_DTYPE_BF16, true, false, "gpt2.safetensors");
+    gpt2_run(&r, fx, ZINF_DTYPE_BF16, true, false, "gpt2.safetensors");
     double worst = 0, worst_torch = 0;
     for (uint32_t i = 0; i < fx->np; i++) {
         const void *g = grad_of(&r, fx, i, ZINF_DTYPE_BF16);

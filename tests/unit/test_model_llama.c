@@ -12,8 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gpu_test.h"
-#include "zinf_half.h"
+#include "model_test.h"
 
 typedef struct fixture {
     char name[16];
@@ -70,85 +69,18 @@ static void free_case(fixture *fx) {
     free(fx->tok), free(fx->tgt), free(fx->names), free(fx->numel);
 }
 
-// max |a - ref| / max |ref| over a tensor: its error relative to its own scale.
-static double rel_err(zinf_dtype dt, const void *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(dt_load(a, dt, i) - ref[i]);
-        num = isnan(e) || e > num ? (isnan(e) ? INFINITY : e) : num;
-        den = fmax(den, fabs(ref[i]));
-    }
-    return num / den;
-}
-
-typedef struct run {
-    zinf_device *dev;
-    zinf_stream *s;
-    zinf_model *m;
-    int nmod;
-    void **h_w, **d_w, **d_g, **h_g;
-    double loss;
-    void *logits;
-} run;
-
 static void model_dir(const fixture *fx, const char *suffix, char *out, size_t len) {
     snprintf(out, len, "%s/llama-%s%s", dir, fx->name, suffix);
 }
 
-static void run_model(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *suffix) {
-    memset(r, 0, sizeof *r);
+// The case's model, its shape from its directory's config.json.
+static void llama_run(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *suffix) {
     char path[600];
     model_dir(fx, suffix, path, sizeof path);
     zinf_model_params p = {
         .dtype = dt, .batch = (int)fx->B, .seq_len = (int)fx->T, .training = training, .checkpoint_activations = ckpt};
     TRY(zinf_model_shape_from_file(path, &p.shape));
-    r->dev = test_device(0);
-    TRY(zinf_stream_create(r->dev, &r->s));
-    TRY(zinf_model_create(&r->m, r->dev, &p));
-    r->nmod = zinf_model_module_count(r->m);
-    r->h_w = calloc(r->nmod, sizeof(void *)), r->d_w = calloc(r->nmod, sizeof(void *));
-    r->d_g = calloc(r->nmod, sizeof(void *)), r->h_g = calloc(r->nmod, sizeof(void *));
-    size_t es = zinf_dtype_size(dt);
-    for (int i = 0; i < r->nmod; i++) {
-        size_t n = zinf_model_module(r->m, i)->numel;
-        if (n) r->h_w[i] = calloc(n, es), r->h_g[i] = malloc(n * es);
-    }
-    TRY(zinf_model_read_weights(r->m, path, dt, r->h_w));
-    for (int i = 0; i < r->nmod; i++) {
-        size_t n = zinf_model_module(r->m, i)->numel * es;
-        if (!n) continue;
-        r->d_w[i] = to_device(r->dev, r->s, r->h_w[i], n);
-        TRY(zinf_device_alloc(r->dev, n, "grads", &r->d_g[i]));
-        TRY(zinf_memset_async(r->s, r->d_g[i], 0, n));
-    }
-    TRY(zinf_model_set_batch(r->m, r->s, fx->tok, fx->tgt, (int)fx->B, 1.0f));
-    int n, nall;
-    const zinf_model_op *ops = zinf_model_schedule(r->m, false, &n);
-    for (int i = 0; i < n; i++)
-        TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
-    r->logits = malloc((size_t)fx->B * fx->T * fx->V * es);
-    TRY(zinf_model_logits(r->m, r->s, r->logits)); // a training run holds their gradient here
-    double sum;
-    int64_t cnt;
-    TRY(zinf_model_loss(r->m, r->s, &sum, &cnt));
-    r->loss = sum / (double)cnt;
-    if (!training) return;
-    ops = zinf_model_schedule(r->m, true, &nall);
-    for (int i = n; i < nall; i++)
-        TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
-    for (int i = 0; i < r->nmod; i++)
-        if (r->d_g[i]) from_device(r->s, r->h_g[i], r->d_g[i], zinf_model_module(r->m, i)->numel * es);
-}
-
-static void run_free(run *r) {
-    for (int i = 0; i < r->nmod; i++) {
-        zinf_device_free(r->dev, r->d_w[i]), zinf_device_free(r->dev, r->d_g[i]);
-        free(r->h_w[i]), free(r->h_g[i]);
-    }
-    free(r->h_w), free(r->d_w), free(r->d_g), free(r->h_g), free(r->logits);
-    zinf_model_destroy(r->m);
-    zinf_stream_destroy(r->s);
-    zinf_device_destroy(r->dev);
+    run_model(r, &p, path, fx->tok, fx->tgt);
 }
 
 // The gradient of fixture parameter i inside a run's host buffers.
@@ -171,7 +103,7 @@ static int zinf_param_total(const run *r) {
 static void test_fp32(const fixture *fx) {
     run inf, tr, ck;
     size_t nl = (size_t)fx->B * fx->T * fx->V;
-    run_model(&inf, fx, ZINF_DTYPE_F32, false, false, "");
+    llama_run(&inf, fx, ZINF_DTYPE_F32, false, false, "");
     double e = rel_err(ZINF_DTYPE_F32, inf.logits, fx->logits[0], nl);
     printf("%s fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", fx->name, inf.loss, fx->loss[0], e);
     CHECK(e <= 1e-5, "%s fp32 logits: rel err %.3g", fx->name, e);
@@ -180,7 +112,7 @@ static void test_fp32(const fixture *fx) {
     CHECK(zinf_param_total(&inf) == (int)fx->np, "%s: zinf has %d parameters, torch %u", fx->name,
           zinf_param_total(&inf), fx->np);
 
-    run_model(&tr, fx, ZINF_DTYPE_F32, true, false, "");
+    llama_run(&tr, fx, ZINF_DTYPE_F32, true, false, "");
     CHECK(tr.loss == inf.loss, "%s: training forward loss %.9g differs from inference %.9g", fx->name, tr.loss,
           inf.loss);
     double worst = 0;
@@ -194,7 +126,7 @@ static void test_fp32(const fixture *fx) {
     printf("%s fp32: worst gradient rel err %.2e over %u tensors\n", fx->name, worst, fx->np);
 
     // Checkpointing recomputes the same ops in the same order: the same bits.
-    run_model(&ck, fx, ZINF_DTYPE_F32, true, true, "");
+    llama_run(&ck, fx, ZINF_DTYPE_F32, true, true, "");
     CHECK(ck.loss == tr.loss, "%s: checkpointed loss %.9g vs %.9g", fx->name, ck.loss, tr.loss);
     for (int i = 0; i < tr.nmod; i++) {
         size_t n = zinf_model_module(tr.m, i)->numel * 4;
@@ -225,7 +157,7 @@ static void test_fp32(const fixture *fx) {
 static void test_bf16(const fixture *fx) {
     run r;
     size_t nl = (size_t)fx->B * fx->T * fx->V;
-    run_model(&r, fx, ZINF_DTYPE_BF16, false, false, "");
+    llama_run(&r, fx, ZINF_DTYPE_BF16, false, false, "");
     double ez = rel_err(ZINF_DTYPE_BF16, r.logits, fx->logits[0], nl),
            et = rel_err(ZINF_DTYPE_F32, fx->logits[1], fx->logits[0], nl);
     printf("%s bf16: loss %.6f (torch bf16 %.6f, fp32 %.6f); logits vs fp32: zinf %.2e, torch %.2e\n", fx->name,
@@ -235,7 +167,7 @@ static void test_bf16(const fixture *fx) {
           "%s bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", fx->name, r.loss, fx->loss[0],
           fx->loss[1]);
     run_free(&r);
-    run_model(&r, fx, ZINF_DTYPE_BF16, true, false, "");
+    llama_run(&r, fx, ZINF_DTYPE_BF16, true, false, "");
     double worst = 0, worst_torch = 0;
     for (uint32_t i = 0; i < fx->np; i++) {
         const void *g = grad_of(&r, fx, i, ZINF_DTYPE_BF16);
