@@ -107,6 +107,16 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     for (size_t i = 0; i < sizeof ds_examples / sizeof ds_examples[0]; i++)
         free(roundtrip(ds_examples[i], 1));
+    // The Llama family's keys print, and print back the same; a preset's values are kept
+    // and a key beside it wins.
+    char *lj = roundtrip("{\"train_batch_size\": 1, \"model\": {\"preset\": \"mistral-7b\", \"n_layer\": 2}}", 1);
+    CHECK(lj && strstr(lj, "\"sliding_window\": 4096") && strstr(lj, "\"n_layer\": 2") &&
+              strstr(lj, "\"arch\": \"mistral\"") && strstr(lj, "\"tie_word_embeddings\": false"),
+          "mistral-7b printed as:\n%s", lj ? lj : "");
+    free(lj);
+    lj = roundtrip("{\"train_batch_size\": 1, \"model\": {\"preset\": \"gpt2\"}}", 1);
+    CHECK(lj && !strstr(lj, "rope_theta") && !strstr(lj, "n_kv_head"), "GPT-2 printed Llama keys:\n%s", lj ? lj : "");
+    free(lj);
 
     zinf_config c;
     // The documented example's values land where they belong.
