@@ -275,7 +275,7 @@ $(PYENV)/.ok: tests/ref/requirements.txt
 	$(Q)rm -rf $(PYENV) && python3 -m venv $(PYENV) && \
 	  $(PY) -m pip install -q --disable-pip-version-check -r $< && touch $@
 
-build/ref/%.bin: tests/ref/%_ref.py $(PYENV)/.ok
+build/ref/%.bin: tests/ref/%_ref.py tests/ref/reflib.py $(PYENV)/.ok
 	@mkdir -p $(@D)
 	$(say) REF $@
 	$(Q)$(PY) $< $@ > /dev/null

@@ -53,18 +53,15 @@ Format of OUT, little-endian:
 import copy
 import os
 import struct
-import sys
 import tempfile
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the network
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from safetensors import safe_open  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+import reflib  # before transformers: it sets the Hugging Face environment
+import torch
+import torch.nn.functional as F
+from reflib import f32, publish, write_atomic
+from safetensors import safe_open
+from safetensors.torch import load_file
+from transformers import GPT2Config, GPT2LMHeadModel
 
 SEED = 20240601
 N_LAYER, N_HEAD, N_EMBD, VOCAB, BLOCK = 2, 4, 64, 101, 32
@@ -84,25 +81,11 @@ def make_model():
         bos_token_id=None, eos_token_id=None, attn_implementation="eager")
     torch.manual_seed(SEED)
     model = GPT2LMHeadModel(config)
-    gen = torch.Generator().manual_seed(SEED + 1)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):  # the tied wte/lm_head once
-            p.add_(0.02 * torch.randn(p.shape, generator=gen))
+    reflib.perturb(model, SEED + 1)  # the tied wte/lm_head once
     model.eval()
     assert model.config._attn_implementation == "eager"
     assert model.lm_head.weight is model.transformer.wte.weight
     return model
-
-
-def run(model, tokens, targets):
-    """loss, logits (f32) and {name: grad (f32)} of one forward/backward."""
-    model.zero_grad(set_to_none=True)
-    logits = model(tokens.long()).logits
-    assert logits.shape == (B, T, VOCAB)
-    loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.long().reshape(-1))
-    loss.backward()
-    grads = {n: p.grad.detach().float() for n, p in model.named_parameters()}
-    return loss.detach().float(), logits.detach().float(), grads
 
 
 def eval_loss(model, toks):
@@ -115,31 +98,10 @@ def eval_loss(model, toks):
     return float(per_tok.double().sum()) / per_tok.numel(), per_tok.numel()
 
 
-def f32(t):
-    return t.detach().to(torch.float32).contiguous().numpy().tobytes()
-
-
-def publish(tmp, path):
-    """Rename tmp to path with ordinary permissions (tempfile and safetensors make 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-
-
-def write_atomic(path, data):
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    publish(path + ".tmp", path)
-
-
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "build/ref/gpt2.bin"
+    path, outdir = reflib.out_path("build/ref/gpt2.bin")
     stem = os.path.splitext(path)[0]
-    outdir = os.path.dirname(path) or "."
-    os.makedirs(outdir, exist_ok=True)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    reflib.deterministic()
 
     model = make_model()
 
@@ -163,8 +125,7 @@ def main():
     mask = torch.tril(torch.ones(BLOCK, BLOCK, dtype=torch.float32)).view(1, 1, BLOCK, BLOCK)
     for i in range(N_LAYER):
         noprefix[f"h.{i}.attn.bias"] = mask.clone()
-    save_file(noprefix, stem + "-noprefix.safetensors.tmp", metadata={"format": "pt"})
-    publish(stem + "-noprefix.safetensors.tmp", stem + "-noprefix.safetensors")
+    reflib.save_weights(noprefix, stem + "-noprefix.safetensors")
 
     # 3. gpt2.tokens
     gen = torch.Generator().manual_seed(SEED + 2)
@@ -176,7 +137,8 @@ def main():
 
     model_bf16 = copy.deepcopy(model).to(torch.bfloat16)  # before any grad exists
     assert model_bf16.lm_head.weight is model_bf16.transformer.wte.weight
-    runs = [run(model, tokens, targets), run(model_bf16, tokens, targets)]
+    runs = [reflib.forward_backward(model, tokens, targets),
+            reflib.forward_backward(model_bf16, tokens, targets)]
     ev_loss, ev_tokens = eval_loss(model, eval_toks)
     assert ev_tokens == 5 * T
 
@@ -194,7 +156,7 @@ def main():
     write_atomic(path, b"".join(out))
 
     (l32, lg32, g32), (l16, lg16, g16) = runs
-    rel = lambda a, b: float((a - b).abs().max() / b.abs().max())  # noqa: E731
+    rel = reflib.rel_diff
     worst = max((rel(g16[n], g32[n]), n) for n in names)
     print(f"gpt2_ref: transformers GPT2LMHeadModel, {len(names)} params, loss fp32 {float(l32):.6f}"
           f" bf16 {float(l16):.6f}, bf16/fp32 max rel diff logits {rel(lg16, lg32):.3g} grads"

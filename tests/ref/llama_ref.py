@@ -93,19 +93,14 @@ import math
 import os
 import shutil
 import struct
-import sys
 import tempfile
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the network
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import transformers  # noqa: E402
-from safetensors import safe_open  # noqa: E402
-from transformers import (AutoModelForCausalLM, LlamaConfig, MistralConfig,  # noqa: E402
-                          Qwen2Config)
+import reflib  # before transformers: it sets the Hugging Face environment
+import torch
+import transformers
+from reflib import f32, publish_dir, write_atomic
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
 SEED = 20240701
 B, T, VOCAB = 2, 12, 97
@@ -171,27 +166,13 @@ def make_model(index, config):
     torch.manual_seed(SEED + index)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     assert model.dtype == torch.float32
-    gen = torch.Generator().manual_seed(SEED + 100)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):  # the tied embedding once
-            p.add_(0.02 * torch.randn(p.shape, generator=gen))
+    reflib.perturb(model, SEED + 100)  # the tied embedding once
     model.eval()
     assert model.config._attn_implementation == "eager"
     tied = model.lm_head.weight is model.model.embed_tokens.weight
     assert tied == config.tie_word_embeddings
     assert model.model.embed_tokens.padding_idx is None
     return model
-
-
-def run(model, tokens, targets):
-    """loss, logits (f32) and {name: grad (f32)} of one forward/backward."""
-    model.zero_grad(set_to_none=True)
-    logits = model(tokens.long()).logits
-    assert logits.shape == (B, T, VOCAB)
-    loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.long().reshape(-1))
-    loss.backward()
-    grads = {n: p.grad.detach().float() for n, p in model.named_parameters()}
-    return loss.detach().float(), logits.detach().float(), grads
 
 
 def logits_of(model, tokens):
@@ -208,40 +189,6 @@ def to_bf16(model):
         mod, _, attr = name.rpartition(".")
         setattr(m16.get_submodule(mod), attr, bufs[name].clone())
     return m16
-
-
-def f32(t):
-    return t.detach().to(torch.float32).contiguous().numpy().tobytes()
-
-
-def publish(tmp, path):
-    """Rename tmp to path with ordinary permissions (tempfile and safetensors make 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-
-
-def write_atomic(path, data):
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    publish(path + ".tmp", path)
-
-
-def publish_dir(tmp, path):
-    """Rename the directory tmp to path (replacing an old one) with ordinary permissions."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for f in os.listdir(tmp):
-        os.chmod(os.path.join(tmp, f), 0o666 & ~umask)
-    os.chmod(tmp, 0o777 & ~umask)
-    if os.path.lexists(path):
-        trash = tempfile.mkdtemp(dir=os.path.dirname(path) or ".")
-        os.replace(path, os.path.join(trash, "old"))
-        os.replace(tmp, path)
-        shutil.rmtree(trash)
-    else:
-        os.replace(tmp, path)
 
 
 def saved_tensors(d):
@@ -303,12 +250,8 @@ def write_oldcfg(src, dst):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "build/ref/llama.bin"
-    outdir = os.path.dirname(path) or "."
-    os.makedirs(outdir, exist_ok=True)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    torch.set_float32_matmul_precision("highest")
+    path, outdir = reflib.out_path("build/ref/llama.bin")
+    reflib.deterministic()
 
     cases = configs()
     out = [b"ZINFLLM1", struct.pack("<2I", 1, len(cases))]
@@ -349,7 +292,8 @@ def main():
         model_bf16 = to_bf16(model)  # before any grad exists
         assert (model_bf16.lm_head.weight is model_bf16.model.embed_tokens.weight) == \
             config.tie_word_embeddings
-        runs = [run(model, tokens, targets), run(model_bf16, tokens, targets)]
+        runs = [reflib.forward_backward(model, tokens, targets),
+                reflib.forward_backward(model_bf16, tokens, targets)]
         (l32, lg32, g32), (l16, lg16, g16) = runs
 
         # the saved directory reproduces the model, in fp32 and bf16
@@ -397,7 +341,7 @@ def main():
                     (cname, n)
                 out.append(f32(grads[n]))
 
-        rel = lambda a, b: float((a - b).abs().max() / b.abs().max())  # noqa: E731
+        rel = reflib.rel_diff
         worst = max((rel(g16[n], g32[n]), n) for n in names)
         summary.append(f"{cname} ({len(names)} params, {nshards} file{'s' * (nshards > 1)},"
                        f" loss fp32 {float(l32):.6f} bf16 {float(l16):.6f}, bf16/fp32 max rel"

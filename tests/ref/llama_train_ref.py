@@ -58,27 +58,24 @@ The losses are also printed to stderr.
 """
 import json
 import os
-import shutil
 import struct
 import sys
 import tempfile
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the network
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
+import numpy as np
+import reflib  # before transformers: it sets the Hugging Face environment
+import torch
+from reflib import publish_dir, save_weights, write_atomic
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, LlamaConfig
 
 SEED, DATA_SEED = 1234, 7
 VOCAB, HIDDEN, N_LAYER, N_HEAD, N_KV, HEAD_DIM, INTER, BLOCK = 256, 64, 2, 4, 2, 16, 96, 32
 B, T, STEPS, N_WIN = 4, 32, 10, 48
 N_TOK = N_WIN * T + 1
 PERIOD, NOISE = 23, 0.1
-LR, BETAS, EPS, WD, MAX_NORM = 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+MAX_NORM = 1.0
 MAX_SHARD = "100KB"
 INDEX = "model.safetensors.index.json"
 
@@ -93,27 +90,13 @@ def make_model():
         tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").float()
-    gen = torch.Generator().manual_seed(SEED + 100)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):  # the tied embedding once
-            p.add_(0.02 * torch.randn(p.shape, generator=gen))
+    reflib.perturb(model, SEED + 100)  # the tied embedding once
     model.train()
     assert model.config._attn_implementation == "eager"
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert model.model.embed_tokens.padding_idx is None
     assert all(not n.endswith(".bias") for n, _ in model.named_parameters())
     return model
-
-
-def make_tokens():
-    rng = np.random.default_rng(DATA_SEED)
-    pattern = rng.integers(0, VOCAB, size=PERIOD)
-    tok = np.tile(pattern, N_TOK // PERIOD + 1)[:N_TOK]
-    noisy = rng.random(N_TOK) < NOISE
-    tok[noisy] = rng.integers(0, VOCAB, size=int(noisy.sum()))
-    tok = tok.astype("<u2")
-    assert tok.shape == (N_TOK,) and int(tok.max()) < VOCAB
-    return tok
 
 
 def weights(model):
@@ -125,41 +108,6 @@ def weights(model):
         assert t.dtype == torch.float32, n
         out[n] = t.detach().clone().contiguous()
     return out
-
-
-def publish(tmp, path):
-    """Rename tmp to path with ordinary permissions."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-
-
-def write_atomic(path, data):
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    publish(path + ".tmp", path)
-
-
-def save_weights(w, path):
-    save_file(w, path + ".tmp", metadata={"format": "pt"})
-    publish(path + ".tmp", path)
-
-
-def publish_dir(tmp, path):
-    """Rename the directory tmp to path (replacing an old one) with ordinary permissions."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for f in os.listdir(tmp):
-        os.chmod(os.path.join(tmp, f), 0o666 & ~umask)
-    os.chmod(tmp, 0o777 & ~umask)
-    if os.path.lexists(path):
-        trash = tempfile.mkdtemp(dir=os.path.dirname(path) or ".")
-        os.replace(path, os.path.join(trash, "old"))
-        os.replace(tmp, path)
-        shutil.rmtree(trash)
-    else:
-        os.replace(tmp, path)
 
 
 def save_init(model, outdir, init):
@@ -183,21 +131,16 @@ def save_init(model, outdir, init):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "build/ref/llama_train.bin"
-    outdir = os.path.dirname(path) or "."
-    os.makedirs(outdir, exist_ok=True)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    torch.set_float32_matmul_precision("highest")
+    path, outdir = reflib.out_path("build/ref/llama_train.bin")
+    reflib.deterministic()
 
     model = make_model()
-    params = list(model.parameters())  # the tied embedding/lm_head appears once
     names = {n for n, _ in model.named_parameters()}
     init = weights(model)
     assert set(init) == names, sorted(set(init) ^ names)
     init_dir, nshards = save_init(model, outdir, init)
 
-    tok = make_tokens()
+    tok = reflib.make_tokens(N_TOK, VOCAB, PERIOD, NOISE, DATA_SEED)
     write_atomic(os.path.join(outdir, "llama_train.tokens"), tok.tobytes())
     tok_t = torch.from_numpy(tok.astype(np.int64))
 
@@ -209,24 +152,7 @@ def main():
         assert torch.equal(re(x0).logits, model(x0).logits)
     del re
 
-    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
-                            foreach=False)
-    losses, norms = [], []
-    for i in range(STEPS):
-        wins = [tok_t[w * T: w * T + T + 1] for w in range(i * B, i * B + B)]
-        batch = torch.stack(wins)
-        x, y = batch[:, :T], batch[:, 1:]
-        opt.zero_grad(set_to_none=True)
-        logits = model(x).logits
-        assert logits.shape == (B, T, VOCAB) and logits.dtype == torch.float32
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_NORM)
-        opt.step()
-        losses.append(float(loss.detach()))
-        norms.append(float(norm))
-        print(f"llama_train_ref: step {i} loss {losses[-1]:.6f} grad_norm {norms[-1]:.6f}",
-              file=sys.stderr)
+    losses, norms = reflib.train(model, tok_t, B, T, STEPS, ADAMW, MAX_NORM, "llama_train_ref")
 
     final = weights(model)
     assert set(final) == set(init)

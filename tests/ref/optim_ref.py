@@ -17,10 +17,12 @@ eps, weight_decay, lr_decay, f32 grad_scale; f32 param[n], exp_avg[n], exp_avg_s
 then per step f32 grad[n], f32 param[n], exp_avg[n], exp_avg_sq[n], u16 bf16[n],
 u16 fp16[n].
 """
+import io
 import struct
 import sys
 
 import torch
+from reflib import f32, write_atomic
 
 N, STEPS = 3001, 10
 ADAM, ADAMW, ADAGRAD, LION = range(4)
@@ -55,10 +57,6 @@ def grads(kind, gen):
     if kind == "bf16":
         return g.to(torch.bfloat16).to(torch.float32)
     return g
-
-
-def f32(t):
-    return t.detach().to(torch.float32).contiguous().numpy().tobytes()
 
 
 def u16(t):
@@ -113,12 +111,11 @@ def run_case(out, case, seed):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "build/ref/optim.bin"
     torch.set_num_threads(1)
-    with open(path + ".tmp", "wb") as out:
-        out.write(b"ZINFOPT1" + struct.pack("<II", 1, len(CASES)))
-        for i, case in enumerate(CASES):
-            run_case(out, case, 1234 + i)
-    import os
-    os.replace(path + ".tmp", path)
+    out = io.BytesIO()
+    out.write(b"ZINFOPT1" + struct.pack("<II", 1, len(CASES)))
+    for i, case in enumerate(CASES):
+        run_case(out, case, 1234 + i)
+    write_atomic(path, out.getvalue())
     print(f"optim_ref: {len(CASES)} cases, torch {torch.__version__}, wrote {path}")
 
 

@@ -29,6 +29,7 @@ cur_iter after (0, -1, 0 for a static scaler).
 rejected: name (48), u32 type, i64 warmup_num_steps, i64 total_num_steps (-1: not given).
 """
 import inspect
+import io
 import logging
 import os
 import random
@@ -46,6 +47,7 @@ from deepspeed.runtime.engine import DeepSpeedEngine  # noqa: E402
 from deepspeed.runtime.fp16 import loss_scaler  # noqa: E402
 from deepspeed.runtime.precision_config import DeepSpeedFP16Config  # noqa: E402
 from deepspeed.utils import logger  # noqa: E402
+from reflib import write_atomic  # noqa: E402
 
 NONE, WLR, WDLR, WCLR = range(4)
 SCHED_NAMES = {WLR: "WarmupLR", WDLR: "WarmupDecayLR", WCLR: "WarmupCosineLR"}
@@ -246,14 +248,14 @@ def main():
     # spares initializing a process group (which builds DeepSpeed's shm op on CPU).
     loss_scaler.dist = types.SimpleNamespace(get_rank=lambda: 0)
     check_engine_order()
-    with open(path + ".tmp", "wb") as out:
-        out.write(b"ZINFSCH1" + struct.pack("<IIII", 1, len(LR_CASES), len(SCALER_CASES), len(REJECTED)))
-        for case in LR_CASES:
-            run_lr_case(out, case)
-        raised = [run_scaler_case(out, case) for case in SCALER_CASES]
-        for case in REJECTED:
-            run_rejected(out, case)
-    os.replace(path + ".tmp", path)
+    out = io.BytesIO()
+    out.write(b"ZINFSCH1" + struct.pack("<IIII", 1, len(LR_CASES), len(SCALER_CASES), len(REJECTED)))
+    for case in LR_CASES:
+        run_lr_case(out, case)
+    raised = [run_scaler_case(out, case) for case in SCALER_CASES]
+    for case in REJECTED:
+        run_rejected(out, case)
+    write_atomic(path, out.getvalue())
     print(f"schedule_ref: {len(LR_CASES)} lr cases, {len(SCALER_CASES)} scaler cases ({sum(raised)} reach the "
           f"minimum and raise), {len(REJECTED)} rejected, deepspeed {deepspeed.__version__}, wrote {path}")
 

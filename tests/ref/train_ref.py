@@ -44,22 +44,19 @@ import os
 import struct
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the network
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+import numpy as np
+import reflib  # before transformers: it sets the Hugging Face environment
+import torch
+from reflib import save_weights, write_atomic
+from transformers import GPT2Config, GPT2LMHeadModel
 
 SEED, DATA_SEED = 1234, 7
 N_LAYER, N_HEAD, N_EMBD, VOCAB, BLOCK = 2, 2, 64, 256, 32
 B, T, STEPS, N_WIN = 4, 32, 10, 48
 N_TOK = N_WIN * T + 1
 PERIOD, NOISE = 23, 0.1
-LR, BETAS, EPS, WD, MAX_NORM = 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+MAX_NORM = 1.0
 
 
 def make_model():
@@ -78,17 +75,6 @@ def make_model():
     return model
 
 
-def make_tokens():
-    rng = np.random.default_rng(DATA_SEED)
-    pattern = rng.integers(0, VOCAB, size=PERIOD)
-    tok = np.tile(pattern, N_TOK // PERIOD + 1)[:N_TOK]
-    noisy = rng.random(N_TOK) < NOISE
-    tok[noisy] = rng.integers(0, VOCAB, size=int(noisy.sum()))
-    tok = tok.astype("<u2")
-    assert tok.shape == (N_TOK,) and int(tok.max()) < VOCAB
-    return tok
-
-
 def weights(model):
     """{name: contiguous f32 tensor} of the state_dict, minus the tied head and buffers."""
     out = {}
@@ -100,62 +86,21 @@ def weights(model):
     return out
 
 
-def publish(tmp, path):
-    """Rename tmp to path with ordinary permissions."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-
-
-def write_atomic(path, data):
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    publish(path + ".tmp", path)
-
-
-def save_weights(w, path):
-    save_file(w, path + ".tmp", metadata={"format": "pt"})
-    publish(path + ".tmp", path)
-
-
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "build/ref/train.bin"
-    outdir = os.path.dirname(path) or "."
-    os.makedirs(outdir, exist_ok=True)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    torch.set_float32_matmul_precision("highest")
+    path, outdir = reflib.out_path("build/ref/train.bin")
+    reflib.deterministic()
 
     model = make_model()
-    params = list(model.parameters())  # the tied wte/lm_head appears once
     names = {n for n, _ in model.named_parameters()}
     init = weights(model)
     assert set(init) == names, sorted(set(init) ^ names)
     save_weights(init, os.path.join(outdir, "train_init.safetensors"))
 
-    tok = make_tokens()
+    tok = reflib.make_tokens(N_TOK, VOCAB, PERIOD, NOISE, DATA_SEED)
     write_atomic(os.path.join(outdir, "train.tokens"), tok.tobytes())
     tok_t = torch.from_numpy(tok.astype(np.int64))
 
-    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
-                            foreach=False)
-    losses, norms = [], []
-    for i in range(STEPS):
-        wins = [tok_t[w * T: w * T + T + 1] for w in range(i * B, i * B + B)]
-        batch = torch.stack(wins)
-        x, y = batch[:, :T], batch[:, 1:]
-        opt.zero_grad(set_to_none=True)
-        logits = model(x).logits
-        assert logits.shape == (B, T, VOCAB) and logits.dtype == torch.float32
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_NORM)
-        opt.step()
-        losses.append(float(loss.detach()))
-        norms.append(float(norm))
-        print(f"train_ref: step {i} loss {losses[-1]:.6f} grad_norm {norms[-1]:.6f}",
-              file=sys.stderr)
+    losses, norms = reflib.train(model, tok_t, B, T, STEPS, ADAMW, MAX_NORM, "train_ref")
 
     final = weights(model)
     assert set(final) == set(init)

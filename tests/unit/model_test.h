@@ -20,6 +20,58 @@ static inline double rel_err(zinf_dtype dt, const void *a, const float *ref, siz
     return num / den;
 }
 
+// What a PyTorch fixture (tests/ref/gpt2_ref.py, llama_ref.py) holds after its header:
+// a batch, the parameters' names and sizes, and two runs, fp32 then bf16: the loss, the
+// logits and every parameter's gradient.
+typedef struct torch_runs {
+    int32_t *tok, *tgt;
+    uint32_t np;
+    char (*names)[64];
+    size_t *numel;
+    float loss[2], *logits[2], **grads[2]; // [run][param]; run 0 fp32, 1 bf16
+} torch_runs;
+
+static inline void fixture_read(FILE *f, void *p, size_t n, const char *file) {
+    if (fread(p, 1, n, f) != n) {
+        fprintf(stderr, "%s: truncated; `make tests` regenerates it\n", file);
+        exit(1);
+    }
+}
+
+static inline void torch_runs_read(FILE *f, const char *file, size_t BT, size_t V, torch_runs *t) {
+    t->tok = malloc(BT * 4), t->tgt = malloc(BT * 4);
+    fixture_read(f, t->tok, BT * 4, file), fixture_read(f, t->tgt, BT * 4, file);
+    fixture_read(f, &t->np, 4, file);
+    t->names = calloc(t->np, sizeof *t->names);
+    t->numel = calloc(t->np, sizeof *t->numel);
+    for (uint32_t i = 0; i < t->np; i++) {
+        uint32_t nd, d;
+        fixture_read(f, t->names[i], 64, file), fixture_read(f, &nd, 4, file);
+        t->numel[i] = 1;
+        for (uint32_t j = 0; j < nd; j++)
+            fixture_read(f, &d, 4, file), t->numel[i] *= d;
+    }
+    for (int r = 0; r < 2; r++) {
+        fixture_read(f, &t->loss[r], 4, file);
+        t->logits[r] = malloc(BT * V * 4);
+        fixture_read(f, t->logits[r], BT * V * 4, file);
+        t->grads[r] = calloc(t->np, sizeof(float *));
+        for (uint32_t i = 0; i < t->np; i++) {
+            t->grads[r][i] = malloc(t->numel[i] * 4);
+            fixture_read(f, t->grads[r][i], t->numel[i] * 4, file);
+        }
+    }
+}
+
+static inline void torch_runs_free(torch_runs *t) {
+    for (int r = 0; r < 2; r++) {
+        for (uint32_t i = 0; i < t->np; i++)
+            free(t->grads[r][i]);
+        free(t->grads[r]), free(t->logits[r]);
+    }
+    free(t->tok), free(t->tgt), free(t->names), free(t->numel);
+}
+
 typedef struct run {
     zinf_device *dev;
     zinf_stream *s;

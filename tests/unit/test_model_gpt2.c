@@ -13,21 +13,10 @@
 
 typedef struct fixture {
     uint32_t L, NH, C, V, BS, B, T;
-    int32_t *tok, *tgt;
-    uint32_t np;
-    char (*names)[64];
-    size_t *numel;
-    float loss[2], *logits[2], **grads[2]; // [run][param]; run 0 fp32, 1 bf16
+    torch_runs t;
 } fixture;
 
 static char dir[512];
-
-static void rd(FILE *f, void *p, size_t n) {
-    if (fread(p, 1, n, f) != n) {
-        fprintf(stderr, "gpt2.bin: truncated; `make tests` regenerates it\n");
-        exit(1);
-    }
-}
 
 static void load_fixture(fixture *fx) {
     char path[600];
@@ -39,46 +28,17 @@ static void load_fixture(fixture *fx) {
     }
     char magic[8];
     uint32_t ver;
-    rd(f, magic, 8), rd(f, &ver, 4);
+    fixture_read(f, magic, 8, path), fixture_read(f, &ver, 4, path);
     if (memcmp(magic, "ZINFGPT1", 8) || ver != 1) {
         fprintf(stderr, "%s: not a version 1 GPT-2 fixture\n", path);
         exit(1);
     }
-    rd(f, &fx->L, 4 * 7);
-    size_t BT = (size_t)fx->B * fx->T;
-    fx->tok = malloc(BT * 4), fx->tgt = malloc(BT * 4);
-    rd(f, fx->tok, BT * 4), rd(f, fx->tgt, BT * 4);
-    rd(f, &fx->np, 4);
-    fx->names = calloc(fx->np, sizeof *fx->names);
-    fx->numel = calloc(fx->np, sizeof *fx->numel);
-    for (uint32_t i = 0; i < fx->np; i++) {
-        uint32_t nd, d;
-        rd(f, fx->names[i], 64), rd(f, &nd, 4);
-        fx->numel[i] = 1;
-        for (uint32_t j = 0; j < nd; j++)
-            rd(f, &d, 4), fx->numel[i] *= d;
-    }
-    for (int r = 0; r < 2; r++) {
-        rd(f, &fx->loss[r], 4);
-        fx->logits[r] = malloc(BT * fx->V * 4);
-        rd(f, fx->logits[r], BT * fx->V * 4);
-        fx->grads[r] = calloc(fx->np, sizeof(float *));
-        for (uint32_t i = 0; i < fx->np; i++) {
-            fx->grads[r][i] = malloc(fx->numel[i] * 4);
-            rd(f, fx->grads[r][i], fx->numel[i] * 4);
-        }
-    }
+    fixture_read(f, &fx->L, 4 * 7, path);
+    torch_runs_read(f, path, (size_t)fx->B * fx->T, fx->V, &fx->t);
     fclose(f);
 }
 
-static void free_fixture(fixture *fx) {
-    for (int r = 0; r < 2; r++) {
-        for (uint32_t i = 0; i < fx->np; i++)
-            free(fx->grads[r][i]);
-        free(fx->grads[r]), free(fx->logits[r]);
-    }
-    free(fx->tok), free(fx->tgt), free(fx->names), free(fx->numel);
-}
+static void free_fixture(fixture *fx) { torch_runs_free(&fx->t); }
 
 static double rel_err_f32(const float *a, const float *ref, size_t n) { return rel_err(ZINF_DTYPE_F32, a, ref, n); }
 
@@ -91,22 +51,22 @@ static void gpt2_run(run *r, const fixture *fx, zinf_dtype dt, bool training, bo
                            .checkpoint_activations = ckpt};
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    run_model(r, &p, path, fx->tok, fx->tgt);
+    run_model(r, &p, path, fx->t.tok, fx->t.tgt);
 }
 
 // The gradient of fixture parameter i inside a run's host buffers.
 static const void *grad_of(const run *r, const fixture *fx, uint32_t i, zinf_dtype dt) {
-    const char *name = fx->names[i] + strlen("transformer.");
+    const char *name = fx->t.names[i] + strlen("transformer.");
     for (int mi = 0; mi < r->nmod; mi++) {
         const zinf_module_info *mod = zinf_model_module(r->m, mi);
         for (int j = 0; j < mod->nparams; j++)
             if (!strcmp(mod->params[j].name, name)) {
-                CHECK(mod->params[j].numel == fx->numel[i], "%s: %zu elements, torch has %zu", name,
-                      mod->params[j].numel, fx->numel[i]);
+                CHECK(mod->params[j].numel == fx->t.numel[i], "%s: %zu elements, torch has %zu", name,
+                      mod->params[j].numel, fx->t.numel[i]);
                 return (const char *)r->h_g[mi] + mod->params[j].offset * zinf_dtype_size(dt);
             }
     }
-    CHECK(0, "torch parameter %s not in zinf's GPT-2", fx->names[i]);
+    CHECK(0, "torch parameter %s not in zinf's GPT-2", fx->t.names[i]);
     return NULL;
 }
 
@@ -116,22 +76,22 @@ static void test_fp32(const fixture *fx) {
     run inf, tr;
     size_t nl = (size_t)fx->B * fx->T * fx->V;
     gpt2_run(&inf, fx, ZINF_DTYPE_F32, false, false, "gpt2.safetensors");
-    double e = rel_err_f32(inf.logits, fx->logits[0], nl);
-    printf("fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", inf.loss, fx->loss[0], e);
+    double e = rel_err_f32(inf.logits, fx->t.logits[0], nl);
+    printf("fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", inf.loss, fx->t.loss[0], e);
     CHECK(e <= 1e-5, "fp32 logits: rel err %.3g", e);
-    CHECK(fabs(inf.loss - fx->loss[0]) <= 1e-5 * fx->loss[0], "fp32 loss %.8f vs torch %.8f", inf.loss, fx->loss[0]);
+    CHECK(fabs(inf.loss - fx->t.loss[0]) <= 1e-5 * fx->t.loss[0], "fp32 loss %.8f vs torch %.8f", inf.loss, fx->t.loss[0]);
 
     gpt2_run(&tr, fx, ZINF_DTYPE_F32, true, false, "gpt2.safetensors");
     CHECK(tr.loss == inf.loss, "training forward loss %.9g differs from inference %.9g", tr.loss, inf.loss);
     double worst = 0;
-    for (uint32_t i = 0; i < fx->np; i++) {
+    for (uint32_t i = 0; i < fx->t.np; i++) {
         const void *g = grad_of(&tr, fx, i, ZINF_DTYPE_F32);
         if (!g) continue;
-        double ge = rel_err_f32(g, fx->grads[0][i], fx->numel[i]);
+        double ge = rel_err_f32(g, fx->t.grads[0][i], fx->t.numel[i]);
         worst = fmax(worst, ge);
-        CHECK(ge <= 1e-5, "fp32 gradient of %s: rel err %.3g", fx->names[i], ge);
+        CHECK(ge <= 1e-5, "fp32 gradient of %s: rel err %.3g", fx->t.names[i], ge);
     }
-    printf("fp32: worst gradient rel err %.2e over %u tensors\n", worst, fx->np);
+    printf("fp32: worst gradient rel err %.2e over %u tensors\n", worst, fx->t.np);
 
     // Checkpointing recomputes the same ops in the same order: the same bits.
     run ck;
@@ -197,24 +157,24 @@ static void test_bf16(const fixture *fx) {
     run r;
     size_t nl = (size_t)fx->B * fx->T * fx->V;
     gpt2_run(&r, fx, ZINF_DTYPE_BF16, false, false, "gpt2.safetensors");
-    double ez = rel_err(ZINF_DTYPE_BF16, r.logits, fx->logits[0], nl),
-           et = rel_err_f32(fx->logits[1], fx->logits[0], nl);
-    printf("bf16: loss %.6f (torch bf16 %.6f, fp32 %.6f); logits vs fp32: zinf %.2e, torch %.2e\n", r.loss, fx->loss[1],
-           fx->loss[0], ez, et);
+    double ez = rel_err(ZINF_DTYPE_BF16, r.logits, fx->t.logits[0], nl),
+           et = rel_err_f32(fx->t.logits[1], fx->t.logits[0], nl);
+    printf("bf16: loss %.6f (torch bf16 %.6f, fp32 %.6f); logits vs fp32: zinf %.2e, torch %.2e\n", r.loss, fx->t.loss[1],
+           fx->t.loss[0], ez, et);
     CHECK(ez <= 2 * et + 1.0 / 256, "bf16 logits: %.3g from fp32, torch's bf16 %.3g", ez, et);
-    CHECK(fabs(r.loss - fx->loss[0]) <= 2 * fabs(fx->loss[1] - fx->loss[0]) + 1e-3,
-          "bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", r.loss, fx->loss[0], fx->loss[1]);
+    CHECK(fabs(r.loss - fx->t.loss[0]) <= 2 * fabs(fx->t.loss[1] - fx->t.loss[0]) + 1e-3,
+          "bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", r.loss, fx->t.loss[0], fx->t.loss[1]);
     run_free(&r);
 
     gpt2_run(&r, fx, ZINF_DTYPE_BF16, true, false, "gpt2.safetensors");
     double worst = 0, worst_torch = 0;
-    for (uint32_t i = 0; i < fx->np; i++) {
+    for (uint32_t i = 0; i < fx->t.np; i++) {
         const void *g = grad_of(&r, fx, i, ZINF_DTYPE_BF16);
         if (!g) continue;
-        double gz = rel_err(ZINF_DTYPE_BF16, g, fx->grads[0][i], fx->numel[i]);
-        double gt = rel_err_f32(fx->grads[1][i], fx->grads[0][i], fx->numel[i]);
+        double gz = rel_err(ZINF_DTYPE_BF16, g, fx->t.grads[0][i], fx->t.numel[i]);
+        double gt = rel_err_f32(fx->t.grads[1][i], fx->t.grads[0][i], fx->t.numel[i]);
         worst = fmax(worst, gz), worst_torch = fmax(worst_torch, gt);
-        CHECK(gz <= 2 * gt + 1.0 / 256, "bf16 gradient of %s: %.3g from fp32; torch's bf16: %.3g", fx->names[i], gz,
+        CHECK(gz <= 2 * gt + 1.0 / 256, "bf16 gradient of %s: %.3g from fp32; torch's bf16: %.3g", fx->t.names[i], gz,
               gt);
     }
     printf("bf16: worst gradient error vs fp32: zinf %.2e, torch %.2e\n", worst, worst_torch);
@@ -312,8 +272,8 @@ int main(void) {
     load_fixture(&fx);
     zinf_model_shape sh = zinf_model_shape_gpt2((int)fx.L, (int)fx.NH, (int)fx.C, (int)fx.V, (int)fx.BS);
     int64_t total = 0;
-    for (uint32_t i = 0; i < fx.np; i++)
-        total += (int64_t)fx.numel[i];
+    for (uint32_t i = 0; i < fx.t.np; i++)
+        total += (int64_t)fx.t.numel[i];
     CHECK(zinf_model_param_count(&sh) == total, "param count %lld, torch %lld", (long long)zinf_model_param_count(&sh),
           (long long)total);
     zinf_model_shape g2 = zinf_model_shape_gpt2(12, 12, 768, 50257, 1024);

@@ -17,56 +17,14 @@
 typedef struct fixture {
     char name[16];
     uint32_t B, T, V;
-    int32_t *tok, *tgt;
-    uint32_t np;
-    char (*names)[64];
-    size_t *numel;
-    float loss[2], *logits[2], **grads[2]; // [run][param]; run 0 fp32, 1 bf16
+    torch_runs t;
 } fixture;
 
 static char dir[512];
 
-static void rd(FILE *f, void *p, size_t n) {
-    if (fread(p, 1, n, f) != n) {
-        fprintf(stderr, "llama.bin: truncated; `make tests` regenerates it\n");
-        exit(1);
-    }
-}
-
-static void load_case(FILE *f, fixture *fx) {
-    rd(f, fx->name, 16), rd(f, &fx->B, 12);
-    size_t BT = (size_t)fx->B * fx->T;
-    fx->tok = malloc(BT * 4), fx->tgt = malloc(BT * 4);
-    rd(f, fx->tok, BT * 4), rd(f, fx->tgt, BT * 4);
-    rd(f, &fx->np, 4);
-    fx->names = calloc(fx->np, sizeof *fx->names);
-    fx->numel = calloc(fx->np, sizeof *fx->numel);
-    for (uint32_t i = 0; i < fx->np; i++) {
-        uint32_t nd, d;
-        rd(f, fx->names[i], 64), rd(f, &nd, 4);
-        fx->numel[i] = 1;
-        for (uint32_t j = 0; j < nd; j++)
-            rd(f, &d, 4), fx->numel[i] *= d;
-    }
-    for (int r = 0; r < 2; r++) {
-        rd(f, &fx->loss[r], 4);
-        fx->logits[r] = malloc(BT * fx->V * 4);
-        rd(f, fx->logits[r], BT * fx->V * 4);
-        fx->grads[r] = calloc(fx->np, sizeof(float *));
-        for (uint32_t i = 0; i < fx->np; i++) {
-            fx->grads[r][i] = malloc(fx->numel[i] * 4);
-            rd(f, fx->grads[r][i], fx->numel[i] * 4);
-        }
-    }
-}
-
-static void free_case(fixture *fx) {
-    for (int r = 0; r < 2; r++) {
-        for (uint32_t i = 0; i < fx->np; i++)
-            free(fx->grads[r][i]);
-        free(fx->grads[r]), free(fx->logits[r]);
-    }
-    free(fx->tok), free(fx->tgt), free(fx->names), free(fx->numel);
+static void load_case(FILE *f, const char *path, fixture *fx) {
+    fixture_read(f, fx->name, 16, path), fixture_read(f, &fx->B, 12, path);
+    torch_runs_read(f, path, (size_t)fx->B * fx->T, fx->V, &fx->t);
 }
 
 static void model_dir(const fixture *fx, const char *suffix, char *out, size_t len) {
@@ -80,16 +38,16 @@ static void llama_run(run *r, const fixture *fx, zinf_dtype dt, bool training, b
     zinf_model_params p = {
         .dtype = dt, .batch = (int)fx->B, .seq_len = (int)fx->T, .training = training, .checkpoint_activations = ckpt};
     TRY(zinf_model_shape_from_file(path, &p.shape));
-    run_model(r, &p, path, fx->tok, fx->tgt);
+    run_model(r, &p, path, fx->t.tok, fx->t.tgt);
 }
 
 // The gradient of fixture parameter i inside a run's host buffers.
 static const void *grad_of(const run *r, const fixture *fx, uint32_t i, zinf_dtype dt) {
     int mod;
-    const zinf_param_info *p = zinf_model_find_param(r->m, fx->names[i], &mod);
-    CHECK(p, "%s: torch parameter %s not in zinf's model", fx->name, fx->names[i]);
+    const zinf_param_info *p = zinf_model_find_param(r->m, fx->t.names[i], &mod);
+    CHECK(p, "%s: torch parameter %s not in zinf's model", fx->name, fx->t.names[i]);
     if (!p) return NULL;
-    CHECK(p->numel == fx->numel[i], "%s: %zu elements, torch has %zu", fx->names[i], p->numel, fx->numel[i]);
+    CHECK(p->numel == fx->t.numel[i], "%s: %zu elements, torch has %zu", fx->t.names[i], p->numel, fx->t.numel[i]);
     return (const char *)r->h_g[mod] + p->offset * zinf_dtype_size(dt);
 }
 
@@ -104,26 +62,26 @@ static void test_fp32(const fixture *fx) {
     run inf, tr, ck;
     size_t nl = (size_t)fx->B * fx->T * fx->V;
     llama_run(&inf, fx, ZINF_DTYPE_F32, false, false, "");
-    double e = rel_err(ZINF_DTYPE_F32, inf.logits, fx->logits[0], nl);
-    printf("%s fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", fx->name, inf.loss, fx->loss[0], e);
+    double e = rel_err(ZINF_DTYPE_F32, inf.logits, fx->t.logits[0], nl);
+    printf("%s fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", fx->name, inf.loss, fx->t.loss[0], e);
     CHECK(e <= 1e-5, "%s fp32 logits: rel err %.3g", fx->name, e);
-    CHECK(fabs(inf.loss - fx->loss[0]) <= 1e-5 * fx->loss[0], "%s fp32 loss %.8f vs torch %.8f", fx->name, inf.loss,
-          fx->loss[0]);
-    CHECK(zinf_param_total(&inf) == (int)fx->np, "%s: zinf has %d parameters, torch %u", fx->name,
-          zinf_param_total(&inf), fx->np);
+    CHECK(fabs(inf.loss - fx->t.loss[0]) <= 1e-5 * fx->t.loss[0], "%s fp32 loss %.8f vs torch %.8f", fx->name, inf.loss,
+          fx->t.loss[0]);
+    CHECK(zinf_param_total(&inf) == (int)fx->t.np, "%s: zinf has %d parameters, torch %u", fx->name,
+          zinf_param_total(&inf), fx->t.np);
 
     llama_run(&tr, fx, ZINF_DTYPE_F32, true, false, "");
     CHECK(tr.loss == inf.loss, "%s: training forward loss %.9g differs from inference %.9g", fx->name, tr.loss,
           inf.loss);
     double worst = 0;
-    for (uint32_t i = 0; i < fx->np; i++) {
+    for (uint32_t i = 0; i < fx->t.np; i++) {
         const void *g = grad_of(&tr, fx, i, ZINF_DTYPE_F32);
         if (!g) continue;
-        double ge = rel_err(ZINF_DTYPE_F32, g, fx->grads[0][i], fx->numel[i]);
+        double ge = rel_err(ZINF_DTYPE_F32, g, fx->t.grads[0][i], fx->t.numel[i]);
         worst = fmax(worst, ge);
-        CHECK(ge <= 1e-5, "%s fp32 gradient of %s: rel err %.3g", fx->name, fx->names[i], ge);
+        CHECK(ge <= 1e-5, "%s fp32 gradient of %s: rel err %.3g", fx->name, fx->t.names[i], ge);
     }
-    printf("%s fp32: worst gradient rel err %.2e over %u tensors\n", fx->name, worst, fx->np);
+    printf("%s fp32: worst gradient rel err %.2e over %u tensors\n", fx->name, worst, fx->t.np);
 
     // Checkpointing recomputes the same ops in the same order: the same bits.
     llama_run(&ck, fx, ZINF_DTYPE_F32, true, true, "");
@@ -158,25 +116,25 @@ static void test_bf16(const fixture *fx) {
     run r;
     size_t nl = (size_t)fx->B * fx->T * fx->V;
     llama_run(&r, fx, ZINF_DTYPE_BF16, false, false, "");
-    double ez = rel_err(ZINF_DTYPE_BF16, r.logits, fx->logits[0], nl),
-           et = rel_err(ZINF_DTYPE_F32, fx->logits[1], fx->logits[0], nl);
+    double ez = rel_err(ZINF_DTYPE_BF16, r.logits, fx->t.logits[0], nl),
+           et = rel_err(ZINF_DTYPE_F32, fx->t.logits[1], fx->t.logits[0], nl);
     printf("%s bf16: loss %.6f (torch bf16 %.6f, fp32 %.6f); logits vs fp32: zinf %.2e, torch %.2e\n", fx->name,
-           r.loss, fx->loss[1], fx->loss[0], ez, et);
+           r.loss, fx->t.loss[1], fx->t.loss[0], ez, et);
     CHECK(ez <= 2 * et + 1.0 / 256, "%s bf16 logits: %.3g from fp32, torch's bf16 %.3g", fx->name, ez, et);
-    CHECK(fabs(r.loss - fx->loss[0]) <= 2 * fabs(fx->loss[1] - fx->loss[0]) + 1e-3,
-          "%s bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", fx->name, r.loss, fx->loss[0],
-          fx->loss[1]);
+    CHECK(fabs(r.loss - fx->t.loss[0]) <= 2 * fabs(fx->t.loss[1] - fx->t.loss[0]) + 1e-3,
+          "%s bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", fx->name, r.loss, fx->t.loss[0],
+          fx->t.loss[1]);
     run_free(&r);
     llama_run(&r, fx, ZINF_DTYPE_BF16, true, false, "");
     double worst = 0, worst_torch = 0;
-    for (uint32_t i = 0; i < fx->np; i++) {
+    for (uint32_t i = 0; i < fx->t.np; i++) {
         const void *g = grad_of(&r, fx, i, ZINF_DTYPE_BF16);
         if (!g) continue;
-        double gz = rel_err(ZINF_DTYPE_BF16, g, fx->grads[0][i], fx->numel[i]);
-        double gt = rel_err(ZINF_DTYPE_F32, fx->grads[1][i], fx->grads[0][i], fx->numel[i]);
+        double gz = rel_err(ZINF_DTYPE_BF16, g, fx->t.grads[0][i], fx->t.numel[i]);
+        double gt = rel_err(ZINF_DTYPE_F32, fx->t.grads[1][i], fx->t.grads[0][i], fx->t.numel[i]);
         worst = fmax(worst, gz), worst_torch = fmax(worst_torch, gt);
         CHECK(gz <= 2 * gt + 1.0 / 256, "%s bf16 gradient of %s: %.3g from fp32; torch's bf16: %.3g", fx->name,
-              fx->names[i], gz, gt);
+              fx->t.names[i], gz, gt);
     }
     printf("%s bf16: worst gradient error vs fp32: zinf %.2e, torch %.2e\n", fx->name, worst, worst_torch);
     run_free(&r);
@@ -283,7 +241,7 @@ int main(void) {
     }
     char magic[8];
     uint32_t ver, ncases;
-    rd(f, magic, 8), rd(f, &ver, 4), rd(f, &ncases, 4);
+    fixture_read(f, magic, 8, path), fixture_read(f, &ver, 4, path), fixture_read(f, &ncases, 4, path);
     if (memcmp(magic, "ZINFLLM1", 8) || ver != 1) {
         fprintf(stderr, "%s: not a version 1 Llama fixture\n", path);
         return 1;
@@ -291,11 +249,11 @@ int main(void) {
     test_bad_configs();
     for (uint32_t c = 0; c < ncases; c++) {
         fixture fx = {0};
-        load_case(f, &fx);
+        load_case(f, path, &fx);
         test_configs(&fx);
         test_fp32(&fx);
         test_bf16(&fx);
-        free_case(&fx);
+        torch_runs_free(&fx.t);
     }
     fclose(f);
     CHECK(ncases == 3, "%u cases, expected llama, qwen2 and mistral", ncases);
