@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Llama-shaped model at stage 3 with both tiers on NVMe, on the host backend with
-# synthetic tokens: a ~52 M-parameter Llama (6 layers of 768, 12 query heads sharing
+# synthetic tokens: a 44 M-parameter Llama (6 layers of 768, 12 query heads sharing
 # 4 kv heads of 64, SwiGLU 2048 wide, llama3 rope, tied head, vocab 8192), micro-batch
 # 2 x 256 tokens. Median s/step and tokens/s over the steps after the first two, against
 # the same run with everything in memory (the ratio), where the nvme step's time goes
