@@ -140,8 +140,15 @@ static zinf_status read_window(const char *file, json_t *o, zinf_model_config *m
     bool on = m->arch == ZINF_ARCH_MISTRAL || (m->arch == ZINF_ARCH_QWEN2 && get_bool(o, "use_sliding_window", false));
     if (!on || !w || json_is_null(w)) return ZINF_OK;
     ZINF_CHECK(get_int(file, o, "sliding_window", 4096, &m->sliding_window));
-    if (m->arch == ZINF_ARCH_QWEN2) ZINF_CHECK(get_int(file, o, "max_window_layers", 28, &m->max_window_layers));
-    if (m->max_window_layers == 0) m->max_window_layers = -1;
+    if (m->arch != ZINF_ARCH_QWEN2) return ZINF_OK;
+    // Qwen2Config's default; 0 (every layer through the window) is as valid as any.
+    json_t *from = json_object_get(o, "max_window_layers");
+    m->max_window_layers = 28;
+    if (from && !json_is_null(from)) {
+        if (!json_is_integer(from) || json_integer_value(from) < 0)
+            return zinf_fail(ZINF_ERR_INVAL, "%s: max_window_layers: expected an integer >= 0", file);
+        m->max_window_layers = json_integer_value(from);
+    }
     return ZINF_OK;
 }
 

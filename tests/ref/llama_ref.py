@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference Llama-family forward/backward from Hugging Face transformers, for zinf's model tests.
 
-Three tiny models ("cases"), each transformers' *ForCausalLM built offline with
+Four tiny models ("cases"), each transformers' *ForCausalLM built offline with
 AutoModelForCausalLM.from_config(config, attn_implementation="eager") in fp32 after
 torch.manual_seed(SEED + case index), hidden_act "silu", bos/eos/pad_token_id None (so
 no padding_idx), attention_dropout 0:
@@ -29,9 +29,18 @@ no padding_idx), attention_dropout 0:
                rope_theta 1e4 default rope, sliding_window 5 (query q sees keys k with
                q - 5 < k <= q, in every layer; asserted to matter since T > 5), untied,
                no biases. Saved sharded (index + >= 2 shards).
+  3 "qwen2w"   Qwen2Config: vocab_size 97, hidden_size 32, num_hidden_layers 2,
+               num_attention_heads 4, num_key_value_heads 2 (head_dim 8),
+               intermediate_size 48, max_position_embeddings 64, rms_norm_eps 1e-6,
+               rope "dynamic" factor 2 rope_theta 1e4 (below max_position_embeddings
+               the default's inv_freq), use_sliding_window true, sliding_window 4,
+               max_window_layers 1: layer 0 attends to every earlier key, layer 1
+               through the window (its layer_types "full_attention",
+               "sliding_attention"; asserted to matter since T > 4), untied. Saved as
+               one model.safetensors.
 In every case the model's rotary inv_freq equals, bit for bit, the documented rule
 computed in fp32 (1 / theta^(arange(0, hd, 2) / hd), then linear: / factor, llama3: the
-three bands) (asserted).
+three bands, dynamic: unchanged) (asserted).
 Weights: HF's random init, then every parameter gets += 0.02 * randn from a generator
 seeded SEED + 100, in sorted(named_parameters()) order (the tied embedding once), so
 no parameter is a constant (RMSNorm weights included). model.eval(). Forward semantics
@@ -136,6 +145,14 @@ def configs():
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
             sliding_window=5, tie_word_embeddings=False, hidden_act="silu", **NONE_IDS),
          "30KB", 2),
+        ("qwen2w", Qwen2Config(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+            use_sliding_window=True, sliding_window=4, max_window_layers=1,
+            tie_word_embeddings=False, hidden_act="silu", **NONE_IDS),
+         None, 1),
     ]
 
 
@@ -157,8 +174,8 @@ def expected_inv_freq(config):
         s = (l0 / wl - lo) / (hi - lo)
         inv = torch.where(div, inv / f, torch.where(mid, (1 - s) * inv / f + s * inv, inv))
         bands = (int(keep.sum()), int(mid.sum()), int(div.sum()))
-    else:
-        assert rp["rope_type"] == "default", rp
+    else:  # dynamic scaling starts only past max_position_embeddings, which T never is
+        assert rp["rope_type"] in ("default", "dynamic"), rp
     return inv, bands
 
 
@@ -270,6 +287,9 @@ def main():
         if cname == "qwen2":
             assert model.config.sliding_window is None
             assert all(t == "full_attention" for t in model.config.layer_types)
+        if cname == "qwen2w":
+            assert model.config.layer_types == ["full_attention", "sliding_attention"], \
+                model.config.layer_types
 
         # save, and check the files against the model
         d = save_case(model, outdir, cname, max_shard)
@@ -316,9 +336,12 @@ def main():
             assert torch.equal(reold.model.rotary_emb.inv_freq, got)
             assert torch.equal(logits_of(reold, tokens), lg32)
             del reold
-        if cname == "mistral":  # the window matters: full causal differs from t = 5 on
+        if cname in ("mistral", "qwen2w"):  # the window matters: full causal differs from t = W on
             full_cfg = copy.deepcopy(model.config)
             full_cfg.sliding_window = None
+            if cname == "qwen2w":
+                full_cfg.use_sliding_window = False
+                full_cfg.layer_types = ["full_attention"] * full_cfg.num_hidden_layers
             full = AutoModelForCausalLM.from_config(full_cfg, attn_implementation="eager").eval()
             full.load_state_dict(model.state_dict())
             lgf = logits_of(full, tokens)

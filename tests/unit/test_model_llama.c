@@ -256,6 +256,6 @@ int main(void) {
         torch_runs_free(&fx.t);
     }
     fclose(f);
-    CHECK(ncases == 3, "%u cases, expected llama, qwen2 and mistral", ncases);
+    CHECK(ncases == 4, "%u cases, expected llama, qwen2, mistral and qwen2w", ncases);
     return check_exit("test_model_llama");
 }
