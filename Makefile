@@ -304,7 +304,7 @@ FUZZ_PKGS := clang libclang-rt-dev
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The readers and what they use: no GPU, MPI or io_uring code.
 FUZZ_LIB_O := $(patsubst %.c,$(B)/obj/%.o,$(wildcard runtime/base/*.c runtime/config/*.c) \
-  runtime/models/safetensors.c runtime/models/tokens.c runtime/checkpoint/read.c)
+  runtime/models/safetensors.c runtime/models/tokens.c runtime/models/shape.c runtime/checkpoint/read.c)
 ifneq ($(FUZZ),)
   DEBIAN_PKGS += $(FUZZ_PKGS)
   CFLAGS += -fsanitize=fuzzer-no-link

@@ -19,10 +19,10 @@ typedef struct preset {
 
 // As the models' config.json files on the Hugging Face hub have them (base models).
 static const preset presets[] = {
-    [ZINF_PRESET_GPT2] = {ZINF_ARCH_GPT2, 12, 12, 768},
-    [ZINF_PRESET_GPT2_MEDIUM] = {ZINF_ARCH_GPT2, 24, 16, 1024},
-    [ZINF_PRESET_GPT2_LARGE] = {ZINF_ARCH_GPT2, 36, 20, 1280},
-    [ZINF_PRESET_GPT2_XL] = {ZINF_ARCH_GPT2, 48, 25, 1600},
+    [ZINF_PRESET_GPT2] = {.arch = ZINF_ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768},
+    [ZINF_PRESET_GPT2_MEDIUM] = {.arch = ZINF_ARCH_GPT2, .n_layer = 24, .n_head = 16, .n_embd = 1024},
+    [ZINF_PRESET_GPT2_LARGE] = {.arch = ZINF_ARCH_GPT2, .n_layer = 36, .n_head = 20, .n_embd = 1280},
+    [ZINF_PRESET_GPT2_XL] = {.arch = ZINF_ARCH_GPT2, .n_layer = 48, .n_head = 25, .n_embd = 1600},
     [ZINF_PRESET_LLAMA_3_2_1B] = {ZINF_ARCH_LLAMA, 16, 32, 2048, 8, 64, 8192, 128256, 131072, 1e-5, 500000,
                                   ZINF_ROPE_LLAMA3, 32, -1, true},
     [ZINF_PRESET_LLAMA_3_2_3B] = {ZINF_ARCH_LLAMA, 28, 24, 3072, 8, 128, 8192, 128256, 131072, 1e-5, 500000,

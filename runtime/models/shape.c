@@ -1,6 +1,6 @@
 // What a model is (zinf_model_shape): from the config's model section, from a weights
-// file or model directory, to and from checkpoints' meta.json, and out as a Hugging
-// Face config.json.
+// file or model directory, and to and from checkpoints' meta.json. Nothing here calls
+// into a family, so the checkpoint reader (and its fuzzer) links without the models.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,26 +80,6 @@ void zinf_model_shape_describe(const zinf_model_shape *s, char *out, size_t len)
     snprintf(out, len, "%s n_layer %d n_head %d kv %d head_dim %d n_embd %d ffn %d vocab %d rope %s%s%s",
              arch_names[s->arch], s->n_layer, s->n_head, s->n_kv_head, s->head_dim, s->n_embd, s->ffn, s->vocab_size,
              rope_names[s->rope_type], window, s->tied ? " tied" : "");
-}
-
-void zinf_model_hf_name(const zinf_model_shape *s, const char *name, char *out, size_t len) {
-    snprintf(out, len, "%s%s", family_of(s->arch)->hf_prefix, name);
-}
-
-int64_t zinf_model_hf_rank(const zinf_model_shape *s, const char *name) {
-    const model_family *f = family_of(s->arch);
-    return f->hf_rank ? f->hf_rank(name) : 0;
-}
-
-const char *model_torch_dtype(zinf_dtype dt) {
-    return dt == ZINF_DTYPE_BF16 ? "bfloat16" : dt == ZINF_DTYPE_F16 ? "float16" : "float32";
-}
-
-zinf_status zinf_model_hf_config(const zinf_model_shape *s, zinf_dtype dt, char **json) {
-    json_t *o = family_of(s->arch)->hf_config(s, dt);
-    *json = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
-    json_decref(o);
-    return *json ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "model: out of memory for config.json");
 }
 
 // ---- checkpoints ----
