@@ -97,8 +97,7 @@ static zinf_status llama_rules(zinf_model_config *m, const parse_ctx *ctx) {
         return zinf_fail(ZINF_ERR_INVAL,
                          "%s: model.rope_scaling.high_freq_factor: %g must be above low_freq_factor (%g)", ctx->name,
                          m->rope_high_freq_factor, m->rope_low_freq_factor);
-    if (m->rope_type != ZINF_ROPE_DEFAULT && m->rope_type != ZINF_ROPE_LLAMA3 && m->rope_original_max_position >= 0)
-        m->rope_original_max_position = -1; // only llama3 reads it
+    if (m->rope_type != ZINF_ROPE_LLAMA3) m->rope_original_max_position = -1; // only llama3 reads it
     if (m->arch == ZINF_ARCH_LLAMA && m->sliding_window >= 0)
         return zinf_fail(ZINF_ERR_INVAL, "%s: model.sliding_window: Llama attends to every earlier key; use model.arch "
                                          "\"mistral\" for a sliding window",

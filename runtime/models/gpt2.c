@@ -76,12 +76,7 @@ static zinf_status check(const zinf_model_shape *s) {
 
 static act_widths widths(const zinf_model_shape *s) {
     int C = s->n_embd;
-    return (act_widths){.qkv = 3 * C, .att = C, .fc = 4 * C, .act = 4 * C, .ln_mean = true};
-}
-
-static zinf_status prepare(zinf_model *m) {
-    (void)m;
-    return ZINF_OK;
+    return (act_widths){.qkv = 3 * C, .att = C, .fc = 4 * C, .act = 4 * C, .layer_norm = true};
 }
 
 // ---- passes ----
@@ -243,7 +238,6 @@ const model_family zinf_gpt2_family = {
     .widths = widths,
     .count = count,
     .tables = tables,
-    .prepare = prepare,
     .forward = forward,
     .backward = backward,
     .hf_prefix = "transformer.",

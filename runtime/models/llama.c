@@ -103,7 +103,8 @@ static zinf_status check(const zinf_model_shape *s) {
 
 static act_widths widths(const zinf_model_shape *s) {
     int q = s->n_head * s->head_dim;
-    return (act_widths){.qkv = q + 2 * s->n_kv_head * s->head_dim, .att = q, .fc = 2 * s->ffn, .act = s->ffn};
+    return (act_widths){
+        .qkv = q + 2 * s->n_kv_head * s->head_dim, .att = q, .fc = 2 * s->ffn, .act = s->ffn, .rope = true};
 }
 
 // ---- rotary angles ----
@@ -303,11 +304,6 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
 
 // ---- Hugging Face's files ----
 
-static bool hf_skip(const char *name) {
-    (void)name;
-    return false;
-}
-
 // transformers' order: the embedding; per layer self_attn (q, k, v, o, each weight then
 // bias), mlp (gate, up, down), input_layernorm, post_attention_layernorm; the final
 // norm; lm_head.
@@ -373,7 +369,6 @@ const model_family zinf_llama_family = {
     .forward = forward,
     .backward = backward,
     .hf_prefix = "",
-    .hf_skip = hf_skip,
     .hf_rank = hf_rank,
     .hf_config = hf_config,
 };

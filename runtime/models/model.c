@@ -87,9 +87,9 @@ static zinf_status alloc_layer(zinf_model *m, layer_acts *a) {
     ZINF_CHECK(dalloc(m, &a->ln2, BT * C, es, "activations: ln_2"));
     ZINF_CHECK(dalloc(m, &a->fc, BT * (size_t)w->fc, es, "activations: mlp"));
     ZINF_CHECK(dalloc(m, &a->act, BT * (size_t)w->act, es, "activations: mlp activation"));
-    if (w->ln_mean) ZINF_CHECK(dalloc(m, (void **)&a->ln1_mean, BT, 4, "activations: ln stats"));
+    if (w->layer_norm) ZINF_CHECK(dalloc(m, (void **)&a->ln1_mean, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, (void **)&a->ln1_rstd, BT, 4, "activations: ln stats"));
-    if (w->ln_mean) ZINF_CHECK(dalloc(m, (void **)&a->ln2_mean, BT, 4, "activations: ln stats"));
+    if (w->layer_norm) ZINF_CHECK(dalloc(m, (void **)&a->ln2_mean, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, (void **)&a->ln2_rstd, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, (void **)&a->lse, BT * NH, 4, "activations: attention lse"));
     return ZINF_OK;
@@ -116,11 +116,11 @@ static zinf_status alloc_acts(zinf_model *m) {
     for (int i = 0; i < sets; i++)
         ZINF_CHECK(alloc_layer(m, &m->layers[i]));
     ZINF_CHECK(dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
-    if (w->ln_mean) ZINF_CHECK(dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
+    if (w->layer_norm) ZINF_CHECK(dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, &m->logits, BT * (size_t)s->vocab_size, es, "activations: logits"));
     ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
-    if (!w->ln_mean) { // rotary angles
+    if (w->rope) {
         size_t half = (size_t)m->p.seq_len * (size_t)(s->head_dim / 2);
         ZINF_CHECK(dalloc(m, (void **)&m->rope_cos, half, 4, "rotary angles"));
         ZINF_CHECK(dalloc(m, (void **)&m->rope_sin, half, 4, "rotary angles"));
@@ -135,9 +135,7 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(dalloc(m, &m->dqkv, BT * (size_t)w->qkv, es, "gradients: qkv"));
     ZINF_CHECK(dalloc(m, &m->datty, BT * (size_t)w->att, es, "gradients: attention"));
     ZINF_CHECK(dalloc(m, &m->dfc, BT * (size_t)w->fc, es, "gradients: mlp"));
-    if (w->ln_mean) return ZINF_OK;
-    // RMSNorm's backward writes its input gradient, and SwiGLU's reads the down
-    // projection's: two more buffers than GPT-2's in-place layer norm and GELU.
+    if (w->layer_norm) return ZINF_OK;
     ZINF_CHECK(dalloc(m, &m->dact, BT * (size_t)w->act, es, "gradients: mlp activation"));
     return dalloc(m, &m->dnorm, BT * C, es, "gradients: norm");
 }
@@ -199,7 +197,7 @@ static zinf_status create(zinf_model **out, zinf_device *dev, zinf_backend backe
     ZINF_CHECK_GOTO(build_tables(m), st, fail);
     ZINF_CHECK_GOTO(build_schedule(m), st, fail);
     ZINF_CHECK_GOTO(alloc_acts(m), st, fail);
-    if (dev) ZINF_CHECK_GOTO(f->prepare(m), st, fail);
+    if (dev && f->prepare) ZINF_CHECK_GOTO(f->prepare(m), st, fail);
     *out = m;
     return ZINF_OK;
 fail:

@@ -28,7 +28,11 @@ typedef struct layer_acts {
 // Widths (channels per token) of the activations, which the family sets.
 typedef struct act_widths {
     int qkv, att, fc, act; // (NH + 2 NKV) hd, NH hd, the MLP's first product, its activation
-    bool ln_mean;          // layer norms save their mean
+    // GPT-2's layer norms save their mean and add their input gradient, and its GELU
+    // runs in place; the Llama family's RMSNorm writes its input gradient and SwiGLU
+    // reads the down projection's, which takes two more backward buffers.
+    bool layer_norm;
+    bool rope; // rotary angles (seq_len, head_dim / 2), made by the family's prepare
 } act_widths;
 
 typedef struct model_family model_family;
@@ -74,13 +78,15 @@ struct model_family {
     // Fill m->mods and m->params (sized by count(), which returns the parameters).
     int (*count)(const zinf_model_shape *s);
     void (*tables)(zinf_model *m);
-    // After the activations exist: tables the passes read (the rotary angles).
+    // After the activations exist: tables the passes read (the rotary angles); NULL:
+    // none.
     zinf_status (*prepare)(zinf_model *m);
     zinf_status (*forward)(zinf_model *m, zinf_stream *s, int mod, void *const *params);
     zinf_status (*backward)(zinf_model *m, zinf_stream *s, int mod, void *const *params, void *const *grads);
     // Hugging Face's files: the prefix the state dict puts before the table's names;
-    // tensors of old files a reader skips; a parameter's place in the state dict (NULL:
-    // the table's order is the state dict's); the config.json of a shape.
+    // tensors of old files a reader skips (NULL: none); a parameter's place in the
+    // state dict (NULL: the table's order is the state dict's); the config.json of a
+    // shape.
     const char *hf_prefix;
     bool (*hf_skip)(const char *name);
     int64_t (*hf_rank)(const char *name);

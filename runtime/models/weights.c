@@ -49,7 +49,7 @@ zinf_status zinf_model_read_weights(const zinf_model *m, const char *path, zinf_
     for (int i = 0; rc == ZINF_OK && i < zinf_hf_weights_count(w); i++) {
         const char *file;
         const zinf_st_tensor *t = zinf_hf_weights_at(w, i, &file);
-        if (m->fam->hf_skip(t->name)) continue;
+        if (m->fam->hf_skip && m->fam->hf_skip(t->name)) continue;
         if (m->p.shape.tied && strcmp(t->name, "lm_head.weight") == 0) {
             lm_head = t;
             continue;

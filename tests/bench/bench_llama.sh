@@ -40,34 +40,20 @@ run() { # name, sets...: one run, its --json lines in $dir/NAME.out
 }
 run mem --set zero_optimization.offload_optimizer.device=none --set zero_optimization.offload_param.device=none
 run nvme
-python3 - "$dir" "$skip" <<'PY'
-import json, re, statistics, sys
+PYTHONPATH="$(dirname "$0")" python3 - "$dir" "$skip" <<'PY'
+import re, sys
+from steps import load, med, print_where
 d, skip = sys.argv[1], int(sys.argv[2])
-def load(name):
-    rows = [json.loads(l) for l in open(f"{d}/{name}.out") if l.startswith("{")]
-    return [r for r in rows if not r.get("final")], next(r for r in rows if r.get("final"))
-def med(rows, key):
-    v = [r[key] for r in rows[skip:] if key in r]
-    return statistics.median(v) if v else None
-mem, mem_final = load("mem")
-nv, nv_final = load("nvme")
+mem, mem_final = load(f"{d}/mem.out")
+nv, nv_final = load(f"{d}/nvme.out")
 head = re.search(r"^plan: (.*)$", open(f"{d}/nvme.err").read(), re.M).group(1)
 print(f"llama at stage 3, host backend, micro-batch 2 x 256 tokens; median of steps {skip + 1}-{len(nv)}")
 print(f"  {head}")
 print("%-22s %8s %9s %7s" % ("tiers (optim/params)", "s/step", "tok/s", "ratio"))
-tm, tn = med(mem, "step_seconds"), med(nv, "step_seconds")
-print("%-22s %8.3f %9.0f %7.3f" % ("none/none (memory)", tm, med(mem, "tokens_per_s"), 1.0))
-print("%-22s %8.3f %9.0f %7.3f" % ("nvme/nvme", tn, med(nv, "tokens_per_s"), tn / tm))
-f = lambda x, fmt: "n/a" if x is None else fmt % x
-print("nvme run, per step (medians):")
-print("%14s %9s %16s %17s" % ("wait_params s", "optim s", "optim io wait s", "wait optim s"))
-print("%14s %9s %16s %17s" % (f(med(nv, "wait_params_s"), "%.3f"), f(med(nv, "optim_s"), "%.3f"),
-                              f(med(nv, "optim_io_wait_s"), "%.3f"), f(med(nv, "wait_optim_s"), "%.3f")))
-print("%-6s %9s %8s %8s" % ("nvme", "GB", "busy s", "GB/s"))
-for op in ("read", "write"):
-    b, s = med(nv, f"nvme_{op}_bytes"), med(nv, f"nvme_{op}_s")
-    print("%-6s %9s %8s %8s" % (op, f(None if b is None else b / 1e9, "%.3f"), f(s, "%.3f"),
-                                f(b / s / 1e9 if b is not None and s else None, "%.3f")))
+tm, tn = med(mem, "step_seconds", skip), med(nv, "step_seconds", skip)
+print("%-22s %8.3f %9.0f %7.3f" % ("none/none (memory)", tm, med(mem, "tokens_per_s", skip), 1.0))
+print("%-22s %8.3f %9.0f %7.3f" % ("nvme/nvme", tn, med(nv, "tokens_per_s", skip), tn / tm))
+print_where(nv, skip)
 digests = mem_final["weights_digest"], nv_final["weights_digest"]
 same = digests[0] == digests[1]
 print("weights digest: memory %s, nvme %s: %s" % (*digests, "identical" if same else "DIFFERENT"))

@@ -61,37 +61,23 @@ OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
 "$Z" train "$dir/o.json" --json --set $OO.device=cpu --set $OP.device=cpu > "$dir/cpu.out" 2> "$dir/cpu.err" ||
   failed "the cpu run ($Z train $dir/o.json, tiers cpu)" "$dir/cpu.err"
 "$Z" train "$dir/o.json" --json > "$dir/nvme.out" 2> "$dir/nvme.err" || failed "the nvme run ($Z train $dir/o.json)" "$dir/nvme.err"
-python3 - "$dir" "$steps" "$skip" <<'PY'
-import json, re, statistics, sys
+PYTHONPATH="$(dirname "$0")" python3 - "$dir" "$steps" "$skip" <<'PY'
+import re, sys
+from steps import load, med, print_where
 d, steps, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def load(name):
-    rows = [json.loads(l) for l in open(f"{d}/{name}.out") if l.startswith("{")]
-    return [r for r in rows if not r.get("final")], next(r for r in rows if r.get("final"))
-def med(rows, key):
-    v = [r[key] for r in rows[skip:] if key in r]
-    return statistics.median(v) if v else None
-mem, mem_final = load("mem")
-cpu, cpu_final = load("cpu")
-nv, nv_final = load("nvme")
+mem, mem_final = load(f"{d}/mem.out")
+cpu, cpu_final = load(f"{d}/cpu.out")
+nv, nv_final = load(f"{d}/nvme.out")
 plan = re.search(r"\(([0-9.]+) M parameters\)", open(f"{d}/nvme.err").read()).group(1)
 print(f"offload overhead: GPT 6 x 768, {plan} M parameters, stage 3, host backend, micro-batch 2 x 256 tokens; "
       f"median of steps {skip + 1}-{steps}")
-tm, tc, tn = med(mem, "step_seconds"), med(cpu, "step_seconds"), med(nv, "step_seconds")
+tm, tc, tn = (med(r, "step_seconds", skip) for r in (mem, cpu, nv))
 print("%-22s %8s %7s" % ("tiers (optim/params)", "s/step", "ratio"))
 print("%-22s %8.3f %7.3f" % ("none/none (memory)", tm, 1.0))
 print("%-22s %8.3f %7.3f" % ("cpu/cpu", tc, tc / tm))
 print("%-22s %8.3f %7.3f   goal <= 1.10: %s; vs cpu/cpu %.3f" % ("nvme/nvme", tn, tn / tm,
       "met" if tn / tm <= 1.10 else "NOT met", tn / tc))
-f = lambda x, fmt: "n/a" if x is None else fmt % x
-print("nvme run, per step (medians):")
-print("%14s %9s %16s %17s" % ("wait_params s", "optim s", "optim io wait s", "wait optim s"))
-print("%14s %9s %16s %17s" % (f(med(nv, "wait_params_s"), "%.3f"), f(med(nv, "optim_s"), "%.3f"),
-                              f(med(nv, "optim_io_wait_s"), "%.3f"), f(med(nv, "wait_optim_s"), "%.3f")))
-print("%-6s %9s %8s %8s" % ("nvme", "GB", "busy s", "GB/s"))
-for op in ("read", "write"):
-    b, s = med(nv, f"nvme_{op}_bytes"), med(nv, f"nvme_{op}_s")
-    print("%-6s %9s %8s %8s" % (op, f(None if b is None else b / 1e9, "%.3f"), f(s, "%.3f"),
-                                f(b / s / 1e9 if b is not None and s else None, "%.3f")))
+print_where(nv, skip)
 digests = [f["weights_digest"] for f in (mem_final, cpu_final, nv_final)]
 same = len(set(digests)) == 1
 print("weights digest: memory %s, cpu %s, nvme %s: %s" % (*digests,

@@ -44,8 +44,8 @@ three bands, dynamic: unchanged) (asserted).
 Weights: HF's random init, then every parameter gets += 0.02 * randn from a generator
 seeded SEED + 100, in sorted(named_parameters()) order (the tied embedding once), so
 no parameter is a constant (RMSNorm weights included). model.eval(). Forward semantics
-(RMSNorm, rotate_half rope, GQA, eager softmax in fp32): see
-/work/shared/reference/llama-family-semantics.md. The run is on the CPU, one thread,
+(RMSNorm, rotate_half rope, GQA, eager softmax in fp32): transformers'
+modeling_llama.py, and docs/architecture.md's "Model families". The run is on the CPU, one thread,
 torch.use_deterministic_algorithms(True), float32 matmul precision "highest".
 
 Writes, in OUT's directory (default build/ref/), each directory built in a temporary
@@ -157,7 +157,7 @@ def configs():
 
 
 def expected_inv_freq(config):
-    """inv_freq by the rules of llama-family-semantics.md, and the llama3 band sizes."""
+    """inv_freq by transformers' documented rope rules (modeling_rope_utils.py), and the llama3 band sizes."""
     rp = config.rope_parameters
     hd = config.head_dim if getattr(config, "head_dim", None) else \
         config.hidden_size // config.num_attention_heads

@@ -11,7 +11,7 @@ attn_implementation "eager"), fp32 on the CPU: HF's default random init after
 torch.manual_seed(1234), then every parameter gets += 0.02 * randn from a generator
 seeded 1234 + 100, in sorted(named_parameters()) order (the tied embedding once), so the
 RMSNorm weights are not all ones; model.train() (nothing in it behaves differently in
-train mode). Forward semantics: /work/shared/reference/llama-family-semantics.md. One
+train mode). Forward semantics: transformers' modeling_llama.py. One
 thread, torch.use_deterministic_algorithms(True), float32 matmul precision "highest".
 
 Data (as train_ref.py): N_TOK = 48*T + 1 tokens (T = 32), a period-23 pattern from

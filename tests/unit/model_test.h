@@ -6,6 +6,7 @@
 
 #include <math.h>
 
+#include "check.h"
 #include "gpu_test.h"
 #include "zinf_half.h"
 
@@ -134,6 +135,66 @@ static inline void run_free(run *r) {
     zinf_model_destroy(r->m);
     zinf_stream_destroy(r->s);
     zinf_device_destroy(r->dev);
+}
+
+// The gradient of torch parameter i inside a run's host buffers; NULL (and a failed
+// check) when zinf's model has no such parameter or another size.
+static inline const void *torch_grad_of(const run *r, const torch_runs *t, uint32_t i, zinf_dtype dt) {
+    int mod;
+    const zinf_param_info *p = zinf_model_find_param(r->m, t->names[i], &mod);
+    CHECK(p && p->numel == t->numel[i], "torch parameter %s (%zu elements) is not one of zinf's", t->names[i],
+          t->numel[i]);
+    return p && p->numel == t->numel[i] ? (const char *)r->h_g[mod] + p->offset * zinf_dtype_size(dt) : NULL;
+}
+
+// fp32 against torch fp32: the logits (from an inference run inf: a training forward
+// replaces them by their gradient) and the loss, and every gradient of the training
+// run tr, within 1e-5 of each tensor's scale; tr's loss is inf's.
+static inline void check_fp32(const char *what, const run *inf, const run *tr, const torch_runs *t, size_t nlogits) {
+    double e = rel_err(ZINF_DTYPE_F32, inf->logits, t->logits[0], nlogits);
+    printf("%s fp32: loss %.7f (torch %.7f), logits rel err %.2e\n", what, inf->loss, t->loss[0], e);
+    CHECK(e <= 1e-5, "%s fp32 logits: rel err %.3g", what, e);
+    CHECK(fabs(inf->loss - t->loss[0]) <= 1e-5 * t->loss[0], "%s fp32 loss %.8f vs torch %.8f", what, inf->loss,
+          t->loss[0]);
+    CHECK(tr->loss == inf->loss, "%s: training forward loss %.9g differs from inference %.9g", what, tr->loss,
+          inf->loss);
+    double worst = 0;
+    for (uint32_t i = 0; i < t->np; i++) {
+        const void *g = torch_grad_of(tr, t, i, ZINF_DTYPE_F32);
+        if (!g) continue;
+        double ge = rel_err(ZINF_DTYPE_F32, g, t->grads[0][i], t->numel[i]);
+        worst = fmax(worst, ge);
+        CHECK(ge <= 1e-5, "%s fp32 gradient of %s: rel err %.3g", what, t->names[i], ge);
+    }
+    printf("%s fp32: worst gradient rel err %.2e over %u tensors\n", what, worst, t->np);
+}
+
+// bf16 against torch bf16. Both round every stored activation and gradient to 8
+// significant bits, but at different places (torch rounds inside attention and the
+// softmax; zinf's fused ops keep those in fp32), so neither is the other's exact
+// reference. The tolerance is torch's own bf16 error: zinf's bf16 result must be no
+// further from the fp32 truth than 2x torch's bf16 result is (plus 2^-8 of the
+// tensor's scale, one bf16 rounding, for tensors torch happens to get very close).
+static inline void check_bf16(const char *what, const run *inf, const run *tr, const torch_runs *t, size_t nlogits) {
+    double ez = rel_err(ZINF_DTYPE_BF16, inf->logits, t->logits[0], nlogits),
+           et = rel_err(ZINF_DTYPE_F32, t->logits[1], t->logits[0], nlogits);
+    printf("%s bf16: loss %.6f (torch bf16 %.6f, fp32 %.6f); logits vs fp32: zinf %.2e, torch %.2e\n", what, inf->loss,
+           t->loss[1], t->loss[0], ez, et);
+    CHECK(ez <= 2 * et + 1.0 / 256, "%s bf16 logits: %.3g from fp32, torch's bf16 %.3g", what, ez, et);
+    CHECK(fabs(inf->loss - t->loss[0]) <= 2 * fabs(t->loss[1] - t->loss[0]) + 1e-3,
+          "%s bf16 loss %.6f: further from fp32 %.6f than torch's %.6f allows", what, inf->loss, t->loss[0],
+          t->loss[1]);
+    double worst = 0, worst_torch = 0;
+    for (uint32_t i = 0; i < t->np; i++) {
+        const void *g = torch_grad_of(tr, t, i, ZINF_DTYPE_BF16);
+        if (!g) continue;
+        double gz = rel_err(ZINF_DTYPE_BF16, g, t->grads[0][i], t->numel[i]);
+        double gt = rel_err(ZINF_DTYPE_F32, t->grads[1][i], t->grads[0][i], t->numel[i]);
+        worst = fmax(worst, gz), worst_torch = fmax(worst_torch, gt);
+        CHECK(gz <= 2 * gt + 1.0 / 256, "%s bf16 gradient of %s: %.3g from fp32; torch's bf16: %.3g", what, t->names[i],
+              gz, gt);
+    }
+    printf("%s bf16: worst gradient error vs fp32: zinf %.2e, torch %.2e\n", what, worst, worst_torch);
 }
 
 #endif
