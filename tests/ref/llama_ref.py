@@ -44,9 +44,9 @@ three bands, dynamic: unchanged) (asserted).
 Weights: HF's random init, then every parameter gets += 0.02 * randn from a generator
 seeded SEED + 100, in sorted(named_parameters()) order (the tied embedding once), so
 no parameter is a constant (RMSNorm weights included). model.eval(). Forward semantics
-(RMSNorm, rotate_half rope, GQA, eager softmax in fp32): transformers'
-modeling_llama.py, and docs/architecture.md's "Model families". The run is on the CPU, one thread,
-torch.use_deterministic_algorithms(True), float32 matmul precision "highest".
+(RMSNorm, rotate_half rope, GQA, eager softmax in fp32): transformers' modeling_llama.py.
+The run is on the CPU, one thread, torch.use_deterministic_algorithms(True), float32
+matmul precision "highest".
 
 Writes, in OUT's directory (default build/ref/), each directory built in a temporary
 directory there and renamed into place (an old one is replaced):
@@ -157,7 +157,7 @@ def configs():
 
 
 def expected_inv_freq(config):
-    """inv_freq by transformers' documented rope rules (modeling_rope_utils.py), and the llama3 band sizes."""
+    """inv_freq by transformers' rope rules (modeling_rope_utils.py), and the llama3 bands."""
     rp = config.rope_parameters
     hd = config.head_dim if getattr(config, "head_dim", None) else \
         config.hidden_size // config.num_attention_heads
