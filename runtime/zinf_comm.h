@@ -47,6 +47,27 @@ int zinf_comm_size(const zinf_comm *c);
 int zinf_comm_local_rank(const zinf_comm *c);
 int zinf_comm_local_size(const zinf_comm *c);
 const char *zinf_comm_name(const zinf_comm *c); // "single", "mpi", "nccl"
+// Nodes: the ranks on one host, or with ZINF_RANKS_PER_NODE=K every K consecutive ranks
+// (so that one machine can play several nodes). Numbered from 0 in rank order.
+int zinf_comm_node(const zinf_comm *c);                // this rank's
+int zinf_comm_nodes(const zinf_comm *c);               // how many
+int zinf_comm_node_of(const zinf_comm *c, int rank);   // -1 for no such rank
+
+// Bytes this rank has received since creation, counted by each collective's
+// definition: from every other rank, an all-gather its part, a reduce-scatter its
+// block of that rank's input, an all-reduce both (reduce-scatter then all-gather; on
+// the host path the n % W tail is gathered whole), a broadcast the buffer from the
+// root; split by whether that rank is on this rank's node. Communicators split from c
+// add to c's counts.
+typedef struct zinf_comm_bytes {
+    int64_t intra, inter;
+} zinf_comm_bytes;
+void zinf_comm_get_bytes(const zinf_comm *c, zinf_comm_bytes *out);
+
+// Every rank of c calls it: the ranks with equal color (>= 0) form *out, ranked in c's
+// order, with c's timeout and nodes. *out must be destroyed before c. A rank that does
+// not join makes the others fail within the timeout.
+zinf_status zinf_comm_split(zinf_comm *c, int color, zinf_comm **out);
 
 // Collectives over host memory. All ranks call them in the same order with the same
 // sizes. Sums are formed in rank order, x_0 + x_1 + ... + x_{W-1} left to right, so

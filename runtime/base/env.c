@@ -10,6 +10,7 @@ static const struct {
 } knobs[ZINF_ENV_COUNT] = {
     [ZINF_ENV_LOG_LEVEL] = {"ZINF_LOG_LEVEL", "log level: error, warn, info (default) or debug"},
     [ZINF_ENV_COMM_TIMEOUT] = {"ZINF_COMM_TIMEOUT", "seconds a rank waits in a collective before it gives up on the others (default 300)"},
+    [ZINF_ENV_RANKS_PER_NODE] = {"ZINF_RANKS_PER_NODE", "treat every K consecutive ranks as one node (ZeRO++ and the communication counters; default: the ranks on one host)"},
     [ZINF_ENV_SIMD] = {"ZINF_SIMD", "cap the CPU kernels' SIMD level: scalar, avx2 or avx512 (default: the best the CPU has)"},
 };
 

@@ -96,6 +96,7 @@ typedef enum zinf_env_knob {
     ZINF_ENV_LOG_LEVEL,
     ZINF_ENV_SIMD,
     ZINF_ENV_COMM_TIMEOUT,
+    ZINF_ENV_RANKS_PER_NODE,
     ZINF_ENV_COUNT,
 } zinf_env_knob;
 

@@ -16,22 +16,49 @@
 
 // ---- create / destroy ----
 
-// This rank's place among the ranks on its host (which GPU it takes), from every
-// rank's host name: an exchange bounded like every collective, where
-// MPI_Comm_split_type would block without a deadline.
-static zinf_status find_local(zinf_comm *c) {
+// Every rank's host (by host name, numbered in order of first appearance) and node: its
+// host, or with ZINF_RANKS_PER_NODE=K every K consecutive ranks. An exchange bounded
+// like every collective, where MPI_Comm_split_type would block without a deadline.
+static zinf_status find_nodes(zinf_comm *c) {
     enum { HOST = 256 };
-    char *names = calloc((size_t)c->size, HOST), me[HOST] = {0};
-    if (!names) return zinf_fail(ZINF_ERR_NOMEM, "comm: out of memory for %d host names", c->size);
+    const size_t W = (size_t)c->size;
+    char *names = calloc(W, HOST), me[HOST] = {0};
+    int *host_of = malloc(W * sizeof *host_of), *node_of = malloc(W * sizeof *node_of);
+    zinf_status st = names && host_of && node_of
+                         ? ZINF_OK
+                         : zinf_fail(ZINF_ERR_NOMEM, "comm: out of memory for %d host names", c->size);
     if (gethostname(me, HOST - 1) != 0) snprintf(me, sizeof me, "?");
-    zinf_status st = zinf_comm_allgather(c, me, names, HOST);
-    for (int r = 0; st == ZINF_OK && r < c->size; r++) {
-        if (r == c->rank || strcmp(names + (size_t)r * HOST, me) != 0) continue;
+    // Not counted: the maps the counts need are what this exchange makes.
+    if (st == ZINF_OK) st = W > 1 ? zinf_comm_allgather(c, me, names, HOST) : ZINF_OK;
+    if (st == ZINF_OK && W == 1) memcpy(names, me, HOST);
+    int hosts = 0;
+    for (size_t r = 0; st == ZINF_OK && r < W; r++) {
+        size_t q = 0;
+        while (strcmp(names + q * HOST, names + r * HOST) != 0)
+            q++;
+        host_of[r] = q == r ? hosts++ : host_of[q];
+    }
+    free(names);
+    c->host_of = host_of, c->node_of = node_of;
+    ZINF_CHECK(st);
+    for (int r = 0; r < c->size; r++) {
+        if (host_of[r] != host_of[c->rank]) continue;
         c->local_size++;
         if (r < c->rank) c->local_rank++;
     }
-    free(names);
-    return st;
+    const char *knob = zinf_env(ZINF_ENV_RANKS_PER_NODE);
+    long k = 0;
+    if (knob) {
+        char *end;
+        k = strtol(knob, &end, 10);
+        if (end == knob || *end || k < 1 || c->size % k != 0)
+            return zinf_fail(ZINF_ERR_INVAL, "%s: \"%s\" is not a number of ranks >= 1 that divides the %d ranks",
+                             zinf_env_name(ZINF_ENV_RANKS_PER_NODE), knob, c->size);
+    }
+    for (int r = 0; r < c->size; r++)
+        node_of[r] = k ? r / (int)k : host_of[r];
+    c->nodes = k ? c->size / (int)k : hosts;
+    return ZINF_OK;
 }
 
 zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeout_s) {
@@ -83,8 +110,8 @@ zinf_status zinf_comm_create(zinf_comm **out, zinf_comm_kind kind, double timeou
         }
         zinf_log_set_rank(c->rank, c->size);
     }
-    c->local_size = 1;
-    zinf_status st = c->size > 1 ? find_local(c) : ZINF_OK;
+    c->counts = &c->own;
+    zinf_status st = find_nodes(c);
     if (st != ZINF_OK) {
         zinf_comm_destroy(c);
         return st;
@@ -101,6 +128,7 @@ void zinf_comm_destroy(zinf_comm *c) {
     zinf_comm_detach_device(c);
     if (c->ops) c->ops->close(c);
     free(c->scratch);
+    free(c->host_of), free(c->node_of);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -109,6 +137,28 @@ int zinf_comm_rank(const zinf_comm *c) { return c ? c->rank : 0; }
 int zinf_comm_size(const zinf_comm *c) { return c ? c->size : 1; }
 int zinf_comm_local_rank(const zinf_comm *c) { return c ? c->local_rank : 0; }
 int zinf_comm_local_size(const zinf_comm *c) { return c ? c->local_size : 1; }
+int zinf_comm_node(const zinf_comm *c) { return c && c->node_of ? c->node_of[c->rank] : 0; }
+int zinf_comm_nodes(const zinf_comm *c) { return c && c->node_of ? c->nodes : 1; }
+int zinf_comm_node_of(const zinf_comm *c, int rank) {
+    return c && c->node_of && rank >= 0 && rank < c->size ? c->node_of[rank] : -1;
+}
+
+void zinf_comm_get_bytes(const zinf_comm *c, zinf_comm_bytes *out) {
+    *out = (zinf_comm_bytes){0};
+    if (!c) return;
+    out->intra = atomic_load(&c->counts->intra);
+    out->inter = atomic_load(&c->counts->inter);
+}
+
+void zinf_comm_count(zinf_comm *c, int from, size_t bytes) {
+    if (!c->node_of) return; // creation's own exchange, before the maps exist
+    for (int r = from < 0 ? 0 : from; r < c->size && bytes; r++) {
+        if (r == c->rank) continue;
+        atomic_fetch_add(c->node_of[r] == c->node_of[c->rank] ? &c->counts->intra : &c->counts->inter,
+                         (int64_t)bytes);
+        if (from >= 0) break;
+    }
+}
 const char *zinf_comm_name(const zinf_comm *c) {
     return !c ? "none" : c->nccl ? "nccl" : c->ops ? c->ops->name : "single";
 }
@@ -138,6 +188,25 @@ static zinf_status moved(zinf_comm *c, zinf_status st) {
         c->failed = true;
         snprintf(c->failure, sizeof c->failure, "%s", zinf_last_error());
     }
+    return st;
+}
+
+// The backend's moves, each counted once it has completed.
+static zinf_status alltoall(zinf_comm *c, const char *op, const void *in, size_t in_stride, void *out, size_t len) {
+    zinf_status st = moved(c, c->ops->alltoall(c, op, in, in_stride, out, len));
+    if (st == ZINF_OK) zinf_comm_count(c, -1, len);
+    return st;
+}
+
+static zinf_status allgather(zinf_comm *c, const char *op, const void *in, void *out, size_t out_stride, size_t len) {
+    zinf_status st = moved(c, c->ops->allgather(c, op, in, out, out_stride, len));
+    if (st == ZINF_OK) zinf_comm_count(c, -1, len);
+    return st;
+}
+
+static zinf_status bcast(zinf_comm *c, const char *op, void *buf, size_t len, int root) {
+    zinf_status st = moved(c, c->ops->bcast(c, op, buf, len, root));
+    if (st == ZINF_OK && c->rank != root) zinf_comm_count(c, root, len);
     return st;
 }
 
@@ -221,7 +290,7 @@ zinf_status zinf_comm_reduce_scatter_f32(zinf_comm *c, const float *in, float *o
     if (count) st = scratch(c, op, W * min_size(s, count) * sizeof(float), (void **)&sc);
     for (size_t o = 0, m; st == ZINF_OK && o < count; o += m) {
         m = min_size(s, count - o);
-        st = moved(c, c->ops->alltoall(c, op, in + o, count * sizeof(float), sc, m * sizeof(float)));
+        st = alltoall(c, op, in + o, count * sizeof(float), sc, m * sizeof(float));
         if (st == ZINF_OK) sum_f32(out + o, sc, m, c->size);
     }
     return leave(c, st);
@@ -247,16 +316,16 @@ zinf_status zinf_comm_allreduce_f32(zinf_comm *c, float *buf, size_t n) {
     size_t o = 0;
     while (st == ZINF_OK && n - o >= W) {
         size_t m = min_size(s, (n - o) / W), len = m * sizeof(float);
-        st = moved(c, c->ops->alltoall(c, op, buf + o, len, sc, len));
+        st = alltoall(c, op, buf + o, len, sc, len);
         if (st != ZINF_OK) break;
         // The alltoall has completed, so this rank's block of buf may take the sum.
         sum_f32(buf + o + (size_t)c->rank * m, sc, m, c->size);
-        st = moved(c, c->ops->allgather(c, op, NULL, buf + o, len, len));
+        st = allgather(c, op, NULL, buf + o, len, len);
         o += m * W;
     }
     if (st == ZINF_OK && o < n) {
         size_t len = (n - o) * sizeof(float);
-        st = moved(c, c->ops->allgather(c, op, buf + o, sc, len, len));
+        st = allgather(c, op, buf + o, sc, len, len);
         if (st == ZINF_OK) sum_f32(buf + o, sc, n - o, c->size);
     }
     return leave(c, st);
@@ -276,7 +345,7 @@ zinf_status zinf_comm_allreduce_f64(zinf_comm *c, double *buf, size_t n) {
     for (size_t o = 0, m; st == ZINF_OK && o < n; o += m) {
         m = min_size(s, n - o);
         size_t len = m * sizeof(double);
-        st = moved(c, c->ops->allgather(c, op, buf + o, sc, len, len));
+        st = allgather(c, op, buf + o, sc, len, len);
         if (st == ZINF_OK) sum_f64(buf + o, sc, m, c->size);
     }
     return leave(c, st);
@@ -301,7 +370,7 @@ zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t 
     }
     for (size_t o = 0, len; st == ZINF_OK && o < bytes; o += len) {
         len = min_size(c->chunk_bytes, bytes - o);
-        st = moved(c, c->ops->allgather(c, op, in_place ? NULL : (const char *)in + o, (char *)out + o, bytes, len));
+        st = allgather(c, op, in_place ? NULL : (const char *)in + o, (char *)out + o, bytes, len);
     }
     return leave(c, st);
 }
@@ -316,7 +385,7 @@ zinf_status zinf_comm_broadcast(zinf_comm *c, void *buf, size_t bytes, int root)
     zinf_status st = ZINF_OK;
     for (size_t o = 0, len; c->ops && st == ZINF_OK && o < bytes; o += len) {
         len = min_size(c->chunk_bytes, bytes - o);
-        st = moved(c, c->ops->bcast(c, op, (char *)buf + o, len, root));
+        st = bcast(c, op, (char *)buf + o, len, root);
     }
     return leave(c, st);
 }
@@ -326,4 +395,77 @@ zinf_status zinf_comm_barrier(zinf_comm *c) {
     if (!c) return NO_COMM(op);
     ZINF_CHECK(enter(c, op));
     return leave(c, c->ops ? moved(c, c->ops->barrier(c, op)) : ZINF_OK);
+}
+
+// ---- sub-communicators ----
+
+// Renumber ids (n of them) from 0 in order of first appearance; returns how many.
+static int renumber(int *id, int n) {
+    int distinct = 0, *orig = malloc((size_t)n * sizeof *orig);
+    if (!orig) return -1;
+    memcpy(orig, id, (size_t)n * sizeof *id);
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (orig[j] != orig[i])
+            j++;
+        id[i] = j < i ? id[j] : distinct++;
+    }
+    free(orig);
+    return distinct;
+}
+
+zinf_status zinf_comm_split(zinf_comm *c, int color, zinf_comm **out) {
+    static const char op[] = "split";
+    if (!c || !out) return zinf_fail(ZINF_ERR_INVAL, "comm split: c and out are required");
+    *out = NULL;
+    if (color < 0) return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: color %d is below 0", name(c), op, color);
+    const size_t W = (size_t)c->size;
+    int *colors = malloc(W * sizeof *colors);
+    zinf_comm *sub = calloc(1, sizeof *sub);
+    if (sub) sub->host_of = malloc(W * sizeof *sub->host_of), sub->node_of = malloc(W * sizeof *sub->node_of);
+    if (!colors || !sub || !sub->host_of || !sub->node_of) {
+        free(colors);
+        if (sub) free(sub->host_of), free(sub->node_of);
+        free(sub);
+        return zinf_fail(ZINF_ERR_NOMEM, "comm %s: %s: out of memory", name(c), op);
+    }
+    sub->timeout_s = c->timeout_s, sub->chunk_bytes = c->chunk_bytes, sub->scratch_max = c->scratch_max;
+    sub->counts = c->counts;
+    sub->size = 1;
+    pthread_mutex_init(&sub->lock, NULL);
+    // Every rank is here and agrees on the members before the backend joins them.
+    zinf_status st = zinf_comm_allgather(c, &color, colors, sizeof color);
+    int n = 0, me = 0;
+    for (int r = 0; st == ZINF_OK && r < c->size; r++) {
+        if (colors[r] != color) continue;
+        if (r < c->rank) me++;
+        sub->host_of[n] = c->host_of[r], sub->node_of[n] = c->node_of[r];
+        n++;
+    }
+    free(colors);
+    int hosts = st == ZINF_OK ? renumber(sub->host_of, n) : 0;
+    sub->nodes = st == ZINF_OK ? renumber(sub->node_of, n) : 0;
+    if (st == ZINF_OK && (hosts < 0 || sub->nodes < 0)) st = zinf_fail(ZINF_ERR_NOMEM, "comm split: out of memory");
+    if (st == ZINF_OK && c->ops) {
+        st = enter(c, op);
+        if (st == ZINF_OK) {
+            sub->ops = c->ops;
+            st = leave(c, moved(c, c->ops->split(c, sub, color)));
+        }
+        if (st == ZINF_OK && (sub->rank != me || sub->size != n))
+            st = zinf_fail(ZINF_ERR_INTERNAL, "comm %s: split gave rank %d of %d where the colors say %d of %d",
+                           name(c), sub->rank, sub->size, me, n);
+    }
+    for (int i = 0; st == ZINF_OK && i < n; i++) {
+        if (sub->host_of[i] != sub->host_of[me]) continue;
+        sub->local_size++;
+        if (i < me) sub->local_rank++;
+    }
+    if (st != ZINF_OK) {
+        if (!sub->impl) sub->ops = NULL; // the backend never opened it
+        zinf_comm_destroy(sub);
+        return st;
+    }
+    *out = sub;
+    return ZINF_OK;
 }

@@ -6,6 +6,7 @@
 #define ZINF_COMM_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -28,6 +29,10 @@ typedef struct comm_ops {
     zinf_status (*allgather)(zinf_comm *c, const char *op, const void *in, void *out, size_t out_stride, size_t len);
     zinf_status (*bcast)(zinf_comm *c, const char *op, void *buf, size_t len, int root);
     zinf_status (*barrier)(zinf_comm *c, const char *op);
+    // sub (calloc'd, its settings copied) becomes the ranks of c whose color equals
+    // this rank's, in c's rank order: fills its rank, size and impl. Every rank of c
+    // calls it; the front end has checked, with a bounded exchange, that all are here.
+    zinf_status (*split)(zinf_comm *c, zinf_comm *sub, int color);
 } comm_ops;
 
 // Always defined; without MPI in the build its open says so (ZINF_ERR_UNSUPPORTED).
@@ -37,10 +42,21 @@ extern const comm_ops zinf_comm_mpi_ops;
 #define COMM_DEFAULT_CHUNK     ((size_t)1 << 30)  // bytes per backend call (an MPI int count)
 #define COMM_DEFAULT_SCRATCH   ((size_t)64 << 20) // the reduce paths' scratch, at most
 
+// Bytes received, counted by each collective's definition: what a rank gets from each
+// other rank, by whether that rank is on the same node. A communicator split from
+// another adds to its parent's.
+typedef struct comm_counts {
+    _Atomic int64_t intra, inter;
+} comm_counts;
+
 struct zinf_comm {
     const comm_ops *ops;  // NULL: single (one rank, collectives are copies)
     int rank, size;       // size >= 1
     int local_rank, local_size; // among the ranks on this host
+    int *host_of, *node_of;     // per rank: index of its host name, and of its node
+    int nodes;                  // distinct nodes among the ranks
+    comm_counts own;            // this communicator's counts, when it has no parent
+    comm_counts *counts;        // &own, or the parent's
     double timeout_s;     // how long one backend call may wait for the other ranks
     size_t chunk_bytes;   // most bytes per backend call, <= INT_MAX (tests lower it)
     size_t scratch_max;   // bound on the scratch of reduce_scatter / allreduce (tests lower it)
@@ -52,5 +68,8 @@ struct zinf_comm {
     void *impl; // the backend's state
     struct nccl_state *nccl; // device collectives, once attached to a device (nccl.c)
 };
+
+// Count bytes received from rank `from` (or, from < 0, the same from every other rank).
+void zinf_comm_count(zinf_comm *c, int from, size_t bytes);
 
 #endif

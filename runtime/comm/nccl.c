@@ -244,8 +244,8 @@ bool zinf_comm_on_device(const zinf_comm *c) { return c && c->nccl; }
 
 // Every device call: attached, on the right device; NCCL is called under the lock an
 // abort takes, and only if no failure has aborted (and freed) the communicator; then
-// the call settles and is tracked.
-#define DEVICE_CALL(c, s, what, call)                                                                                  \
+// the call settles, is counted (per_peer bytes from every other rank) and is tracked.
+#define DEVICE_CALL(c, s, what, per_peer, call)                                                                        \
     do {                                                                                                               \
         if (!(c) || !(c)->nccl) return zinf_fail(ZINF_ERR_INVAL, "comm %s: not attached to a device", what);           \
         if (!(s)) return zinf_fail(ZINF_ERR_INVAL, "comm %s: no stream", what);                                        \
@@ -257,22 +257,24 @@ bool zinf_comm_on_device(const zinf_comm *c) { return c && c->nccl; }
         pthread_mutex_unlock(&n_->mu);                                                                                 \
         if (failed_) return failed_status(c);                                                                          \
         ZINF_CHECK(settle(c, r_, what));                                                                               \
+        zinf_comm_count(c, -1, per_peer);                                                                              \
         return track(c, s, what);                                                                                      \
     } while (0)
 
 zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,
                                                 size_t count) {
-    DEVICE_CALL(c, s, "reduce_scatter",
+    DEVICE_CALL(c, s, "reduce_scatter", count * sizeof(float),
                 ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, c->nccl->nc, zinf_stream_native(s)));
 }
 
 zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n) {
-    DEVICE_CALL(c, s, "allreduce",
+    // A reduce-scatter and an all-gather of n / size floats each.
+    DEVICE_CALL(c, s, "allreduce", 2 * (n * sizeof(float) / (size_t)c->size),
                 ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->nccl->nc, zinf_stream_native(s)));
 }
 
 zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
-    DEVICE_CALL(c, s, "allgather", ncclAllGather(in, out, bytes, ncclUint8, c->nccl->nc, zinf_stream_native(s)));
+    DEVICE_CALL(c, s, "allgather", bytes, ncclAllGather(in, out, bytes, ncclUint8, c->nccl->nc, zinf_stream_native(s)));
 }
 
 static bool device_failed(const zinf_comm *c) { return c->nccl && atomic_load(&c->nccl->failed); }

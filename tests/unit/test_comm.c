@@ -1,7 +1,9 @@
 // The communicator: single here, then mpi under mpirun with 1, 2 and 3 ranks (the
 // test starts itself): every collective against sequential rank-order sums, bit for
 // bit, at sizes 0, 1, odd and several MiB, also split into many small rounds; and a
-// rank that stops makes the others fail within the timeout, then fail at once.
+// rank that stops makes the others fail within the timeout, then fail at once. Then
+// 4 ranks as 2 nodes of 2 (ZINF_RANKS_PER_NODE): the node map, communicators split
+// from it running the same suite, and the byte counts of every collective.
 // timeout: 180
 #include <math.h>
 #include <pthread.h>
@@ -170,13 +172,97 @@ static void errors(zinf_comm *c) {
     CHECK(zinf_comm_allreduce_f32(c, NULL, 0) == ZINF_OK, "empty allreduce: %s", zinf_last_error());
 }
 
-// Under mpirun: "ranks" checks every collective, "stop" the bounded failure.
+// The counts' change over one call, against what its definition says: from each other
+// rank of c, per_peer bytes, intra or inter by that rank's node.
+static void expect_counts(zinf_comm *world, zinf_comm *c, zinf_comm_bytes *before, size_t per_peer, const char *what) {
+    zinf_comm_bytes now, want = *before;
+    for (int r = 0; r < zinf_comm_size(c); r++)
+        if (r != zinf_comm_rank(c))
+            *(zinf_comm_node_of(c, r) == zinf_comm_node(c) ? &want.intra : &want.inter) += (int64_t)per_peer;
+    zinf_comm_get_bytes(world, &now);
+    CHECK(now.intra == want.intra && now.inter == want.inter, "%s: counted %lld intra, %lld inter; want %lld, %lld",
+          what, (long long)(now.intra - before->intra), (long long)(now.inter - before->inter),
+          (long long)(want.intra - before->intra), (long long)(want.inter - before->inter));
+    *before = now;
+}
+
+static void counts(zinf_comm *world, zinf_comm *c) {
+    const int W = zinf_comm_size(c), R = zinf_comm_rank(c);
+    zinf_comm_bytes b;
+    zinf_comm_get_bytes(world, &b);
+    float f[4 * 1000] = {0};
+    double d[6] = {0};
+    CHECK(zinf_comm_allgather(c, f + R * 100, f, 100 * sizeof *f) == ZINF_OK, "%s", zinf_last_error());
+    expect_counts(world, c, &b, 400, "allgather of 400 B");
+    CHECK(zinf_comm_reduce_scatter_f32(c, f, f + R * 250, 250) == ZINF_OK, "%s", zinf_last_error());
+    expect_counts(world, c, &b, 1000, "reduce_scatter of 250 floats");
+    CHECK(zinf_comm_allreduce_f32(c, f, (size_t)W * 100 + 3) == ZINF_OK, "%s", zinf_last_error());
+    expect_counts(world, c, &b, 2 * 400 + 12, "allreduce of W 100 + 3 floats");
+    CHECK(zinf_comm_allreduce_f64(c, d, 6) == ZINF_OK, "%s", zinf_last_error());
+    expect_counts(world, c, &b, 48, "allreduce_f64 of 6");
+    CHECK(zinf_comm_broadcast(c, f, 64, W - 1) == ZINF_OK, "%s", zinf_last_error());
+    zinf_comm_bytes want = b;
+    if (R != W - 1)
+        *(zinf_comm_node_of(c, W - 1) == zinf_comm_node(c) ? &want.intra : &want.inter) += 64;
+    expect_counts(world, c, &want, 0, "broadcast of 64 B");
+    b = want;
+    CHECK(zinf_comm_barrier(c) == ZINF_OK, "%s", zinf_last_error());
+    expect_counts(world, c, &b, 0, "barrier");
+}
+
+// 4 ranks as 2 nodes of 2: the map, the node groups (intra only) and the cross-node
+// pairs (inter only), each running the suite, and the counts of every collective.
+static void nodes(zinf_comm *c) {
+    const int R = zinf_comm_rank(c);
+    CHECK(zinf_comm_nodes(c) == 2 && zinf_comm_node(c) == R / 2, "node %d of %d", zinf_comm_node(c),
+          zinf_comm_nodes(c));
+    for (int r = 0; r < 4; r++)
+        CHECK(zinf_comm_node_of(c, r) == r / 2, "rank %d on node %d", r, zinf_comm_node_of(c, r));
+    CHECK(zinf_comm_node_of(c, 4) == -1 && zinf_comm_node_of(c, -1) == -1, "node of a rank that is not");
+    // One host: the GPU-taking local ranks stay the host's.
+    CHECK(zinf_comm_local_rank(c) == R && zinf_comm_local_size(c) == 4, "local rank %d of %d",
+          zinf_comm_local_rank(c), zinf_comm_local_size(c));
+    counts(c, c);
+    zinf_comm *node = NULL, *across = NULL, *bad = (zinf_comm *)&bad;
+    CHECK(zinf_comm_split(c, -1, &bad) == ZINF_ERR_INVAL && !bad, "color -1 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "color -1");
+    CHECK(zinf_comm_split(c, R / 2, &node) == ZINF_OK, "split by node: %s", zinf_last_error());
+    CHECK(zinf_comm_split(c, R % 2, &across) == ZINF_OK, "split across: %s", zinf_last_error());
+    if (!node || !across) return;
+    CHECK(zinf_comm_size(node) == 2 && zinf_comm_rank(node) == R % 2 && zinf_comm_nodes(node) == 1, "node group %d of %d",
+          zinf_comm_rank(node), zinf_comm_size(node));
+    CHECK(zinf_comm_size(across) == 2 && zinf_comm_rank(across) == R / 2 && zinf_comm_nodes(across) == 2,
+          "cross-node group: rank %d of %d, %d nodes", zinf_comm_rank(across), zinf_comm_size(across),
+          zinf_comm_nodes(across));
+    suite(node, 3001);
+    suite(across, 3001);
+    zinf_comm_bytes b0, b1;
+    zinf_comm_get_bytes(c, &b0);
+    counts(c, node);
+    zinf_comm_get_bytes(c, &b1);
+    CHECK(b1.inter == b0.inter && b1.intra > b0.intra, "a node group moved %lld bytes across nodes",
+          (long long)(b1.inter - b0.inter));
+    counts(c, across);
+    zinf_comm_get_bytes(c, &b0);
+    CHECK(b0.intra == b1.intra && b0.inter > b1.inter, "a cross-node group moved %lld bytes inside a node",
+          (long long)(b0.intra - b1.intra));
+    zinf_comm_destroy(across);
+    zinf_comm_destroy(node);
+}
+
+// Under mpirun: "ranks" checks every collective, "nodes" 4 ranks as 2 nodes, "badnodes"
+// a ZINF_RANKS_PER_NODE that does not divide the ranks, "stop" the bounded failure.
 static int child(const char *mode) {
     int rank, world;
     zinf_launcher_rank(&rank, &world);
     bool stop = strcmp(mode, "stop") == 0;
     zinf_comm *c = NULL;
     zinf_status st = zinf_comm_create(&c, world > 1 ? ZINF_COMM_AUTO : ZINF_COMM_MPI, stop ? 2 : 60);
+    if (strcmp(mode, "badnodes") == 0) {
+        CHECK(st == ZINF_ERR_INVAL && !c, "ZINF_RANKS_PER_NODE=3 with %d ranks accepted", world);
+        CHECK_CONTAINS(zinf_last_error(), "ZINF_RANKS_PER_NODE: \"3\" is not a number of ranks >= 1 that divides");
+        return check_exit("test_comm badnodes");
+    }
     CHECK(st == ZINF_OK, "create: %s", zinf_last_error());
     if (st != ZINF_OK) return 1;
     CHECK(strcmp(zinf_comm_name(c), "mpi") == 0, "name %s", zinf_comm_name(c));
@@ -187,6 +273,13 @@ static int child(const char *mode) {
           zinf_comm_local_rank(c), zinf_comm_local_size(c));
     char name[64];
     snprintf(name, sizeof name, "test_comm rank %d of %d (%s)", rank, world, mode);
+    if (strcmp(mode, "nodes") == 0) {
+        nodes(c);
+        zinf_comm_destroy(c);
+        return check_exit(name);
+    }
+    CHECK(zinf_comm_nodes(c) == 1 && zinf_comm_node(c) == 0, "one host: node %d of %d", zinf_comm_node(c),
+          zinf_comm_nodes(c));
     if (!stop) {
         suite(c, (5u << 20) / 4 + 3); // 5 MiB of floats and more
         errors(c);
@@ -263,6 +356,17 @@ int main(int argc, char **argv) {
         int rc = system(cmd);
         CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s: status %d", cmd, rc);
         printf("test_comm: %d rank(s): %.1f s\n", np, now_s() - t0);
+    }
+    const struct {
+        const char *knob, *mode;
+    } node_runs[] = {{"2", "nodes"}, {"3", "badnodes"}};
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(node_runs); i++) {
+        snprintf(cmd, sizeof cmd, "ZINF_RANKS_PER_NODE=%s mpirun -np 4 -x ZINF_RANKS_PER_NODE '%s' %s",
+                 node_runs[i].knob, exe, node_runs[i].mode);
+        double t0 = now_s();
+        int rc = system(cmd);
+        CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s: status %d", cmd, rc);
+        printf("test_comm: 4 ranks, %s: %.1f s\n", node_runs[i].mode, now_s() - t0);
     }
     // The survivors leave without MPI_Finalize, so mpirun fails the job: each reports.
     printf("test_comm: next, mpirun's complaint about ranks that left without finalize is expected\n");
