@@ -39,6 +39,8 @@ typedef enum op_kind {
     OP_SCALE,
     OP_CAST,
     OP_SUMSQ,
+    OP_QUANTIZE,
+    OP_DEQUANTIZE,
     OP_OPTIM,
 } op_kind;
 
@@ -84,6 +86,16 @@ typedef struct op_embedding {
     int B, T, C;
 } op_embedding;
 
+typedef struct op_quantize { // quantize and dequantize (zinf_quantize)
+    const void *x;           // quantize: n elements of the record's dt
+    void *q;                 // packed: n int8 (bits 8) or ceil(n / 2) bytes of nibbles (bits 4)
+    float *scale;            // ceil(n / group)
+    void *out;               // dequantize: n elements of the record's dt
+    size_t n, group;
+    int bits;        // 4 or 8
+    bool accumulate; // dequantize: out += (F32 only)
+} op_quantize;
+
 typedef struct op_optim {
     zinf_optim_hparams h;
     zinf_optim_consts c; // h as the kernels' float constants (zinf_optim_consts_of)
@@ -102,6 +114,7 @@ typedef struct op_record {
         op_cross_entropy xent;
         op_embedding emb;
         op_optim optim;
+        op_quantize quant;
     } u;
 } op_record;
 

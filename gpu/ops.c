@@ -248,6 +248,42 @@ zinf_status zinf_sumsq(zinf_stream *s, zinf_dtype dt, const void *x, size_t n, d
     return launch(s, OP_SUMSQ, dt, &r);
 }
 
+// Checks shared by both directions; n == 0 passes them and then does nothing.
+static zinf_status quant_check(const char *op, int bits, zinf_dtype dt, size_t group) {
+    REQUIRE(bits == 4 || bits == 8, op, "bits must be 4 or 8");
+    REQUIRE_DT(dt, op);
+    REQUIRE(group > 0, op, "group must be positive");
+    // With an even group no byte of nibbles holds elements of two groups, so each
+    // group's bytes are written by one hand.
+    REQUIRE(bits == 8 || group % 2 == 0, op, "group must be even with bits 4");
+    return ZINF_OK;
+}
+
+zinf_status zinf_quantize(zinf_stream *s, int bits, zinf_dtype dt, const void *x, size_t n, size_t group, void *q,
+                          float *scale) {
+    ZINF_CHECK(quant_check("quantize", bits, dt, group));
+    if (n == 0) return ZINF_OK;
+    REQUIRE(x && q && scale, "quantize", "x, q and scale are required");
+    op_record r = {.u.quant = {.x = x, .q = q, .scale = scale, .n = n, .group = group, .bits = bits}};
+    return launch(s, OP_QUANTIZE, dt, &r);
+}
+
+zinf_status zinf_dequantize(zinf_stream *s, int bits, const void *q, const float *scale, size_t n, size_t group,
+                            zinf_dtype dt, void *out, bool accumulate) {
+    ZINF_CHECK(quant_check("dequantize", bits, dt, group));
+    REQUIRE(!accumulate || dt == ZINF_DTYPE_F32, "dequantize", "accumulate needs an fp32 out");
+    if (n == 0) return ZINF_OK;
+    REQUIRE(q && scale && out, "dequantize", "q, scale and out are required");
+    op_record r = {.u.quant = {.q = (void *)q,
+                               .scale = (float *)scale,
+                               .out = out,
+                               .n = n,
+                               .group = group,
+                               .bits = bits,
+                               .accumulate = accumulate}};
+    return launch(s, OP_DEQUANTIZE, dt, &r);
+}
+
 zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const zinf_optim_tile *t) {
     op_record r = {.u.optim = {.h = *h, .t = *t}};
     // The same checks and constants as cpu_adam, so a bad hyperparameter fails here.

@@ -280,6 +280,23 @@ zinf_status zinf_cast(zinf_stream *s, void *dst, zinf_dtype dst_dt, const void *
 // some element is inf or NaN, else 0. out: two doubles in device memory.
 zinf_status zinf_sumsq(zinf_stream *s, zinf_dtype dt, const void *x, size_t n, double *out);
 
+// Symmetric group-wise quantization for communication (ZeRO++'s qwZ: bits 8, qgZ: bits 4).
+// x (n elements of dt) splits into groups of `group` elements, the last one possibly
+// shorter; group j gets a = max |x| over it, scale[j] = a / Q (fp32) with Q = 2^(bits-1),
+// and each element q = clamp(round_half_even(x * Q / a), -Q, Q - 1), the quotient formed
+// in double so q is the correctly rounded value of the exact x·Q/a (the same bits on
+// every backend). A group of zeros: scale 1, q 0. A group holding inf or NaN: scale NaN,
+// q 0, so it dequantizes to NaN and the overflow check sees it.
+// bits 8: q holds n int8; bits 4: two per byte, element 2i in the low nibble and 2i + 1
+// in the high one (two's complement nibbles), ceil(n / 2) bytes; group must then be even.
+// scale: ceil(n / group) floats. All device memory.
+zinf_status zinf_quantize(zinf_stream *s, int bits, zinf_dtype dt, const void *x, size_t n, size_t group, void *q,
+                          float *scale);
+// out = q * scale[j], the product in fp32 rounded once to dt (round to nearest even);
+// with accumulate (dt must be F32), out += that product instead.
+zinf_status zinf_dequantize(zinf_stream *s, int bits, const void *q, const float *scale, size_t n, size_t group,
+                            zinf_dtype dt, void *out, bool accumulate);
+
 // The optimizer step on device memory (tile pointers are device pointers): the same
 // arithmetic as cpu_adam, bit for bit.
 zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const zinf_optim_tile *t);

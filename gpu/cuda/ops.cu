@@ -609,6 +609,124 @@ zinf_status cuda_sumsq(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) 
     CUDA_DT_SWITCH(dt, "sumsq", sumsq_t, st, e);
 }
 
+// ---- communication quantizers (ZeRO++ qwZ, qgZ) ----
+// The host backend's arithmetic (gpu/host/ops.c), one group per tile of threads: a warp
+// for groups of up to QUANT_WARP_MAX elements, the whole block for larger ones, each
+// tile striding over the groups. The absmax is a max over the bit patterns of |x|,
+// which order as the values do for non-negative floats and put inf (0x7f800000) and
+// every NaN above them: one exact reduction that also finds the non-finite groups.
+// Double division rounds correctly in CUDA (only fp32 division has an approximate
+// mode), and -fmad=false keeps the dequantize product and sum two roundings, as in C.
+
+enum { QUANT_THREADS = 256, QUANT_WARP_MAX = 1024 };
+
+// The max of v over a tile of NT threads: 32 (a warp, no barrier, so warps may run
+// different groups) or QUANT_THREADS (the block). red: QUANT_THREADS / 32 of shared memory.
+template <int NT> static __device__ __forceinline__ unsigned tile_max(unsigned v, unsigned *red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    if constexpr (NT == 32) {
+        (void)red;
+        return v;
+    } else {
+        __syncthreads(); // red may still be read by the previous group's reduction
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+        __syncthreads();
+        unsigned r = red[0];
+        for (int w = 1; w < NT / 32; w++)
+            r = red[w] > r ? red[w] : r;
+        return r;
+    }
+}
+
+// The quantized value of x in a group of absmax a (finite and nonzero).
+static __device__ __forceinline__ int quant_one(float x, int Q, float a) {
+    double r = rint((double)x * Q / (double)a);
+    return r < -Q ? -Q : r > Q - 1 ? Q - 1 : (int)r;
+}
+
+template <typename T, int NT>
+static __global__ void __launch_bounds__(QUANT_THREADS)
+    quantize_kernel(const T *x, size_t n, size_t group, int bits, void *q, float *scale) {
+    __shared__ unsigned red[QUANT_THREADS / 32];
+    const int tiles = QUANT_THREADS / NT;
+    int lane = threadIdx.x % NT, Q = 1 << (bits - 1);
+    size_t groups = (n + group - 1) / group;
+    for (size_t j = (size_t)blockIdx.x * tiles + threadIdx.x / NT; j < groups; j += (size_t)gridDim.x * tiles) {
+        size_t g0 = j * group, len = n - g0 < group ? n - g0 : group;
+        unsigned m = 0;
+        for (size_t i = lane; i < len; i += NT) {
+            unsigned b = __float_as_uint(to_f32(x[g0 + i])) & 0x7fffffffu;
+            m = b > m ? b : m;
+        }
+        m = tile_max<NT>(m, red);
+        bool bad = m >= 0x7f800000u, zero = bad || m == 0;
+        float a = __uint_as_float(m);
+        if (lane == 0) scale[j] = bad ? __uint_as_float(0x7fc00000u) : m == 0 ? 1.0f : __fdiv_rn(a, (float)Q);
+        if (bits == 8) {
+            for (size_t i = lane; i < len; i += NT)
+                ((int8_t *)q)[g0 + i] = (int8_t)(zero ? 0 : quant_one(to_f32(x[g0 + i]), Q, a));
+            continue;
+        }
+        // One thread per byte: elements i and i + 1 of the group (g0 is even); an odd
+        // last element leaves the high nibble 0.
+        for (size_t i = 2 * (size_t)lane; i < len; i += 2 * (size_t)NT) {
+            int lo = zero ? 0 : quant_one(to_f32(x[g0 + i]), Q, a);
+            int hi = zero || i + 1 == len ? 0 : quant_one(to_f32(x[g0 + i + 1]), Q, a);
+            ((uint8_t *)q)[(g0 + i) / 2] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+        }
+    }
+}
+
+template <typename T>
+static __global__ void dequantize_kernel(const void *q, const float *scale, size_t n, size_t group, int bits, T *out,
+                                         bool accumulate) {
+    EW_LOOP(i, n) {
+        int v;
+        if (bits == 8) {
+            v = ((const int8_t *)q)[i];
+        } else {
+            v = (((const uint8_t *)q)[i / 2] >> (4 * (i & 1))) & 15;
+            v = v >= 8 ? v - 16 : v; // two's complement nibble
+        }
+        float p = __fmul_rn((float)v, scale[i / group]);
+        store_f32(&out[i], accumulate ? __fadd_rn(to_f32(out[i]), p) : p);
+    }
+}
+
+template <typename T, int NT> static zinf_status quantize_nt(cudaStream_t st, const op_quantize *a) {
+    size_t groups = (a->n + a->group - 1) / a->group, tiles = QUANT_THREADS / NT;
+    size_t blocks = (groups + tiles - 1) / tiles;
+    unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536); // the tiles stride over the rest
+    quantize_kernel<T, NT> CUDA_LAUNCH(grid, QUANT_THREADS, 0, st)((const T *)a->x, a->n, a->group, a->bits, a->q,
+                                                                   a->scale);
+    ZINF_CUDA_LAUNCHED("quantize_kernel");
+    return ZINF_OK;
+}
+
+template <typename T> static zinf_status quantize_t(cudaStream_t st, const op_quantize *a) {
+    return a->group <= QUANT_WARP_MAX ? quantize_nt<T, 32>(st, a) : quantize_nt<T, QUANT_THREADS>(st, a);
+}
+
+template <typename T> static zinf_status dequantize_t(cudaStream_t st, const op_quantize *a) {
+    dequantize_kernel<T> CUDA_LAUNCH(ew_blocks(a->n), EW_THREADS, 0, st)(a->q, a->scale, a->n, a->group, a->bits,
+                                                                         (T *)a->out, a->accumulate);
+    ZINF_CUDA_LAUNCHED("dequantize_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_quantize(cudaStream_t st, zinf_dtype dt, const op_quantize *a) {
+    if (a->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "quantize", quantize_t, st, a);
+}
+
+zinf_status cuda_dequantize(cudaStream_t st, zinf_dtype dt, const op_quantize *a) {
+    if (a->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "dequantize", dequantize_t, st, a);
+}
+
 // ---- optimizer ----
 // adam_elem, adagrad_elem and lion_elem of cpu_adam/internal.h, operation for
 // operation. nvcc contracts a * b + c into an fma by default (--fmad=true), which

@@ -453,6 +453,71 @@ static zinf_status embedding_bwd(zinf_dtype dt, const op_embedding *a, host_scra
     return ZINF_OK;
 }
 
+// ---- communication quantizers (ZeRO++ qwZ, qgZ) ----
+// Group by group: a = max |x| (a NaN is looked for on its own, since comparisons pass
+// over it), then each q from the double quotient x * Q / a, which rounds once and so
+// rint (half to even, the default rounding mode) gives the integer nearest the exact
+// quotient. gpu/cuda/ops.cu computes the same expressions.
+
+// The quantized value of x in a group of absmax a (finite and nonzero).
+static int quant_one(float x, int Q, float a) {
+    double r = rint((double)x * Q / (double)a);
+    return r < -Q ? -Q : r > Q - 1 ? Q - 1 : (int)r;
+}
+
+static void quantize(zinf_dtype dt, const op_quantize *a) {
+    int Q = 1 << (a->bits - 1);
+    int8_t *q8 = a->q;
+    uint8_t *q4 = a->q;
+    for (size_t g0 = 0, j = 0; g0 < a->n; g0 += a->group, j++) {
+        size_t len = a->n - g0 < a->group ? a->n - g0 : a->group;
+        float amax = 0.0f;
+        bool bad = false;
+        for (size_t i = 0; i < len; i++) {
+            float v = fabsf(dt_load(a->x, dt, g0 + i));
+            if (isnan(v))
+                bad = true;
+            else if (v > amax)
+                amax = v;
+        }
+        bad |= isinf(amax);
+        bool zero = bad || amax == 0.0f; // every q of the group is 0
+        a->scale[j] = bad ? NAN : amax == 0.0f ? 1.0f : amax / (float)Q;
+        if (a->bits == 8) {
+            for (size_t i = 0; i < len; i++)
+                q8[g0 + i] = (int8_t)(zero ? 0 : quant_one(dt_load(a->x, dt, g0 + i), Q, amax));
+            continue;
+        }
+        // g0 is even (group is), so byte (g0 + i) / 2 holds elements i and i + 1 of this
+        // group; an odd last element leaves the high nibble 0.
+        for (size_t i = 0; i < len; i += 2) {
+            int lo = zero ? 0 : quant_one(dt_load(a->x, dt, g0 + i), Q, amax);
+            int hi = zero || i + 1 == len ? 0 : quant_one(dt_load(a->x, dt, g0 + i + 1), Q, amax);
+            q4[(g0 + i) / 2] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+        }
+    }
+}
+
+static void dequantize(zinf_dtype dt, const op_quantize *a) {
+    const int8_t *q8 = a->q;
+    const uint8_t *q4 = a->q;
+    for (size_t g0 = 0, j = 0; g0 < a->n; g0 += a->group, j++) {
+        size_t end = a->n - g0 < a->group ? a->n : g0 + a->group;
+        float sc = a->scale[j];
+        for (size_t i = g0; i < end; i++) {
+            int q;
+            if (a->bits == 8) {
+                q = q8[i];
+            } else {
+                q = (q4[i / 2] >> (4 * (i & 1))) & 15;
+                q = q >= 8 ? q - 16 : q; // two's complement nibble
+            }
+            float v = (float)q * sc;
+            dt_store(a->out, dt, i, a->accumulate ? dt_load(a->out, dt, i) + v : v);
+        }
+    }
+}
+
 // ---- dispatch ----
 
 zinf_status host_run_op(const op_record *op, host_scratch *s) {
@@ -495,6 +560,8 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
         e->stats[1] = gs.nonfinite ? 1.0 : 0.0;
         return ZINF_OK;
     }
+    case OP_QUANTIZE: quantize(dt, &op->u.quant); return ZINF_OK;
+    case OP_DEQUANTIZE: dequantize(dt, &op->u.quant); return ZINF_OK;
     case OP_OPTIM: return zinf_optim_update(&op->u.optim.h, &op->u.optim.t, zinf_simd_active());
     }
     return zinf_fail(ZINF_ERR_INTERNAL, "host device: unknown op %d", op->kind);
