@@ -56,6 +56,7 @@ typedef struct zinf_zero_config {
     int64_t param_persistence_threshold;
     int64_t max_live_parameters;
     int64_t max_reuse_distance;
+    bool quantized_weights; // ZeRO++ qwZ: stage-3 gathers move int8 weights
     zinf_offload_optimizer_config offload_optimizer;
     zinf_offload_param_config offload_param;
 } zinf_zero_config;

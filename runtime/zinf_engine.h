@@ -57,6 +57,9 @@ typedef struct zinf_step_info {
     double optim_s, optim_io_wait_s, wait_optim_s;
     int64_t nvme_read_bytes, nvme_write_bytes;
     double nvme_read_s, nvme_write_s;
+    // Bytes this rank received from other ranks since the last step, from ranks on its
+    // node and on other nodes (zinf_comm_get_bytes: each collective by its definition).
+    int64_t comm_bytes_intra, comm_bytes_inter;
 } zinf_step_info;
 
 // Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients.
@@ -157,6 +160,7 @@ typedef struct zinf_plan_target {
     int64_t device_capacity; // bytes the device may hold; <= 0: not known, not judged
     int local_ranks;         // ranks on one host: they share its memory
     zinf_host_mem host;      // that host's memory, for the host budgets
+    int nodes;               // the ranks form this many nodes of world / nodes consecutive ranks (0: 1)
 } zinf_plan_target;
 
 // Where zinf_engine_create(cfg, comm) would make its engine, found without making it:
@@ -184,6 +188,9 @@ typedef struct zinf_plan {
     int64_t gathered_peak; // stage 3: gathered parameters at most, bytes
     // Bytes per optimizer step, from the second step on (the first has no trace).
     int64_t h2d, d2h, nvme_read, nvme_write;
+    // Bytes a rank receives from the other ranks per optimizer step, from its node and
+    // from other nodes, as the communicator counts them (zinf_comm_get_bytes).
+    int64_t comm_intra, comm_inter;
     // The budgets' verdict: the device's peak against its capacity; pinned and all host
     // memory against the budgets the engine's host pool would hold them to.
     zinf_plan_budget device, pinned, host;

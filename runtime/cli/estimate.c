@@ -31,6 +31,7 @@ typedef struct plan {
 static zinf_status target_of(const zinf_config *cfg, int world, int gpus_per_node, zinf_plan_target *t) {
     bool gpu = cfg->device.backend != ZINF_BACKEND_HOST;
     *t = (zinf_plan_target){.world = world,
+                            .nodes = world / gpus_per_node,
                             .backend = gpu ? ZINF_BACKEND_CUDA : ZINF_BACKEND_HOST,
                             .nccl = gpu && world > 1,
                             .device_capacity = cfg->device.memory_limit > 0 ? cfg->device.memory_limit : -1,
@@ -55,7 +56,7 @@ static json_t *fits_json(const zinf_plan *r) {
 
 static json_t *row_json(const plan *p) {
     const zinf_engine_memory *m = &p->r.mem;
-    return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+    return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
                      "stage", (int)p->cfg.zero.stage, "optimizer", tier_name[m->optimizer_tier], "params",
                      tier_name[m->params_tier], "world_size", p->t.world, "model_numel", (json_int_t)m->model_numel,
                      "partition_numel", (json_int_t)m->partition_numel, "device_bytes", (json_int_t)m->device_in_use,
@@ -64,7 +65,8 @@ static json_t *row_json(const plan *p) {
                      (json_int_t)(m->host_total - m->pinned), "nvme_bytes", (json_int_t)m->nvme, "activation_bytes",
                      (json_int_t)m->activations, "pcie_h2d_bytes", (json_int_t)p->r.h2d, "pcie_d2h_bytes",
                      (json_int_t)p->r.d2h, "nvme_read_bytes", (json_int_t)p->r.nvme_read, "nvme_write_bytes",
-                     (json_int_t)p->r.nvme_write, "fits", fits_json(&p->r));
+                     (json_int_t)p->r.nvme_write, "comm_bytes_intra", (json_int_t)p->r.comm_intra, "comm_bytes_inter",
+                     (json_int_t)p->r.comm_inter, "fits", fits_json(&p->r));
 }
 
 // The config's own row: every figure of train's plan lines, in bytes.
@@ -90,19 +92,20 @@ static json_t *plan_json(const plan *p) {
 }
 
 static void table_head(void) {
-    printf("%-5s %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %s\n", "stage", "optimizer",
-           "params", "device", "dev. peak", "pinned", "pageable", "NVMe", "PCIe h2d", "PCIe d2h", "NVMe read",
-           "NVMe write", "fits");
+    printf("%-5s %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %10s %10s | %s\n", "stage",
+           "optimizer", "params", "device", "dev. peak", "pinned", "pageable", "NVMe", "PCIe h2d", "PCIe d2h",
+           "NVMe read", "NVMe write", "net node", "net across", "fits");
 }
 
 static void table_row(const plan *p, bool mark) {
     static const char *const fits[] = {"yes", "no", "?"}; // zinf_plan_fit
     const zinf_engine_memory *m = &p->r.mem;
-    char b[10][32];
-    printf("%-5d %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %s%*s%s\n", (int)p->cfg.zero.stage,
-           tier_name[m->optimizer_tier], tier_name[m->params_tier], sz(m->device_in_use, b[0]),
+    char b[11][32];
+    printf("%-5d %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %10s %10s | %s%*s%s\n",
+           (int)p->cfg.zero.stage, tier_name[m->optimizer_tier], tier_name[m->params_tier], sz(m->device_in_use, b[0]),
            sz(p->r.device_peak, b[1]), sz(m->pinned, b[2]), sz(m->host_total - m->pinned, b[3]), sz(m->nvme, b[4]),
-           sz(p->r.h2d, b[5]), sz(p->r.d2h, b[6]), sz(p->r.nvme_read, b[7]), sz(p->r.nvme_write, b[8]), fits[p->r.fit],
+           sz(p->r.h2d, b[5]), sz(p->r.d2h, b[6]), sz(p->r.nvme_read, b[7]), sz(p->r.nvme_write, b[8]),
+           sz(p->r.comm_intra, b[9]), sz(p->r.comm_inter, b[10]), fits[p->r.fit],
            mark ? 3 - (int)strlen(fits[p->r.fit]) : 0, "", mark ? "  <- this config" : "");
 }
 

@@ -51,9 +51,12 @@ static zinf_status find_nodes(zinf_comm *c) {
     if (knob) {
         char *end;
         k = strtol(knob, &end, 10);
-        if (end == knob || *end || k < 1 || c->size % k != 0)
-            return zinf_fail(ZINF_ERR_INVAL, "%s: \"%s\" is not a number of ranks >= 1 that divides the %d ranks",
+        if (end == knob || *end || k < 1 || (k < c->size && c->size % k != 0))
+            return zinf_fail(ZINF_ERR_INVAL,
+                             "%s: \"%s\" is not a number of ranks >= 1 that divides the %d ranks (or is at least that "
+                             "many: one node)",
                              zinf_env_name(ZINF_ENV_RANKS_PER_NODE), knob, c->size);
+        if (k > c->size) k = c->size;
     }
     for (int r = 0; r < c->size; r++)
         node_of[r] = k ? r / (int)k : host_of[r];

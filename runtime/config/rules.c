@@ -191,6 +191,11 @@ static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
     ZINF_CHECK(offload_rules(ctx, "offload_optimizer", z->offload_optimizer.device, &z->offload_optimizer.nvme_path,
                              z->stage, 1));
     ZINF_CHECK(offload_rules(ctx, "offload_param", z->offload_param.device, &z->offload_param.nvme_path, z->stage, 3));
+    if (z->quantized_weights && z->stage != 3)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: zero_optimization.zero_quantized_weights: true needs zero_optimization.stage 3 (stage is "
+                         "%lld): only stage 3 gathers weights",
+                         ctx->name, (long long)z->stage);
     if (c->aio.block_size % 4096 != 0)
         return zinf_fail(ZINF_ERR_INVAL, "%s: aio.block_size: %lld is not a multiple of 4096 (O_DIRECT alignment)",
                          ctx->name, (long long)c->aio.block_size);

@@ -179,8 +179,8 @@ const key zinf_config_keys[] = {
     INT(OP "max_in_cpu", OFF(zero.offload_param.max_in_cpu), 1e9, 0, BIG, 0),
     BOOL(OP "pin_memory", OFF(zero.offload_param.pin_memory), 1), // zinf: pinned, budgeted
 
-    UNSUPPORTED(ZO "zero_quantized_weights", "false", NULL),
-    UNSUPPORTED(ZO "zero_quantized_nontrainable_weights", "false", NULL),
+    BOOL(ZO "zero_quantized_weights", OFF(zero.quantized_weights), 0),
+    UNSUPPORTED(ZO "zero_quantized_nontrainable_weights", "false", "zinf trains every parameter: there are no frozen ones to keep quantized"),
     UNSUPPORTED(ZO "zero_quantized_gradients", "false", NULL),
     UNSUPPORTED(ZO "zero_hpz_partition_size", "1", NULL),
     UNSUPPORTED(ZO "mics_shard_size", "-1", NULL),

@@ -191,7 +191,8 @@ zinf_status engine_build(zinf_engine *e) {
         e->names[i] = zinf_model_module(e->m, i)->name;
     ZINF_CHECK(layout_build(e));
     ZINF_CHECK(alloc_states(e));
-    return reduce_create(e);
+    ZINF_CHECK(reduce_create(e));
+    return zeropp_create(e);
 }
 
 zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_model_params *mp) {
@@ -231,7 +232,8 @@ zinf_status zinf_engine_target(const zinf_config *cfg, const zinf_comm *comm, zi
                               .backend = dc.backend,
                               .nccl = world > 1 && dc.backend == ZINF_BACKEND_CUDA && local <= gpus && ci.nccl,
                               .device_capacity = (int64_t)dc.capacity,
-                              .local_ranks = local};
+                              .local_ranks = local,
+                              .nodes = zinf_comm_nodes(comm)};
     return zinf_host_mem_probe(&out->host);
 }
 
@@ -307,7 +309,8 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     else
         memcpy(e->pview, e->params16, (size_t)e->nmod * sizeof *e->pview);
     ZINF_CHECK(init_partition(e));
-    if (e->aio) zinf_aio_get_stats(e->aio, &e->aio_seen); // steps count their own IO
+    if (e->aio) zinf_aio_get_stats(e->aio, &e->aio_seen); // steps count their own IO and traffic
+    zinf_comm_get_bytes(e->comm, &e->comm_seen);
     return ZINF_OK;
 }
 
@@ -339,6 +342,7 @@ void zinf_engine_destroy(zinf_engine *e) {
     free(e->pend);
     if (e->stage == 3) coord_destroy(e);
     reduce_destroy(e);
+    zeropp_destroy(e);
     for (int i = 0; e->grads16 && i < e->nmod; i++)
         zinf_device_free(e->dev, e->grads16[i]);
     if (e->dev) zinf_device_free(e->dev, e->d_stats);

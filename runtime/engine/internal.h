@@ -128,9 +128,14 @@ struct zinf_engine {
     zinf_aio *aio;           // nvme, both tiers
     char run[24];            // names the swap stores' directory (rank 0's pid)
     zinf_aio_stats aio_seen; // the aio counters at the last step's end
+    zinf_comm_bytes comm_seen; // the communicator's counts then
 
     coordinator co;
     zinf_event *fwd_done, *ev_cs;
+
+    // ZeRO++ (zeropp.c)
+    bool qwz;   // stage-3 gathers move int8 weights
+    void *d_qw; // the quantized slices of one gather, every rank's
 
     // the current step
     int micro;        // micro-batches since the last step
@@ -203,6 +208,13 @@ zinf_status states_zero(zinf_engine *e); // moments and gradients
 zinf_status states_zero_grads(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on xs).
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed);
+// zeropp.c
+zinf_status zeropp_create(zinf_engine *e);
+void zeropp_destroy(zinf_engine *e);
+// A stage-3 gather of module parameters, as engine_allgather, quantized with qwZ.
+zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
+// The bytes each rank sends every other for one gather of module mod.
+size_t zeropp_gather_bytes(const zinf_engine *e, int mod);
 // step.c
 zinf_status step_run(zinf_engine *e, zinf_step_info *info);
 

@@ -6,7 +6,7 @@
 #include "internal.h"
 
 static zinf_status gather(void *ctx, const void *mine, bool mine_host, void *full, size_t bytes) {
-    return engine_allgather(ctx, mine, mine_host, full, bytes);
+    return engine_gather_params(ctx, mine, mine_host, full, bytes);
 }
 
 zinf_status params_create(zinf_engine *e) {

@@ -161,6 +161,29 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out
     }
 }
 
+// Bytes a rank receives per optimizer step, as the communicator counts them: every
+// other rank sends `per` bytes through the collectives below; those on this rank's node
+// count as intra. Stage-3 gathers (zeropp.c: int8 with qwZ); each micro-batch's buckets
+// (reduce.c flush: a reduce-scatter of a block at stages 2-3, an all-reduce, twice that,
+// at 0-1; the blocks add up to the slices); step.c: the gradient norms' pieces at
+// stages 1-3, the loss and micro-batch count, and the stage-1/2 all-gather of the new
+// parameters.
+static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const int64_t *gathers, zinf_plan *out) {
+    int64_t W = e->world, L = t->nodes > 1 ? W / t->nodes : W, per = 0, slices = 0;
+    if (W == 1) return;
+    for (int i = 0; i < e->nmod; i++) {
+        if (!e->lay[i].padded) continue;
+        slices += (int64_t)e->lay[i].slice;
+        if (e->stage == 3) per += gathers[i] * (int64_t)zeropp_gather_bytes(e, i);
+        if (e->stage == 1 || e->stage == 2) per += (int64_t)(e->lay[i].slice * e->es);
+    }
+    per += e->cfg.gradient_accumulation_steps * slices * (int64_t)sizeof(float) * (e->stage >= 2 ? 1 : 2);
+    if (e->stage > 0) per += 2 * (int64_t)e->nmod * W * (int64_t)sizeof(double);
+    per += 2 * (int64_t)sizeof(double);
+    out->comm_intra = per * (L - 1);
+    out->comm_inter = per * (W - L);
+}
+
 static void plan_free(zinf_engine *e) {
     free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->buckets);
     free(e->params16), free(e->grads16), free(e->pview), free(e->names), free(e->lay);
@@ -219,7 +242,7 @@ zinf_status zinf_engine_plan(const zinf_config *cfg, const zinf_plan_target *t, 
     zinf_engine_memory_get(e, &out->mem);
     int64_t *gathers = calloc((size_t)e->nmod + 1, sizeof *gathers);
     zinf_status st = gathers ? replay_steps(e, gathers, out) : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
-    if (st == ZINF_OK) traffic(e, gathers, out), judge(e, t, out);
+    if (st == ZINF_OK) traffic(e, gathers, out), comm_traffic(e, t, gathers, out), judge(e, t, out);
     free(gathers);
     plan_free(e);
     return st;

@@ -108,6 +108,11 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     zinf_optim_tier_take_times(e->ot, &update_ns, &io_wait_ns);
     info->optim_s = 1e-9 * (double)update_ns;
     info->optim_io_wait_s = 1e-9 * (double)io_wait_ns;
+    zinf_comm_bytes cb;
+    zinf_comm_get_bytes(e->comm, &cb);
+    info->comm_bytes_intra = cb.intra - e->comm_seen.intra;
+    info->comm_bytes_inter = cb.inter - e->comm_seen.inter;
+    e->comm_seen = cb;
     if (!e->aio) return ZINF_OK;
     zinf_aio_stats now;
     zinf_aio_get_stats(e->aio, &now);

@@ -67,7 +67,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = ("stage optimizer params world_size model_numel partition_numel device_bytes device_peak_bytes "
         "gathered_peak_bytes pinned_bytes pageable_bytes nvme_bytes activation_bytes pcie_h2d_bytes pcie_d2h_bytes "
-        "nvme_read_bytes nvme_write_bytes fits").split()
+        "nvme_read_bytes nvme_write_bytes comm_bytes_intra comm_bytes_inter fits").split()
 assert len(rows) == 16, len(rows)
 tiers = [(r["stage"], r["optimizer"], r["params"]) for r in rows]
 want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none", "cpu", "nvme")] + \

@@ -300,11 +300,11 @@ static const bad_case cases[] = {
      ZINF_ERR_INVAL,
      {"model.vocab_size: 100 is too small", "text-bytes"}},
     // ---- DeepSpeed features zinf refuses instead of ignoring ----
-    {"{" TB "\"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": true}}",
+    {"{" TB "\"zero_optimization\": {\"stage\": 3, \"zero_quantized_nontrainable_weights\": true}}",
      NULL,
      1,
      ZINF_ERR_UNSUPPORTED,
-     {"zero_optimization.zero_quantized_weights: true is not supported by zinf yet"}},
+     {"zero_optimization.zero_quantized_nontrainable_weights: true is not supported by zinf", "no frozen ones"}},
     {"{" TB "\"zero_optimization\": {\"stage\": 3, \"zero_quantized_gradients\": true}}",
      NULL,
      1,
