@@ -57,6 +57,7 @@ typedef struct zinf_zero_config {
     int64_t max_live_parameters;
     int64_t max_reuse_distance;
     bool quantized_weights; // ZeRO++ qwZ: stage-3 gathers move int8 weights
+    int64_t hpz_partition_size; // ZeRO++ hpZ: ranks of a secondary group (1: off)
     zinf_offload_optimizer_config offload_optimizer;
     zinf_offload_param_config offload_param;
 } zinf_zero_config;

@@ -126,6 +126,9 @@ typedef struct zinf_engine_memory {
     int param_buffers;               // nvme: the pool slices on disk are read through, and each one's bytes
     int64_t param_buffer_bytes;
     int64_t gathered_max;               // device: most bytes of gathered parameters at once (stage 3), measured
+    int hpz_ranks;                      // ZeRO++ hpZ: ranks of a secondary group (1: no hpZ)
+    int64_t secondary;                  // hpZ: this rank's secondary partition, on the device, or in pinned
+                                        // host memory when params_tier is not NONE
     zinf_offload_device optimizer_tier; // where the three below live: NONE is the device,
                                         // CPU pinned host memory, NVME the swap store
     int64_t master;                     // fp32 master weights of this rank's partition

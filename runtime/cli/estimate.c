@@ -74,13 +74,13 @@ static json_t *plan_json(const plan *p) {
     const zinf_engine_memory *m = &p->r.mem;
     json_t *o = row_json(p);
     json_t *more = json_pack(
-        "{s:b, s:I, s:I, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I}", "plan", 1, "params16_bytes",
+        "{s:b, s:I, s:I, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I}", "plan", 1, "params16_bytes",
         (json_int_t)m->params16, "params_host_bytes", (json_int_t)m->params_host, "params_resident", m->params_resident,
         "param_buffers", m->param_buffers, "param_buffer_bytes", (json_int_t)m->param_buffer_bytes, "master_bytes",
         (json_int_t)m->master, "optim_states_bytes", (json_int_t)m->optim_states, "grads32_bytes",
         (json_int_t)m->grads32, "reduce_bucket_bytes", (json_int_t)m->reduce_bufs, "staging_bytes",
         (json_int_t)m->staging, "optimizer_host_bytes", (json_int_t)m->host, "host_bytes", (json_int_t)m->host_total,
-        "subgroups", m->subgroups, "subgroup_max", (json_int_t)m->subgroup_max);
+        "hpz_secondary_bytes", (json_int_t)m->secondary, "subgroups", m->subgroups, "subgroup_max", (json_int_t)m->subgroup_max);
     json_t *budgets =
         json_pack("{s:I, s:I, s:I}", "device_capacity_bytes", (json_int_t)p->r.device.have, "pinned_budget_bytes",
                   (json_int_t)p->r.pinned.have, "host_available_bytes", (json_int_t)p->r.host.have);

@@ -70,6 +70,11 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
                 m.param_buffers, sz(m.param_buffer_bytes, b[1]));
         break;
     }
+    if (m.hpz_ranks > 1)
+        fprintf(f, "  per rank, hpZ secondary partition: %s %s (gathers after a module's first in a step stay in groups "
+                   "of %d ranks)\n",
+                sz(m.secondary, b[0]), m.params_tier == ZINF_OFFLOAD_NONE ? "on the device" : "in pinned host memory",
+                m.hpz_ranks);
     const zinf_offload_optimizer_config *oo = &c->zero.offload_optimizer;
     bool nvme = m.optimizer_tier == ZINF_OFFLOAD_NVME;
     if (m.optimizer_tier == ZINF_OFFLOAD_NONE)

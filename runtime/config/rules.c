@@ -196,6 +196,18 @@ static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
                          "%s: zero_optimization.zero_quantized_weights: true needs zero_optimization.stage 3 (stage is "
                          "%lld): only stage 3 gathers weights",
                          ctx->name, (long long)z->stage);
+    if (z->hpz_partition_size > 1 && z->stage != 3)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: zero_optimization.zero_hpz_partition_size: %lld needs zero_optimization.stage 3 (stage is "
+                         "%lld): only stage 3 gathers weights",
+                         ctx->name, (long long)z->hpz_partition_size, (long long)z->stage);
+    // One rank gathers nothing from others: there ZeRO++ has no effect (the engine says so).
+    if (z->hpz_partition_size > 1 && c->world_size > 1 &&
+        (z->hpz_partition_size > c->world_size || c->world_size % z->hpz_partition_size))
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: zero_optimization.zero_hpz_partition_size: %lld does not divide the %lld ranks; use the "
+                         "ranks per node (or a divisor of them)",
+                         ctx->name, (long long)z->hpz_partition_size, (long long)c->world_size);
     if (c->aio.block_size % 4096 != 0)
         return zinf_fail(ZINF_ERR_INVAL, "%s: aio.block_size: %lld is not a multiple of 4096 (O_DIRECT alignment)",
                          ctx->name, (long long)c->aio.block_size);

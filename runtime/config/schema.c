@@ -180,9 +180,9 @@ const key zinf_config_keys[] = {
     BOOL(OP "pin_memory", OFF(zero.offload_param.pin_memory), 1), // zinf: pinned, budgeted
 
     BOOL(ZO "zero_quantized_weights", OFF(zero.quantized_weights), 0),
+    INT(ZO "zero_hpz_partition_size", OFF(zero.hpz_partition_size), 1, 1, 1 << 20, 0),
     UNSUPPORTED(ZO "zero_quantized_nontrainable_weights", "false", "zinf trains every parameter: there are no frozen ones to keep quantized"),
     UNSUPPORTED(ZO "zero_quantized_gradients", "false", NULL),
-    UNSUPPORTED(ZO "zero_hpz_partition_size", "1", NULL),
     UNSUPPORTED(ZO "mics_shard_size", "-1", NULL),
     UNSUPPORTED(ZO "mics_hierarchical_params_gather", "false", NULL),
     UNSUPPORTED(ZO "elastic_checkpoint", "false", "zinf re-slices checkpoints for a new world size by itself"),

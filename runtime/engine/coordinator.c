@@ -90,6 +90,11 @@ static zinf_status gather(zinf_engine *e, int x) {
     return ZINF_OK;
 }
 
+// Whether x's next gather reads its slice from NVMe (not from an hpZ secondary).
+static bool from_disk(const zinf_engine *e, int x) {
+    return zinf_param_tier_on_disk(e->pt, x) && !zeropp_has_secondary(e, x);
+}
+
 // Issue decided gathers in order: up to and including module `upto` (waiting for the
 // background update where it must), or with upto < 0 as many as are updated.
 static zinf_status issue(zinf_engine *e, int upto) {
@@ -100,9 +105,9 @@ static zinf_status issue(zinf_engine *e, int upto) {
         co->qhead = (co->qhead + 1) % e->nmod, co->qlen--;
         co->queued[x] = false;
         // A slice in memory is written by then; one on disk is read after its write-back.
-        bool disk = zinf_param_tier_on_disk(e->pt, x);
+        bool disk = from_disk(e, x);
         ZINF_CHECK(zinf_optim_tier_wait_updated(e->ot, x, disk ? NULL : e->xs));
-        ZINF_CHECK(zinf_param_tier_gather(e->pt, x, co->gathered[x]));
+        ZINF_CHECK(zeropp_gather(e, x, co->gathered[x]));
         ZINF_CHECK(zinf_event_record(co->landed[x], e->xs));
         if (x == upto) break;
     }
@@ -128,7 +133,7 @@ static zinf_status read_ahead(zinf_engine *e) {
     for (int i = 0; i < n && zinf_param_tier_free_buffers(e->pt) > 1; i++) {
         int x = uses[i];
         bool issued = co->gathered[x] && !co->queued[x];
-        if (issued || !zinf_param_tier_on_disk(e->pt, x) || zinf_param_tier_has_read(e->pt, x)) continue;
+        if (issued || !from_disk(e, x) || zinf_param_tier_has_read(e->pt, x)) continue;
         if (!zinf_optim_tier_updated(e->ot, x)) break; // the background update has not written it yet
         ZINF_CHECK(zinf_param_tier_read(e->pt, x));
     }
@@ -159,7 +164,7 @@ static zinf_status wait_landed(zinf_engine *e, int x) {
     if (zinf_event_done(co->landed[x])) return zinf_stream_wait_event(e->cs, co->landed[x]);
     wait_pair *w;
     ZINF_CHECK(new_wait(co, e->dev, &w));
-    w->disk = zinf_param_tier_on_disk(e->pt, x);
+    w->disk = from_disk(e, x);
     ZINF_CHECK(zinf_event_record(w->before, e->cs));
     ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
     return zinf_event_record(w->after, e->cs);

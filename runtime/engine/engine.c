@@ -12,6 +12,7 @@
 
 typedef struct comm_job {
     zinf_engine *e;
+    zinf_comm *c;
     comm_op op;
     void *in, *out;
     size_t n;
@@ -24,19 +25,19 @@ static void comm_job_run(void *arg) {
     if (!zinf_latch_failed(e->failure)) {
         zinf_status st = ZINF_OK;
         switch (j->op) {
-        case COMM_ALLREDUCE: st = zinf_comm_allreduce_f32(e->comm, j->in, j->n); break;
-        case COMM_REDUCE_SCATTER: st = zinf_comm_reduce_scatter_f32(e->comm, j->in, j->out, j->n); break;
-        case COMM_ALLGATHER: st = zinf_comm_allgather(e->comm, j->in, j->out, j->n); break;
+        case COMM_ALLREDUCE: st = zinf_comm_allreduce_f32(j->c, j->in, j->n); break;
+        case COMM_REDUCE_SCATTER: st = zinf_comm_reduce_scatter_f32(j->c, j->in, j->out, j->n); break;
+        case COMM_ALLGATHER: st = zinf_comm_allgather(j->c, j->in, j->out, j->n); break;
         }
         if (st != ZINF_OK) zinf_latch_set(e->failure, st);
     }
     free(j);
 }
 
-zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t n) {
+zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void *out, size_t n) {
     comm_job *j = malloc(sizeof *j);
     if (!j) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    *j = (comm_job){e, op, in, out, n};
+    *j = (comm_job){e, c, op, in, out, n};
     zinf_status st = zinf_stream_host_fn(e->xs, comm_job_run, j);
     if (st != ZINF_OK) free(j);
     return st;
@@ -52,19 +53,21 @@ zinf_status engine_sync(zinf_engine *e) {
     return a != ZINF_OK ? a : b != ZINF_OK ? b : c;
 }
 
-zinf_status engine_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
-    char *place = (char *)full + (size_t)e->rank * bytes;
-    if (e->world == 1 && mine == full) return ZINF_OK;
-    if (e->world == 1) return zinf_copy_async(e->xs, full, mine, bytes, mine_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
+zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, bool mine_host, void *full,
+                             size_t bytes) {
+    const size_t W = (size_t)zinf_comm_size(c), R = (size_t)zinf_comm_rank(c);
+    char *place = (char *)full + R * bytes;
+    if (W == 1 && mine == full) return ZINF_OK;
+    if (W == 1) return zinf_copy_async(e->xs, full, mine, bytes, mine_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
     if (e->nccl && mine_host) { // NCCL takes device buffers: this rank's part first
         ZINF_CHECK(zinf_copy_async(e->xs, place, mine, bytes, ZINF_COPY_H2D));
         mine = place;
     }
-    if (e->nccl) return zinf_comm_device_allgather(e->comm, e->xs, mine, full, bytes);
-    char *h = (char *)e->h_comm + (size_t)e->rank * bytes;
+    if (e->nccl) return zinf_comm_device_allgather(c, e->xs, mine, full, bytes);
+    char *h = (char *)e->h_comm + R * bytes;
     ZINF_CHECK(zinf_copy_async(e->xs, h, mine, bytes, mine_host ? ZINF_COPY_H2H : ZINF_COPY_D2H));
-    ZINF_CHECK(engine_comm(e, COMM_ALLGATHER, h, e->h_comm, bytes));
-    return zinf_copy_async(e->xs, full, e->h_comm, (size_t)e->world * bytes, ZINF_COPY_H2D);
+    ZINF_CHECK(engine_comm(e, c, COMM_ALLGATHER, h, e->h_comm, bytes));
+    return zinf_copy_async(e->xs, full, e->h_comm, W * bytes, ZINF_COPY_H2D);
 }
 
 // ---- memory ----
@@ -551,6 +554,8 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
         p16 += e->stage == 3 ? e->lay[i].slice : e->lay[i].padded;
     out->params16 = (int64_t)(p16 * e->es);
     out->gathered_max = e->co.pf ? zinf_prefetch_live_peak(e->co.pf) * (int64_t)e->es : 0;
+    out->hpz_ranks = e->hpz_k > 1 ? e->hpz_k : 1;
+    out->secondary = e->sec_bytes;
     out->master = (int64_t)(e->npart * sizeof(float));
     out->optim_states = 2 * out->master;
     out->grads32 = out->master;

@@ -134,8 +134,14 @@ struct zinf_engine {
     zinf_event *fwd_done, *ev_cs;
 
     // ZeRO++ (zeropp.c)
-    bool qwz;   // stage-3 gathers move int8 weights
-    void *d_qw; // the quantized slices of one gather, every rank's
+    bool qwz;          // stage-3 gathers move int8 weights
+    void *d_qw;        // the quantized slices of one gather, every rank's
+    int hpz_k;         // hpZ: ranks per secondary group (1: off)
+    zinf_comm *hpz;    // this rank's group
+    void **sec;        // per module: this rank's secondary partition
+    bool *sec_valid;   // per module: it holds the parameters as they are now
+    bool sec_host;     // in pinned host memory (parameters offloaded), else on the device
+    int64_t sec_bytes; // all of them
 
     // the current step
     int micro;        // micro-batches since the last step
@@ -211,10 +217,22 @@ zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packe
 // zeropp.c
 zinf_status zeropp_create(zinf_engine *e);
 void zeropp_destroy(zinf_engine *e);
-// A stage-3 gather of module parameters, as engine_allgather, quantized with qwZ.
+// The parameter tier's gather: as engine_allgather over every rank, quantized with qwZ.
 zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
-// The bytes each rank sends every other for one gather of module mod.
+// Queue the gather of module mod into full (device, padded elements) on the
+// communication stream: from its secondary partition within the hpZ group when this
+// step has one, else from every rank's slice (keeping the secondary with hpZ).
+zinf_status zeropp_gather(zinf_engine *e, int mod, void *full);
+bool zeropp_has_secondary(const zinf_engine *e, int mod);
+// The parameters change: no secondary partition holds them any more.
+void zeropp_invalidate(zinf_engine *e);
+// The bytes each rank sends every other for one gather of module mod from every rank.
 size_t zeropp_gather_bytes(const zinf_engine *e, int mod);
+// A secondary gather: bytes each member of the group sends the others.
+size_t zeropp_secondary_bytes(const zinf_engine *e, int mod);
+// What one gather of module mod (from every rank, or secondary) copies between host
+// and device, added to *h2d and *d2h.
+void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_t *h2d, int64_t *d2h);
 // step.c
 zinf_status step_run(zinf_engine *e, zinf_step_info *info);
 
@@ -247,11 +265,12 @@ zinf_status engine_reap(zinf_engine *e, bool wait);
 // Collectives queued on the communication stream, in the same order on every rank. A
 // failure is kept and raised by engine_sync.
 typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALLGATHER } comm_op;
-zinf_status engine_comm(zinf_engine *e, comm_op op, void *in, void *out, size_t n);
-// On the communication stream: full (world * bytes, device) = every rank's mine
-// (bytes, on the host when mine_host, else on the device; may be full + rank * bytes),
-// by NCCL or through pinned staging.
-zinf_status engine_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
+zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void *out, size_t n);
+// On the communication stream: full (size(c) * bytes, device) = every rank of c's mine
+// (bytes, on the host when mine_host, else on the device; may be full + rank(c) *
+// bytes), by NCCL or through pinned staging.
+zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, bool mine_host, void *full,
+                             size_t bytes);
 // Where a tier's swap store goes: paths, with the aio engine and the run's name the
 // tiers share.
 zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *paths);

@@ -77,6 +77,7 @@ zinf_status params_store(zinf_engine *e, int mod, const void *src, bool src_host
 }
 
 zinf_status params_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src) {
+    zeropp_invalidate(e);
     if (e->stage == 3) return zinf_param_tier_write(e->pt, mod, a - e->lay[mod].part_lo, n, src);
     ZINF_CHECK(zinf_copy_async(e->cs, (char *)e->params16[mod] + a * e->es, src, n * e->es, ZINF_COPY_H2D));
     return zinf_stream_sync(e->cs);

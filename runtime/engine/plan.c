@@ -140,11 +140,16 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out
         size_t sb = x->slice * e->es;
         bool disk = e->stage == 3 && e->ptier == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
         pad4 += x->padded * sizeof(float), slice4 += x->slice * sizeof(float);
-        if (e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE)
-            out->h2d += gathers[i] * (int64_t)(staged ? W * sb : sb);
-        else if (staged)
-            out->d2h += gathers[i] * (int64_t)sb, out->h2d += gathers[i] * (int64_t)(W * sb);
-        if (disk) out->nvme_read += gathers[i] * (int64_t)sb, out->nvme_write += (int64_t)sb;
+        // A step's first gather of a module is from every rank; with hpZ the rest are
+        // secondary (and read no NVMe).
+        int64_t first = gathers[i] > 0, later = gathers[i] - first, reads = e->hpz_k > 1 ? first : gathers[i];
+        if (e->stage == 3) {
+            for (int64_t g = 0; g < first; g++)
+                zeropp_gather_traffic(e, i, false, &out->h2d, &out->d2h);
+            for (int64_t g = 0; g < later; g++)
+                zeropp_gather_traffic(e, i, e->hpz_k > 1, &out->h2d, &out->d2h);
+        }
+        if (disk) out->nvme_read += reads * (int64_t)sb, out->nvme_write += (int64_t)sb;
         if (e->stage >= 1 && e->stage <= 2 && staged && sb) out->d2h += (int64_t)sb, out->h2d += (int64_t)(W * sb);
     }
     if (staged)
@@ -161,31 +166,47 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out
     }
 }
 
-// Bytes a rank receives per optimizer step, as the communicator counts them: every
-// other rank sends `per` bytes through the collectives below; those on this rank's node
-// count as intra. Stage-3 gathers (zeropp.c: int8 with qwZ); each micro-batch's buckets
-// (reduce.c flush: a reduce-scatter of a block at stages 2-3, an all-reduce, twice that,
-// at 0-1; the blocks add up to the slices); step.c: the gradient norms' pieces at
-// stages 1-3, the loss and micro-batch count, and the stage-1/2 all-gather of the new
-// parameters.
+// The ranks of a group of `size` ranks `stride` apart from `first`, seen from rank 0:
+// `per` bytes from each other member, intra when on rank 0's node (L consecutive
+// ranks form a node).
+static void from_group(zinf_plan *out, int64_t L, int64_t first, int64_t size, int64_t stride, int64_t per) {
+    for (int64_t m = 0; m < size; m++) {
+        int64_t r = first + m * stride;
+        if (r != 0) *(r / L == 0 ? &out->comm_intra : &out->comm_inter) += per;
+    }
+}
+
+// Bytes rank 0 receives per optimizer step, as the communicator counts them. Stage-3
+// gathers (zeropp.c: the step's first from every rank, int8 with qwZ; with hpZ the rest
+// within rank 0's group); each micro-batch's buckets (reduce.c flush: a reduce-scatter
+// of a block at stages 2-3, an all-reduce, twice that, at 0-1; the blocks add up to the
+// slices); step.c: the gradient norms' pieces at stages 1-3, the loss and micro-batch
+// count, and the stage-1/2 all-gather of the new parameters.
 static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const int64_t *gathers, zinf_plan *out) {
-    int64_t W = e->world, L = t->nodes > 1 ? W / t->nodes : W, per = 0, slices = 0;
+    int64_t W = e->world, L = t->nodes > 1 ? W / t->nodes : W, all = 0, group = 0, slices = 0;
     if (W == 1) return;
     for (int i = 0; i < e->nmod; i++) {
         if (!e->lay[i].padded) continue;
         slices += (int64_t)e->lay[i].slice;
-        if (e->stage == 3) per += gathers[i] * (int64_t)zeropp_gather_bytes(e, i);
-        if (e->stage == 1 || e->stage == 2) per += (int64_t)(e->lay[i].slice * e->es);
+        if (e->stage == 3) {
+            int64_t first = gathers[i] > 0, later = gathers[i] - first;
+            all += first * (int64_t)zeropp_gather_bytes(e, i);
+            if (e->hpz_k > 1)
+                group += later * (int64_t)zeropp_secondary_bytes(e, i);
+            else
+                all += later * (int64_t)zeropp_gather_bytes(e, i);
+        }
+        if (e->stage == 1 || e->stage == 2) all += (int64_t)(e->lay[i].slice * e->es);
     }
-    per += e->cfg.gradient_accumulation_steps * slices * (int64_t)sizeof(float) * (e->stage >= 2 ? 1 : 2);
-    if (e->stage > 0) per += 2 * (int64_t)e->nmod * W * (int64_t)sizeof(double);
-    per += 2 * (int64_t)sizeof(double);
-    out->comm_intra = per * (L - 1);
-    out->comm_inter = per * (W - L);
+    all += e->cfg.gradient_accumulation_steps * slices * (int64_t)sizeof(float) * (e->stage >= 2 ? 1 : 2);
+    if (e->stage > 0) all += 2 * (int64_t)e->nmod * W * (int64_t)sizeof(double);
+    all += 2 * (int64_t)sizeof(double);
+    from_group(out, L, 0, W, 1, all);
+    if (group) from_group(out, L, 0, e->hpz_k, 1, group);
 }
 
 static void plan_free(zinf_engine *e) {
-    free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->buckets);
+    free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->buckets), free(e->sec), free(e->sec_valid);
     free(e->params16), free(e->grads16), free(e->pview), free(e->names), free(e->lay);
     zinf_model_destroy(e->m);
     free(e);

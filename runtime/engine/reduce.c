@@ -107,10 +107,10 @@ static zinf_status flush(zinf_engine *e, int b) {
         ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
         bool back = e->otier == ZINF_OFFLOAD_NONE; // the sums are added on the device
         if (scattered) {
-            ZINF_CHECK(engine_comm(e, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
+            ZINF_CHECK(engine_comm(e, e->comm, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
             if (back) ZINF_CHECK(zinf_copy_async(e->xs, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
         } else {
-            ZINF_CHECK(engine_comm(e, COMM_ALLREDUCE, h, NULL, W * blk));
+            ZINF_CHECK(engine_comm(e, e->comm, COMM_ALLREDUCE, h, NULL, W * blk));
             if (back) ZINF_CHECK(zinf_copy_async(e->xs, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
         }
     }

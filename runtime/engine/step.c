@@ -95,7 +95,7 @@ static zinf_status share_params(zinf_engine *e) {
         const mod_layout *l = &e->lay[i];
         size_t sb = l->slice * e->es;
         if (!sb) continue;
-        ZINF_CHECK(engine_allgather(e, (char *)e->params16[i] + e->rank * sb, false, e->params16[i], sb));
+        ZINF_CHECK(engine_allgather(e, e->comm, (char *)e->params16[i] + e->rank * sb, false, e->params16[i], sb));
     }
     return ZINF_OK;
 }
@@ -153,6 +153,7 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
         if (clip > 0 && (info->grad_norm + 1e-6) / clip > 1) combined = scale * (info->grad_norm + 1e-6) / clip;
         zinf_optim_hparams h = hparams(e, info->lr, (float)(1.0 / combined));
         e->steps_applied++;
+        zeropp_invalidate(e); // before the next forward's gathers, which the update may run under
         if (e->background) {
             // The next forward starts now; its gathers wait for their sub-groups. This
             // step reports the last update, which ran under this step's forward.

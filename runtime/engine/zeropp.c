@@ -1,8 +1,16 @@
-// ZeRO++ (Wang et al. 2023): stage-3 gathers of quantized weights (qwZ). A rank's
-// 16-bit slice travels as int8 with one fp32 scale per group and every rank
-// dequantizes the gathered buffer, its own slice included, so all ranks compute with
-// the same weights; the stored slices, the master weights and the optimizer never see
-// a quantized value.
+// ZeRO++ (Wang et al. 2023) in the stage-3 gathers.
+// - qwZ: a rank's 16-bit slice travels as int8 with one fp32 scale per group, and every
+//   rank dequantizes the gathered buffer, its own slice included, so all ranks compute
+//   with the same weights; stored slices, master weights and the optimizer never see a
+//   quantized value.
+// - hpZ: the ranks form groups of k consecutive ranks. A module's first gather of a
+//   step leaves each rank holding 1/k of what was gathered, as it travelled (16-bit, or
+//   int8 and scales with qwZ): its secondary partition. Later gathers of the module in
+//   the step gather those within the group, so they never leave it, and give the same
+//   bits as the first. An applied optimizer step (or any write of the parameters) ends
+//   them; a step skipped for inf or NaN keeps them.
+// A gather's "wire" is the buffer that holds every rank's slice as it travels: the full
+// buffer itself, or with qwZ the quantized buffer the full one is dequantized from.
 #include "internal.h"
 
 // Every slice is a whole number of SLICE_ALIGN elements, so groups of that size never
@@ -13,42 +21,127 @@ enum { QW_GROUP = SLICE_ALIGN };
 // One rank's quantized slice of n elements: n int8, then the groups' scales.
 static size_t qw_bytes(size_t n) { return n + n / QW_GROUP * sizeof(float); }
 
-zinf_status zeropp_create(zinf_engine *e) {
-    e->qwz = e->stage == 3 && e->cfg.zero.quantized_weights && e->world > 1;
-    if (e->cfg.zero.quantized_weights && e->world == 1 && !e->plan)
-        ZINF_LOG_INFO("engine: zero_quantized_weights has no effect on one rank: nothing is gathered from others");
-    if (!e->qwz) return ZINF_OK;
-    size_t most = 0;
-    for (int i = 0; i < e->nmod; i++)
-        if ((size_t)e->world * qw_bytes(e->lay[i].slice) > most) most = (size_t)e->world * qw_bytes(e->lay[i].slice);
-    // The communication stream runs the gathers one after another: one buffer serves all.
-    return engine_take_device(e, most, "quantized gathers", &e->d_qw);
-}
-
-void zeropp_destroy(zinf_engine *e) {
-    if (e->dev) zinf_device_free(e->dev, e->d_qw);
-}
-
 size_t zeropp_gather_bytes(const zinf_engine *e, int mod) {
     size_t n = e->lay[mod].slice;
     return e->qwz ? qw_bytes(n) : n * e->es;
 }
 
+// A rank's secondary partition of module mod: the wire of world / k ranks' slices.
+static size_t seg_bytes(const zinf_engine *e, int mod) {
+    return (size_t)(e->world / e->hpz_k) * zeropp_gather_bytes(e, mod);
+}
+
+size_t zeropp_secondary_bytes(const zinf_engine *e, int mod) { return seg_bytes(e, mod); }
+
+zinf_status zeropp_create(zinf_engine *e) {
+    const zinf_zero_config *z = &e->cfg.zero;
+    bool three = e->stage == 3 && e->world > 1;
+    e->qwz = three && z->quantized_weights;
+    e->hpz_k = three && z->hpz_partition_size > 1 ? (int)z->hpz_partition_size : 1;
+    if (!e->plan && e->world == 1 && e->stage == 3 && (z->quantized_weights || z->hpz_partition_size > 1))
+        ZINF_LOG_INFO("engine: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size) has no effect on one rank: "
+                      "nothing is gathered from others");
+    if (e->qwz) {
+        size_t most = 0;
+        for (int i = 0; i < e->nmod; i++)
+            if ((size_t)e->world * qw_bytes(e->lay[i].slice) > most) most = (size_t)e->world * qw_bytes(e->lay[i].slice);
+        // The communication stream runs the gathers one after another: one buffer serves all.
+        ZINF_CHECK(engine_take_device(e, most, "quantized gathers", &e->d_qw));
+    }
+    if (e->hpz_k == 1) return ZINF_OK;
+    // Beside parameters offloaded to host memory or NVMe the secondary partition stays
+    // in pinned host memory: the device has no room to spare there, and a later gather
+    // then reads no NVMe.
+    e->sec_host = e->ptier != ZINF_OFFLOAD_NONE;
+    e->sec = calloc((size_t)e->nmod, sizeof *e->sec);
+    e->sec_valid = calloc((size_t)e->nmod, sizeof *e->sec_valid);
+    if (!e->sec || !e->sec_valid) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; i < e->nmod; i++) {
+        if (!e->lay[i].padded) continue;
+        const char *what = "hpZ secondary partition";
+        size_t b = seg_bytes(e, i);
+        ZINF_CHECK(e->sec_host ? engine_take_pinned(e, b, what, &e->sec[i]) : engine_take_device(e, b, what, &e->sec[i]));
+        e->sec_bytes += (int64_t)b;
+    }
+    if (e->plan) return ZINF_OK;
+    ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->hpz_k, &e->hpz));
+    return e->nccl ? zinf_comm_attach_device(e->hpz, e->dev) : ZINF_OK;
+}
+
+void zeropp_destroy(zinf_engine *e) {
+    if (e->dev) zinf_device_free(e->dev, e->d_qw);
+    for (int i = 0; e->sec && i < e->nmod; i++) {
+        if (e->sec_host && e->host) zinf_host_pool_free(e->host, e->sec[i], true);
+        if (!e->sec_host && e->dev) zinf_device_free(e->dev, e->sec[i]);
+    }
+    free(e->sec), free(e->sec_valid);
+    if (e->hpz) zinf_comm_detach_device(e->hpz);
+    zinf_comm_destroy(e->hpz);
+}
+
+// The wire of a gather of module mod: full, or the quantized buffer.
+static char *wire_of(zinf_engine *e, void *full) { return e->qwz ? e->d_qw : full; }
+
+// full = every rank's slice dequantized from the quantized wire.
+static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
+    const size_t qb = qw_bytes(n), bytes = n * e->es;
+    for (size_t r = 0; r < (size_t)e->world; r++) {
+        const char *qr = (const char *)e->d_qw + r * qb;
+        ZINF_CHECK(zinf_dequantize(e->xs, 8, qr, (const float *)(qr + n), n, QW_GROUP, e->dt, (char *)full + r * bytes,
+                                   false));
+    }
+    return ZINF_OK;
+}
+
 zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
-    if (!e->qwz) return engine_allgather(e, mine, mine_host, full, bytes);
+    if (!e->qwz) return engine_allgather(e, e->comm, mine, mine_host, full, bytes);
     const size_t n = bytes / e->es, qb = qw_bytes(n);
-    char *q = e->d_qw, *qmine = q + (size_t)e->rank * qb;
+    char *qmine = (char *)e->d_qw + (size_t)e->rank * qb;
     if (mine_host) { // quantized on the device: this rank's part goes up first, into its place
         char *place = (char *)full + (size_t)e->rank * bytes;
         ZINF_CHECK(zinf_copy_async(e->xs, place, mine, bytes, ZINF_COPY_H2D));
         mine = place;
     }
     ZINF_CHECK(zinf_quantize(e->xs, 8, e->dt, mine, n, QW_GROUP, qmine, (float *)(qmine + n)));
-    ZINF_CHECK(engine_allgather(e, qmine, false, q, qb));
-    for (size_t r = 0; r < (size_t)e->world; r++) {
-        const char *qr = q + r * qb;
-        ZINF_CHECK(zinf_dequantize(e->xs, 8, qr, (const float *)(qr + n), n, QW_GROUP, e->dt, (char *)full + r * bytes,
-                                   false));
+    ZINF_CHECK(engine_allgather(e, e->comm, qmine, false, e->d_qw, qb));
+    return dequantize_all(e, full, n);
+}
+
+bool zeropp_has_secondary(const zinf_engine *e, int mod) { return e->hpz_k > 1 && e->sec_valid[mod]; }
+
+zinf_status zeropp_gather(zinf_engine *e, int mod, void *full) {
+    const size_t seg = e->hpz_k > 1 ? seg_bytes(e, mod) : 0;
+    char *wire = wire_of(e, full);
+    if (zeropp_has_secondary(e, mod)) { // within the group: the group's segments make the wire
+        ZINF_CHECK(engine_allgather(e, e->hpz, e->sec[mod], e->sec_host, wire, seg));
+        return e->qwz ? dequantize_all(e, full, e->lay[mod].slice) : ZINF_OK;
     }
+    ZINF_CHECK(zinf_param_tier_gather(e->pt, mod, full));
+    if (e->hpz_k == 1) return ZINF_OK;
+    // Keep this rank's segment of the wire before the next gather reuses it.
+    size_t j = (size_t)(e->rank % e->hpz_k);
+    ZINF_CHECK(zinf_copy_async(e->xs, e->sec[mod], wire + j * seg, seg, e->sec_host ? ZINF_COPY_D2H : ZINF_COPY_D2D));
+    e->sec_valid[mod] = true;
     return ZINF_OK;
+}
+
+void zeropp_invalidate(zinf_engine *e) {
+    for (int i = 0; e->sec_valid && i < e->nmod; i++)
+        e->sec_valid[i] = false;
+}
+
+void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_t *h2d, int64_t *d2h) {
+    const int64_t W = e->world, sb = (int64_t)(e->lay[mod].slice * e->es), wb = (int64_t)zeropp_gather_bytes(e, mod);
+    const bool staged = W > 1 && !e->nccl, host = e->ptier != ZINF_OFFLOAD_NONE;
+    if (secondary) { // mine is the segment: up to NCCL, or through the staging
+        int64_t seg = (int64_t)seg_bytes(e, mod);
+        if (!staged && e->sec_host) *h2d += seg;
+        if (staged && !e->sec_host) *d2h += seg;
+        if (staged) *h2d += e->hpz_k * seg;
+        return;
+    }
+    if (host && (!staged || e->qwz)) *h2d += sb; // a slice in host memory goes up first
+    if (staged && (!host || e->qwz)) *d2h += wb; // a slice (or its int8) on the device comes down
+    if (staged) *h2d += W * wb;
+    if (e->hpz_k > 1 && e->sec_host) *d2h += (int64_t)seg_bytes(e, mod);
 }

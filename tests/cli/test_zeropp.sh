@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # ZeRO++ and the communication counts, on 4 ranks as 2 nodes of 2 (ZINF_RANKS_PER_NODE;
-# under the CUDA emulation the collectives are NCCL's). Every stage's comm_bytes_intra
-# and comm_bytes_inter per step equal what zinf estimate predicts for the same config;
-# qwZ (zero_quantized_weights) cuts the gathers' bytes to int8 and trains within a
-# stated tolerance of plain ZeRO-3; with qwZ every offload tier gives the same bits, and
-# a checkpoint resumes exactly and at another world size; the config errors.
+# under the CUDA emulation the collectives are NCCL's). Every stage's and ZeRO++
+# choice's comm_bytes_intra and comm_bytes_inter per step equal what zinf estimate
+# predicts for the same config. hpZ (zero_hpz_partition_size 2: a node) gives plain
+# ZeRO-3's bits with the parameters anywhere, keeps its secondary partition over a step
+# skipped for overflow, and moves backward's gathers off the inter-node link; qwZ
+# (zero_quantized_weights) cuts the gathers' bytes to int8 and trains within a stated
+# tolerance of plain ZeRO-3, alone and with hpZ; every offload tier gives the same bits,
+# and a checkpoint resumes exactly and at another world size; the config errors.
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -47,13 +50,17 @@ plan = [o for o in map(json.loads, open(sys.argv[2])) if o.get("plan")][0]
 want = (plan["comm_bytes_intra"], plan["comm_bytes_inter"])
 got = [(s["comm_bytes_intra"], s["comm_bytes_inter"]) for s in steps[1:]]
 print(f"{sys.argv[3]}: per step {got[0][0]} B in node, {got[0][1]} B across; the estimate says {want[0]}, {want[1]}")
-assert all(g == want for g in got) and want[0] > 0 and want[1] == 2 * want[0], (got, want)
+assert all(g == want for g in got) and want[0] > 0 and want[1] > 0, (got, want)
 PY
 }
 for stage in 0 1 2 3; do
   counts "stage$stage" --set zero_optimization.stage=$stage
 done
 counts qwz --set zero_optimization.zero_quantized_weights=true
+H=(--set zero_optimization.zero_hpz_partition_size=2)
+counts hpz "${H[@]}"
+counts hpz.cpu "${H[@]}" --set zero_optimization.offload_param.device=cpu
+counts qwz.hpz "${H[@]}" --set zero_optimization.zero_quantized_weights=true
 # qwZ moves the gathers' bf16 as int8 plus a scale per 2048 elements; the fp32 gradient
 # reduce-scatter (2 micro-batches here) stays as it is.
 python3 - "$tmp/stage3" "$tmp/qwz" <<'PY' || fail "qwZ does not shrink the gathers"
@@ -61,6 +68,41 @@ import json, sys
 a, b = ([json.loads(l) for l in open(f)][1]["comm_bytes_inter"] for f in sys.argv[1:])
 print(f"inter-node bytes per step: plain {a}, qwZ {b} ({b / a:.3f})")
 assert b < 0.95 * a, (a, b)
+PY
+
+# hpZ only reroutes: backward's gathers stay in the node.
+python3 - "$tmp/stage3" "$tmp/hpz" <<'PY' || fail "hpZ does not cut the inter-node bytes"
+import json, sys
+a, b = ([json.loads(l) for l in open(f)][1] for f in sys.argv[1:])
+print(f"hpZ: inter-node bytes per step {a['comm_bytes_inter']} -> {b['comm_bytes_inter']}, "
+      f"in node {a['comm_bytes_intra']} -> {b['comm_bytes_intra']}")
+assert b["comm_bytes_inter"] < 0.7 * a["comm_bytes_inter"] and b["comm_bytes_intra"] > a["comm_bytes_intra"], (a, b)
+PY
+T=(--set zero_optimization.offload_optimizer.nvme_path="$tmp/swap" --set zero_optimization.offload_param.nvme_path="$tmp/swap")
+run4 "$tmp/h6" --steps 6
+for tier in none cpu nvme; do
+  run4 "$tmp/h6.$tier" --steps 6 "${H[@]}" "${T[@]}" --set zero_optimization.offload_optimizer.device=$tier \
+    --set zero_optimization.offload_param.device=$tier
+  [ "$(summary "$tmp/h6.$tier")" = "$(summary "$tmp/h6")" ] ||
+    fail "hpZ with both tiers on $tier: $(summary "$tmp/h6.$tier"); plain ZeRO-3: $(summary "$tmp/h6")"
+done
+grep -q 'hpZ secondary partition: .* in pinned host memory (gathers after a module.s first in a step stay in groups of 2' \
+  "$tmp/h6.nvme.err" || fail "the plan does not say where hpZ's partition lives: $(grep hpZ "$tmp/h6.nvme.err")"
+# fp16 starting at a loss scale of 2^20 overflows and skips its first steps: the
+# secondary partition outlives each skipped step (the next gathers nothing across nodes
+# but gradients) and not an applied one, and the bits stay plain ZeRO-3's.
+F=(--steps 12 --set fp16.enabled=true --set bf16.enabled=false --set fp16.initial_scale_power=20)
+run4 "$tmp/f" "${F[@]}"
+run4 "$tmp/fh" "${F[@]}" "${H[@]}"
+[ "$(summary "$tmp/fh")" = "$(summary "$tmp/f")" ] || fail "hpZ under fp16: $(summary "$tmp/fh"); plain: $(summary "$tmp/f")"
+python3 - "$tmp/fh" "$tmp/hpz.est" <<'PY' || fail "hpZ's secondary partition and skipped steps"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1])][:-1]
+plan = [o for o in map(json.loads, open(sys.argv[2])) if o.get("plan")][0]["comm_bytes_inter"]
+print("fp16 with hpZ: skipped", [int(x["skipped"]) for x in s], "inter-node bytes", [x["comm_bytes_inter"] for x in s])
+assert any(x["skipped"] for x in s[:-1]) and not all(x["skipped"] for x in s[:-1]), s
+for a, b in zip(s, s[1:]):
+    assert (b["comm_bytes_inter"] < plan) if a["skipped"] else (b["comm_bytes_inter"] == plan), (a, b, plan)
 PY
 
 # qwZ trains: 30 steps within 3 % (relative) of plain ZeRO-3 at every step, and the loss
@@ -74,16 +116,28 @@ worst = max(abs(x - y) / y for x, y in zip(b, a))
 print(f"qwZ: 30 steps, losses within {worst:.4f} (relative) of plain ZeRO-3; {b[0]:.4f} -> {b[-1]:.4f}")
 assert len(a) == len(b) == 30 and worst < 0.03 and b[-1] < 0.5 * b[0] and a != b, (worst, b)
 PY
+run4 "$tmp/qh" "${H[@]}" --set zero_optimization.zero_quantized_weights=true
+python3 - "$tmp/plain" "$tmp/qh" <<'PY' || fail "qwZ with hpZ drifts from plain ZeRO-3"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f)][:-1] for f in sys.argv[1:])
+worst = max(abs(x - y) / y for x, y in zip(b, a))
+print(f"qwZ + hpZ: 30 steps, losses within {worst:.4f} (relative) of plain ZeRO-3; {b[0]:.4f} -> {b[-1]:.4f}")
+assert len(b) == 30 and worst < 0.03 and b[-1] < 0.5 * b[0], (worst, b)
+PY
 
-# Where the parameters and the optimizer live changes no bits under qwZ either.
+# Where the parameters and the optimizer live changes no bits under qwZ, with hpZ too.
 q=(--steps 6 --set zero_optimization.zero_quantized_weights=true)
 run4 "$tmp/q6" "${q[@]}"
+run4 "$tmp/qh6" "${q[@]}" "${H[@]}"
+[ "$(summary "$tmp/qh6")" = "$(summary "$tmp/q6")" ] || fail "hpZ changed qwZ's bits: $(summary "$tmp/qh6") vs $(summary "$tmp/q6")"
 for tier in cpu nvme; do
-  run4 "$tmp/q6.$tier" "${q[@]}" --set zero_optimization.offload_optimizer.device=$tier \
-    --set zero_optimization.offload_param.device=$tier \
-    --set zero_optimization.offload_optimizer.nvme_path="$tmp/swap" --set zero_optimization.offload_param.nvme_path="$tmp/swap"
-  [ "$(summary "$tmp/q6.$tier")" = "$(summary "$tmp/q6")" ] ||
-    fail "qwZ with both tiers on $tier: $(summary "$tmp/q6.$tier"); on the device: $(summary "$tmp/q6")"
+  for h in 1 2; do
+    run4 "$tmp/q6.$tier$h" "${q[@]}" "${T[@]}" --set zero_optimization.offload_optimizer.device=$tier \
+      --set zero_optimization.offload_param.device=$tier --set zero_optimization.zero_hpz_partition_size=$h
+    want=$tmp/q6; [ $h = 2 ] && want=$tmp/qh6
+    [ "$(summary "$tmp/q6.$tier$h")" = "$(summary "$want")" ] ||
+      fail "qwZ, hpZ $h, both tiers on $tier: $(summary "$tmp/q6.$tier$h"); on the device: $(summary "$want")"
+  done
 done
 
 # A checkpoint of a qwZ run resumes exactly, and at 2 ranks as plain ZeRO-3.
@@ -96,14 +150,20 @@ mpirun -np 2 "$Z" train "$tmp/cfg.json" --json --steps 4 --set checkpoint.load="
   > "$tmp/c2" 2> "$tmp/c2.err" || fail "a qwZ checkpoint on 2 ranks: $(tail -c 400 "$tmp/c2.err")"
 [ "$(wc -l < "$tmp/c2")" = 2 ] || fail "a qwZ checkpoint on 2 ranks: $(cat "$tmp/c2")"
 
-# Config errors name the key; one rank says qwZ changes nothing.
+# Config errors name the key; one rank says ZeRO++ changes nothing.
 expect 2 "$Z" train "$tmp/cfg.json" --set zero_optimization.stage=2 --set zero_optimization.zero_quantized_weights=true
 grep -q 'zero_optimization.zero_quantized_weights: true needs zero_optimization.stage 3' "$tmp/err" ||
   fail "qwZ at stage 2: $(cat "$tmp/err")"
 expect 2 "$Z" train "$tmp/cfg.json" --set zero_optimization.zero_quantized_nontrainable_weights=true
 grep -q 'zero_quantized_nontrainable_weights' "$tmp/err" || fail "nontrainable: $(cat "$tmp/err")"
 expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.zero_quantized_weights=true
-grep -q 'zero_quantized_weights has no effect on one rank' "$tmp/out" "$tmp/err" || fail "one rank: $(cat "$tmp/err")"
+grep -q 'ZeRO++ (zero_quantized_weights, zero_hpz_partition_size) has no effect on one rank' "$tmp/out" "$tmp/err" ||
+  fail "one rank: $(cat "$tmp/err")"
+expect 2 mpirun -np 4 "$Z" train "$tmp/cfg.json" --set zero_optimization.zero_hpz_partition_size=3
+grep -q 'zero_optimization.zero_hpz_partition_size: 3 does not divide the 4 ranks' "$tmp/err" "$tmp/out" ||
+  fail "hpZ 3 of 4: $(tail -c 300 "$tmp/err")"
+expect 2 "$Z" train "$tmp/cfg.json" --set zero_optimization.stage=1 --set zero_optimization.zero_hpz_partition_size=2
+grep -q 'zero_hpz_partition_size: 2 needs zero_optimization.stage 3' "$tmp/err" || fail "hpZ at stage 1: $(cat "$tmp/err")"
 ZINF_RANKS_PER_NODE=3 expect 1 mpirun -np 4 -x ZINF_RANKS_PER_NODE "$Z" train "$tmp/cfg.json" --steps 1
 grep -q 'ZINF_RANKS_PER_NODE: "3" is not a number of ranks >= 1 that divides the 4 ranks' "$tmp/err" "$tmp/out" ||
   fail "ZINF_RANKS_PER_NODE=3 on 4 ranks: $(tail -c 400 "$tmp/err")"
