@@ -83,6 +83,10 @@ zinf_status zinf_comm_allreduce_f64(zinf_comm *c, double *buf, size_t n);
 // out (W * bytes) = every rank's in (bytes), in rank order; in may equal
 // out + rank * bytes.
 zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t bytes);
+// out (W * bytes): block r is rank r's block for this rank, i.e. rank r's
+// in + rank * bytes; in (W * bytes) holds this rank's block for every rank. in and out
+// must not overlap.
+zinf_status zinf_comm_alltoall(zinf_comm *c, const void *in, void *out, size_t bytes);
 zinf_status zinf_comm_broadcast(zinf_comm *c, void *buf, size_t bytes, int root);
 zinf_status zinf_comm_barrier(zinf_comm *c);
 
@@ -106,6 +110,7 @@ zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, co
 zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n);
 zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out,
                                        size_t bytes); // in may be out + rank * bytes
+zinf_status zinf_comm_device_alltoall(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes);
 // ZINF_OK, or the failure that ended the communicator (host or device side).
 zinf_status zinf_comm_status(zinf_comm *c);
 

@@ -58,6 +58,9 @@ typedef struct zinf_zero_config {
     int64_t max_reuse_distance;
     bool quantized_weights; // ZeRO++ qwZ: stage-3 gathers move int8 weights
     int64_t hpz_partition_size; // ZeRO++ hpZ: ranks of a secondary group (1: off)
+    bool quantized_gradients;   // ZeRO++ qgZ: stage-3 gradient reduce-scatter as int4 all-to-alls
+    int64_t mics_shard_size;    // MiCS: ranks a model's states are partitioned over (-1: all)
+    bool mics_hierarchical_params_gather;
     zinf_offload_optimizer_config offload_optimizer;
     zinf_offload_param_config offload_param;
 } zinf_zero_config;

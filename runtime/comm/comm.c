@@ -378,6 +378,36 @@ zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t 
     return leave(c, st);
 }
 
+// Rounds of at most chunk_bytes per rank through the scratch, each block then put in
+// its place (the backend's output is one block per rank, back to back).
+zinf_status zinf_comm_alltoall(zinf_comm *c, const void *in, void *out, size_t bytes) {
+    static const char op[] = "alltoall";
+    if (!c) return NO_COMM(op);
+    const size_t W = (size_t)c->size;
+    if (bytes > SIZE_MAX / W)
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: %zu bytes for %zu ranks overflows", name(c), op, bytes, W);
+    if (bytes && !in) return NULL_ARG(c, op, in, bytes);
+    if (bytes && !out) return NULL_ARG(c, op, out, bytes);
+    if (overlap(in, W * bytes, out, W * bytes))
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: in and out overlap", name(c), op);
+    ZINF_CHECK(enter(c, op));
+    zinf_status st = ZINF_OK;
+    if (!c->ops) {
+        if (bytes) memcpy(out, in, bytes);
+        return leave(c, st);
+    }
+    const size_t s = per_round(c, 1);
+    char *sc = NULL;
+    if (bytes) st = scratch(c, op, W * min_size(s, bytes), (void **)&sc);
+    for (size_t o = 0, len; st == ZINF_OK && o < bytes; o += len) {
+        len = min_size(s, bytes - o);
+        st = alltoall(c, op, (const char *)in + o, bytes, sc, len);
+        for (size_t r = 0; st == ZINF_OK && r < W; r++)
+            memcpy((char *)out + r * bytes + o, sc + r * len, len);
+    }
+    return leave(c, st);
+}
+
 zinf_status zinf_comm_broadcast(zinf_comm *c, void *buf, size_t bytes, int root) {
     static const char op[] = "broadcast";
     if (!c) return NO_COMM(op);

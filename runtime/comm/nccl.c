@@ -277,6 +277,10 @@ zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void 
     DEVICE_CALL(c, s, "allgather", bytes, ncclAllGather(in, out, bytes, ncclUint8, c->nccl->nc, zinf_stream_native(s)));
 }
 
+zinf_status zinf_comm_device_alltoall(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
+    DEVICE_CALL(c, s, "alltoall", bytes, ncclAlltoAll(in, out, bytes, ncclUint8, c->nccl->nc, zinf_stream_native(s)));
+}
+
 static bool device_failed(const zinf_comm *c) { return c->nccl && atomic_load(&c->nccl->failed); }
 static const char *device_failure(const zinf_comm *c) { return c->nccl->failure; }
 
@@ -309,6 +313,10 @@ zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *
 zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
     (void)c, (void)s, (void)in, (void)out, (void)bytes;
     return NO_NCCL("allgather");
+}
+zinf_status zinf_comm_device_alltoall(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
+    (void)c, (void)s, (void)in, (void)out, (void)bytes;
+    return NO_NCCL("alltoall");
 }
 static bool device_failed(const zinf_comm *c) {
     (void)c;

@@ -177,6 +177,34 @@ static zinf_status offload_rules(const parse_ctx *ctx, const char *section, zinf
     return ZINF_OK;
 }
 
+// MiCS: shard groups of mics_shard_size consecutive ranks, replicated across groups.
+static zinf_status mics_rules(zinf_config *c, const parse_ctx *ctx) {
+    zinf_zero_config *z = &c->zero;
+    const char *k = "zero_optimization.mics_shard_size";
+    if (z->mics_shard_size == 0 || z->mics_shard_size < -1)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: %lld is not a number of ranks (or -1: off)", ctx->name, k,
+                         (long long)z->mics_shard_size);
+    if (z->mics_shard_size < 0) {
+        if (z->mics_hierarchical_params_gather)
+            ZINF_LOG_WARN("%s: zero_optimization.mics_hierarchical_params_gather is unused: %s is -1", ctx->name, k);
+        return ZINF_OK;
+    }
+    if (z->stage != 3)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: %lld needs zero_optimization.stage 3 (stage is %lld)", ctx->name, k,
+                         (long long)z->mics_shard_size, (long long)z->stage);
+    if (c->world_size > 1 && (z->mics_shard_size > c->world_size || c->world_size % z->mics_shard_size))
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: %lld does not divide the %d ranks", ctx->name, k,
+                         (long long)z->mics_shard_size, c->world_size);
+    // ZeRO++'s secondary partitions and int4 reduce-scatter are built on the world's
+    // partition; MiCS has its own groups (DeepSpeed ignores them under MiCS: zinf says so).
+    if (z->hpz_partition_size > 1 || z->quantized_gradients)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: %s: MiCS does not combine with zero_optimization.%s; MiCS already keeps gathers inside "
+                         "its shard groups",
+                         ctx->name, k, z->hpz_partition_size > 1 ? "zero_hpz_partition_size" : "zero_quantized_gradients");
+    return ZINF_OK;
+}
+
 static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
     zinf_zero_config *z = &c->zero;
     // DeepSpeed overlaps gradient reduction with backward by default in stage 3 only.
@@ -201,6 +229,17 @@ static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
                          "%s: zero_optimization.zero_hpz_partition_size: %lld needs zero_optimization.stage 3 (stage is "
                          "%lld): only stage 3 gathers weights",
                          ctx->name, (long long)z->hpz_partition_size, (long long)z->stage);
+    if (z->quantized_gradients && z->stage != 3)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: zero_optimization.zero_quantized_gradients: true needs zero_optimization.stage 3 (stage "
+                         "is %lld)",
+                         ctx->name, (long long)z->stage);
+    if (z->quantized_gradients && !z->reduce_scatter)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: zero_optimization.zero_quantized_gradients: true needs zero_optimization.reduce_scatter "
+                         "true: qgZ replaces the reduce-scatter",
+                         ctx->name);
+    ZINF_CHECK(mics_rules(c, ctx));
     // One rank gathers nothing from others: there ZeRO++ has no effect (the engine says so).
     if (z->hpz_partition_size > 1 && c->world_size > 1 &&
         (z->hpz_partition_size > c->world_size || c->world_size % z->hpz_partition_size))

@@ -181,10 +181,10 @@ const key zinf_config_keys[] = {
 
     BOOL(ZO "zero_quantized_weights", OFF(zero.quantized_weights), 0),
     INT(ZO "zero_hpz_partition_size", OFF(zero.hpz_partition_size), 1, 1, 1 << 20, 0),
+    BOOL(ZO "zero_quantized_gradients", OFF(zero.quantized_gradients), 0),
+    INT(ZO "mics_shard_size", OFF(zero.mics_shard_size), -1, -1, 1 << 20, 0),
+    BOOL(ZO "mics_hierarchical_params_gather", OFF(zero.mics_hierarchical_params_gather), 0),
     UNSUPPORTED(ZO "zero_quantized_nontrainable_weights", "false", "zinf trains every parameter: there are no frozen ones to keep quantized"),
-    UNSUPPORTED(ZO "zero_quantized_gradients", "false", NULL),
-    UNSUPPORTED(ZO "mics_shard_size", "-1", NULL),
-    UNSUPPORTED(ZO "mics_hierarchical_params_gather", "false", NULL),
     UNSUPPORTED(ZO "elastic_checkpoint", "false", "zinf re-slices checkpoints for a new world size by itself"),
     UNSUPPORTED(ZO "load_from_fp32_weights", "true", "zinf checkpoints always hold the fp32 master weights"),
     UNSUPPORTED(ZO "legacy_stage1", "false", NULL),

@@ -1,6 +1,7 @@
-// Checkpoints (zinf_checkpoint.h): every rank streams its slices of every module from
-// wherever they live (the device, host memory, the swap store) into its own file of a
-// temporary step directory; rank 0 adds meta.json, syncs, renames the directory into
+// Checkpoints (zinf_checkpoint.h): every rank of the partition streams its slices of
+// every module from wherever they live (the device, host memory, the swap store) into
+// its own file of a temporary step directory (with MiCS the first shard group writes:
+// the other groups hold the same states, and the checkpoint is that of pw ranks); rank 0 adds meta.json, syncs, renames the directory into
 // place and only then replaces `latest`. Loading streams back, from whichever saved
 // ranks hold the elements this rank now owns, so any world size and stage can load it.
 #include <dirent.h>
@@ -79,7 +80,7 @@ static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
     }
     for (int i = 0; i < e->nmod; i++) {
         size_t a, b;
-        saved_range(e, i, e->rank, &a, &b);
+        saved_range(e, i, e->pr, &a, &b);
         for (int s = 0; s < ns; s++) {
             zinf_st_tensor *x = &t[i * ns + s];
             snprintf(names[i * ns + s], sizeof names[0], "%s.%s", zinf_model_module(e->m, i)->name,
@@ -92,16 +93,16 @@ static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
         }
     }
     char path[PATH_MAX + 32], rank[16], world[16];
-    snprintf(path, sizeof path, "%s/rank%d.safetensors", dir, e->rank);
-    snprintf(rank, sizeof rank, "%d", e->rank);
-    snprintf(world, sizeof world, "%d", e->world);
+    snprintf(path, sizeof path, "%s/rank%d.safetensors", dir, e->pr);
+    snprintf(rank, sizeof rank, "%d", e->pr);
+    snprintf(world, sizeof world, "%d", e->pw);
     const char *meta[] = {"zinf.rank", rank, "zinf.world_size", world};
     zinf_st_writer *w;
     zinf_status st = zinf_st_writer_open(&w, path, t, n, meta, 2);
     for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         size_t a, b;
-        saved_range(e, i, e->rank, &a, &b);
+        saved_range(e, i, e->pr, &a, &b);
         for (int s = 0; st == ZINF_OK && s < ns; s++) {
             size_t es = s == ZINF_CKPT_PARAMS ? e->es : sizeof(float), step = CHUNK_BYTES / es;
             for (size_t x = a; st == ZINF_OK && x < b; x += step) {
@@ -149,7 +150,7 @@ static json_t *meta_json(zinf_engine *e, int64_t data_position, int64_t seed) {
     return json_pack("{s:s, s:i, s:I, s:I, s:i, s:i, s:s, s:o, s:o, s:{s:f, s:I, s:I, s:I}, "
                      "s:{s:I, s:f}, s:{s:I, s:I, s:s}, s:o}",
                      "format", "zinf-checkpoint", "version", ZINF_CKPT_VERSION, "step", (json_int_t)e->steps_taken,
-                     "steps_applied", (json_int_t)e->steps_applied, "world_size", e->world, "zero_stage", e->stage,
+                     "steps_applied", (json_int_t)e->steps_applied, "world_size", e->pw, "zero_stage", e->stage,
                      "dtype", zinf_dtype_name(e->dt), "model", model, "modules", mods,
                      "loss_scaler", "scale", ls->scale, "cur_iter", (json_int_t)ls->cur_iter, "last_overflow_iter",
                      (json_int_t)ls->last_overflow_iter, "cur_hysteresis", (json_int_t)ls->cur_hysteresis, "scheduler",
@@ -278,7 +279,9 @@ zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int
     void *buf = NULL;
     if (st == ZINF_OK) {
         buf = aligned_alloc(4096, CHUNK_BYTES);
-        st = buf ? write_rank(e, tmp, buf) : zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory");
+        st = !buf ? zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory")
+             : e->rank < e->pw ? write_rank(e, tmp, buf)
+                               : ZINF_OK;
         free(buf);
         st = agree(e, st, what);
     }

@@ -28,6 +28,7 @@ static void comm_job_run(void *arg) {
         case COMM_ALLREDUCE: st = zinf_comm_allreduce_f32(j->c, j->in, j->n); break;
         case COMM_REDUCE_SCATTER: st = zinf_comm_reduce_scatter_f32(j->c, j->in, j->out, j->n); break;
         case COMM_ALLGATHER: st = zinf_comm_allgather(j->c, j->in, j->out, j->n); break;
+        case COMM_ALLTOALL: st = zinf_comm_alltoall(j->c, j->in, j->out, j->n); break;
         }
         if (st != ZINF_OK) zinf_latch_set(e->failure, st);
     }
@@ -178,7 +179,7 @@ static zinf_status alloc_states(zinf_engine *e) {
     }
     ZINF_CHECK(params_create(e));
     ZINF_CHECK(states_create(e));
-    return engine_take_device(e, (size_t)e->nmod * e->world * 2 * sizeof(double), "gradient norms",
+    return engine_take_device(e, (size_t)e->nmod * e->pw * 2 * sizeof(double), "gradient norms",
                               (void **)&e->d_stats);
 }
 
@@ -193,6 +194,7 @@ zinf_status engine_build(zinf_engine *e) {
     for (int i = 0; i < e->nmod; i++)
         e->names[i] = zinf_model_module(e->m, i)->name;
     ZINF_CHECK(layout_build(e));
+    ZINF_CHECK(mics_create(e));
     ZINF_CHECK(alloc_states(e));
     ZINF_CHECK(reduce_create(e));
     return zeropp_create(e);
@@ -289,6 +291,8 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     e->comm = comm;
     e->rank = zinf_comm_rank(comm);
     e->world = zinf_comm_size(comm);
+    e->nodes = zinf_comm_nodes(comm);
+    mics_settings(e);
     zinf_loss_scaler_init(&e->scaler, &cfg->fp16);
 
     zinf_model_params mp;
@@ -346,6 +350,7 @@ void zinf_engine_destroy(zinf_engine *e) {
     if (e->stage == 3) coord_destroy(e);
     reduce_destroy(e);
     zeropp_destroy(e);
+    mics_destroy(e);
     for (int i = 0; e->grads16 && i < e->nmod; i++)
         zinf_device_free(e->dev, e->grads16[i]);
     if (e->dev) zinf_device_free(e->dev, e->d_stats);
@@ -480,8 +485,9 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
     if (owned(e, mod, p, &lo, &hi))
         ZINF_CHECK(
             states_read(e, (zinf_tier_state)s, l->part_off + (lo - l->part_lo), hi - lo, out + (lo - p->offset)));
-    // Each element is held by one rank; the others add zeros, which changes no bits.
-    if (e->stage > 0 && e->world > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->comm, out, p->numel));
+    // Each element is held by one rank of the partition; the others add zeros, which
+    // changes no bits.
+    if (e->stage > 0 && e->pw > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->pcomm, out, p->numel));
     if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
         for (size_t i = 0; i < p->numel; i++)
             out[i] = (float)(out[i] / e->scaler.scale);

@@ -64,7 +64,7 @@ zinf_status init_partition(zinf_engine *e) {
             if (st != ZINF_OK) break;
         }
         // Stages 0-2 keep the full 16-bit buffer; stage 3 only the slice.
-        size_t lo = e->stage == 3 ? (size_t)e->rank * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
+        size_t lo = e->stage == 3 ? (size_t)e->pr * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
         fill_range(e, i, file, lo, n, vals);
         for (size_t j = 0; j < n; j++)
             dt_store(tmp, e->dt, j, vals[j]);

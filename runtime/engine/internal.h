@@ -20,11 +20,11 @@
 // dtypes (8 KiB in fp32), so a slice goes to disk with O_DIRECT in every dtype.
 enum { SLICE_ALIGN = 2048 };
 
-// Module i's place in the flat layout. Its flat buffer (padded numel) splits into
-// `world` slices of `slice` elements; rank r owns [r * slice, (r + 1) * slice).
+// Module i's place in the flat layout. Its flat buffer (padded numel) splits into pw
+// slices of `slice` elements; partition rank r owns [r * slice, (r + 1) * slice).
 typedef struct mod_layout {
     size_t numel;  // parameters (the model's flat buffer size)
-    size_t padded; // world * slice
+    size_t padded; // pw * slice
     size_t slice;
     size_t part_lo;  // start of this rank's optimizer part inside the flat buffer
     size_t part_n;   // its length: the whole buffer at stage 0, else the slice
@@ -79,6 +79,12 @@ struct zinf_engine {
     zinf_comm *comm;
     bool nccl; // collectives on device buffers (the comm is attached to dev)
     int rank, world, stage;
+    // The ranks the model's states are partitioned over (mics.c): the world, or with
+    // MiCS this rank's shard group; pw of them, this one pr among them, replicated
+    // `replicas` times.
+    int pw, pr, replicas;
+    zinf_comm *pcomm;                   // the shard group (comm without MiCS)
+    zinf_comm *mics_shard, *mics_repl;  // MiCS's groups: the shard group, the replication group
     zinf_device *dev;
     zinf_stream *cs; // compute
     zinf_stream *xs; // communication and the copies around it
@@ -142,6 +148,11 @@ struct zinf_engine {
     bool *sec_valid;   // per module: it holds the parameters as they are now
     bool sec_host;     // in pinned host memory (parameters offloaded), else on the device
     int64_t sec_bytes; // all of them
+    bool qgz;                       // stage-3 gradient buckets reduce as int4 (when the node layout allows)
+    int nodes;                      // of the ranks (the target's, in a plan)
+    zinf_comm *qg_node, *qg_cross;  // this rank's node; the ranks with its local index on every node
+    void *d_qgs, *d_qgr;            // qgZ's send and receive buffers: world slots
+    float *d_qgp;                   // qgZ's node sums: one block per node
 
     // the current step
     int micro;        // micro-batches since the last step
@@ -214,10 +225,18 @@ zinf_status states_zero(zinf_engine *e); // moments and gradients
 zinf_status states_zero_grads(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on xs).
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed);
+// mics.c
+void mics_settings(zinf_engine *e); // pw, pr and replicas from the config and the world
+zinf_status mics_create(zinf_engine *e);
+void mics_destroy(zinf_engine *e);
+// At the step: the gradient partition summed over the replicas.
+zinf_status mics_reduce_grads(zinf_engine *e);
+// Bytes that receives from each other replica.
+int64_t mics_grads_bytes(const zinf_engine *e);
 // zeropp.c
 zinf_status zeropp_create(zinf_engine *e);
 void zeropp_destroy(zinf_engine *e);
-// The parameter tier's gather: as engine_allgather over every rank, quantized with qwZ.
+// The parameter tier's gather: as engine_allgather over the partition's ranks, quantized with qwZ.
 zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
 // Queue the gather of module mod into full (device, padded elements) on the
 // communication stream: from its secondary partition within the hpZ group when this
@@ -228,6 +247,13 @@ bool zeropp_has_secondary(const zinf_engine *e, int mod);
 void zeropp_invalidate(zinf_engine *e);
 // The bytes each rank sends every other for one gather of module mod from every rank.
 size_t zeropp_gather_bytes(const zinf_engine *e, int mod);
+// qgZ: sum bucket d (world blocks of blk floats) over the ranks into this rank's block
+// d + rank * blk, on the communication stream.
+zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk);
+// qgZ's bytes for one bucket of blocks of blk: from each other rank of the node
+// (*intra) and from each of its peers on other nodes (*inter); and copied each way
+// between device and host when collectives go through the staging (*pcie).
+void zeropp_reduce_traffic(const zinf_engine *e, int64_t blk, int64_t *intra, int64_t *inter, int64_t *pcie);
 // A secondary gather: bytes each member of the group sends the others.
 size_t zeropp_secondary_bytes(const zinf_engine *e, int mod);
 // What one gather of module mod (from every rank, or secondary) copies between host
@@ -264,7 +290,7 @@ zinf_status engine_free_after(zinf_engine *e, void *p, zinf_stream *s);
 zinf_status engine_reap(zinf_engine *e, bool wait);
 // Collectives queued on the communication stream, in the same order on every rank. A
 // failure is kept and raised by engine_sync.
-typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALLGATHER } comm_op;
+typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALLGATHER, COMM_ALLTOALL } comm_op;
 zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void *out, size_t n);
 // On the communication stream: full (size(c) * bytes, device) = every rank of c's mine
 // (bytes, on the host when mine_host, else on the device; may be full + rank(c) *

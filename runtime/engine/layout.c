@@ -1,5 +1,5 @@
 // The flat layout: each module's parameters are one buffer, padded so it splits into
-// `world` equal slices of a multiple of SLICE_ALIGN elements. Rank r's optimizer part
+// pw (the partition's ranks: the world, or MiCS's shard group) equal slices of a multiple of SLICE_ALIGN elements. Rank r's optimizer part
 // of a module is its slice (stages 1-3) or the whole buffer (stage 0, where every rank
 // steps the whole model); its partition is those parts in module order.
 #include "internal.h"
@@ -15,9 +15,9 @@ zinf_status layout_build(zinf_engine *e) {
         mod_layout *l = &e->lay[i];
         const zinf_module_info *mi = zinf_model_module(e->m, i);
         l->numel = mi->numel;
-        l->padded = round_up(l->numel, (size_t)e->world * SLICE_ALIGN);
-        l->slice = l->padded / (size_t)e->world;
-        l->part_lo = e->stage == 0 ? 0 : (size_t)e->rank * l->slice;
+        l->padded = round_up(l->numel, (size_t)e->pw * SLICE_ALIGN);
+        l->slice = l->padded / (size_t)e->pw;
+        l->part_lo = e->stage == 0 ? 0 : (size_t)e->pr * l->slice;
         l->part_n = e->stage == 0 ? l->padded : l->slice;
         l->part_off = off;
         off += l->part_n;

@@ -152,11 +152,19 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out
         if (disk) out->nvme_read += reads * (int64_t)sb, out->nvme_write += (int64_t)sb;
         if (e->stage >= 1 && e->stage <= 2 && staged && sb) out->d2h += (int64_t)sb, out->h2d += (int64_t)(W * sb);
     }
-    if (staged)
+    if (e->qgz) { // reduce.c flush with zeropp_reduce_scatter: the sums land on the device
+        int64_t intra = 0, inter = 0, pcie = 0;
+        for (int b = 0; b < e->nbuckets; b++)
+            zeropp_reduce_traffic(e, (int64_t)e->buckets[b].block, &intra, &inter, &pcie);
+        out->d2h += (pcie + (offloaded ? (int64_t)slice4 : 0)) * ga, out->h2d += pcie * ga;
+    } else if (staged) {
         out->d2h += (int64_t)pad4 * ga;
-    else if (offloaded)
+    } else if (offloaded) {
         out->d2h += (int64_t)(e->stage > 0 && W > 1 ? slice4 : pad4) * ga;
-    if (staged && !offloaded) out->h2d += (int64_t)(e->stage >= 2 ? slice4 : pad4) * ga;
+    }
+    if (staged && !offloaded && !e->qgz) out->h2d += (int64_t)(e->stage >= 2 ? slice4 : pad4) * ga;
+    if (e->replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
+        out->d2h += (int64_t)(e->npart * sizeof(float)), out->h2d += (int64_t)(e->npart * sizeof(float));
     bool host_params = e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE;
     if (offloaded && !host_params) out->h2d += (int64_t)(e->npart * e->es);
     if (!offloaded && host_params) out->d2h += (int64_t)(e->npart * e->es);
@@ -176,33 +184,46 @@ static void from_group(zinf_plan *out, int64_t L, int64_t first, int64_t size, i
     }
 }
 
-// Bytes rank 0 receives per optimizer step, as the communicator counts them. Stage-3
-// gathers (zeropp.c: the step's first from every rank, int8 with qwZ; with hpZ the rest
-// within rank 0's group); each micro-batch's buckets (reduce.c flush: a reduce-scatter
-// of a block at stages 2-3, an all-reduce, twice that, at 0-1; the blocks add up to the
-// slices); step.c: the gradient norms' pieces at stages 1-3, the loss and micro-batch
-// count, and the stage-1/2 all-gather of the new parameters.
+// Bytes rank 0 receives per optimizer step, as the communicator counts them, from the
+// members of each group it is in. Over the partition's ranks (the world, or MiCS's
+// shard group): stage-3 gathers (zeropp.c: the step's first, int8 with qwZ; with hpZ
+// the rest within rank 0's hpZ group), each micro-batch's buckets (reduce.c flush: a
+// reduce-scatter of a block at stages 2-3, an all-reduce, twice that, at 0-1; the
+// blocks add up to the slices; qgZ's all-to-alls instead), the gradient norms' pieces
+// at stages 1-3 and the stage-1/2 all-gather of the new parameters (step.c). Over the
+// world: the loss and micro-batch count. With MiCS, over the replication group: the
+// gradient partition's all-reduce (mics.c).
 static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const int64_t *gathers, zinf_plan *out) {
-    int64_t W = e->world, L = t->nodes > 1 ? W / t->nodes : W, all = 0, group = 0, slices = 0;
+    int64_t W = e->world, P = e->pw, L = t->nodes > 1 ? W / t->nodes : W, part = 0, group = 0, slices = 0;
     if (W == 1) return;
     for (int i = 0; i < e->nmod; i++) {
         if (!e->lay[i].padded) continue;
         slices += (int64_t)e->lay[i].slice;
         if (e->stage == 3) {
             int64_t first = gathers[i] > 0, later = gathers[i] - first;
-            all += first * (int64_t)zeropp_gather_bytes(e, i);
+            part += first * (int64_t)zeropp_gather_bytes(e, i);
             if (e->hpz_k > 1)
                 group += later * (int64_t)zeropp_secondary_bytes(e, i);
             else
-                all += later * (int64_t)zeropp_gather_bytes(e, i);
+                part += later * (int64_t)zeropp_gather_bytes(e, i);
         }
-        if (e->stage == 1 || e->stage == 2) all += (int64_t)(e->lay[i].slice * e->es);
+        if (e->stage == 1 || e->stage == 2) part += (int64_t)(e->lay[i].slice * e->es);
     }
-    all += e->cfg.gradient_accumulation_steps * slices * (int64_t)sizeof(float) * (e->stage >= 2 ? 1 : 2);
-    if (e->stage > 0) all += 2 * (int64_t)e->nmod * W * (int64_t)sizeof(double);
-    all += 2 * (int64_t)sizeof(double);
-    from_group(out, L, 0, W, 1, all);
+    int64_t ga = e->cfg.gradient_accumulation_steps;
+    if (e->qgz) { // zeropp_reduce_scatter: an all-to-all in rank 0's node, one among its peers on every node
+        int64_t intra = 0, inter = 0, pcie = 0;
+        for (int b = 0; b < e->nbuckets; b++)
+            zeropp_reduce_traffic(e, (int64_t)e->buckets[b].block, &intra, &inter, &pcie);
+        from_group(out, L, 0, W / e->nodes, 1, ga * intra);
+        from_group(out, L, 0, e->nodes, W / e->nodes, ga * inter);
+    } else {
+        part += ga * slices * (int64_t)sizeof(float) * (e->stage >= 2 ? 1 : 2);
+    }
+    if (e->stage > 0) part += 2 * (int64_t)e->nmod * P * (int64_t)sizeof(double);
+    from_group(out, L, 0, P, 1, part);
+    from_group(out, L, 0, W, 1, 2 * (int64_t)sizeof(double));
     if (group) from_group(out, L, 0, e->hpz_k, 1, group);
+    if (e->replicas > 1) from_group(out, L, 0, e->replicas, P, mics_grads_bytes(e));
 }
 
 static void plan_free(zinf_engine *e) {
@@ -219,7 +240,8 @@ static zinf_status plan_engine(const zinf_config *cfg, const zinf_plan_target *t
     zinf_engine *e = calloc(1, sizeof *e);
     if (!e) return zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
     engine_settings(e, cfg);
-    e->plan = true, e->world = t->world, e->nccl = t->nccl && t->world > 1;
+    e->plan = true, e->world = t->world, e->nccl = t->nccl && t->world > 1, e->nodes = t->nodes > 1 ? t->nodes : 1;
+    mics_settings(e);
     zinf_model_params mp;
     zinf_status st = engine_model_params(cfg, e->dt, &mp);
     if (st == ZINF_OK) st = zinf_model_plan(&e->m, t->backend, &mp, &e->act_bytes);

@@ -24,7 +24,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
     // backward finishes the modules; every bucket but the last is full, so there are
     // ceil(total / per) of them, and a bucket's end splits at most one module, so there
     // are at most modules + buckets pieces.
-    size_t W = (size_t)e->world, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0;
+    size_t W = (size_t)e->pw, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0;
     if (per == 0) per = 1;
     for (int i = 0; i < e->nmod; i++)
         total += e->lay[i].slice;
@@ -70,7 +70,7 @@ zinf_status reduce_create(zinf_engine *e) {
     // One pinned staging buffer serves every collective and the gradients' way to the
     // host: the communication stream runs them one after another. A reduce-scatter
     // needs its input and one block of output; a gather one module's 16-bit buffer.
-    size_t bytes = 0, block = e->bucket_cap / (size_t)e->world;
+    size_t bytes = 0, block = e->bucket_cap / (size_t)e->pw;
     for (int i = 0; host_comm && i < e->nmod; i++)
         if (e->lay[i].padded * e->es > bytes) bytes = e->lay[i].padded * e->es;
     if ((e->bucket_cap + block) * sizeof(float) > bytes) bytes = (e->bucket_cap + block) * sizeof(float);
@@ -92,33 +92,36 @@ void reduce_destroy(zinf_engine *e) {
 static zinf_status flush(zinf_engine *e, int b) {
     const bucket *bk = &e->buckets[b];
     float *d = e->d_bucket[b & 1], *h = e->h_comm;
-    size_t blk = bk->block, W = (size_t)e->world;
+    size_t blk = bk->block, W = (size_t)e->pw, R = (size_t)e->pr;
     ZINF_CHECK(zinf_event_record(e->ev_cs, e->cs));
     ZINF_CHECK(zinf_stream_wait_event(e->xs, e->ev_cs));
     bool scattered = e->stage >= 2 && W > 1;
-    bool packed = scattered && !e->nccl; // the reduce-scatter's output holds this rank's block alone
-    if (W > 1 && e->nccl) {
-        // In place: a rank's reduced block stays where its block was.
+    // With NCCL or qgZ a rank's reduced block stays on the device where its block was.
+    bool in_place = e->nccl || e->qgz;
+    bool packed = scattered && !in_place; // the reduce-scatter's output holds this rank's block alone
+    if (W > 1 && e->qgz) {
+        ZINF_CHECK(zeropp_reduce_scatter(e, d, blk));
+    } else if (W > 1 && e->nccl) {
         if (scattered)
-            ZINF_CHECK(zinf_comm_device_reduce_scatter_f32(e->comm, e->xs, d, d + (size_t)e->rank * blk, blk));
+            ZINF_CHECK(zinf_comm_device_reduce_scatter_f32(e->pcomm, e->xs, d, d + R * blk, blk));
         else
-            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->comm, e->xs, d, W * blk));
+            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->pcomm, e->xs, d, W * blk));
     } else if (W > 1) {
         ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
         bool back = e->otier == ZINF_OFFLOAD_NONE; // the sums are added on the device
         if (scattered) {
-            ZINF_CHECK(engine_comm(e, e->comm, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
+            ZINF_CHECK(engine_comm(e, e->pcomm, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
             if (back) ZINF_CHECK(zinf_copy_async(e->xs, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
         } else {
-            ZINF_CHECK(engine_comm(e, e->comm, COMM_ALLREDUCE, h, NULL, W * blk));
+            ZINF_CHECK(engine_comm(e, e->pcomm, COMM_ALLREDUCE, h, NULL, W * blk));
             if (back) ZINF_CHECK(zinf_copy_async(e->xs, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
         }
     }
     if (e->otier != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
-        if (W == 1 || e->nccl) {
+        if (W == 1 || in_place) {
             // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
             bool mine = e->stage > 0 && W > 1;
-            ZINF_CHECK(zinf_copy_async(e->xs, h, d + (mine ? (size_t)e->rank * blk : 0),
+            ZINF_CHECK(zinf_copy_async(e->xs, h, d + (mine ? R * blk : 0),
                                        (mine ? blk : W * blk) * sizeof *d, ZINF_COPY_D2H));
             ZINF_CHECK(states_add_grads(e, b, h, mine));
         } else {
@@ -129,7 +132,7 @@ static zinf_status flush(zinf_engine *e, int b) {
             const piece *p = &e->pieces[k];
             const mod_layout *l = &e->lay[p->mod];
             for (size_t r = 0; r < W; r++) {
-                if (e->stage > 0 && r != (size_t)e->rank) continue; // not this rank's part
+                if (e->stage > 0 && r != R) continue; // not this rank's part
                 const float *src = d + (packed ? 0 : r * blk) + p->off;
                 float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
                 ZINF_CHECK(zinf_add(e->xs, ZINF_DTYPE_F32, dst, dst, src, p->n));
@@ -150,7 +153,7 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod) {
         float *d = e->d_bucket[b & 1];
         // The bucket's buffer is reused once the communication stream is done with it.
         if (k == bk->first) ZINF_CHECK(zinf_stream_wait_event(e->cs, e->bucket_free[b & 1]));
-        for (int r = 0; r < e->world; r++)
+        for (int r = 0; r < e->pw; r++)
             ZINF_CHECK(zinf_cast(e->cs, d + (size_t)r * bk->block + p->off, ZINF_DTYPE_F32,
                                  (char *)e->grads16[mod] + ((size_t)r * l->slice + p->lo) * e->es, e->dt, p->n));
         if (k == bk->first + bk->count - 1) ZINF_CHECK(flush(e, b));

@@ -115,12 +115,12 @@ static void grad_add_run(void *arg) {
     grad_add_job *j = arg;
     zinf_engine *e = j->e;
     const bucket *bk = &e->buckets[j->bucket];
-    size_t W = (size_t)e->world;
+    size_t W = (size_t)e->pw;
     for (int k = bk->first; k < bk->first + bk->count; k++) {
         const piece *p = &e->pieces[k];
         const mod_layout *l = &e->lay[p->mod];
         for (size_t r = 0; r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->rank) continue;
+            if (e->stage > 0 && r != (size_t)e->pr) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
             float *dst = e->h_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
             for (size_t i = 0; i < p->n; i++)

@@ -10,7 +10,7 @@
 // module and rank by rank: the same pieces in the same order whatever the stage, so
 // the clip coefficient (and so the update) is the same bits at every stage.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
-    size_t W = (size_t)e->world, np = (size_t)e->nmod * W;
+    size_t W = (size_t)e->pw, np = (size_t)e->nmod * W;
     bool dev = e->otier == ZINF_OFFLOAD_NONE;
     const float *g = dev ? e->grads32 : e->h_grads32;
     double *h = calloc(2 * np, sizeof *h);
@@ -19,7 +19,7 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->rank) continue;
+            if (e->stage > 0 && r != (size_t)e->pr) continue;
             const float *slice_g = g + l->part_off + (r * l->slice - l->part_lo);
             size_t k = 2 * (i * W + r);
             if (dev) {
@@ -33,9 +33,10 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     }
     if (st == ZINF_OK && dev) st = zinf_copy_async(e->cs, h, e->d_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
     if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
-    // Each piece lives on one rank (or on all, at stage 0); adding the others' zeros
-    // keeps its bits.
-    if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->comm, h, 2 * np);
+    // Each piece lives on one rank of the partition (or on all, at stage 0); adding the
+    // others' zeros keeps its bits. MiCS's replicas hold the same pieces: each shard
+    // group sums its own.
+    if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->pcomm, h, 2 * np);
     *sumsq = 0, *nonfinite = false;
     for (size_t k = 0; st == ZINF_OK && k < np; k++) {
         *sumsq += h[2 * k];
@@ -95,7 +96,7 @@ static zinf_status share_params(zinf_engine *e) {
         const mod_layout *l = &e->lay[i];
         size_t sb = l->slice * e->es;
         if (!sb) continue;
-        ZINF_CHECK(engine_allgather(e, e->comm, (char *)e->params16[i] + e->rank * sb, false, e->params16[i], sb));
+        ZINF_CHECK(engine_allgather(e, e->pcomm, (char *)e->params16[i] + e->pr * sb, false, e->params16[i], sb));
     }
     return ZINF_OK;
 }
@@ -133,6 +134,7 @@ static zinf_status finish(zinf_engine *e) {
 
 zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
     ZINF_CHECK(engine_sync(e)); // every bucket reduced (and the last background update done)
+    ZINF_CHECK(mics_reduce_grads(e));
     double sumsq = 0;
     bool nonfinite = false;
     ZINF_CHECK(grad_stats(e, &sumsq, &nonfinite));
@@ -163,7 +165,7 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
             return finish(e);
         }
         ZINF_CHECK(update(e, &h));
-        if (e->stage > 0 && e->stage < 3 && e->world > 1) ZINF_CHECK(share_params(e));
+        if (e->stage > 0 && e->stage < 3 && e->pw > 1) ZINF_CHECK(share_params(e));
     }
     ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are where they live
     ZINF_CHECK(step_times(e, info));

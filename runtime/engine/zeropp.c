@@ -9,6 +9,12 @@
 //   the step gather those within the group, so they never leave it, and give the same
 //   bits as the first. An applied optimizer step (or any write of the parameters) ends
 //   them; a step skipped for inf or NaN keeps them.
+// - qgZ: a bucket's reduce-scatter becomes two all-to-alls of int4 values with fp32
+//   group scales: inside the node, each rank gets its node's contributions to the blocks
+//   of the ranks with its local index, sums them in fp32 and requantizes; across nodes,
+//   among the ranks with that local index, each gets its own block's node sums and adds
+//   them in fp32. The result is the same summed block as the plain reduce-scatter, up
+//   to two int4 roundings; inf and NaN survive as NaN, so the overflow check sees them.
 // A gather's "wire" is the buffer that holds every rank's slice as it travels: the full
 // buffer itself, or with qwZ the quantized buffer the full one is dequantized from.
 #include "internal.h"
@@ -33,18 +39,60 @@ static size_t seg_bytes(const zinf_engine *e, int mod) {
 
 size_t zeropp_secondary_bytes(const zinf_engine *e, int mod) { return seg_bytes(e, mod); }
 
+// qgZ's groups: int4 has 16 levels, so much finer groups than qwZ's: 32 bytes of codes
+// and 4 of scale, 0.5625 bytes per element against the plain reduce-scatter's 4. On
+// test_zeropp's model, 30 steps stay within 1 % of plain ZeRO-3's losses with groups of
+// 64 and drift 2.5 %, 5 % and 10 % with 128, 256 and 512.
+enum { QG_GROUP = 64 };
+
+// A block of n floats as qgZ sends it: int4 pairs (padded to 4 bytes), then the scales.
+static size_t qg_codes(size_t n) { return ((n + 1) / 2 + 3) / 4 * 4; }
+static size_t qg_slot(size_t n) { return qg_codes(n) + (n + QG_GROUP - 1) / QG_GROUP * sizeof(float); }
+
+// qgZ needs several nodes of the same number of consecutive ranks (node n is ranks
+// [n L, (n + 1) L)), so that a rank's local index names its peer on every node.
+static bool qg_layout(const zinf_engine *e) {
+    if (e->nodes < 2 || e->world % e->nodes) return false;
+    for (int r = 0; !e->plan && r < e->world; r++)
+        if (zinf_comm_node_of(e->comm, r) != r / (e->world / e->nodes)) return false;
+    return true;
+}
+
+static zinf_status qg_create(zinf_engine *e) {
+    if (!qg_layout(e)) {
+        e->qgz = false;
+        if (!e->plan)
+            ZINF_LOG_INFO("engine: zero_quantized_gradients needs more than one node, each of the same number of "
+                          "consecutive ranks (%d node%s here): gradients take the plain reduce-scatter",
+                          e->nodes, e->nodes == 1 ? "" : "s");
+        return ZINF_OK;
+    }
+    const size_t W = (size_t)e->world, N = (size_t)e->nodes, L = W / N, blk = e->bucket_cap / W;
+    ZINF_CHECK(engine_take_device(e, W * qg_slot(blk), "qgZ buffers", &e->d_qgs));
+    ZINF_CHECK(engine_take_device(e, W * qg_slot(blk), "qgZ buffers", &e->d_qgr));
+    ZINF_CHECK(engine_take_device(e, N * blk * sizeof(float), "qgZ buffers", (void **)&e->d_qgp));
+    if (e->plan) return ZINF_OK;
+    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank / L), &e->qg_node));
+    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank % L), &e->qg_cross));
+    if (e->nccl) ZINF_CHECK(zinf_comm_attach_device(e->qg_node, e->dev));
+    return e->nccl ? zinf_comm_attach_device(e->qg_cross, e->dev) : ZINF_OK;
+}
+
 zinf_status zeropp_create(zinf_engine *e) {
     const zinf_zero_config *z = &e->cfg.zero;
     bool three = e->stage == 3 && e->world > 1;
     e->qwz = three && z->quantized_weights;
+    e->qgz = three && z->quantized_gradients;
+    if (e->qgz) ZINF_CHECK(qg_create(e));
     e->hpz_k = three && z->hpz_partition_size > 1 ? (int)z->hpz_partition_size : 1;
-    if (!e->plan && e->world == 1 && e->stage == 3 && (z->quantized_weights || z->hpz_partition_size > 1))
-        ZINF_LOG_INFO("engine: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size) has no effect on one rank: "
-                      "nothing is gathered from others");
+    if (!e->plan && e->world == 1 && e->stage == 3 &&
+        (z->quantized_weights || z->quantized_gradients || z->hpz_partition_size > 1))
+        ZINF_LOG_INFO("engine: ZeRO++ (zero_quantized_weights, zero_quantized_gradients, zero_hpz_partition_size) "
+                      "has no effect on one rank: nothing is gathered from or reduced with others");
     if (e->qwz) {
         size_t most = 0;
         for (int i = 0; i < e->nmod; i++)
-            if ((size_t)e->world * qw_bytes(e->lay[i].slice) > most) most = (size_t)e->world * qw_bytes(e->lay[i].slice);
+            if ((size_t)e->pw * qw_bytes(e->lay[i].slice) > most) most = (size_t)e->pw * qw_bytes(e->lay[i].slice);
         // The communication stream runs the gathers one after another: one buffer serves all.
         ZINF_CHECK(engine_take_device(e, most, "quantized gathers", &e->d_qw));
     }
@@ -69,13 +117,21 @@ zinf_status zeropp_create(zinf_engine *e) {
 }
 
 void zeropp_destroy(zinf_engine *e) {
-    if (e->dev) zinf_device_free(e->dev, e->d_qw);
+    if (e->dev) {
+        zinf_device_free(e->dev, e->d_qw);
+        zinf_device_free(e->dev, e->d_qgs), zinf_device_free(e->dev, e->d_qgr), zinf_device_free(e->dev, e->d_qgp);
+    }
+    zinf_comm *groups[] = {e->qg_node, e->qg_cross};
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(groups); i++) {
+        zinf_comm_detach_device(groups[i]);
+        zinf_comm_destroy(groups[i]);
+    }
     for (int i = 0; e->sec && i < e->nmod; i++) {
         if (e->sec_host && e->host) zinf_host_pool_free(e->host, e->sec[i], true);
         if (!e->sec_host && e->dev) zinf_device_free(e->dev, e->sec[i]);
     }
     free(e->sec), free(e->sec_valid);
-    if (e->hpz) zinf_comm_detach_device(e->hpz);
+    zinf_comm_detach_device(e->hpz);
     zinf_comm_destroy(e->hpz);
 }
 
@@ -85,7 +141,7 @@ static char *wire_of(zinf_engine *e, void *full) { return e->qwz ? e->d_qw : ful
 // full = every rank's slice dequantized from the quantized wire.
 static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
     const size_t qb = qw_bytes(n), bytes = n * e->es;
-    for (size_t r = 0; r < (size_t)e->world; r++) {
+    for (size_t r = 0; r < (size_t)e->pw; r++) {
         const char *qr = (const char *)e->d_qw + r * qb;
         ZINF_CHECK(zinf_dequantize(e->xs, 8, qr, (const float *)(qr + n), n, QW_GROUP, e->dt, (char *)full + r * bytes,
                                    false));
@@ -94,16 +150,16 @@ static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
 }
 
 zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
-    if (!e->qwz) return engine_allgather(e, e->comm, mine, mine_host, full, bytes);
+    if (!e->qwz) return engine_allgather(e, e->pcomm, mine, mine_host, full, bytes);
     const size_t n = bytes / e->es, qb = qw_bytes(n);
-    char *qmine = (char *)e->d_qw + (size_t)e->rank * qb;
+    char *qmine = (char *)e->d_qw + (size_t)e->pr * qb;
     if (mine_host) { // quantized on the device: this rank's part goes up first, into its place
-        char *place = (char *)full + (size_t)e->rank * bytes;
+        char *place = (char *)full + (size_t)e->pr * bytes;
         ZINF_CHECK(zinf_copy_async(e->xs, place, mine, bytes, ZINF_COPY_H2D));
         mine = place;
     }
     ZINF_CHECK(zinf_quantize(e->xs, 8, e->dt, mine, n, QW_GROUP, qmine, (float *)(qmine + n)));
-    ZINF_CHECK(engine_allgather(e, e->comm, qmine, false, e->d_qw, qb));
+    ZINF_CHECK(engine_allgather(e, e->pcomm, qmine, false, e->d_qw, qb));
     return dequantize_all(e, full, n);
 }
 
@@ -131,7 +187,7 @@ void zeropp_invalidate(zinf_engine *e) {
 }
 
 void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_t *h2d, int64_t *d2h) {
-    const int64_t W = e->world, sb = (int64_t)(e->lay[mod].slice * e->es), wb = (int64_t)zeropp_gather_bytes(e, mod);
+    const int64_t W = e->pw, sb = (int64_t)(e->lay[mod].slice * e->es), wb = (int64_t)zeropp_gather_bytes(e, mod);
     const bool staged = W > 1 && !e->nccl, host = e->ptier != ZINF_OFFLOAD_NONE;
     if (secondary) { // mine is the segment: up to NCCL, or through the staging
         int64_t seg = (int64_t)seg_bytes(e, mod);
@@ -144,4 +200,55 @@ void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_
     if (staged && (!host || e->qwz)) *d2h += wb; // a slice (or its int8) on the device comes down
     if (staged) *h2d += W * wb;
     if (e->hpz_k > 1 && e->sec_host) *d2h += (int64_t)seg_bytes(e, mod);
+}
+
+// ---- qgZ ----
+
+// Block i of n floats at x, quantized into slot i of q.
+static zinf_status qg_quantize(zinf_engine *e, const float *x, size_t n, char *slot) {
+    return zinf_quantize(e->xs, 4, ZINF_DTYPE_F32, x, n, QG_GROUP, slot, (float *)(slot + qg_codes(n)));
+}
+
+// out (+)= slot dequantized.
+static zinf_status qg_dequantize(zinf_engine *e, const char *slot, size_t n, float *out, bool add) {
+    return zinf_dequantize(e->xs, 4, slot, (const float *)(slot + qg_codes(n)), n, QG_GROUP, ZINF_DTYPE_F32, out,
+                           add);
+}
+
+// On the communication stream, device to device: NCCL's, or through the staging.
+static zinf_status alltoall(zinf_engine *e, zinf_comm *c, const void *in, void *out, size_t bytes) {
+    if (e->nccl) return zinf_comm_device_alltoall(c, e->xs, in, out, bytes);
+    size_t all = (size_t)zinf_comm_size(c) * bytes;
+    char *h = (char *)e->h_comm;
+    ZINF_CHECK(zinf_copy_async(e->xs, h, in, all, ZINF_COPY_D2H));
+    ZINF_CHECK(engine_comm(e, c, COMM_ALLTOALL, h, h + all, bytes));
+    return zinf_copy_async(e->xs, out, h + all, all, ZINF_COPY_H2D);
+}
+
+zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk) {
+    const size_t N = (size_t)e->nodes, L = (size_t)e->world / N, qs = qg_slot(blk);
+    char *send = e->d_qgs, *recv = e->d_qgr;
+    // Chunk j of the send buffer goes to local rank j: the blocks of ranks (n, j), n = 0..N-1.
+    for (size_t j = 0; j < L; j++)
+        for (size_t n = 0; n < N; n++)
+            ZINF_CHECK(qg_quantize(e, d + (n * L + j) * blk, blk, send + (j * N + n) * qs));
+    ZINF_CHECK(alltoall(e, e->qg_node, send, recv, N * qs));
+    // From local rank l, slot n: its part of the block of rank (n, this local index).
+    for (size_t n = 0; n < N; n++) {
+        float *part = e->d_qgp + n * blk;
+        for (size_t l = 0; l < L; l++)
+            ZINF_CHECK(qg_dequantize(e, recv + (l * N + n) * qs, blk, part, l > 0));
+        ZINF_CHECK(qg_quantize(e, part, blk, send + n * qs));
+    }
+    ZINF_CHECK(alltoall(e, e->qg_cross, send, recv, qs));
+    float *mine = d + (size_t)e->rank * blk;
+    for (size_t n = 0; n < N; n++)
+        ZINF_CHECK(qg_dequantize(e, recv + n * qs, blk, mine, n > 0));
+    return ZINF_OK;
+}
+
+void zeropp_reduce_traffic(const zinf_engine *e, int64_t blk, int64_t *intra, int64_t *inter, int64_t *pcie) {
+    const int64_t N = e->nodes, qs = (int64_t)qg_slot((size_t)blk);
+    *intra += N * qs, *inter += qs;
+    if (!e->nccl) *pcie += (int64_t)e->world * qs + N * qs; // each way
 }

@@ -66,13 +66,13 @@ struct header {
     int32_t kind, dtype, op, root;
 };
 
-enum kind { ALLREDUCE, REDUCESCATTER, ALLGATHER, BROADCAST };
+enum kind { ALLREDUCE, REDUCESCATTER, ALLGATHER, BROADCAST, ALLTOALL };
 
 struct call {
     kind k;
     const void *send;
     void *recv;
-    size_t count; // per rank for reduce-scatter and all-gather, as in the API
+    size_t count; // per rank for reduce-scatter, all-gather and all-to-all, as in the API
     ncclDataType_t dtype;
     ncclRedOp_t op;
     int root;
@@ -157,14 +157,15 @@ size_t type_size(int t) {
 }
 
 const char *name_of(const char *const *names, int n, int i) { return i >= 0 && i < n ? names[i] : "?"; }
-const char *const KIND_NAMES[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast"};
+const char *const KIND_NAMES[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast",
+                                  "ncclAlltoAll"};
 const char *const TYPE_NAMES[] = {"ncclInt8",   "ncclUint8",   "ncclInt32",   "ncclUint32",  "ncclInt64",
                                   "ncclUint64", "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16"};
 const char *const OP_NAMES[] = {"ncclSum", "ncclProd", "ncclMax", "ncclMin", "ncclAvg"};
 
 std::string describe(const header &h) {
     char s[160];
-    int n = snprintf(s, sizeof s, "#%llu %s(count=%llu, %s", (unsigned long long)h.seq, name_of(KIND_NAMES, 4, h.kind),
+    int n = snprintf(s, sizeof s, "#%llu %s(count=%llu, %s", (unsigned long long)h.seq, name_of(KIND_NAMES, 5, h.kind),
                      (unsigned long long)h.count, name_of(TYPE_NAMES, ncclNumTypes, h.dtype));
     if (h.kind == ALLREDUCE || h.kind == REDUCESCATTER)
         snprintf(s + n, sizeof s - n, ", %s)", name_of(OP_NAMES, ncclNumOps, h.op));
@@ -257,7 +258,8 @@ bool agree(ncclComm &c, int half) {
 // which every rank finished reading before it posted round p: one wait per round.
 void exchange(ncclComm &c, const call &k) {
     const size_t es = type_size(k.dtype), nr = c.nranks;
-    const size_t per = k.k == REDUCESCATTER ? CHUNK / (es * nr) : CHUNK / es; // elements per round
+    const bool blocks = k.k == REDUCESCATTER || k.k == ALLTOALL; // a rank posts a block for every rank
+    const size_t per = blocks ? CHUNK / (es * nr) : CHUNK / es;        // elements per round
     const size_t rounds = k.count ? (k.count + per - 1) / per : 1;            // count 0 still compares headers
     const char *send = (const char *)k.send;
     char *recv = (char *)k.recv;
@@ -267,7 +269,7 @@ void exchange(ncclComm &c, const call &k) {
         const int half = c.phase % 2;
         char *mine = c.data(c.rank, half);
         if (i == 0) *c.head(c.rank, half) = header{k.seq, k.count, k.k, k.dtype, k.op, k.root};
-        if (k.k == REDUCESCATTER)
+        if (blocks)
             for (size_t d = 0; d < nr; d++)
                 copy(mine + d * b, send + (d * k.count + off) * es, b);
         else if (k.k != BROADCAST || c.rank == k.root)
@@ -287,6 +289,9 @@ void exchange(ncclComm &c, const call &k) {
         if (k.k == ALLGATHER) {
             for (size_t r = 0; r < nr; r++)
                 copy(recv + (r * k.count + off) * es, c.data(r, half), b);
+        } else if (k.k == ALLTOALL) {
+            for (size_t r = 0; r < nr; r++)
+                copy(recv + (r * k.count + off) * es, c.data(r, half) + c.rank * b, b);
         } else if (k.k == BROADCAST) {
             copy(recv + off * es, c.data(k.root, half), b);
         } else {
@@ -390,8 +395,10 @@ ncclResult_t issue(ncclComm *c, call k, cudaStream_t stream) {
     size_t one, all;
     if (__builtin_mul_overflow(k.count, es, &one) || __builtin_mul_overflow(one, (size_t)c->nranks, &all))
         return note(c, ncclInvalidArgument, "%s: count %zu is too large", KIND_NAMES[k.k], k.count);
-    const size_t send_bytes = k.k == REDUCESCATTER ? all : k.k == BROADCAST && c->rank != k.root ? 0 : one;
-    const size_t recv_bytes = k.k == ALLGATHER ? all : one;
+    const size_t send_bytes = k.k == REDUCESCATTER || k.k == ALLTOALL    ? all
+                              : k.k == BROADCAST && c->rank != k.root ? 0
+                                                                        : one;
+    const size_t recv_bytes = k.k == ALLGATHER || k.k == ALLTOALL ? all : one;
     ncclResult_t r = check_buffer(c, k, "sendbuff", k.send, send_bytes);
     if (r == ncclSuccess) r = check_buffer(c, k, "recvbuff", k.recv, recv_bytes);
     if (r != ncclSuccess) return r;
@@ -624,6 +631,11 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream) {
     return issue(comm, call{BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, 0}, stream);
+}
+
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                          ncclComm_t comm, cudaStream_t stream) {
+    return issue(comm, call{ALLTOALL, sendbuff, recvbuff, count, datatype, ncclSum, 0, 0}, stream);
 }
 
 ncclResult_t ncclGroupStart(void) {

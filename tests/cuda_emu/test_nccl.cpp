@@ -225,6 +225,17 @@ void collectives(int rank, int n, const ncclUniqueId &id) {
     CHECK(ncclAllGather(agbuf + rank * AG_BYTES, agbuf, AG_BYTES, ncclUint8, comm, s) == ncclSuccess);
     same(download(s, agbuf, AG_BYTES * n), agwant, "all-gather in place");
 
+    // AlltoAll of bytes: rank r's block j lands on rank j at r * count; past one round.
+    std::vector<uint8_t> atin(AG_BYTES * n), atwant(AG_BYTES * n);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < AG_BYTES; i++) {
+            atin[j * AG_BYTES + i] = byte(rank * n + j, i);
+            atwant[j * AG_BYTES + i] = byte(j * n + rank, i);
+        }
+    uint8_t *atsend = upload(atin), *atrecv = upload(std::vector<uint8_t>(AG_BYTES * n));
+    CHECK(ncclAlltoAll(atsend, atrecv, AG_BYTES, ncclUint8, comm, s) == ncclSuccess);
+    same(download(s, atrecv, AG_BYTES * n), atwant, "all-to-all");
+
     // Broadcast from the last rank; sendbuff matters on the root only.
     const int root = n - 1;
     std::vector<int64_t> bcwant(BC_COUNT), bcmine(BC_COUNT, -7);

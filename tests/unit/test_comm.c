@@ -109,6 +109,19 @@ static void suite(zinf_comm *c, size_t big) {
                 bad += g[i] != pat((int)(i / bytes), i % bytes);
             CHECK(bad == 0, "allgather of %zu (pass %d): %zu wrong", bytes, pass, bad);
         }
+        // alltoall: rank r's block j lands on rank j at r * bytes.
+        uint8_t *a2a = malloc(W * bytes + 1), *got = malloc(W * bytes + 1);
+        for (int j = 0; j < W; j++)
+            for (size_t i = 0; i < bytes; i++)
+                a2a[j * bytes + i] = pat(R * W + j, i);
+        memset(got, 0xee, W * bytes + 1);
+        CHECK(zinf_comm_alltoall(c, a2a, got, bytes) == ZINF_OK, "alltoall %zu: %s", bytes, zinf_last_error());
+        bad = 0;
+        for (int r = 0; r < W; r++)
+            for (size_t i = 0; i < bytes; i++)
+                bad += got[r * bytes + i] != pat(r * W + R, i);
+        CHECK(bad == 0, "alltoall of %zu: %zu wrong", bytes, bad);
+        free(a2a), free(got);
         int root = (int)(k % W);
         for (size_t i = 0; i < bytes; i++)
             g[i] = R == root ? pat(root, i) : (uint8_t)~pat(root, i);
@@ -147,6 +160,8 @@ static void errors(zinf_comm *c) {
     CHECK_INVAL(zinf_comm_allgather(c, NULL, f, 4), "in is NULL");
     CHECK_INVAL(zinf_comm_allgather(c, f, NULL, 4), "out is NULL");
     CHECK_INVAL(zinf_comm_allgather(c, (char *)f + R * 4 + 1, f, 4), "overlaps");
+    CHECK_INVAL(zinf_comm_alltoall(c, f, f, 4), "overlap");
+    CHECK_INVAL(zinf_comm_alltoall(c, NULL, f, 4), "in is NULL");
     CHECK_INVAL(zinf_comm_barrier(NULL), "c is NULL");
     // Device collectives need an attached GPU; a host device is refused, naming it.
     zinf_device *d = NULL;
@@ -162,6 +177,7 @@ static void errors(zinf_comm *c) {
     CHECK(zinf_comm_device_allreduce_f32(c, s, f, 1) != ZINF_OK, "device allreduce without a device");
     CHECK(zinf_comm_device_allgather(c, s, f, f, 4) != ZINF_OK, "device allgather without a device");
     CHECK(zinf_comm_device_reduce_scatter_f32(c, s, f, f, 1) != ZINF_OK, "device reduce_scatter without a device");
+    CHECK(zinf_comm_device_alltoall(c, s, f, f + 4, 4) != ZINF_OK, "device alltoall without a device");
     zinf_comm_detach_device(c); // not attached: nothing to do
     zinf_stream_destroy(s);
     zinf_device_destroy(d);
@@ -200,6 +216,8 @@ static void counts(zinf_comm *world, zinf_comm *c) {
     expect_counts(world, c, &b, 2 * 400 + 12, "allreduce of W 100 + 3 floats");
     CHECK(zinf_comm_allreduce_f64(c, d, 6) == ZINF_OK, "%s", zinf_last_error());
     expect_counts(world, c, &b, 48, "allreduce_f64 of 6");
+    CHECK(zinf_comm_alltoall(c, f, f + 2000, 40) == ZINF_OK, "%s", zinf_last_error());
+    expect_counts(world, c, &b, 40, "alltoall of 40 B");
     CHECK(zinf_comm_broadcast(c, f, 64, W - 1) == ZINF_OK, "%s", zinf_last_error());
     zinf_comm_bytes want = b;
     if (R != W - 1)
