@@ -71,6 +71,16 @@ zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, boo
     return zinf_copy_async(e->xs, full, e->h_comm, W * bytes, ZINF_COPY_H2D);
 }
 
+void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64_t bytes, int64_t *h2d,
+                              int64_t *d2h) {
+    if (W == 1 || e->nccl) { // a part on the host goes up; NCCL gathers on the device
+        if (mine_host) *h2d += bytes;
+        return;
+    }
+    if (!mine_host) *d2h += bytes;
+    *h2d += W * bytes;
+}
+
 // ---- memory ----
 
 zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *pl) {

@@ -85,6 +85,9 @@ struct zinf_engine {
     int pw, pr, replicas;
     zinf_comm *pcomm;                   // the shard group (comm without MiCS)
     zinf_comm *mics_shard, *mics_repl;  // MiCS's groups: the shard group, the replication group
+    int hier_nodes, hier_local;         // hierarchical gathers: the shard group's nodes and ranks on each (0: off)
+    zinf_comm *hier_cross, *hier_node;  // its ranks with this local index; its ranks on this node
+    void *d_hier;                       // a gather's slices in the order the two all-gathers leave them
     zinf_device *dev;
     zinf_stream *cs; // compute
     zinf_stream *xs; // communication and the copies around it
@@ -229,6 +232,15 @@ zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packe
 void mics_settings(zinf_engine *e); // pw, pr and replicas from the config and the world
 zinf_status mics_create(zinf_engine *e);
 void mics_destroy(zinf_engine *e);
+// A gather over the partition's ranks, as engine_allgather over pcomm (hierarchical
+// with mics_hierarchical_params_gather).
+zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
+// Its copies between host and device, and the bytes rank 0 receives (from_group
+// takes a group of `size` ranks `stride` apart from rank `first` and the bytes each
+// other member sends).
+void mics_allgather_traffic(const zinf_engine *e, bool mine_host, int64_t bytes, int64_t *h2d, int64_t *d2h);
+typedef void (*group_fn)(void *ctx, int64_t first, int64_t size, int64_t stride, int64_t per);
+void mics_allgather_comm(const zinf_engine *e, int64_t bytes, group_fn from_group, void *ctx);
 // At the step: the gradient partition summed over the replicas.
 zinf_status mics_reduce_grads(zinf_engine *e);
 // Bytes that receives from each other replica.
@@ -297,6 +309,9 @@ zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void
 // bytes), by NCCL or through pinned staging.
 zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, bool mine_host, void *full,
                              size_t bytes);
+// What that copies between host and device for W ranks, added to *h2d and *d2h.
+void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64_t bytes, int64_t *h2d,
+                              int64_t *d2h);
 // Where a tier's swap store goes: paths, with the aio engine and the run's name the
 // tiers share.
 zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *paths);

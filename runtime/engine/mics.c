@@ -5,32 +5,91 @@
 // accumulation boundary the gradient partition is all-reduced across the replication
 // group (the ranks with the same place in every shard group), so the replicas step the
 // same gradients to the same weights. Without MiCS the shard group is the world.
+// With mics_hierarchical_params_gather and a shard group of whole nodes, a gather
+// crosses nodes once per slice: an all-gather among the group's ranks with this rank's
+// local index (one per node), then one inside the node of what that brought.
 #include "internal.h"
 
 void mics_settings(zinf_engine *e) {
     int64_t S = e->cfg.zero.mics_shard_size;
-    bool on = e->stage == 3 && e->world > 1 && S > 0 && S < e->world;
+    bool on = e->stage == 3 && e->world > 1 && S > 0;
     e->pw = on ? (int)S : e->world;
     e->pr = e->rank % e->pw;
     e->replicas = e->world / e->pw;
 }
 
+// The hierarchical gather's shape: the shard group spans hier_nodes whole nodes of
+// hier_local consecutive ranks (with this many ranks per node: world / nodes).
+static bool hier_shape(zinf_engine *e) {
+    int L = e->nodes > 0 && e->world % e->nodes == 0 ? e->world / e->nodes : 0;
+    bool whole = L > 0 && L < e->pw && e->pw % L == 0;
+    for (int r = 0; whole && !e->plan && r < e->world; r++)
+        whole = zinf_comm_node_of(e->comm, r) == r / L;
+    e->hier_local = whole ? L : 0;
+    e->hier_nodes = whole ? e->pw / L : 0;
+    return whole;
+}
+
 zinf_status mics_create(zinf_engine *e) {
     e->pcomm = e->comm;
-    if (e->replicas == 1 || e->plan) return ZINF_OK;
-    ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->pw, &e->mics_shard));
-    ZINF_CHECK(zinf_comm_split(e->comm, e->pr, &e->mics_repl));
-    e->pcomm = e->mics_shard;
-    if (e->nccl) ZINF_CHECK(zinf_comm_attach_device(e->mics_shard, e->dev));
-    return e->nccl ? zinf_comm_attach_device(e->mics_repl, e->dev) : ZINF_OK;
+    if (!(e->stage == 3 && e->world > 1 && e->cfg.zero.mics_shard_size > 0)) return ZINF_OK;
+    if (e->cfg.zero.mics_hierarchical_params_gather && !hier_shape(e) && !e->plan)
+        ZINF_LOG_INFO("engine: mics_hierarchical_params_gather needs shard groups of whole nodes (of the same number "
+                      "of consecutive ranks): %d-rank groups over %d node%s here gather in one step",
+                      e->pw, e->nodes, e->nodes == 1 ? "" : "s");
+    size_t most = 0;
+    for (int i = 0; e->hier_nodes && i < e->nmod; i++)
+        if (e->lay[i].padded * e->es > most) most = e->lay[i].padded * e->es;
+    // qwZ's wire is smaller than the 16-bit buffer (a byte and a little per element).
+    if (e->hier_nodes) ZINF_CHECK(engine_take_device(e, most, "hierarchical gathers", &e->d_hier));
+    if (e->plan) return ZINF_OK;
+    if (e->replicas > 1) {
+        ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->pw, &e->mics_shard));
+        ZINF_CHECK(zinf_comm_split(e->comm, e->pr, &e->mics_repl));
+        e->pcomm = e->mics_shard;
+    }
+    if (e->hier_nodes) {
+        ZINF_CHECK(zinf_comm_split(e->pcomm, e->pr % e->hier_local, &e->hier_cross));
+        ZINF_CHECK(zinf_comm_split(e->pcomm, e->pr / e->hier_local, &e->hier_node));
+    }
+    zinf_comm *groups[] = {e->mics_shard, e->mics_repl, e->hier_cross, e->hier_node};
+    for (size_t i = 0; e->nccl && i < ZINF_ARRAY_LEN(groups); i++)
+        if (groups[i]) ZINF_CHECK(zinf_comm_attach_device(groups[i], e->dev));
+    return ZINF_OK;
+}
+
+zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
+    if (!e->hier_nodes) return engine_allgather(e, e->pcomm, mine, mine_host, full, bytes);
+    const size_t N = (size_t)e->hier_nodes, L = (size_t)e->hier_local, l = (size_t)e->pr % L;
+    char *t = e->d_hier; // chunk l' (N slices): the slices of ranks (n, l') of the group, n = 0..N-1
+    ZINF_CHECK(engine_allgather(e, e->hier_cross, mine, mine_host, t + l * N * bytes, bytes));
+    ZINF_CHECK(engine_allgather(e, e->hier_node, t + l * N * bytes, false, t, N * bytes));
+    for (size_t j = 0; j < L; j++)
+        for (size_t n = 0; n < N; n++)
+            ZINF_CHECK(zinf_copy_async(e->xs, (char *)full + (n * L + j) * bytes, t + (j * N + n) * bytes, bytes,
+                                       ZINF_COPY_D2D));
+    return ZINF_OK;
 }
 
 void mics_destroy(zinf_engine *e) {
-    zinf_comm *groups[] = {e->mics_shard, e->mics_repl};
+    if (e->dev) zinf_device_free(e->dev, e->d_hier);
+    zinf_comm *groups[] = {e->hier_cross, e->hier_node, e->mics_shard, e->mics_repl};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(groups); i++) {
         zinf_comm_detach_device(groups[i]);
         zinf_comm_destroy(groups[i]);
     }
+}
+
+void mics_allgather_traffic(const zinf_engine *e, bool mine_host, int64_t bytes, int64_t *h2d, int64_t *d2h) {
+    if (!e->hier_nodes) return engine_allgather_traffic(e, e->pw, mine_host, bytes, h2d, d2h);
+    engine_allgather_traffic(e, e->hier_nodes, mine_host, bytes, h2d, d2h);
+    engine_allgather_traffic(e, e->hier_local, false, e->hier_nodes * bytes, h2d, d2h);
+}
+
+void mics_allgather_comm(const zinf_engine *e, int64_t bytes, group_fn from_group, void *ctx) {
+    if (!e->hier_nodes) return from_group(ctx, 0, e->pw, 1, bytes);
+    from_group(ctx, 0, e->hier_nodes, e->hier_local, bytes);
+    from_group(ctx, 0, e->hier_local, 1, e->hier_nodes * bytes);
 }
 
 // The gradient partition, device or host, summed over the replication group: on the

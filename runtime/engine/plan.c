@@ -177,10 +177,16 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out
 // The ranks of a group of `size` ranks `stride` apart from `first`, seen from rank 0:
 // `per` bytes from each other member, intra when on rank 0's node (L consecutive
 // ranks form a node).
-static void from_group(zinf_plan *out, int64_t L, int64_t first, int64_t size, int64_t stride, int64_t per) {
+typedef struct counts {
+    zinf_plan *out;
+    int64_t L;
+} counts;
+
+static void from_group(void *ctx, int64_t first, int64_t size, int64_t stride, int64_t per) {
+    counts *c = ctx;
     for (int64_t m = 0; m < size; m++) {
         int64_t r = first + m * stride;
-        if (r != 0) *(r / L == 0 ? &out->comm_intra : &out->comm_inter) += per;
+        if (r != 0) *(r / c->L == 0 ? &c->out->comm_intra : &c->out->comm_inter) += per;
     }
 }
 
@@ -194,18 +200,19 @@ static void from_group(zinf_plan *out, int64_t L, int64_t first, int64_t size, i
 // world: the loss and micro-batch count. With MiCS, over the replication group: the
 // gradient partition's all-reduce (mics.c).
 static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const int64_t *gathers, zinf_plan *out) {
-    int64_t W = e->world, P = e->pw, L = t->nodes > 1 ? W / t->nodes : W, part = 0, group = 0, slices = 0;
+    int64_t W = e->world, P = e->pw, part = 0, gathered = 0, group = 0, slices = 0;
+    counts c = {out, t->nodes > 1 ? W / t->nodes : W};
     if (W == 1) return;
     for (int i = 0; i < e->nmod; i++) {
         if (!e->lay[i].padded) continue;
         slices += (int64_t)e->lay[i].slice;
         if (e->stage == 3) {
             int64_t first = gathers[i] > 0, later = gathers[i] - first;
-            part += first * (int64_t)zeropp_gather_bytes(e, i);
+            gathered += first * (int64_t)zeropp_gather_bytes(e, i);
             if (e->hpz_k > 1)
                 group += later * (int64_t)zeropp_secondary_bytes(e, i);
             else
-                part += later * (int64_t)zeropp_gather_bytes(e, i);
+                gathered += later * (int64_t)zeropp_gather_bytes(e, i);
         }
         if (e->stage == 1 || e->stage == 2) part += (int64_t)(e->lay[i].slice * e->es);
     }
@@ -214,16 +221,17 @@ static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const 
         int64_t intra = 0, inter = 0, pcie = 0;
         for (int b = 0; b < e->nbuckets; b++)
             zeropp_reduce_traffic(e, (int64_t)e->buckets[b].block, &intra, &inter, &pcie);
-        from_group(out, L, 0, W / e->nodes, 1, ga * intra);
-        from_group(out, L, 0, e->nodes, W / e->nodes, ga * inter);
+        from_group(&c, 0, W / e->nodes, 1, ga * intra);
+        from_group(&c, 0, e->nodes, W / e->nodes, ga * inter);
     } else {
         part += ga * slices * (int64_t)sizeof(float) * (e->stage >= 2 ? 1 : 2);
     }
     if (e->stage > 0) part += 2 * (int64_t)e->nmod * P * (int64_t)sizeof(double);
-    from_group(out, L, 0, P, 1, part);
-    from_group(out, L, 0, W, 1, 2 * (int64_t)sizeof(double));
-    if (group) from_group(out, L, 0, e->hpz_k, 1, group);
-    if (e->replicas > 1) from_group(out, L, 0, e->replicas, P, mics_grads_bytes(e));
+    from_group(&c, 0, P, 1, part);
+    if (gathered) mics_allgather_comm(e, gathered, from_group, &c);
+    from_group(&c, 0, W, 1, 2 * (int64_t)sizeof(double));
+    if (group) from_group(&c, 0, e->hpz_k, 1, group);
+    if (e->replicas > 1) from_group(&c, 0, e->replicas, P, mics_grads_bytes(e));
 }
 
 static void plan_free(zinf_engine *e) {

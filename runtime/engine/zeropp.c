@@ -150,7 +150,7 @@ static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
 }
 
 zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
-    if (!e->qwz) return engine_allgather(e, e->pcomm, mine, mine_host, full, bytes);
+    if (!e->qwz) return mics_allgather(e, mine, mine_host, full, bytes);
     const size_t n = bytes / e->es, qb = qw_bytes(n);
     char *qmine = (char *)e->d_qw + (size_t)e->pr * qb;
     if (mine_host) { // quantized on the device: this rank's part goes up first, into its place
@@ -159,7 +159,7 @@ zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_hos
         mine = place;
     }
     ZINF_CHECK(zinf_quantize(e->xs, 8, e->dt, mine, n, QW_GROUP, qmine, (float *)(qmine + n)));
-    ZINF_CHECK(engine_allgather(e, e->pcomm, qmine, false, e->d_qw, qb));
+    ZINF_CHECK(mics_allgather(e, qmine, false, e->d_qw, qb));
     return dequantize_all(e, full, n);
 }
 
@@ -187,18 +187,11 @@ void zeropp_invalidate(zinf_engine *e) {
 }
 
 void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_t *h2d, int64_t *d2h) {
-    const int64_t W = e->pw, sb = (int64_t)(e->lay[mod].slice * e->es), wb = (int64_t)zeropp_gather_bytes(e, mod);
-    const bool staged = W > 1 && !e->nccl, host = e->ptier != ZINF_OFFLOAD_NONE;
-    if (secondary) { // mine is the segment: up to NCCL, or through the staging
-        int64_t seg = (int64_t)seg_bytes(e, mod);
-        if (!staged && e->sec_host) *h2d += seg;
-        if (staged && !e->sec_host) *d2h += seg;
-        if (staged) *h2d += e->hpz_k * seg;
-        return;
-    }
-    if (host && (!staged || e->qwz)) *h2d += sb; // a slice in host memory goes up first
-    if (staged && (!host || e->qwz)) *d2h += wb; // a slice (or its int8) on the device comes down
-    if (staged) *h2d += W * wb;
+    const int64_t sb = (int64_t)(e->lay[mod].slice * e->es), wb = (int64_t)zeropp_gather_bytes(e, mod);
+    const bool host = e->ptier != ZINF_OFFLOAD_NONE;
+    if (secondary) return engine_allgather_traffic(e, e->hpz_k, e->sec_host, (int64_t)seg_bytes(e, mod), h2d, d2h);
+    if (e->qwz && host) *h2d += sb; // quantized on the device: a slice in host memory goes up first
+    mics_allgather_traffic(e, host && !e->qwz, wb, h2d, d2h);
     if (e->hpz_k > 1 && e->sec_host) *d2h += (int64_t)seg_bytes(e, mod);
 }
 

@@ -11,7 +11,8 @@
 # bits, and a checkpoint resumes exactly and at another world size. MiCS (shard groups
 # of 2, and of 1) trains as plain ZeRO-3 within rounding with the states anywhere, and
 # its checkpoint (written by the first shard group) resumes exactly and loads at any
-# world size and stage. The config errors.
+# world size and stage; its hierarchical gathers give plain ZeRO-3's bits with fewer
+# bytes across nodes. The config errors.
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -76,6 +77,9 @@ counts mics "${M[@]}"
 counts mics.cpu "${M[@]}" --set zero_optimization.offload_optimizer.device=cpu
 counts mics.qwz "${M[@]}" --set zero_optimization.zero_quantized_weights=true
 counts mics1 --set zero_optimization.mics_shard_size=1
+MH=(--set zero_optimization.mics_shard_size=4 --set zero_optimization.mics_hierarchical_params_gather=true)
+counts mics.hier "${MH[@]}"
+counts mics.hier.qwz "${MH[@]}" --set zero_optimization.zero_quantized_weights=true
 # qwZ moves the gathers' bf16 as int8 plus a scale per 2048 elements; the fp32 gradient
 # reduce-scatter (2 micro-batches here) stays as it is.
 python3 - "$tmp/stage3" "$tmp/qwz" <<'PY' || fail "qwZ does not shrink the gathers"
@@ -179,6 +183,17 @@ a, b = ([json.loads(l)["loss"] for l in open(f)][:-1] for f in sys.argv[1:])
 worst = max(abs(x - y) / y for x, y in zip(b, a))
 print(f"MiCS, shard groups of 2: 6 fp32 steps within {worst:.2e} (relative) of plain ZeRO-3")
 assert len(b) == 6 and worst < 1e-5, (worst, a, b)
+PY
+# A hierarchical gather moves the same bytes by another route: plain ZeRO-3's bits, with
+# fewer of them crossing nodes.
+run4 "$tmp/mh6" --steps 6 --set bf16.enabled=false "${MH[@]}" "${T[@]}" --set zero_optimization.offload_param.device=cpu
+[ "$(summary "$tmp/mh6")" = "$(summary "$tmp/p32")" ] ||
+  fail "hierarchical gathers: $(summary "$tmp/mh6"); plain ZeRO-3: $(summary "$tmp/p32")"
+python3 - "$tmp/stage3" "$tmp/mics.hier" <<'PY' || fail "hierarchical gathers do not cut the inter-node bytes"
+import json, sys
+a, b = ([json.loads(l) for l in open(f)][1]["comm_bytes_inter"] for f in sys.argv[1:])
+print(f"MiCS hierarchical gathers (one shard group of 2 nodes): inter-node bytes per step {a} -> {b}")
+assert b < 0.8 * a, (a, b)  # the gathers' half of it, halved
 PY
 for tier in cpu nvme; do
   run4 "$tmp/m6.$tier" "${m[@]}" "${T[@]}" --set zero_optimization.offload_optimizer.device=$tier \
