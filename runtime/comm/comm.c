@@ -354,14 +354,20 @@ zinf_status zinf_comm_allreduce_f64(zinf_comm *c, double *buf, size_t n) {
     return leave(c, st);
 }
 
-zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t bytes) {
-    static const char op[] = "allgather";
+// What every call moving W blocks of `bytes` checks first.
+static zinf_status check_blocks(const zinf_comm *c, const char *op, const void *in, const void *out, size_t bytes) {
     if (!c) return NO_COMM(op);
-    const size_t W = (size_t)c->size;
-    if (bytes > SIZE_MAX / W)
-        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: %zu bytes for %zu ranks overflows", name(c), op, bytes, W);
+    if (bytes > SIZE_MAX / (size_t)c->size)
+        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: %zu bytes for %d ranks overflows", name(c), op, bytes, c->size);
     if (bytes && !in) return NULL_ARG(c, op, in, bytes);
     if (bytes && !out) return NULL_ARG(c, op, out, bytes);
+    return ZINF_OK;
+}
+
+zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t bytes) {
+    static const char op[] = "allgather";
+    ZINF_CHECK(check_blocks(c, op, in, out, bytes));
+    const size_t W = (size_t)c->size;
     bool in_place = bytes && in == (const char *)out + (size_t)c->rank * bytes;
     if (!in_place && overlap(in, bytes, out, W * bytes))
         return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: in overlaps out without being out + rank * bytes", name(c), op);
@@ -382,12 +388,8 @@ zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t 
 // its place (the backend's output is one block per rank, back to back).
 zinf_status zinf_comm_alltoall(zinf_comm *c, const void *in, void *out, size_t bytes) {
     static const char op[] = "alltoall";
-    if (!c) return NO_COMM(op);
+    ZINF_CHECK(check_blocks(c, op, in, out, bytes));
     const size_t W = (size_t)c->size;
-    if (bytes > SIZE_MAX / W)
-        return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: %zu bytes for %zu ranks overflows", name(c), op, bytes, W);
-    if (bytes && !in) return NULL_ARG(c, op, in, bytes);
-    if (bytes && !out) return NULL_ARG(c, op, out, bytes);
     if (overlap(in, W * bytes, out, W * bytes))
         return zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: in and out overlap", name(c), op);
     ZINF_CHECK(enter(c, op));

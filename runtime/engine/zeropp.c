@@ -135,7 +135,7 @@ void zeropp_destroy(zinf_engine *e) {
     zinf_comm_destroy(e->hpz);
 }
 
-// The wire of a gather of module mod: full, or the quantized buffer.
+// The wire of a gather into full: full itself, or the quantized buffer.
 static char *wire_of(zinf_engine *e, void *full) { return e->qwz ? e->d_qw : full; }
 
 // full = every rank's slice dequantized from the quantized wire.

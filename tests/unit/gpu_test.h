@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "zinf.h"
+#include "zinf_half.h"
 
 static inline zinf_backend test_backend(void) {
     const char *b = getenv("ZINF_TEST_BACKEND");
@@ -47,6 +48,30 @@ static inline void *to_device(zinf_device *d, zinf_stream *s, const void *h, siz
 static inline void from_device(zinf_stream *s, void *h, const void *p, size_t n) {
     TRY(zinf_copy_async(s, h, p, n, ZINF_COPY_D2H));
     TRY(zinf_stream_sync(s));
+}
+
+// n values of v stored as dt, in host memory the caller frees.
+static inline void *test_pack(zinf_dtype dt, const float *v, size_t n) {
+    char *p = malloc(n * zinf_dtype_size(dt));
+    for (size_t i = 0; i < n; i++)
+        dt_store(p, dt, i, v[i]);
+    return p;
+}
+
+// The same on the device.
+static inline void *test_dev_of(zinf_device *d, zinf_stream *s, zinf_dtype dt, const float *v, size_t n) {
+    void *h = test_pack(dt, v, n);
+    void *p = to_device(d, s, h, n * zinf_dtype_size(dt));
+    free(h);
+    return p;
+}
+
+// bytes of device memory, every byte 0xff: a result that is not written shows.
+static inline void *test_dev_poisoned(zinf_device *d, zinf_stream *s, size_t bytes) {
+    void *p;
+    TRY(zinf_device_alloc(d, bytes, "output", &p));
+    TRY(zinf_memset_async(s, p, 0xff, bytes));
+    return p;
 }
 
 #endif

@@ -35,27 +35,6 @@ static float *randv(zinf_dtype dt, size_t n, double scale) {
     return v;
 }
 
-static void *pack(zinf_dtype dt, const float *v, size_t n) {
-    char *p = malloc(n * zinf_dtype_size(dt));
-    for (size_t i = 0; i < n; i++)
-        dt_store(p, dt, i, v[i]);
-    return p;
-}
-
-static void *dev_of(zinf_dtype dt, const float *v, size_t n) {
-    void *h = pack(dt, v, n);
-    void *d = to_device(dev, S, h, n * zinf_dtype_size(dt));
-    free(h);
-    return d;
-}
-
-static void *dev_poisoned(size_t bytes) {
-    void *d;
-    TRY(zinf_device_alloc(dev, bytes, "output", &d));
-    TRY(zinf_memset_async(S, d, 0xff, bytes));
-    return d;
-}
-
 // Relative tolerance per storage type: fp32 sums in another order; 16-bit results are
 // rounded once on the way out (half an ulp: 2^-9 bf16, 2^-12 fp16) after fp32 work.
 static double rtol_of(zinf_dtype dt) { return dt == ZINF_DTYPE_F32 ? 2e-5 : dt == ZINF_DTYPE_BF16 ? 1.0 / 128 : 1.0 / 1024; }
@@ -102,8 +81,8 @@ static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, in
     int m = 37, n = 29, k = 41, nb = batch > 1 ? batch : 1;
     size_t sa = (size_t)m * k, sb = (size_t)k * n, sc = (size_t)m * n;
     float *a = randv(dt, sa * nb, 1), *b = randv(dt, sb * nb, 1), *c = randv(dt, sc * nb, 1), *bv = randv(dt, n, 1);
-    void *da = dev_of(dt, a, sa * nb), *db = dev_of(dt, b, sb * nb), *dbias = dev_of(dt, bv, n);
-    void *dc = beta != 0 ? dev_of(dt, c, sc * nb) : dev_poisoned(sc * nb * zinf_dtype_size(dt));
+    void *da = test_dev_of(dev, S, dt, a, sa * nb), *db = test_dev_of(dev, S, dt, b, sb * nb), *dbias = test_dev_of(dev, S, dt, bv, n);
+    void *dc = beta != 0 ? test_dev_of(dev, S, dt, c, sc * nb) : test_dev_poisoned(dev, S, sc * nb * zinf_dtype_size(dt));
     zinf_gemm_args g = {.dt = dt, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .a = da, .lda = ta ? m : k,
                         .b = db, .ldb = tb ? k : n, .c = dc, .ldc = n, .bias = bias ? dbias : NULL, .alpha = 0.75f,
                         .beta = beta, .batch = batch, .stride_a = (int64_t)sa, .stride_b = (int64_t)sb,
@@ -130,7 +109,7 @@ static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, in
 static void test_bias_grad(zinf_dtype dt) {
     int rows = 23, cols = 75;
     float *g = randv(dt, (size_t)rows * cols, 1), *b0 = randv(dt, cols, 1);
-    void *dg = dev_of(dt, g, (size_t)rows * cols), *db = dev_of(dt, b0, cols);
+    void *dg = test_dev_of(dev, S, dt, g, (size_t)rows * cols), *db = test_dev_of(dev, S, dt, b0, cols);
     TRY(zinf_bias_grad(S, dt, db, dg, rows, cols));
     double ref[75];
     for (int j = 0; j < cols; j++) {
@@ -149,10 +128,10 @@ static void test_layernorm(zinf_dtype dt) {
     size_t n = (size_t)R * C;
     float *x = randv(dt, n, 2), *w = randv(dt, C, 1), *b = randv(dt, C, 1), *dy = randv(dt, n, 1);
     float *dx0 = randv(dt, n, 1), *dw0 = randv(dt, C, 1), *db0 = randv(dt, C, 1);
-    void *dx_ = dev_of(dt, x, n), *dw_ = dev_of(dt, w, C), *db_ = dev_of(dt, b, C), *ddy = dev_of(dt, dy, n);
-    void *out = dev_poisoned(n * zinf_dtype_size(dt));
-    float *mean = dev_poisoned(R * 4), *rstd = dev_poisoned(R * 4);
-    void *gx = dev_of(dt, dx0, n), *gw = dev_of(dt, dw0, C), *gb = dev_of(dt, db0, C);
+    void *dx_ = test_dev_of(dev, S, dt, x, n), *dw_ = test_dev_of(dev, S, dt, w, C), *db_ = test_dev_of(dev, S, dt, b, C), *ddy = test_dev_of(dev, S, dt, dy, n);
+    void *out = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt));
+    float *mean = test_dev_poisoned(dev, S, R * 4), *rstd = test_dev_poisoned(dev, S, R * 4);
+    void *gx = test_dev_of(dev, S, dt, dx0, n), *gw = test_dev_of(dev, S, dt, dw0, C), *gb = test_dev_of(dev, S, dt, db0, C);
     TRY(zinf_layernorm_fwd(S, dt, out, mean, rstd, dx_, dw_, db_, R, C, 1e-5f));
     TRY(zinf_layernorm_bwd(S, dt, gx, gw, gb, ddy, dx_, dw_, mean, rstd, R, C));
     double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), rm[9], rr[9], rgw[33], rgb[33];
@@ -200,9 +179,9 @@ static void test_rmsnorm(zinf_dtype dt) {
     size_t n = (size_t)R * C;
     const float eps = 1e-5f;
     float *x = randv(dt, n, 0.02), *w = randv(dt, C, 1), *dy = randv(dt, n, 1), *dw0 = randv(dt, C, 1);
-    void *dx_ = dev_of(dt, x, n), *dw_ = dev_of(dt, w, C), *ddy = dev_of(dt, dy, n), *gw = dev_of(dt, dw0, C);
-    void *out = dev_poisoned(n * zinf_dtype_size(dt)), *gx = dev_poisoned(n * zinf_dtype_size(dt));
-    float *rstd = dev_poisoned(R * 4);
+    void *dx_ = test_dev_of(dev, S, dt, x, n), *dw_ = test_dev_of(dev, S, dt, w, C), *ddy = test_dev_of(dev, S, dt, dy, n), *gw = test_dev_of(dev, S, dt, dw0, C);
+    void *out = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt)), *gx = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt));
+    float *rstd = test_dev_poisoned(dev, S, R * 4);
     TRY(zinf_rmsnorm_fwd(S, dt, out, rstd, dx_, dw_, R, C, eps));
     TRY(zinf_rmsnorm_bwd(S, dt, gx, gw, ddy, dx_, dw_, rstd, R, C));
     double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), rr[R], rgw[C];
@@ -239,7 +218,7 @@ static void test_rmsnorm(zinf_dtype dt) {
 static void test_elementwise(zinf_dtype dt) {
     size_t n = 1037;
     float *x = randv(dt, n, 3), *y = randv(dt, n, 1);
-    void *dx = dev_of(dt, x, n), *dy = dev_of(dt, y, n), *out = dev_poisoned(n * zinf_dtype_size(dt));
+    void *dx = test_dev_of(dev, S, dt, x, n), *dy = test_dev_of(dev, S, dt, y, n), *out = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt));
     double *ref = malloc(n * sizeof *ref);
 
     TRY(zinf_gelu_fwd(S, dt, out, dx, n));
@@ -278,8 +257,8 @@ static void test_swiglu(zinf_dtype dt) {
     enum { R = 7, F = 37 };
     size_t ng = (size_t)R * 2 * F, no = (size_t)R * F;
     float *gu = randv(dt, ng, 4), *dy = randv(dt, no, 1);
-    void *dgu_in = dev_of(dt, gu, ng), *ddy = dev_of(dt, dy, no), *inplace = dev_of(dt, gu, ng);
-    void *out = dev_poisoned(no * zinf_dtype_size(dt)), *dgu = dev_poisoned(ng * zinf_dtype_size(dt));
+    void *dgu_in = test_dev_of(dev, S, dt, gu, ng), *ddy = test_dev_of(dev, S, dt, dy, no), *inplace = test_dev_of(dev, S, dt, gu, ng);
+    void *out = test_dev_poisoned(dev, S, no * zinf_dtype_size(dt)), *dgu = test_dev_poisoned(dev, S, ng * zinf_dtype_size(dt));
     TRY(zinf_swiglu_fwd(S, dt, out, dgu_in, R, F));
     TRY(zinf_swiglu_bwd(S, dt, dgu, dgu_in, ddy, R, F));
     TRY(zinf_swiglu_bwd(S, dt, inplace, inplace, ddy, R, F));
@@ -304,10 +283,10 @@ static void test_swiglu(zinf_dtype dt) {
 static void test_cast(zinf_dtype from, zinf_dtype to) {
     size_t n = 515;
     float *x = randv(from, n, 100);
-    void *dx = dev_of(from, x, n), *out = dev_poisoned(n * zinf_dtype_size(to));
+    void *dx = test_dev_of(dev, S, from, x, n), *out = test_dev_poisoned(dev, S, n * zinf_dtype_size(to));
     TRY(zinf_cast(S, out, to, dx, from, n));
     // Conversion is exact rounding: the result must be the nearest value, bit for bit.
-    void *h = malloc(n * zinf_dtype_size(to)), *want = pack(to, x, n);
+    void *h = malloc(n * zinf_dtype_size(to)), *want = test_pack(to, x, n);
     from_device(S, h, out, n * zinf_dtype_size(to));
     CHECK(memcmp(h, want, n * zinf_dtype_size(to)) == 0, "cast %s -> %s is not round-to-nearest-even",
           zinf_dtype_name(from), zinf_dtype_name(to));
@@ -317,8 +296,8 @@ static void test_cast(zinf_dtype from, zinf_dtype to) {
 static void test_sumsq(zinf_dtype dt) {
     size_t n = 100003;
     float *x = randv(dt, n, 2);
-    void *dx = dev_of(dt, x, n);
-    double *out = dev_poisoned(2 * sizeof(double)), h[2], ref = 0;
+    void *dx = test_dev_of(dev, S, dt, x, n);
+    double *out = test_dev_poisoned(dev, S, 2 * sizeof(double)), h[2], ref = 0;
     for (size_t i = 0; i < n; i++)
         ref += (double)x[i] * x[i];
     TRY(zinf_sumsq(S, dt, dx, n, out));
@@ -326,7 +305,7 @@ static void test_sumsq(zinf_dtype dt) {
     CHECK(fabs(h[0] - ref) <= 1e-12 * ref && h[1] == 0, "sumsq %s: %.17g (%g) vs %.17g", zinf_dtype_name(dt), h[0], h[1], ref);
     x[n / 2] = dt == ZINF_DTYPE_F32 ? NAN : INFINITY;
     zinf_device_free(dev, dx);
-    dx = dev_of(dt, x, n);
+    dx = test_dev_of(dev, S, dt, x, n);
     TRY(zinf_sumsq(S, dt, dx, n, out));
     from_device(S, h, out, sizeof h);
     CHECK(h[1] == 1, "sumsq %s: a non-finite element not flagged (%g)", zinf_dtype_name(dt), h[1]);
@@ -366,7 +345,7 @@ static void test_rope(zinf_dtype dt) {
             cs[t * HD / 2 + i] = cosf(ang), sn[t * HD / 2 + i] = sinf(ang);
         }
     float *x = randv(dt, n, 2), *g = randv(dt, n, 1);
-    void *dx = dev_of(dt, x, n), *dg = dev_of(dt, g, n);
+    void *dx = test_dev_of(dev, S, dt, x, n), *dg = test_dev_of(dev, S, dt, g, n);
     float *dcs = to_device(dev, S, cs, sizeof cs), *dsn = to_device(dev, S, sn, sizeof sn);
     double *ref = malloc(n * sizeof *ref), *orig = malloc(n * sizeof *orig);
     TRY(zinf_rope_fwd(S, dt, dx, dcs, dsn, B, T, NH, NKV, HD));
@@ -392,13 +371,13 @@ static void test_attention(zinf_dtype dt, int NH, int NKV, int hd, int window) {
     int nkv = NKV ? NKV : NH, hs = hd ? hd : 24 / NH, C = NH * hs, G = NH / nkv;
     size_t row = (size_t)(NH + 2 * nkv) * hs, nq = (size_t)B * T * row, no = (size_t)B * T * C;
     float *qkv = randv(dt, nq, 1), *dout = randv(dt, no, 1);
-    void *dq = dev_of(dt, qkv, nq), *ddo = dev_of(dt, dout, no), *out = dev_poisoned(no * zinf_dtype_size(dt));
-    void *dqkv = dev_poisoned(nq * zinf_dtype_size(dt));
-    float *lse = dev_poisoned((size_t)B * NH * T * 4);
+    void *dq = test_dev_of(dev, S, dt, qkv, nq), *ddo = test_dev_of(dev, S, dt, dout, no), *out = test_dev_poisoned(dev, S, no * zinf_dtype_size(dt));
+    void *dqkv = test_dev_poisoned(dev, S, nq * zinf_dtype_size(dt));
+    float *lse = test_dev_poisoned(dev, S, (size_t)B * NH * T * 4);
     zinf_attention_args a = {.dt = dt, .B = B, .T = T, .C = C, .NH = NH, .NKV = NKV, .hd = hd, .window = window,
                              .qkv = dq, .out = out, .lse = lse, .dqkv = dqkv, .dout = ddo};
     size_t wsb = zinf_attention_workspace(dev, &a);
-    a.ws = wsb ? dev_poisoned(wsb) : NULL;
+    a.ws = wsb ? test_dev_poisoned(dev, S, wsb) : NULL;
     TRY(zinf_attention_fwd(S, &a));
     TRY(zinf_attention_bwd(S, &a));
     double *ro = calloc(no, sizeof *ro), *rg = calloc(nq, sizeof *rg), *rl = calloc((size_t)B * NH * T, sizeof *rl);
@@ -492,9 +471,9 @@ static void test_cross_entropy(zinf_dtype dt, bool in_place) {
     int32_t tgt[11];
     for (int i = 0; i < R; i++)
         tgt[i] = (int32_t)(urand() * V);
-    void *dx = dev_of(dt, x, n), *dt_ = to_device(dev, S, tgt, sizeof tgt);
-    void *dl = in_place ? dx : dev_poisoned(n * zinf_dtype_size(dt));
-    float *loss = dev_poisoned(R * 4);
+    void *dx = test_dev_of(dev, S, dt, x, n), *dt_ = to_device(dev, S, tgt, sizeof tgt);
+    void *dl = in_place ? dx : test_dev_poisoned(dev, S, n * zinf_dtype_size(dt));
+    float *loss = test_dev_poisoned(dev, S, R * 4);
     TRY(zinf_cross_entropy(S, dt, loss, dl, dx, dt_, R, V, 0.125f));
     double rl[11], *rg = malloc(n * sizeof *rg);
     for (int i = 0; i < R; i++) {
@@ -531,10 +510,10 @@ static void test_embedding(zinf_dtype dt, bool positions) {
     for (int i = 0; i < B * T; i++)
         tok[i] = (int32_t)(urand() * V), order[i] = i;
     qsort_r(order, B * T, sizeof *order, cmp_pos, tok);
-    void *dte = dev_of(dt, wte, V * C), *dpe = dev_of(dt, wpe, T * C), *ddy = dev_of(dt, dy, B * T * C);
-    void *gte = dev_of(dt, gte0, V * C), *gpe = dev_of(dt, gpe0, T * C);
+    void *dte = test_dev_of(dev, S, dt, wte, V * C), *dpe = test_dev_of(dev, S, dt, wpe, T * C), *ddy = test_dev_of(dev, S, dt, dy, B * T * C);
+    void *gte = test_dev_of(dev, S, dt, gte0, V * C), *gpe = test_dev_of(dev, S, dt, gpe0, T * C);
     void *dtok = to_device(dev, S, tok, sizeof tok), *dord = to_device(dev, S, order, sizeof order);
-    void *out = dev_poisoned((size_t)B * T * C * zinf_dtype_size(dt));
+    void *out = test_dev_poisoned(dev, S, (size_t)B * T * C * zinf_dtype_size(dt));
     TRY(zinf_embedding_fwd(S, dt, out, dtok, dte, positions ? dpe : NULL, B, T, C));
     TRY(zinf_embedding_bwd(S, dt, gte, positions ? gpe : NULL, ddy, dtok, dord, B, T, C));
     double ro[B * T * C], rte[V * C], rpe[T * C];
@@ -567,10 +546,10 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
     float *g = randv(grad_dt, n, 1);
-    void *gp = pack(grad_dt, g, n);
+    void *gp = test_pack(grad_dt, g, n);
     float *dp = to_device(dev, S, p, n * 4), *dm = to_device(dev, S, m, n * 4), *dv = to_device(dev, S, v, n * 4);
     void *dg = to_device(dev, S, gp, n * zinf_dtype_size(grad_dt));
-    void *dout = out_dt ? dev_poisoned(n * 2) : NULL, *hout = out_dt ? malloc(n * 2) : NULL;
+    void *dout = out_dt ? test_dev_poisoned(dev, S, n * 2) : NULL, *hout = out_dt ? malloc(n * 2) : NULL;
     void *want_out = out_dt ? malloc(n * 2) : NULL;
     zinf_optim_hparams h = {.kind = kind, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                             .lr_decay = 0.01, .bias_correction = true, .step = 3, .grad_scale = 0.5f};

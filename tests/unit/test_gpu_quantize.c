@@ -28,27 +28,6 @@ static float rounded(zinf_dtype dt, float x) {
     return dt == ZINF_DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(x)) : dt == ZINF_DTYPE_F16 ? f16_to_f32(f32_to_f16(x)) : x;
 }
 
-static void *pack(zinf_dtype dt, const float *v, size_t n) {
-    char *p = malloc(n * zinf_dtype_size(dt));
-    for (size_t i = 0; i < n; i++)
-        dt_store(p, dt, i, v[i]);
-    return p;
-}
-
-static void *dev_of(zinf_dtype dt, const float *v, size_t n) {
-    void *h = pack(dt, v, n);
-    void *d = to_device(dev, S, h, n * zinf_dtype_size(dt));
-    free(h);
-    return d;
-}
-
-static void *dev_poisoned(size_t bytes) {
-    void *d;
-    TRY(zinf_device_alloc(dev, bytes, "output", &d));
-    TRY(zinf_memset_async(S, d, 0xff, bytes));
-    return d;
-}
-
 static bool same_f32(float a, float b) { return (isnan(a) && isnan(b)) || f32_bits(a) == f32_bits(b); }
 
 // ---- reference ----
@@ -106,8 +85,8 @@ static quant_out run_case(const char *what, int bits, zinf_dtype dt, const float
     const char *dn = zinf_dtype_name(dt);
     size_t groups = (n + group - 1) / group, bytes = bits == 8 ? n : (n + 1) / 2, es = zinf_dtype_size(dt);
     quant_ref r = ref_quantize(bits, x, n, group);
-    void *dx = dev_of(dt, x, n), *dq = dev_poisoned(bytes);
-    float *ds = dev_poisoned(groups * sizeof(float));
+    void *dx = test_dev_of(dev, S, dt, x, n), *dq = test_dev_poisoned(dev, S, bytes);
+    float *ds = test_dev_poisoned(dev, S, groups * sizeof(float));
     TRY(zinf_quantize(S, bits, dt, dx, n, group, dq, ds));
     quant_out o = {malloc(bytes), malloc(groups * sizeof(float)), malloc(n * sizeof(float))};
     from_device(S, o.q, dq, bytes);
@@ -126,7 +105,7 @@ static quant_out run_case(const char *what, int bits, zinf_dtype dt, const float
 
     // Dequantized into dt: the fp32 product (q * scale is exact in double, rounded once
     // to float), then rounded to dt.
-    void *dout = dev_poisoned(n * es), *h = malloc(n * es);
+    void *dout = test_dev_poisoned(dev, S, n * es), *h = malloc(n * es);
     TRY(zinf_dequantize(S, bits, dq, ds, n, group, dt, dout, false));
     from_device(S, h, dout, n * es);
     bad = 0;
@@ -142,7 +121,7 @@ static quant_out run_case(const char *what, int bits, zinf_dtype dt, const float
     float *acc = malloc(n * sizeof *acc), *hacc = malloc(n * sizeof *hacc);
     for (size_t i = 0; i < n; i++)
         acc[i] = (float)(urand() * 4 - 2);
-    void *dacc = dev_of(ZINF_DTYPE_F32, acc, n);
+    void *dacc = test_dev_of(dev, S, ZINF_DTYPE_F32, acc, n);
     TRY(zinf_dequantize(S, bits, dq, ds, n, group, ZINF_DTYPE_F32, dacc, true));
     from_device(S, hacc, dacc, n * sizeof *hacc);
     bad = 0;
