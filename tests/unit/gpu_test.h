@@ -50,6 +50,17 @@ static inline void from_device(zinf_stream *s, void *h, const void *p, size_t n)
     TRY(zinf_stream_sync(s));
 }
 
+// Uniform in [0, 1), from a xorshift state.
+static inline double test_urand(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return (double)(*s >> 11) * 0x1p-53;
+}
+
+// x as dt holds it (round to nearest even), back in fp32.
+static inline float test_rounded(zinf_dtype dt, float x) {
+    return dt == ZINF_DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(x)) : dt == ZINF_DTYPE_F16 ? f16_to_f32(f32_to_f16(x)) : x;
+}
+
 // n values of v stored as dt, in host memory the caller frees.
 static inline void *test_pack(zinf_dtype dt, const float *v, size_t n) {
     char *p = malloc(n * zinf_dtype_size(dt));

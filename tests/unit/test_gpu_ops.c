@@ -15,22 +15,14 @@
 static zinf_device *dev;
 static zinf_stream *S;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static double urand(void) { // [0, 1)
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53;
-}
-
-static float rounded(zinf_dtype dt, float x) {
-    return dt == ZINF_DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(x)) : dt == ZINF_DTYPE_F16 ? f16_to_f32(f32_to_f16(x)) : x;
-}
+static double urand(void) { return test_urand(&rng); }
 
 // n random values in [-scale, scale], away from zero, exactly representable in dt.
 static float *randv(zinf_dtype dt, size_t n, double scale) {
     float *v = malloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++) {
         double u = 0.05 + 0.95 * urand();
-        v[i] = rounded(dt, (float)(scale * (urand() < 0.5 ? -u : u)));
+        v[i] = test_rounded(dt, (float)(scale * (urand() < 0.5 ? -u : u)));
     }
     return v;
 }
@@ -196,7 +188,7 @@ static void test_rmsnorm(zinf_dtype dt) {
         rr[i] = rs;
         for (int j = 0; j < C; j++) {
             double xn = xr[j] * rs;
-            ref[(size_t)i * C + j] = w[j] * (double)rounded(dt, (float)xn); // n in dt, then the weight
+            ref[(size_t)i * C + j] = w[j] * (double)test_rounded(dt, (float)xn); // n in dt, then the weight
             dnn += g[j] * w[j] * xn;
             rgw[j] += g[j] * xn;
         }

@@ -18,15 +18,7 @@
 static zinf_device *dev;
 static zinf_stream *S;
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static double urand(void) { // [0, 1)
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53;
-}
-
-static float rounded(zinf_dtype dt, float x) {
-    return dt == ZINF_DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(x)) : dt == ZINF_DTYPE_F16 ? f16_to_f32(f32_to_f16(x)) : x;
-}
+static double urand(void) { return test_urand(&rng); }
 
 static bool same_f32(float a, float b) { return (isnan(a) && isnan(b)) || f32_bits(a) == f32_bits(b); }
 
@@ -111,11 +103,11 @@ static quant_out run_case(const char *what, int bits, zinf_dtype dt, const float
     bad = 0;
     for (size_t i = 0; i < n; i++) {
         o.deq[i] = dt_load(h, dt, i);
-        float want = rounded(dt, (float)((double)r.code[i] * r.scale[i / group]));
+        float want = test_rounded(dt, (float)((double)r.code[i] * r.scale[i / group]));
         if (!same_f32(o.deq[i], want)) bad += !bad ? (at = i, 1) : 1;
     }
     CHECK(bad == 0, "%s bits %d %s n %zu group %zu: %zu of %zu dequantized differ, first %zu: %a vs %a", what, bits, dn,
-          n, group, bad, n, at, o.deq[at], rounded(dt, (float)((double)r.code[at] * r.scale[at / group])));
+          n, group, bad, n, at, o.deq[at], test_rounded(dt, (float)((double)r.code[at] * r.scale[at / group])));
 
     // Added into fp32: out + (float)(q * scale), two fp32 roundings.
     float *acc = malloc(n * sizeof *acc), *hacc = malloc(n * sizeof *hacc);
@@ -164,7 +156,7 @@ static void test_random(int bits, zinf_dtype dt, size_t n, size_t group) {
     float *x = malloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++) {
         double mag = ldexp(1, (int)((i / 97) % 9) - 4), u = urand();
-        x[i] = u < 0.02 ? 0.0f : rounded(dt, (float)(mag * (urand() * 2 - 1)));
+        x[i] = u < 0.02 ? 0.0f : test_rounded(dt, (float)(mag * (urand() * 2 - 1)));
     }
     quant_out o = run_case("random", bits, dt, x, n, group);
     out_free(&o);
@@ -199,7 +191,7 @@ static void test_special(int bits, zinf_dtype dt) {
     size_t group = 16, n = 6 * group + 5;
     float *x = malloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++)
-        x[i] = rounded(dt, (float)(urand() * 6 - 3));
+        x[i] = test_rounded(dt, (float)(urand() * 6 - 3));
     for (size_t i = group; i < 2 * group; i++)
         x[i] = (i % 2) ? -0.0f : 0.0f;
     x[2 * group + 7] = INFINITY;
