@@ -71,6 +71,23 @@ zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, boo
     return zinf_copy_async(e->xs, full, e->h_comm, W * bytes, ZINF_COPY_H2D);
 }
 
+zinf_status engine_alltoall(zinf_engine *e, zinf_comm *c, const void *in, void *out, size_t bytes) {
+    if (e->nccl) return zinf_comm_device_alltoall(c, e->xs, in, out, bytes);
+    size_t all = (size_t)zinf_comm_size(c) * bytes;
+    char *h = (char *)e->h_comm;
+    ZINF_CHECK(zinf_copy_async(e->xs, h, in, all, ZINF_COPY_D2H));
+    ZINF_CHECK(engine_comm(e, c, COMM_ALLTOALL, h, h + all, bytes));
+    return zinf_copy_async(e->xs, out, h + all, all, ZINF_COPY_H2D);
+}
+
+int engine_ranks_per_node(const zinf_engine *e) {
+    if (e->nodes < 1 || e->world % e->nodes) return 0;
+    int L = e->world / e->nodes;
+    for (int r = 0; !e->plan && r < e->world; r++)
+        if (zinf_comm_node_of(e->comm, r) != r / L) return 0;
+    return L;
+}
+
 void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64_t bytes, int64_t *h2d,
                               int64_t *d2h) {
     if (W == 1 || e->nccl) { // a part on the host goes up; NCCL gathers on the device

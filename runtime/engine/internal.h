@@ -309,7 +309,13 @@ zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void
 // bytes), by NCCL or through pinned staging.
 zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, bool mine_host, void *full,
                              size_t bytes);
-// What that copies between host and device for W ranks, added to *h2d and *d2h.
+// On the communication stream, device to device: block r of out (size(c) * bytes) is
+// rank r's block for this rank; by NCCL or through the pinned staging (2 size(c) bytes).
+zinf_status engine_alltoall(zinf_engine *e, zinf_comm *c, const void *in, void *out, size_t bytes);
+// L when every node is L consecutive ranks (node n: [n L, (n + 1) L)); else 0. A plan
+// takes its target's nodes to be so.
+int engine_ranks_per_node(const zinf_engine *e);
+// What engine_allgather copies between host and device for W ranks, added to *h2d and *d2h.
 void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64_t bytes, int64_t *h2d,
                               int64_t *d2h);
 // Where a tier's swap store goes: paths, with the aio engine and the run's name the

@@ -10,21 +10,23 @@
 // local index (one per node), then one inside the node of what that brought.
 #include "internal.h"
 
+// MiCS applies at stage 3 over several ranks; a shard group of the whole world still
+// takes the hierarchical gathers.
+static bool mics_on(const zinf_engine *e) {
+    return e->stage == 3 && e->world > 1 && e->cfg.zero.mics_shard_size > 0;
+}
+
 void mics_settings(zinf_engine *e) {
-    int64_t S = e->cfg.zero.mics_shard_size;
-    bool on = e->stage == 3 && e->world > 1 && S > 0;
-    e->pw = on ? (int)S : e->world;
+    e->pw = mics_on(e) ? (int)e->cfg.zero.mics_shard_size : e->world;
     e->pr = e->rank % e->pw;
     e->replicas = e->world / e->pw;
 }
 
 // The hierarchical gather's shape: the shard group spans hier_nodes whole nodes of
-// hier_local consecutive ranks (with this many ranks per node: world / nodes).
+// hier_local consecutive ranks.
 static bool hier_shape(zinf_engine *e) {
-    int L = e->nodes > 0 && e->world % e->nodes == 0 ? e->world / e->nodes : 0;
+    int L = engine_ranks_per_node(e);
     bool whole = L > 0 && L < e->pw && e->pw % L == 0;
-    for (int r = 0; whole && !e->plan && r < e->world; r++)
-        whole = zinf_comm_node_of(e->comm, r) == r / L;
     e->hier_local = whole ? L : 0;
     e->hier_nodes = whole ? e->pw / L : 0;
     return whole;
@@ -32,7 +34,7 @@ static bool hier_shape(zinf_engine *e) {
 
 zinf_status mics_create(zinf_engine *e) {
     e->pcomm = e->comm;
-    if (!(e->stage == 3 && e->world > 1 && e->cfg.zero.mics_shard_size > 0)) return ZINF_OK;
+    if (!mics_on(e)) return ZINF_OK;
     if (e->cfg.zero.mics_hierarchical_params_gather && !hier_shape(e) && !e->plan)
         ZINF_LOG_INFO("engine: mics_hierarchical_params_gather needs shard groups of whole nodes (of the same number "
                       "of consecutive ranks): %d-rank groups over %d node%s here gather in one step",

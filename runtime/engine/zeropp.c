@@ -49,17 +49,10 @@ enum { QG_GROUP = 64 };
 static size_t qg_codes(size_t n) { return ((n + 1) / 2 + 3) / 4 * 4; }
 static size_t qg_slot(size_t n) { return qg_codes(n) + (n + QG_GROUP - 1) / QG_GROUP * sizeof(float); }
 
-// qgZ needs several nodes of the same number of consecutive ranks (node n is ranks
-// [n L, (n + 1) L)), so that a rank's local index names its peer on every node.
-static bool qg_layout(const zinf_engine *e) {
-    if (e->nodes < 2 || e->world % e->nodes) return false;
-    for (int r = 0; !e->plan && r < e->world; r++)
-        if (zinf_comm_node_of(e->comm, r) != r / (e->world / e->nodes)) return false;
-    return true;
-}
-
+// qgZ needs several nodes of the same number of consecutive ranks, so that a rank's
+// local index names its peer on every node.
 static zinf_status qg_create(zinf_engine *e) {
-    if (!qg_layout(e)) {
+    if (e->nodes < 2 || !engine_ranks_per_node(e)) {
         e->qgz = false;
         if (!e->plan)
             ZINF_LOG_INFO("engine: zero_quantized_gradients needs more than one node, each of the same number of "
@@ -197,7 +190,7 @@ void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_
 
 // ---- qgZ ----
 
-// Block i of n floats at x, quantized into slot i of q.
+// n floats at x, quantized into a slot: the int4 codes, then the scales.
 static zinf_status qg_quantize(zinf_engine *e, const float *x, size_t n, char *slot) {
     return zinf_quantize(e->xs, 4, ZINF_DTYPE_F32, x, n, QG_GROUP, slot, (float *)(slot + qg_codes(n)));
 }
@@ -208,16 +201,6 @@ static zinf_status qg_dequantize(zinf_engine *e, const char *slot, size_t n, flo
                            add);
 }
 
-// On the communication stream, device to device: NCCL's, or through the staging.
-static zinf_status alltoall(zinf_engine *e, zinf_comm *c, const void *in, void *out, size_t bytes) {
-    if (e->nccl) return zinf_comm_device_alltoall(c, e->xs, in, out, bytes);
-    size_t all = (size_t)zinf_comm_size(c) * bytes;
-    char *h = (char *)e->h_comm;
-    ZINF_CHECK(zinf_copy_async(e->xs, h, in, all, ZINF_COPY_D2H));
-    ZINF_CHECK(engine_comm(e, c, COMM_ALLTOALL, h, h + all, bytes));
-    return zinf_copy_async(e->xs, out, h + all, all, ZINF_COPY_H2D);
-}
-
 zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk) {
     const size_t N = (size_t)e->nodes, L = (size_t)e->world / N, qs = qg_slot(blk);
     char *send = e->d_qgs, *recv = e->d_qgr;
@@ -225,7 +208,7 @@ zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk) {
     for (size_t j = 0; j < L; j++)
         for (size_t n = 0; n < N; n++)
             ZINF_CHECK(qg_quantize(e, d + (n * L + j) * blk, blk, send + (j * N + n) * qs));
-    ZINF_CHECK(alltoall(e, e->qg_node, send, recv, N * qs));
+    ZINF_CHECK(engine_alltoall(e, e->qg_node, send, recv, N * qs));
     // From local rank l, slot n: its part of the block of rank (n, this local index).
     for (size_t n = 0; n < N; n++) {
         float *part = e->d_qgp + n * blk;
@@ -233,7 +216,7 @@ zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk) {
             ZINF_CHECK(qg_dequantize(e, recv + (l * N + n) * qs, blk, part, l > 0));
         ZINF_CHECK(qg_quantize(e, part, blk, send + n * qs));
     }
-    ZINF_CHECK(alltoall(e, e->qg_cross, send, recv, qs));
+    ZINF_CHECK(engine_alltoall(e, e->qg_cross, send, recv, qs));
     float *mine = d + (size_t)e->rank * blk;
     for (size_t n = 0; n < N; n++)
         ZINF_CHECK(qg_dequantize(e, recv + n * qs, blk, mine, n > 0));

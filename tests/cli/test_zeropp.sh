@@ -261,6 +261,10 @@ for x in "${H[*]}" "${G[*]}"; do
   grep -q 'zero_optimization.mics_shard_size: MiCS does not combine with zero_optimization.zero_' "$tmp/err" "$tmp/out" ||
     fail "MiCS with $x: $(tail -c 300 "$tmp/err")"
 done
+expect 0 mpirun -np 4 -x ZINF_RANKS_PER_NODE "$Z" train "$tmp/cfg.json" --steps 1 "${M[@]}" \
+  --set zero_optimization.mics_hierarchical_params_gather=true
+grep -q 'mics_hierarchical_params_gather needs shard groups of whole nodes .*: 2-rank groups over 2 nodes here' \
+  "$tmp/out" "$tmp/err" || fail "hierarchical gathers inside a node: $(tail -c 300 "$tmp/err")"
 expect 2 "$Z" train "$tmp/cfg.json" --set zero_optimization.mics_shard_size=0
 grep -q 'zero_optimization.mics_shard_size: 0 is not a number of ranks' "$tmp/err" || fail "MiCS 0: $(cat "$tmp/err")"
 
