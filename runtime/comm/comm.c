@@ -16,6 +16,16 @@
 
 // ---- create / destroy ----
 
+// This rank's place among the ranks on its host (which GPU it takes).
+static void find_local(zinf_comm *c) {
+    c->local_rank = c->local_size = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (c->host_of[r] != c->host_of[c->rank]) continue;
+        c->local_size++;
+        if (r < c->rank) c->local_rank++;
+    }
+}
+
 // Every rank's host (by host name, numbered in order of first appearance) and node: its
 // host, or with ZINF_RANKS_PER_NODE=K every K consecutive ranks. An exchange bounded
 // like every collective, where MPI_Comm_split_type would block without a deadline.
@@ -41,11 +51,7 @@ static zinf_status find_nodes(zinf_comm *c) {
     free(names);
     c->host_of = host_of, c->node_of = node_of;
     ZINF_CHECK(st);
-    for (int r = 0; r < c->size; r++) {
-        if (host_of[r] != host_of[c->rank]) continue;
-        c->local_size++;
-        if (r < c->rank) c->local_rank++;
-    }
+    find_local(c);
     const char *knob = zinf_env(ZINF_ENV_RANKS_PER_NODE);
     long k = 0;
     if (knob) {
@@ -491,11 +497,7 @@ zinf_status zinf_comm_split(zinf_comm *c, int color, zinf_comm **out) {
             st = zinf_fail(ZINF_ERR_INTERNAL, "comm %s: split gave rank %d of %d where the colors say %d of %d",
                            name(c), sub->rank, sub->size, me, n);
     }
-    for (int i = 0; st == ZINF_OK && i < n; i++) {
-        if (sub->host_of[i] != sub->host_of[me]) continue;
-        sub->local_size++;
-        if (i < me) sub->local_rank++;
-    }
+    if (st == ZINF_OK) sub->rank = me, sub->size = n, find_local(sub);
     if (st != ZINF_OK) {
         if (!sub->impl) sub->ops = NULL; // the backend never opened it
         zinf_comm_destroy(sub);
