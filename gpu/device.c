@@ -73,19 +73,19 @@ zinf_status zinf_gpu_device_probe(int index, zinf_gpu_device_info *out) {
 // ---- devices ----
 
 const char *zinf_backend_name(zinf_backend b) {
-    static const char *const names[] = {"auto", "host", "cuda"};
+    static const char *const names[] = {"auto", "host", "cuda", "sim"};
     return (unsigned)b < ZINF_ARRAY_LEN(names) ? names[b] : "unknown";
 }
 
 // AUTO takes CUDA when this build has it and the runtime sees a device.
 static zinf_status pick_backend(zinf_backend want, const backend_ops **out) {
     zinf_gpu_runtime_info rt;
-    if (want == ZINF_BACKEND_HOST) {
-        *out = &zinf_host_backend;
+    if (want == ZINF_BACKEND_HOST || want == ZINF_BACKEND_SIM) {
+        *out = want == ZINF_BACKEND_HOST ? &zinf_host_backend : &zinf_sim_backend;
         return ZINF_OK;
     }
     if (want != ZINF_BACKEND_AUTO && want != ZINF_BACKEND_CUDA)
-        return zinf_fail(ZINF_ERR_INVAL, "device.backend: unknown backend %d; expected auto, host or cuda", want);
+        return zinf_fail(ZINF_ERR_INVAL, "device.backend: unknown backend %d; expected auto, host, cuda or sim", want);
     zinf_gpu_runtime_probe(&rt);
 #ifdef ZINF_HAVE_CUDA
     if (rt.device_count > 0) {
@@ -109,7 +109,7 @@ static zinf_status capacity_of(const backend_ops *be, const zinf_device_params *
     }
     char name[96], a[32], b[32];
     uint64_t memory;
-    ZINF_CHECK(be->describe(p->index, name, &memory));
+    ZINF_CHECK(be->describe(p, name, &memory));
     if (limit > memory)
         return zinf_fail(ZINF_ERR_INVAL, "device.memory_limit %s exceeds %s's %s", zinf_size_format(limit, a, sizeof a),
                          name, zinf_size_format(memory, b, sizeof b));
@@ -120,7 +120,9 @@ static zinf_status capacity_of(const backend_ops *be, const zinf_device_params *
 zinf_status zinf_device_choose(const zinf_device_params *p, zinf_device_choice *out) {
     const backend_ops *be = NULL;
     ZINF_CHECK(pick_backend(p->backend, &be));
-    out->backend = be == &zinf_host_backend ? ZINF_BACKEND_HOST : ZINF_BACKEND_CUDA;
+    out->backend = be == &zinf_host_backend  ? ZINF_BACKEND_HOST
+                   : be == &zinf_sim_backend ? ZINF_BACKEND_SIM
+                                             : ZINF_BACKEND_CUDA;
     return capacity_of(be, p, &out->capacity);
 }
 
@@ -147,3 +149,8 @@ zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p) {
 }
 
 const zinf_device_caps *zinf_device_get_caps(const zinf_device *d) { return &d->caps; }
+
+void zinf_device_get_busy(zinf_device *d, zinf_device_busy *out) {
+    *out = (zinf_device_busy){0};
+    if (d->be->busy) d->be->busy(d, out);
+}

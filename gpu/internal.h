@@ -122,13 +122,14 @@ typedef struct op_record {
 
 typedef struct backend_ops {
     const char *name;
-    // Device index's name and memory, without opening it (NULL: capacity is not memory).
-    zinf_status (*describe)(int index, char name[96], uint64_t *memory);
+    // The name and memory of the device p names, without opening it (NULL: capacity is
+    // not memory).
+    zinf_status (*describe)(const zinf_device_params *p, char name[96], uint64_t *memory);
     // Fill d->caps (all but capacity) and d->impl. index is d->params.index.
     zinf_status (*open)(zinf_device *d);
     void (*close)(zinf_device *d);
     zinf_status (*mem_alloc)(zinf_device *d, size_t bytes, void **out);
-    void (*mem_free)(zinf_device *d, void *p);
+    void (*mem_free)(zinf_device *d, void *p, size_t bytes); // bytes: as allocated
     zinf_status (*host_register)(zinf_device *d, void *p, size_t bytes);
     void (*host_unregister)(zinf_device *d, void *p, size_t bytes);
     zinf_status (*stream_create)(zinf_stream *s); // fills s->impl
@@ -147,9 +148,12 @@ typedef struct backend_ops {
     zinf_status (*host_fn)(zinf_stream *s, void (*fn)(void *arg), void *arg);
     // Enqueue one op; arguments were checked by the front end.
     zinf_status (*launch)(zinf_stream *s, const op_record *op);
+    // Seconds each engine has been busy (NULL: the backend does not model its time).
+    void (*busy)(zinf_device *d, zinf_device_busy *out);
 } backend_ops;
 
 extern const backend_ops zinf_host_backend;
+extern const backend_ops zinf_sim_backend;
 #ifdef ZINF_HAVE_CUDA
 extern const backend_ops zinf_cuda_backend;
 #endif

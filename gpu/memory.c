@@ -124,7 +124,7 @@ zinf_status zinf_device_alloc(zinf_device *d, size_t bytes, const char *what, vo
         d->mem.in_use -= rounded;
         pthread_mutex_unlock(&d->lock);
         if (st == ZINF_OK) {
-            d->be->mem_free(d, p);
+            d->be->mem_free(d, p, rounded);
             return zinf_fail(ZINF_ERR_NOMEM, "device alloc for %s: out of host memory for its account", what);
         }
         return st;
@@ -151,7 +151,7 @@ void zinf_device_free(zinf_device *d, void *p) {
         ZINF_LOG_ERROR("zinf_device_free: %p is not an allocation of this device", p);
         return;
     }
-    d->be->mem_free(d, p);
+    d->be->mem_free(d, p, e->bytes);
     free(e);
 }
 
@@ -236,7 +236,7 @@ void zinf_device_destroy(zinf_device *d) {
     while (e) {
         alloc_entry *next = e->next;
         if (e->kind == ALLOC_DEVICE) {
-            d->be->mem_free(d, e->p);
+            d->be->mem_free(d, e->p, e->bytes);
         } else {
             d->be->host_unregister(d, e->p, e->bytes);
             if (e->kind == ALLOC_PINNED) munmap(e->p, e->bytes);

@@ -155,10 +155,10 @@ static const char *attention_shape(const zinf_attention_args *a, zinf_attention_
 }
 
 // The host attention keeps its rows in the stream's own scratch; CUDA's stages chunks
-// of heads in fp32 whatever the dtype.
+// of heads in fp32 whatever the dtype, and the sim device takes what CUDA would.
 size_t zinf_backend_attention_workspace(zinf_backend b, const zinf_attention_args *a) {
     zinf_attention_args r;
-    if (b != ZINF_BACKEND_CUDA || attention_shape(a, &r)) return 0;
+    if ((b != ZINF_BACKEND_CUDA && b != ZINF_BACKEND_SIM) || attention_shape(a, &r)) return 0;
     att_plan p = att_plan_of(r.B, r.T, r.NH, r.NKV, r.hd);
     return att_layout(&p, NULL, NULL);
 }

@@ -1,8 +1,9 @@
-// zinf gpu: the device layer, one API over two backends. `cuda` runs on an NVIDIA GPU;
+// zinf gpu: the device layer, one API over three backends. `cuda` runs on an NVIDIA GPU;
 // `host` is plain C + OpenBLAS and behaves as a device (a memory capacity, streams that
 // run their work in order on their own threads, events between them), so every path of
-// the engine runs on a machine without a GPU. No CUDA types appear here: devices,
-// streams and events are opaque handles.
+// the engine runs on a machine without a GPU; `sim` models a GPU's time and memory
+// without computing anything, so offload can be measured at GPU speed on real disks and
+// CPUs. No CUDA types appear here: devices, streams and events are opaque handles.
 #ifndef ZINF_GPU_H
 #define ZINF_GPU_H
 
@@ -56,8 +57,52 @@ int zinf_gpu_host_blas_threads(void);
 
 // ---- devices ----
 
-typedef enum zinf_backend { ZINF_BACKEND_AUTO = 0, ZINF_BACKEND_HOST, ZINF_BACKEND_CUDA } zinf_backend;
-const char *zinf_backend_name(zinf_backend b); // "auto", "host", "cuda"
+typedef enum zinf_backend { ZINF_BACKEND_AUTO = 0, ZINF_BACKEND_HOST, ZINF_BACKEND_CUDA, ZINF_BACKEND_SIM } zinf_backend;
+const char *zinf_backend_name(zinf_backend b); // "auto", "host", "cuda", "sim"
+
+// ---- the simulated device ----
+// A GPU from its data sheet: every op on a stream takes its modeled time and computes
+// nothing; copies between host and device take their bytes' time on the PCIe link and
+// move no data (host to host copies are real); device memory is accounted against the
+// modeled capacity and reserved without being backed, so the device's contents are
+// meaningless and a touch from the host faults. Each engine (compute, PCIe each way)
+// runs one thing at a time; streams queue for it in the order their work arrives.
+
+typedef enum zinf_sim_gpu { ZINF_SIM_H100 = 0, ZINF_SIM_H200, ZINF_SIM_A100, ZINF_SIM_RTX4090 } zinf_sim_gpu;
+const char *zinf_sim_gpu_name(zinf_sim_gpu g); // "h100", "h200", "a100", "rtx4090"
+
+typedef struct zinf_sim_params {
+    zinf_sim_gpu gpu;
+    double tflops;    // > 0: dense 16-bit tensor peak in TFLOP/s instead of the preset's (fp32 scales with it)
+    double hbm_gbps;  // > 0: memory bandwidth in GB/s
+    double pcie_gbps; // > 0: host link in GB/s each way (the link's rate, before protocol overhead)
+    int64_t memory;   // > 0: bytes of device memory
+} zinf_sim_params;
+
+// Peaks in SI units and the fractions of them each op class reaches (zinf_sim_rates_of
+// documents where they come from).
+typedef struct zinf_sim_rates {
+    char name[64];                // "H100 SXM5 80GB"
+    double flops16, flops32;      // dense tensor bf16/fp16 and fp32 peaks, FLOP/s
+    double hbm, pcie;             // bytes/s: memory, host link each way
+    uint64_t memory;              // bytes
+    double matmul_eff, attn_fwd_eff, attn_bwd_eff, hbm_eff, pcie_pinned_eff, pcie_pageable_eff;
+    double launch_s;              // added to every kernel
+} zinf_sim_rates;
+void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out);
+
+// Modeled seconds of the op classes, for the sim device and for plans made from it.
+// A product of m x k by k x n, batch times: its FLOPs at the matmul rate or its operands'
+// bytes at the memory rate, whichever is longer.
+double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, double n, double k, double batch);
+// A kernel bound by memory: bytes read and written at the memory rate.
+double zinf_sim_memory_s(const zinf_sim_rates *r, double bytes);
+// Causal attention as a fused kernel (FlashAttention): 4 hd FLOPs per visible (query,
+// key) pair and query head forward, 2.5 times that backward.
+double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T, int NH, int NKV, int hd, int window,
+                            bool backward);
+// Bytes over the PCIe link from pinned or pageable host memory (no launch cost).
+double zinf_sim_copy_s(const zinf_sim_rates *r, double bytes, bool pinned);
 
 // The host backend's capacity when none is configured: a set amount, so that "does
 // not fit on the device" happens on a machine with plenty of RAM too.
@@ -66,8 +111,9 @@ const char *zinf_backend_name(zinf_backend b); // "auto", "host", "cuda"
 typedef struct zinf_device_params {
     zinf_backend backend; // AUTO: cuda when this build has it and a GPU is present, else host
     int index;            // CUDA device index
-    int64_t memory_limit; // bytes the device may hold; <= 0: the card's memory (cuda),
+    int64_t memory_limit; // bytes the device may hold; <= 0: the card's memory (cuda, sim),
                           // ZINF_HOST_DEVICE_DEFAULT_LIMIT (host)
+    zinf_sim_params sim;  // the modeled GPU (sim)
 } zinf_device_params;
 
 typedef struct zinf_device zinf_device;
@@ -75,9 +121,9 @@ typedef struct zinf_stream zinf_stream;
 typedef struct zinf_event zinf_event;
 
 typedef struct zinf_device_caps {
-    zinf_backend backend;  // HOST or CUDA, never AUTO
-    int index;             // the CUDA device index; -1 on host
-    char name[96];         // "NVIDIA H100 80GB HBM3", "host (OpenBLAS ...)"
+    zinf_backend backend;  // HOST, CUDA or SIM, never AUTO
+    int index;             // the CUDA device index; -1 on host and sim
+    char name[96];         // "NVIDIA H100 80GB HBM3", "host (OpenBLAS ...)", "simulated H100 SXM5 80GB"
     uint64_t total_memory; // the card's memory (cuda) or the machine's RAM (host)
     uint64_t capacity;     // what zinf may allocate: the limit in force
     int cc_major, cc_minor;
@@ -95,7 +141,7 @@ typedef struct zinf_device_mem {
 // What zinf_device_create(p) makes, found without making it: the backend AUTO comes to
 // and the capacity. Fails as zinf_device_create would, short of opening the device.
 typedef struct zinf_device_choice {
-    zinf_backend backend; // HOST or CUDA
+    zinf_backend backend; // HOST, CUDA or SIM
     uint64_t capacity;    // what zinf may allocate on it (zinf_device_caps.capacity)
 } zinf_device_choice;
 zinf_status zinf_device_choose(const zinf_device_params *p, zinf_device_choice *out);
@@ -105,6 +151,13 @@ zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p);
 void zinf_device_destroy(zinf_device *d); // NULL is a no-op
 const zinf_device_caps *zinf_device_get_caps(const zinf_device *d);
 void zinf_device_get_mem(zinf_device *d, zinf_device_mem *out);
+
+// Seconds each engine of the device has been busy since it was opened: kernels, and the
+// PCIe link each way. The sim device models them; other backends report zeros.
+typedef struct zinf_device_busy {
+    double compute_s, h2d_s, d2h_s;
+} zinf_device_busy;
+void zinf_device_get_busy(zinf_device *d, zinf_device_busy *out);
 
 // Device memory, accounted against the capacity. `what` names the buffer in errors
 // and in the in-use report. Beyond the capacity: ZINF_ERR_NOMEM saying how many bytes

@@ -204,6 +204,7 @@ typedef struct zinf_device_config {
     int64_t memory_limit;        // bytes; -1 (null): the device's own capacity (host: its default)
     int64_t pinned_memory_limit; // bytes of pinned host memory per rank; -1 (null): half the
                                  // memory available, within the locked-memory limit
+    zinf_sim_params sim;         // backend "sim": the modeled GPU; -1 (null): the preset's rates
 } zinf_device_config;
 
 typedef struct zinf_checkpoint_config {

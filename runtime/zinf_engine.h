@@ -60,6 +60,11 @@ typedef struct zinf_step_info {
     // Bytes this rank received from other ranks since the last step, from ranks on its
     // node and on other nodes (zinf_comm_get_bytes: each collective by its definition).
     int64_t comm_bytes_intra, comm_bytes_inter;
+    // On a simulated device (device.backend "sim"): loss and grad_norm mean nothing (its
+    // values are never computed, and never skip a step), and the device's modeled busy
+    // seconds since the last step: kernels, and the PCIe link each way. Zeros elsewhere.
+    bool simulated;
+    double device_compute_s, pcie_h2d_s, pcie_d2h_s;
 } zinf_step_info;
 
 // Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients.

@@ -43,7 +43,8 @@ zinf_status cuda_bad_dtype(zinf_dtype dt, const char *op) {
 
 // ---- device ----
 
-static zinf_status cuda_describe(int index, char name[96], uint64_t *memory) {
+static zinf_status cuda_describe(const zinf_device_params *p, char name[96], uint64_t *memory) {
+    int index = p->index;
     cudaDeviceProp prop;
     cudaError_t err = cudaGetDeviceProperties(&prop, index);
     if (err != cudaSuccess) {
@@ -102,7 +103,8 @@ static zinf_status cuda_mem_alloc(zinf_device *d, size_t bytes, void **out) {
     return ZINF_OK;
 }
 
-static void cuda_mem_free(zinf_device *d, void *p) {
+static void cuda_mem_free(zinf_device *d, void *p, size_t bytes) {
+    (void)bytes;
     CUDA_WARN(cudaSetDevice(cuda_dev_of(d)->index));
     CUDA_WARN(cudaFree(p));
 }
@@ -307,6 +309,7 @@ const backend_ops zinf_cuda_backend = {
     cuda_memset,
     cuda_host_fn,
     cuda_launch,
+    nullptr, // busy: a real GPU's time is measured, not modeled
 };
 
 } // extern "C"

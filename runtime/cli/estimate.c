@@ -26,19 +26,20 @@ typedef struct plan {
 
 // Where the rows run: world ranks, gpus_per_node of them sharing a host's memory. The
 // estimate is for GPUs ("auto" counts as cuda, with NCCL between ranks, one GPU each),
-// whose capacity is device.memory_limit's or not known; the host backend's is the
-// device's. Host memory is this machine's.
+// whose capacity is device.memory_limit's or not known; the host and sim backends' is
+// the device's. Host memory is this machine's.
 static zinf_status target_of(const zinf_config *cfg, int world, int gpus_per_node, zinf_plan_target *t) {
-    bool gpu = cfg->device.backend != ZINF_BACKEND_HOST;
+    zinf_backend b = cfg->device.backend;
+    bool gpu = b == ZINF_BACKEND_AUTO || b == ZINF_BACKEND_CUDA;
     *t = (zinf_plan_target){.world = world,
                             .nodes = world / gpus_per_node,
-                            .backend = gpu ? ZINF_BACKEND_CUDA : ZINF_BACKEND_HOST,
+                            .backend = gpu ? ZINF_BACKEND_CUDA : b,
                             .nccl = gpu && world > 1,
                             .device_capacity = cfg->device.memory_limit > 0 ? cfg->device.memory_limit : -1,
                             .local_ranks = gpus_per_node};
     if (!gpu) {
         zinf_device_choice dc;
-        zinf_device_params dp = {.backend = ZINF_BACKEND_HOST, .memory_limit = cfg->device.memory_limit};
+        zinf_device_params dp = {.backend = b, .memory_limit = cfg->device.memory_limit, .sim = cfg->device.sim};
         ZINF_CHECK(zinf_device_choose(&dp, &dc));
         t->device_capacity = (int64_t)dc.capacity;
     }

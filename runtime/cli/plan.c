@@ -98,9 +98,13 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
                         : oo->pipeline_write                    ? ", writes pipelined"
                                                                 : ", not pipelined")
                      : "");
-    fprintf(f, "  per rank, device: %s activations, %s gradient buckets; %s in use of %s\n", sz(m.activations, b[0]),
+    zinf_sim_rates sim;
+    zinf_sim_rates_of(&c->device.sim, &sim);
+    fprintf(f, "  per rank, device: %s activations, %s gradient buckets; %s in use of %s%s%s\n", sz(m.activations, b[0]),
             sz(m.reduce_bufs, b[1]), sz(m.device_in_use, b[2]),
-            m.device_capacity > 0 ? sz(m.device_capacity, b[3]) : "the GPU's memory");
+            m.device_capacity > 0 ? sz(m.device_capacity, b[3]) : "the GPU's memory",
+            p->target->backend == ZINF_BACKEND_SIM ? " on a simulated " : "",
+            p->target->backend == ZINF_BACKEND_SIM ? sim.name : "");
     fprintf(f, "  per rank, host: %s, of which pinned %s", sz(m.host_total, b[0]), sz(m.pinned, b[1]));
     if (m.pinned_budget >= 0) fprintf(f, " of a %s budget", sz(m.pinned_budget, b[2]));
     fprintf(f, " (communication staging %s); NVMe: %s", sz(m.staging, b[3]), m.nvme ? sz(m.nvme, b[4]) : "none");

@@ -156,15 +156,39 @@ static zinf_status load_micro(trainer *t, int m) {
     return ZINF_OK;
 }
 
+// The resources a step's time can be bound by and how long each was busy in it: the
+// device's engines as modeled (sim), the NVMe link as measured (some read or write in
+// flight) and CPU Adam (the update's time).
+typedef struct busy_row {
+    const char *name, *key;
+    double s;
+} busy_row;
+
+static int busy_rows(const zinf_step_info *si, busy_row rows[6]) {
+    rows[0] = (busy_row){"device compute", "device_compute", si->device_compute_s};
+    rows[1] = (busy_row){"pcie up", "pcie_h2d", si->pcie_h2d_s};
+    rows[2] = (busy_row){"pcie down", "pcie_d2h", si->pcie_d2h_s};
+    rows[3] = (busy_row){"nvme read", "nvme_read", si->nvme_read_s};
+    rows[4] = (busy_row){"nvme write", "nvme_write", si->nvme_write_s};
+    rows[5] = (busy_row){"cpu adam", "cpu_adam", si->optim_s};
+    return 6;
+}
+
 static void report(trainer *t, const zinf_step_info *si, double secs, double fpt) {
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
     double tokens = (double)t->cfg.train_batch_size * t->seq_len, tps = tokens / secs, tflops = tps * fpt / 1e12;
+    busy_row rows[6];
+    int nb = busy_rows(si, rows), bound = 0;
+    for (int i = 1; i < nb; i++)
+        if (rows[i].s > rows[bound].s) bound = i;
     if (t->json) {
-        // A skipped step's norm is inf or NaN, which JSON cannot hold: null.
+        // A skipped step's norm is inf or NaN, which JSON cannot hold: null; a simulated
+        // device's loss and norm mean nothing: null too.
         json_t *o = json_pack(
-            "{s:I, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step", (json_int_t)si->step, "loss",
-            si->loss, "lr", si->lr, "grad_norm", isfinite(si->grad_norm) ? json_real(si->grad_norm) : json_null(),
+            "{s:I, s:o, s:f, s:o, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step", (json_int_t)si->step, "loss",
+            si->simulated ? json_null() : json_real(si->loss), "lr", si->lr, "grad_norm",
+            isfinite(si->grad_norm) && !si->simulated ? json_real(si->grad_norm) : json_null(),
             "step_seconds", secs, "tokens_per_s", tps, "tflops", tflops, "loss_scale", si->loss_scale, "skipped",
             si->skipped, "device_bytes", (json_int_t)m.device_in_use, "device_peak_bytes", (json_int_t)m.device_peak,
             "pinned_bytes", (json_int_t)m.pinned, "nvme_bytes", (json_int_t)m.nvme);
@@ -176,14 +200,26 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
             "comm_bytes_intra", (json_int_t)si->comm_bytes_intra, "comm_bytes_inter", (json_int_t)si->comm_bytes_inter);
         json_object_update(o, times);
         json_decref(times);
+        if (si->simulated) {
+            json_t *busy = json_object();
+            for (int i = 0; i < nb; i++)
+                json_object_set_new(busy, rows[i].key, json_real(rows[i].s));
+            json_object_update(o, json_pack("{s:b, s:o, s:s, s:f, s:f}", "simulated", 1, "busy_s", busy, "bound",
+                                            rows[bound].key, "bound_s", rows[bound].s, "step_over_bound",
+                                            rows[bound].s > 0 ? secs / rows[bound].s : 0.0));
+        }
         cli_print_json_line(o);
     }
     if (si->step % t->cfg.steps_per_print == 0 || si->step == t->steps) {
         char b[4][32];
-        fprintf(t->log,
-                "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | %.3f TFLOPS | device "
-                "%s (peak %s) | pinned %s | nvme %s",
-                (long long)si->step, (long long)t->steps, si->loss, si->lr, si->grad_norm, tps, tflops,
+        fprintf(t->log, "step %lld/%lld", (long long)si->step, (long long)t->steps);
+        if (si->simulated)
+            fprintf(t->log, " | simulated device");
+        else
+            fprintf(t->log, " | loss %.4f", si->loss);
+        fprintf(t->log, " | lr %.3e", si->lr);
+        if (!si->simulated) fprintf(t->log, " | grad norm %.3f", si->grad_norm);
+        fprintf(t->log, " | %.0f tok/s | %.3f TFLOPS | device %s (peak %s) | pinned %s | nvme %s", tps, tflops,
                 sz(m.device_in_use, b[0]), sz(m.device_peak, b[1]), sz(m.pinned, b[2]), sz(m.nvme, b[3]));
         // Where the step's time went, for what is offloaded.
         if (t->cfg.zero.stage == 3)
@@ -199,6 +235,13 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
         if (zinf_comm_size(t->comm) > 1)
             fprintf(t->log, " | received %s in node, %s across", sz(si->comm_bytes_intra, b[0]),
                     sz(si->comm_bytes_inter, b[1]));
+        if (si->simulated) {
+            fprintf(t->log, " | busy:");
+            for (int i = 0; i < nb; i++)
+                fprintf(t->log, "%s %s %.3f s", i ? "," : "", rows[i].name, rows[i].s);
+            fprintf(t->log, " | bound: %s, step %.2fx it", rows[bound].name,
+                    rows[bound].s > 0 ? secs / rows[bound].s : 0.0);
+        }
         fprintf(t->log, "\n");
         fflush(t->log);
     }
@@ -252,6 +295,7 @@ static zinf_status train(trainer *t) {
     TRY(resume(t));
     const zinf_checkpoint_config *k = &t->cfg.checkpoint;
     double fpt = flops_per_token(t), start = zinf_clock_s(), loss = NAN;
+    bool simulated = false; // a simulated device's loss means nothing: none is reported
     // The step of the newest checkpoint in checkpoint.dir, as far as this run knows.
     int64_t saved = k->load && strcmp(k->load, "latest") == 0 ? t->first_step : -1;
     for (int64_t i = t->first_step; i < t->steps; i++) {
@@ -265,6 +309,7 @@ static zinf_status train(trainer *t) {
         TRY(zinf_engine_step(t->e, &si));
         t->position += t->cfg.train_batch_size;
         loss = si.loss;
+        simulated = si.simulated;
         if (speak) report(t, &si, zinf_clock_s() - t0, fpt);
         if (k->dir && k->interval > 0 && si.step % k->interval == 0) {
             TRY(save(t));
@@ -280,14 +325,19 @@ static zinf_status train(trainer *t) {
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
     if (speak && t->json)
-        cli_print_json_line(json_pack("{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "final", 1, "steps",
-                                      (json_int_t)t->steps, "loss", loss, "seconds", secs, "tokens", tokens,
+        cli_print_json_line(json_pack("{s:b, s:I, s:o, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "final", 1, "steps",
+                                      (json_int_t)t->steps, "loss", simulated ? json_null() : json_real(loss), "seconds", secs, "tokens", tokens,
                                       "tokens_per_s", tokens / secs, "device_peak_bytes", (json_int_t)m.device_peak,
                                       "gathered_peak_bytes", (json_int_t)m.gathered_max, "peak_rss_bytes",
                                       (json_int_t)peak_rss(), "weights_digest", digest));
-    if (speak)
-        fprintf(t->log, "done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s), final loss %.4f, weights %s\n",
-                (long long)t->steps, tokens, secs, tokens / secs, loss, digest);
+    if (speak) {
+        fprintf(t->log, "done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s), ", (long long)t->steps, tokens, secs,
+                tokens / secs);
+        if (simulated)
+            fprintf(t->log, "on a simulated device (no loss), weights %s\n", digest);
+        else
+            fprintf(t->log, "final loss %.4f, weights %s\n", loss, digest);
+    }
     return ZINF_OK;
 }
 

@@ -217,6 +217,7 @@ static zinf_status set_value(zinf_config *cfg, const parse_ctx *ctx, const key *
     char val[96];
     if (json_is_null(v) && (k->flags & F_NULL) && k->kind != K_PATHS) {
         if (k->kind == K_INT || k->kind == K_BYTES) *(int64_t *)config_field(cfg, k) = -1;
+        if (k->kind == K_REAL) *(double *)config_field(cfg, k) = -1;
         return ZINF_OK; // strings stay NULL
     }
     switch (k->kind) {

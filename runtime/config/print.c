@@ -10,6 +10,7 @@
 // Optional sections print only when present: absence is their default.
 static bool section_present(const zinf_config *cfg, const key *k) {
     if (k->flags & F_LLAMA) return cfg->model.arch != ZINF_ARCH_GPT2;
+    if (k->flags & F_SIM) return cfg->device.backend == ZINF_BACKEND_SIM;
     if (!(k->flags & F_OPTIONAL)) return true;
     if (strcmp(k->path, "scheduler") == 0) return cfg->scheduler.type != ZINF_SCHED_NONE;
     return *(const bool *)((const char *)cfg + k->off);
@@ -19,6 +20,7 @@ static bool printed(const zinf_config *cfg, const key *k) {
     static const unsigned takes[] = {0, F_WLR, F_WDLR, F_WCLR};
     if (k->kind == K_OFF || k->kind == K_INERT) return false;
     if ((k->flags & F_LLAMA) && cfg->model.arch == ZINF_ARCH_GPT2) return false;
+    if ((k->flags & F_SIM) && cfg->device.backend != ZINF_BACKEND_SIM) return false;
     if ((k->flags & (F_WLR | F_WDLR | F_WCLR)) && !(k->flags & takes[cfg->scheduler.type])) return false;
     if (k->kind == K_ENUM && !k->names[*(const int *)((const char *)cfg + k->off)][0]) return false; // no preset
     return true;
@@ -33,7 +35,7 @@ static json_t *value_json(const zinf_config *cfg, const key *k) {
         int64_t v = *(const int64_t *)f;
         return v < 0 && (k->flags & F_NULL) ? json_null() : json_integer(v);
     }
-    case K_REAL: return json_real(*(const double *)f);
+    case K_REAL: return *(const double *)f < 0 && (k->flags & F_NULL) ? json_null() : json_real(*(const double *)f);
     case K_REAL2: return json_pack("[ff]", ((const double *)f)[0], ((const double *)f)[1]);
     case K_STRING: return *(char *const *)f ? json_string(*(char *const *)f) : json_null();
     case K_ENUM: return json_string(k->names[*(const int *)f]);

@@ -267,6 +267,12 @@ static zinf_status run_rules(zinf_config *c, const parse_ctx *ctx) {
                          "NO_CUDA=1 or without nvcc); use \"host\" or \"auto\"",
                          ctx->name);
 #endif
+    for (size_t i = 0; c->device.backend != ZINF_BACKEND_SIM && i < zinf_config_nkeys; i++)
+        if ((zinf_config_keys[i].flags & F_SIM) && ctx->given[i])
+            return zinf_fail(ZINF_ERR_INVAL,
+                             "%s: %s describes the simulated device, but device.backend is \"%s\"; set "
+                             "device.backend to \"sim\" or remove device.sim",
+                             ctx->name, zinf_config_keys[i].path, zinf_backend_name(c->device.backend));
     zinf_checkpoint_config *k = &c->checkpoint;
     if (k->dir) {
         struct stat st;

@@ -33,7 +33,8 @@ static const char *const archs[] = {"gpt2", "llama", "mistral", "qwen2", NULL};
 static const char *const rope_types[] = {"default", "linear", "dynamic", "llama3", NULL};
 static const char *const data_formats[] = {"tokens-u16", "text-bytes", "tokens-u32", "megatron", NULL};
 static const char *const samplings[] = {"random", "sequential", NULL};
-static const char *const backends[] = {"auto", "host", "cuda", NULL};
+static const char *const backends[] = {"auto", "host", "cuda", "sim", NULL};
+static const char *const sim_gpus[] = {"h100", "h200", "a100", "rtx4090", NULL};
 
 #define SECTION(p, o, fl)                                                                                              \
     { .path = p, .kind = K_SECTION, .off = o, .flags = fl }
@@ -310,6 +311,18 @@ const key zinf_config_keys[] = {
      .min = 0,
      .max = BIG,
      .flags = F_NULL},
+    SECTION("device.sim", NONE, F_SIM),
+    ENUM("device.sim.gpu", OFF(device.sim.gpu), ZINF_SIM_H100, sim_gpus, F_SIM),
+    REAL("device.sim.tflops", OFF(device.sim.tflops), -1, 0, 1e6, F_NULL | F_GT_MIN | F_SIM),
+    REAL("device.sim.hbm_gbps", OFF(device.sim.hbm_gbps), -1, 0, 1e6, F_NULL | F_GT_MIN | F_SIM),
+    REAL("device.sim.pcie_gbps", OFF(device.sim.pcie_gbps), -1, 0, 1e6, F_NULL | F_GT_MIN | F_SIM),
+    {.path = "device.sim.memory",
+     .kind = K_BYTES,
+     .off = OFF(device.sim.memory),
+     .def = -1,
+     .min = 1048576,
+     .max = BIG,
+     .flags = F_NULL | F_SIM},
 
     SECTION("checkpoint", NONE, 0),
     STRING("checkpoint.dir", OFF(checkpoint.dir), F_NULL),

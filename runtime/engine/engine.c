@@ -248,6 +248,7 @@ void engine_device_params(const zinf_config *cfg, const zinf_comm *comm, zinf_de
     *gpus = ri.device_count;
     *dp = (zinf_device_params){.backend = cfg->device.backend,
                                .memory_limit = cfg->device.memory_limit,
+                               .sim = cfg->device.sim,
                                .index = ri.device_count > 0 ? zinf_comm_local_rank(comm) % ri.device_count : 0};
 }
 
@@ -275,6 +276,7 @@ static zinf_status open_device(zinf_engine *e, const zinf_plan_target *t) {
     int gpus;
     engine_device_params(&e->cfg, e->comm, &dp, &gpus);
     ZINF_CHECK(zinf_device_create(&e->dev, &dp));
+    e->sim = zinf_device_get_caps(e->dev)->backend == ZINF_BACKEND_SIM;
     if (t->nccl) {
         ZINF_CHECK(zinf_comm_attach_device(e->comm, e->dev));
         e->nccl = true;
@@ -345,6 +347,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(init_partition(e));
     if (e->aio) zinf_aio_get_stats(e->aio, &e->aio_seen); // steps count their own IO and traffic
     zinf_comm_get_bytes(e->comm, &e->comm_seen);
+    zinf_device_get_busy(e->dev, &e->busy_seen);
     return ZINF_OK;
 }
 

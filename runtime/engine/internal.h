@@ -78,6 +78,7 @@ struct zinf_engine {
     zinf_config cfg; // the caller's config (pointer members borrowed)
     zinf_comm *comm;
     bool nccl; // collectives on device buffers (the comm is attached to dev)
+    bool sim;  // the device is simulated: its values are meaningless, its time is modeled
     int rank, world, stage;
     // The ranks the model's states are partitioned over (mics.c): the world, or with
     // MiCS this rank's shard group; pw of them, this one pr among them, replicated
@@ -138,6 +139,7 @@ struct zinf_engine {
     char run[24];            // names the swap stores' directory (rank 0's pid)
     zinf_aio_stats aio_seen; // the aio counters at the last step's end
     zinf_comm_bytes comm_seen; // the communicator's counts then
+    zinf_device_busy busy_seen; // the device's busy times then
 
     coordinator co;
     zinf_event *fwd_done, *ev_cs;

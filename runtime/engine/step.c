@@ -38,7 +38,7 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     // group sums its own.
     if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->pcomm, h, 2 * np);
     *sumsq = 0, *nonfinite = false;
-    for (size_t k = 0; st == ZINF_OK && k < np; k++) {
+    for (size_t k = 0; st == ZINF_OK && !e->sim && k < np; k++) { // a simulated device's values mean nothing
         *sumsq += h[2 * k];
         if (h[2 * k + 1] != 0) *nonfinite = true;
     }
@@ -114,6 +114,13 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     info->comm_bytes_intra = cb.intra - e->comm_seen.intra;
     info->comm_bytes_inter = cb.inter - e->comm_seen.inter;
     e->comm_seen = cb;
+    zinf_device_busy busy;
+    zinf_device_get_busy(e->dev, &busy);
+    info->simulated = e->sim;
+    info->device_compute_s = busy.compute_s - e->busy_seen.compute_s;
+    info->pcie_h2d_s = busy.h2d_s - e->busy_seen.h2d_s;
+    info->pcie_d2h_s = busy.d2h_s - e->busy_seen.d2h_s;
+    e->busy_seen = busy;
     if (!e->aio) return ZINF_OK;
     zinf_aio_stats now;
     zinf_aio_get_stats(e->aio, &now);

@@ -73,7 +73,7 @@ static json_t *schema_default(const key *k) {
     case K_BOOL: return json_boolean(k->def != 0);
     case K_INT:
     case K_BYTES: return k->def < 0 && (k->flags & F_NULL) ? json_null() : json_integer((json_int_t)k->def);
-    case K_REAL: return json_real(k->def);
+    case K_REAL: return k->def < 0 && (k->flags & F_NULL) ? json_null() : json_real(k->def);
     case K_REAL2: return json_pack("[ff]", k->def, k->def2);
     case K_ENUM: return k->names[(int)k->def][0] ? json_string(k->names[(int)k->def]) : json_null();
     case K_STRING:
