@@ -42,6 +42,7 @@ typedef enum op_kind {
     OP_QUANTIZE,
     OP_DEQUANTIZE,
     OP_OPTIM,
+    OP_COLLECTIVE, // sim only: the links busy for u.seconds
 } op_kind;
 
 typedef struct op_layernorm { // layernorm and rmsnorm (which has no mean, b, db)
@@ -115,6 +116,7 @@ typedef struct op_record {
         op_embedding emb;
         op_optim optim;
         op_quantize quant;
+        double seconds;
     } u;
 } op_record;
 

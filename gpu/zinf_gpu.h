@@ -77,6 +77,8 @@ typedef struct zinf_sim_params {
     double hbm_gbps;  // > 0: memory bandwidth in GB/s
     double pcie_gbps; // > 0: host link in GB/s each way (the link's rate, before protocol overhead)
     int64_t memory;   // > 0: bytes of device memory
+    double nvlink_gbps; // > 0: GPU to GPU within a node, GB/s each way per GPU
+    double net_gbps;    // > 0: GPU to GPU across nodes (its network adapter), GB/s each way
 } zinf_sim_params;
 
 // Peaks in SI units and the fractions of them each op class reaches (zinf_sim_rates_of
@@ -85,9 +87,10 @@ typedef struct zinf_sim_rates {
     char name[64];                // "H100 SXM5 80GB"
     double flops16, flops32;      // dense tensor bf16/fp16 and fp32 peaks, FLOP/s
     double hbm, pcie;             // bytes/s: memory, host link each way
+    double nvlink, net;           // bytes/s each way per GPU: within a node, across nodes
     uint64_t memory;              // bytes
-    double matmul_eff, attn_fwd_eff, attn_bwd_eff, hbm_eff, pcie_pinned_eff, pcie_pageable_eff;
-    double launch_s;              // added to every kernel
+    double matmul_eff, attn_fwd_eff, attn_bwd_eff, hbm_eff, pcie_pinned_eff, pcie_pageable_eff, link_eff;
+    double launch_s;              // added to every kernel and collective
 } zinf_sim_rates;
 void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out);
 
@@ -103,6 +106,9 @@ double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T
                             bool backward);
 // Bytes over the PCIe link from pinned or pageable host memory (no launch cost).
 double zinf_sim_copy_s(const zinf_sim_rates *r, double bytes, bool pinned);
+// A collective in which this GPU receives intra bytes from GPUs on its node and inter
+// bytes from other nodes: each byte at the rate of the link it crosses.
+double zinf_sim_collective_s(const zinf_sim_rates *r, double intra, double inter);
 
 // The host backend's capacity when none is configured: a set amount, so that "does
 // not fit on the device" happens on a machine with plenty of RAM too.
@@ -152,12 +158,19 @@ void zinf_device_destroy(zinf_device *d); // NULL is a no-op
 const zinf_device_caps *zinf_device_get_caps(const zinf_device *d);
 void zinf_device_get_mem(zinf_device *d, zinf_device_mem *out);
 
-// Seconds each engine of the device has been busy since it was opened: kernels, and the
-// PCIe link each way. The sim device models them; other backends report zeros.
+// Seconds each engine of the device has been busy since it was opened: kernels, the
+// PCIe link each way, and the links to other GPUs (collectives). The sim device models
+// them; other backends report zeros.
 typedef struct zinf_device_busy {
-    double compute_s, h2d_s, d2h_s;
+    double compute_s, h2d_s, d2h_s, link_s;
 } zinf_device_busy;
 void zinf_device_get_busy(zinf_device *d, zinf_device_busy *out);
+// The modeled GPU of a sim device; ZINF_ERR_UNSUPPORTED on other backends.
+zinf_status zinf_device_sim_rates(const zinf_device *d, zinf_sim_rates *out);
+// On a sim device's stream, in stream order: the links to other GPUs are busy for
+// `seconds` (a collective, whose bytes the caller has counted). ZINF_ERR_UNSUPPORTED on
+// other backends.
+zinf_status zinf_sim_collective(zinf_stream *s, double seconds);
 
 // Device memory, accounted against the capacity. `what` names the buffer in errors
 // and in the in-use report. Beyond the capacity: ZINF_ERR_NOMEM saying how many bytes

@@ -46,7 +46,7 @@ int zinf_comm_size(const zinf_comm *c);
 // Among the ranks on this host (same host name): which GPU a rank takes.
 int zinf_comm_local_rank(const zinf_comm *c);
 int zinf_comm_local_size(const zinf_comm *c);
-const char *zinf_comm_name(const zinf_comm *c); // "single", "mpi", "nccl"
+const char *zinf_comm_name(const zinf_comm *c); // "single", "mpi", "nccl", "sim"
 // Nodes: the ranks on one host, or with ZINF_RANKS_PER_NODE=K every K consecutive ranks
 // (so that one machine can play several nodes). Numbered from 0 in rank order.
 int zinf_comm_node(const zinf_comm *c);                // this rank's
@@ -90,13 +90,17 @@ zinf_status zinf_comm_alltoall(zinf_comm *c, const void *in, void *out, size_t b
 zinf_status zinf_comm_broadcast(zinf_comm *c, void *buf, size_t bytes, int root);
 zinf_status zinf_comm_barrier(zinf_comm *c);
 
-// ---- device buffers (NCCL) ----
+// ---- device buffers (NCCL, or modeled on a simulated device) ----
 // Sums are NCCL's (its ring or tree order), not the host path's rank order: results
-// agree with the host path within rounding, not bit for bit.
+// agree with the host path within rounding, not bit for bit. On a simulated device
+// nothing moves: the ranks meet on the host, then the device's links are busy for the
+// bytes this rank receives, from its node at the modeled NVLink rate and from other
+// nodes at the network's (zinf_sim_collective_s); the bytes are counted all the same.
 
-// Start NCCL on d's GPU (every rank calls it, each with its own GPU). Host collectives
-// keep working beside it. ZINF_ERR_UNSUPPORTED when the build has no NCCL or d is not
-// a CUDA device; ZINF_ERR_COMM when NCCL fails or a rank does not join in time.
+// Start NCCL on d's GPU (every rank calls it, each with its own GPU), or the modeled
+// links of a sim device. Host collectives keep working beside it. ZINF_ERR_UNSUPPORTED
+// when the build has no NCCL or d is neither a CUDA nor a sim device; ZINF_ERR_COMM when
+// NCCL fails or a rank does not join in time.
 zinf_status zinf_comm_attach_device(zinf_comm *c, zinf_device *d);
 // Finish every device collective and stop NCCL; before d is destroyed.
 void zinf_comm_detach_device(zinf_comm *c); // not attached: a no-op

@@ -62,9 +62,10 @@ typedef struct zinf_step_info {
     int64_t comm_bytes_intra, comm_bytes_inter;
     // On a simulated device (device.backend "sim"): loss and grad_norm mean nothing (its
     // values are never computed, and never skip a step), and the device's modeled busy
-    // seconds since the last step: kernels, and the PCIe link each way. Zeros elsewhere.
+    // seconds since the last step: kernels, the PCIe link each way, and the links to the
+    // other GPUs (collectives). Zeros elsewhere.
     bool simulated;
-    double device_compute_s, pcie_h2d_s, pcie_d2h_s;
+    double device_compute_s, pcie_h2d_s, pcie_d2h_s, gpu_link_s;
 } zinf_step_info;
 
 // Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients.
@@ -164,7 +165,8 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out);
 typedef struct zinf_plan_target {
     int world;               // ranks
     zinf_backend backend;    // HOST or CUDA (its attention workspace)
-    bool nccl;               // collectives on device buffers; else through pinned staging
+    bool nccl;               // collectives on device buffers (NCCL, or a sim device's modeled links); else
+                             // through pinned staging
     int64_t device_capacity; // bytes the device may hold; <= 0: not known, not judged
     int local_ranks;         // ranks on one host: they share its memory
     zinf_host_mem host;      // that host's memory, for the host budgets

@@ -563,6 +563,7 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
     case OP_QUANTIZE: quantize(dt, &op->u.quant); return ZINF_OK;
     case OP_DEQUANTIZE: dequantize(dt, &op->u.quant); return ZINF_OK;
     case OP_OPTIM: return zinf_optim_update(&op->u.optim.h, &op->u.optim.t, zinf_simd_active());
+    case OP_COLLECTIVE: break; // the sim device's alone
     }
     return zinf_fail(ZINF_ERR_INTERNAL, "host device: unknown op %d", op->kind);
 }

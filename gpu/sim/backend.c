@@ -17,7 +17,7 @@
 #include "../queue.h"
 #include "sim.h"
 
-enum { ENG_COMPUTE, ENG_H2D, ENG_D2H, ENG_COUNT };
+enum { ENG_COMPUTE, ENG_H2D, ENG_D2H, ENG_LINK, ENG_COUNT };
 
 typedef struct sim_engine {
     int64_t free_at; // when the work it has taken ends
@@ -82,7 +82,9 @@ static zinf_status run_task(void *own, const task *t) {
     }
     int64_t start = ss->cursor > t->submitted_ns ? ss->cursor : t->submitted_ns;
     switch (t->kind) {
-    case TASK_OP: occupy(ss, ENG_COMPUTE, start, ns_of(sim_op_seconds(r, &t->u.op))); break;
+    case TASK_OP:
+        occupy(ss, t->u.op.kind == OP_COLLECTIVE ? ENG_LINK : ENG_COMPUTE, start, ns_of(sim_op_seconds(r, &t->u.op)));
+        break;
     case TASK_COPY: {
         size_t n = t->u.mem.bytes;
         switch (t->u.mem.kind) {
@@ -130,6 +132,20 @@ static zinf_status s_stream_create(zinf_stream *s) {
 }
 
 // ---- device and memory ----
+
+zinf_status zinf_device_sim_rates(const zinf_device *d, zinf_sim_rates *out) {
+    if (d->be != &zinf_sim_backend)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "sim rates: %s is not a simulated device", d->caps.name);
+    *out = ((const sim_device *)d->impl)->r;
+    return ZINF_OK;
+}
+
+zinf_status zinf_sim_collective(zinf_stream *s, double seconds) {
+    if (s->dev->be != &zinf_sim_backend)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "sim collective: %s is not a simulated device", s->dev->caps.name);
+    op_record op = {.kind = OP_COLLECTIVE, .u.seconds = seconds > 0 ? seconds : 0};
+    return queue_launch(s, &op);
+}
 
 static zinf_status s_describe(const zinf_device_params *p, char name[96], uint64_t *memory) {
     zinf_sim_rates r;
@@ -218,6 +234,7 @@ static void s_busy(zinf_device *d, zinf_device_busy *out) {
     out->compute_s = 1e-9 * (double)sd->eng[ENG_COMPUTE].busy_ns;
     out->h2d_s = 1e-9 * (double)sd->eng[ENG_H2D].busy_ns;
     out->d2h_s = 1e-9 * (double)sd->eng[ENG_D2H].busy_ns;
+    out->link_s = 1e-9 * (double)sd->eng[ENG_LINK].busy_ns;
     pthread_mutex_unlock(&sd->mu);
 }
 

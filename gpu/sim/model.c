@@ -10,18 +10,21 @@
 
 typedef struct preset {
     const char *key, *name;
-    double tflops16, tflops32, hbm_gbps, pcie_gbps;
+    double tflops16, tflops32, hbm_gbps, pcie_gbps, nvlink_gbps, net_gbps;
     uint64_t mib; // the card's memory as nvidia-smi reports it
 } preset;
 
 // Dense (no sparsity) bf16 tensor peaks with fp32 accumulation, fp32 non-tensor peaks
-// (zinf's fp32 products never use TF32), memory bandwidth, and the PCIe link's rate
-// each way: Gen4 x16 32 GB/s, Gen5 x16 64 GB/s.
+// (zinf's fp32 products never use TF32), memory bandwidth, the PCIe link's rate each
+// way (Gen4 x16 32 GB/s, Gen5 x16 64 GB/s), NVLink each way (half the data sheet's
+// bidirectional 900 and 600 GB/s; the RTX 4090 has none, its peers talk over PCIe), and
+// the network adapter each GPU has in the DGX-class node it comes in (400 Gb/s NDR for
+// H100 and H200, 200 Gb/s HDR for A100, 100 Gb/s for a workstation card).
 static const preset presets[] = {
-    [ZINF_SIM_H100] = {"h100", "H100 SXM5 80GB", 989.4, 66.9, 3350, 64, 81559},
-    [ZINF_SIM_H200] = {"h200", "H200 SXM 141GB", 989.4, 66.9, 4800, 64, 143771},
-    [ZINF_SIM_A100] = {"a100", "A100 SXM4 80GB", 312, 19.5, 2039, 32, 81920},
-    [ZINF_SIM_RTX4090] = {"rtx4090", "GeForce RTX 4090", 165.2, 82.6, 1008, 32, 24564},
+    [ZINF_SIM_H100] = {"h100", "H100 SXM5 80GB", 989.4, 66.9, 3350, 64, 450, 50, 81559},
+    [ZINF_SIM_H200] = {"h200", "H200 SXM 141GB", 989.4, 66.9, 4800, 64, 450, 50, 143771},
+    [ZINF_SIM_A100] = {"a100", "A100 SXM4 80GB", 312, 19.5, 2039, 32, 300, 25, 81920},
+    [ZINF_SIM_RTX4090] = {"rtx4090", "GeForce RTX 4090", 165.2, 82.6, 1008, 32, 32, 12.5, 24564},
 };
 
 const char *zinf_sim_gpu_name(zinf_sim_gpu g) {
@@ -30,13 +33,16 @@ const char *zinf_sim_gpu_name(zinf_sim_gpu g) {
 
 void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out) {
     const preset *k = &presets[(unsigned)p->gpu < ZINF_ARRAY_LEN(presets) ? p->gpu : ZINF_SIM_H100];
-    bool custom = p->tflops > 0 || p->hbm_gbps > 0 || p->pcie_gbps > 0 || p->memory > 0;
+    bool custom = p->tflops > 0 || p->hbm_gbps > 0 || p->pcie_gbps > 0 || p->memory > 0 || p->nvlink_gbps > 0 ||
+                  p->net_gbps > 0;
     double tf = p->tflops > 0 ? p->tflops : k->tflops16;
     *out = (zinf_sim_rates){
         .flops16 = tf * 1e12,
         .flops32 = k->tflops32 * (tf / k->tflops16) * 1e12,
         .hbm = (p->hbm_gbps > 0 ? p->hbm_gbps : k->hbm_gbps) * 1e9,
         .pcie = (p->pcie_gbps > 0 ? p->pcie_gbps : k->pcie_gbps) * 1e9,
+        .nvlink = (p->nvlink_gbps > 0 ? p->nvlink_gbps : k->nvlink_gbps) * 1e9,
+        .net = (p->net_gbps > 0 ? p->net_gbps : k->net_gbps) * 1e9,
         .memory = p->memory > 0 ? (uint64_t)p->memory : k->mib << 20,
         // Large bf16 products under cuBLASLt run at about 70% of the dense peak on H100
         // and A100; smaller ones do worse, which the roofline below partly captures.
@@ -51,6 +57,9 @@ void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out) {
         // pageable ones are staged by the driver through a pinned buffer.
         .pcie_pinned_eff = 0.82,
         .pcie_pageable_eff = 0.40,
+        // NCCL's bus bandwidth for large messages is about 80% of NVLink's and of the
+        // network's rate.
+        .link_eff = 0.80,
         // Back-to-back kernels on one stream start a few microseconds apart.
         .launch_s = 4e-6,
     };
@@ -87,6 +96,10 @@ double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T
 
 double zinf_sim_copy_s(const zinf_sim_rates *r, double bytes, bool pinned) {
     return bytes / (r->pcie * (pinned ? r->pcie_pinned_eff : r->pcie_pageable_eff));
+}
+
+double zinf_sim_collective_s(const zinf_sim_rates *r, double intra, double inter) {
+    return r->launch_s + intra / (r->nvlink * r->link_eff) + inter / (r->net * r->link_eff);
 }
 
 // Bytes a memory-bound op reads and writes.
@@ -136,6 +149,7 @@ double sim_op_seconds(const zinf_sim_rates *r, const op_record *op) {
         const zinf_gemm_args *g = &op->u.gemm;
         return zinf_sim_matmul_s(r, g->dt, g->m, g->n, g->k, g->batch > 1 ? g->batch : 1);
     }
+    case OP_COLLECTIVE: return op->u.seconds;
     case OP_ATTENTION_FWD:
     case OP_ATTENTION_BWD: {
         const zinf_attention_args *a = &op->u.attn;

@@ -34,7 +34,7 @@ static zinf_status target_of(const zinf_config *cfg, int world, int gpus_per_nod
     *t = (zinf_plan_target){.world = world,
                             .nodes = world / gpus_per_node,
                             .backend = gpu ? ZINF_BACKEND_CUDA : b,
-                            .nccl = gpu && world > 1,
+                            .nccl = (gpu || b == ZINF_BACKEND_SIM) && world > 1,
                             .device_capacity = cfg->device.memory_limit > 0 ? cfg->device.memory_limit : -1,
                             .local_ranks = gpus_per_node};
     if (!gpu) {

@@ -157,28 +157,29 @@ static zinf_status load_micro(trainer *t, int m) {
 }
 
 // The resources a step's time can be bound by and how long each was busy in it: the
-// device's engines as modeled (sim), the NVMe link as measured (some read or write in
-// flight) and CPU Adam (the update's time).
+// device's engines and links as modeled (sim), the NVMe link as measured (some read or
+// write in flight) and CPU Adam (the update's time).
 typedef struct busy_row {
     const char *name, *key;
     double s;
 } busy_row;
 
-static int busy_rows(const zinf_step_info *si, busy_row rows[6]) {
+static int busy_rows(const zinf_step_info *si, busy_row rows[7]) {
     rows[0] = (busy_row){"device compute", "device_compute", si->device_compute_s};
     rows[1] = (busy_row){"pcie up", "pcie_h2d", si->pcie_h2d_s};
     rows[2] = (busy_row){"pcie down", "pcie_d2h", si->pcie_d2h_s};
-    rows[3] = (busy_row){"nvme read", "nvme_read", si->nvme_read_s};
-    rows[4] = (busy_row){"nvme write", "nvme_write", si->nvme_write_s};
-    rows[5] = (busy_row){"cpu adam", "cpu_adam", si->optim_s};
-    return 6;
+    rows[3] = (busy_row){"gpu links", "gpu_links", si->gpu_link_s};
+    rows[4] = (busy_row){"nvme read", "nvme_read", si->nvme_read_s};
+    rows[5] = (busy_row){"nvme write", "nvme_write", si->nvme_write_s};
+    rows[6] = (busy_row){"cpu adam", "cpu_adam", si->optim_s};
+    return 7;
 }
 
 static void report(trainer *t, const zinf_step_info *si, double secs, double fpt) {
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
     double tokens = (double)t->cfg.train_batch_size * t->seq_len, tps = tokens / secs, tflops = tps * fpt / 1e12;
-    busy_row rows[6];
+    busy_row rows[7];
     int nb = busy_rows(si, rows), bound = 0;
     for (int i = 1; i < nb; i++)
         if (rows[i].s > rows[bound].s) bound = i;

@@ -169,7 +169,7 @@ void zinf_comm_count(zinf_comm *c, int from, size_t bytes) {
     }
 }
 const char *zinf_comm_name(const zinf_comm *c) {
-    return !c ? "none" : c->nccl ? "nccl" : c->ops ? c->ops->name : "single";
+    return !c ? "none" : c->nccl ? "nccl" : c->sim ? "sim" : c->ops ? c->ops->name : "single";
 }
 
 // ---- helpers ----

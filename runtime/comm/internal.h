@@ -66,10 +66,20 @@ struct zinf_comm {
     void *scratch;        // grown on demand, freed by destroy
     size_t scratch_bytes;
     void *impl; // the backend's state
-    struct nccl_state *nccl; // device collectives, once attached to a device (nccl.c)
+    struct nccl_state *nccl; // device collectives, once attached to a CUDA device (nccl.c)
+    struct sim_link *sim;    // or to a simulated one (device.c)
 };
 
 // Count bytes received from rank `from` (or, from < 0, the same from every other rank).
 void zinf_comm_count(zinf_comm *c, int from, size_t bytes);
+
+// The device collectives on a CUDA device through NCCL (nccl.c), which device.c's
+// public calls forward to unless the device is simulated.
+zinf_status nccl_attach(zinf_comm *c, zinf_device *d);
+void nccl_detach(zinf_comm *c);
+zinf_status nccl_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out, size_t count);
+zinf_status nccl_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n);
+zinf_status nccl_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes);
+zinf_status nccl_alltoall(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes);
 
 #endif

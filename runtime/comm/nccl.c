@@ -187,7 +187,7 @@ static void release(zinf_comm *c) {
     c->nccl = NULL;
 }
 
-zinf_status zinf_comm_attach_device(zinf_comm *c, zinf_device *d) {
+zinf_status nccl_attach(zinf_comm *c, zinf_device *d) {
     if (!c || !d) return zinf_fail(ZINF_ERR_INVAL, "comm attach: c and d are required");
     if (c->nccl) return zinf_fail(ZINF_ERR_INVAL, "comm attach: already attached to a device");
     const zinf_device_caps *caps = zinf_device_get_caps(d);
@@ -236,11 +236,9 @@ zinf_status zinf_comm_attach_device(zinf_comm *c, zinf_device *d) {
     return ZINF_OK;
 }
 
-void zinf_comm_detach_device(zinf_comm *c) {
+void nccl_detach(zinf_comm *c) {
     if (c && c->nccl) release(c);
 }
-
-bool zinf_comm_on_device(const zinf_comm *c) { return c && c->nccl; }
 
 // Every device call: attached, on the right device; NCCL is called under the lock an
 // abort takes, and only if no failure has aborted (and freed) the communicator; then
@@ -261,23 +259,23 @@ bool zinf_comm_on_device(const zinf_comm *c) { return c && c->nccl; }
         return track(c, s, what);                                                                                      \
     } while (0)
 
-zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,
+zinf_status nccl_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,
                                                 size_t count) {
     DEVICE_CALL(c, s, "reduce_scatter", count * sizeof(float),
                 ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, c->nccl->nc, zinf_stream_native(s)));
 }
 
-zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n) {
+zinf_status nccl_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n) {
     // A reduce-scatter and an all-gather of n / size floats each.
     DEVICE_CALL(c, s, "allreduce", 2 * (n * sizeof(float) / (size_t)c->size),
                 ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->nccl->nc, zinf_stream_native(s)));
 }
 
-zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
+zinf_status nccl_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
     DEVICE_CALL(c, s, "allgather", bytes, ncclAllGather(in, out, bytes, ncclUint8, c->nccl->nc, zinf_stream_native(s)));
 }
 
-zinf_status zinf_comm_device_alltoall(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
+zinf_status nccl_alltoall(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
     DEVICE_CALL(c, s, "alltoall", bytes, ncclAlltoAll(in, out, bytes, ncclUint8, c->nccl->nc, zinf_stream_native(s)));
 }
 
@@ -292,29 +290,25 @@ static const char *device_failure(const zinf_comm *c) { return c->nccl->failure;
               "installed); collectives stay on host memory",                                                           \
               what)
 
-zinf_status zinf_comm_attach_device(zinf_comm *c, zinf_device *d) {
+zinf_status nccl_attach(zinf_comm *c, zinf_device *d) {
     (void)c, (void)d;
     return NO_NCCL("attach");
 }
-void zinf_comm_detach_device(zinf_comm *c) { (void)c; }
-bool zinf_comm_on_device(const zinf_comm *c) {
-    (void)c;
-    return false;
-}
-zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,
+void nccl_detach(zinf_comm *c) { (void)c; }
+zinf_status nccl_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,
                                                 size_t count) {
     (void)c, (void)s, (void)in, (void)out, (void)count;
     return NO_NCCL("reduce_scatter");
 }
-zinf_status zinf_comm_device_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n) {
+zinf_status nccl_allreduce_f32(zinf_comm *c, zinf_stream *s, float *buf, size_t n) {
     (void)c, (void)s, (void)buf, (void)n;
     return NO_NCCL("allreduce");
 }
-zinf_status zinf_comm_device_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
+zinf_status nccl_allgather(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
     (void)c, (void)s, (void)in, (void)out, (void)bytes;
     return NO_NCCL("allgather");
 }
-zinf_status zinf_comm_device_alltoall(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
+zinf_status nccl_alltoall(zinf_comm *c, zinf_stream *s, const void *in, void *out, size_t bytes) {
     (void)c, (void)s, (void)in, (void)out, (void)bytes;
     return NO_NCCL("alltoall");
 }

@@ -316,6 +316,8 @@ const key zinf_config_keys[] = {
     REAL("device.sim.tflops", OFF(device.sim.tflops), -1, 0, 1e6, F_NULL | F_GT_MIN | F_SIM),
     REAL("device.sim.hbm_gbps", OFF(device.sim.hbm_gbps), -1, 0, 1e6, F_NULL | F_GT_MIN | F_SIM),
     REAL("device.sim.pcie_gbps", OFF(device.sim.pcie_gbps), -1, 0, 1e6, F_NULL | F_GT_MIN | F_SIM),
+    REAL("device.sim.nvlink_gbps", OFF(device.sim.nvlink_gbps), -1, 0, 1e6, F_NULL | F_GT_MIN | F_SIM),
+    REAL("device.sim.net_gbps", OFF(device.sim.net_gbps), -1, 0, 1e6, F_NULL | F_GT_MIN | F_SIM),
     {.path = "device.sim.memory",
      .kind = K_BYTES,
      .off = OFF(device.sim.memory),

@@ -263,7 +263,8 @@ zinf_status zinf_engine_target(const zinf_config *cfg, const zinf_comm *comm, zi
     zinf_comm_probe(&ci);
     *out = (zinf_plan_target){.world = world,
                               .backend = dc.backend,
-                              .nccl = world > 1 && dc.backend == ZINF_BACKEND_CUDA && local <= gpus && ci.nccl,
+                              .nccl = world > 1 && ((dc.backend == ZINF_BACKEND_CUDA && local <= gpus && ci.nccl) ||
+                                                    dc.backend == ZINF_BACKEND_SIM),
                               .device_capacity = (int64_t)dc.capacity,
                               .local_ranks = local,
                               .nodes = zinf_comm_nodes(comm)};

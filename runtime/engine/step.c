@@ -120,6 +120,7 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     info->device_compute_s = busy.compute_s - e->busy_seen.compute_s;
     info->pcie_h2d_s = busy.h2d_s - e->busy_seen.h2d_s;
     info->pcie_d2h_s = busy.d2h_s - e->busy_seen.d2h_s;
+    info->gpu_link_s = busy.link_s - e->busy_seen.link_s;
     e->busy_seen = busy;
     if (!e->aio) return ZINF_OK;
     zinf_aio_stats now;

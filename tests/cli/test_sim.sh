@@ -33,7 +33,7 @@ JSON
 }
 
 # check OUT: every step line is marked simulated with null loss and norm, six busy
-# times, a bound among them, the step over it; prints "tokens FLOPs-per-step compute_s" of the last step.
+# times, a bound among them, the step over it.
 check() {
   python3 - "$1" <<'PY' || fail "step lines of $1"
 import json, sys
@@ -43,7 +43,7 @@ assert final["final"] and final["loss"] is None, final
 for s in steps:
     assert s["simulated"] is True and s["loss"] is None and s["grad_norm"] is None, s
     b = s["busy_s"]
-    assert set(b) == {"device_compute", "pcie_h2d", "pcie_d2h", "nvme_read", "nvme_write", "cpu_adam"}, b
+    assert set(b) == {"device_compute", "pcie_h2d", "pcie_d2h", "gpu_links", "nvme_read", "nvme_write", "cpu_adam"}, b
     assert s["bound"] in b and s["bound_s"] == max(b.values()) > 0, s
     assert abs(s["step_over_bound"] - s["step_seconds"] / s["bound_s"]) < 1e-6 * s["step_over_bound"] + 1e-9, s
     assert not s["skipped"], s
@@ -67,6 +67,25 @@ PY
 cfg 3 nvme nvme 4
 run 2 "$tmp/run.np2"
 check "$tmp/run.np2"
+
+# Collectives take the bytes this rank receives at the modeled link rates (80% of
+# them), plus a few microseconds each: two ranks as two nodes over a 10 GB/s network,
+# then as one node over a 100 GB/s NVLink.
+links() {
+  python3 - "$1" "$2" "$3" <<'PY' || fail "modeled collectives ($2): $(tail -c 300 "$1.err")"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1])][-2]
+got, moved = s["busy_s"]["gpu_links"], s["comm_bytes_" + sys.argv[2]]
+lo = moved / (0.8 * float(sys.argv[3]) * 1e9)
+assert moved > 0 and lo <= got <= lo + 200 * 4e-6, (moved, lo, got)
+print(f"{sys.argv[2]}: {moved} bytes, links busy {got:.6f} s, at least {lo:.6f} s")
+PY
+}
+cfg 3 none none 4 '{"net_gbps": 10, "nvlink_gbps": 100}' 512
+ZINF_RANKS_PER_NODE=1 run 2 "$tmp/nodes2"
+links "$tmp/nodes2" inter 10
+ZINF_RANKS_PER_NODE=2 run 2 "$tmp/nodes1"
+links "$tmp/nodes1" intra 100
 
 # The modeled compute: the model's FLOPs (6 per parameter and token, plus attention's)
 # take at least their time at the modeled matmul rate (70% of the peak) and, with the
