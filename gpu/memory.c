@@ -59,12 +59,13 @@ static void holders(const zinf_device *d, char *out, size_t len) {
 }
 
 static zinf_status out_of_memory(const zinf_device *d, size_t bytes, const char *what) {
-    char want[32], used[32], cap[32], big[320];
+    char want[32], used[32], cap[32], big[320], index[16] = "";
     holders(d, big, sizeof big);
+    if (d->caps.index >= 0) snprintf(index, sizeof index, " %d", d->caps.index); // a CUDA device's
     return zinf_fail(
         ZINF_ERR_NOMEM,
-        "device out of memory: %s for %s does not fit on %s device %d: %s of %s in use in %lld buffers%s%s",
-        zinf_size_format(bytes, want, sizeof want), what, d->be->name, d->params.index,
+        "device out of memory: %s for %s does not fit on %s device%s: %s of %s in use in %lld buffers%s%s",
+        zinf_size_format(bytes, want, sizeof want), what, d->be->name, index,
         zinf_size_format(d->mem.in_use, used, sizeof used), zinf_size_format(d->mem.capacity, cap, sizeof cap),
         (long long)d->mem.allocations, big[0] ? ": " : "", big);
 }

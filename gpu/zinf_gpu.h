@@ -79,6 +79,8 @@ typedef struct zinf_sim_params {
     int64_t memory;   // > 0: bytes of device memory
     double nvlink_gbps; // > 0: GPU to GPU within a node, GB/s each way per GPU
     double net_gbps;    // > 0: GPU to GPU across nodes (its network adapter), GB/s each way
+    bool virtual_time;  // streams never wait for the clock: work is timed, not paced (a plan's
+                        // dry run: the busy times come out at once, events hold modeled times)
 } zinf_sim_params;
 
 // Peaks in SI units and the fractions of them each op class reaches (zinf_sim_rates_of

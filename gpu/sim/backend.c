@@ -30,6 +30,7 @@ typedef struct pinned_range {
 
 typedef struct sim_device {
     zinf_sim_rates r;
+    bool paced; // streams sleep until each task's modeled end (not in virtual time)
     pthread_mutex_t mu; // guards everything below
     sim_engine eng[ENG_COUNT];
     pinned_range *pins; // registered host memory, which copies run from at the pinned rate
@@ -42,10 +43,17 @@ typedef struct sim_stream {
     bool slack_set;
 } sim_stream;
 
-static void sleep_until(int64_t ns) {
+static void sleep_until(const sim_stream *ss, int64_t ns) {
+    if (!ss->sd->paced) return;
     struct timespec t = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {
     }
+}
+
+// Host work that started at start has just ended (in virtual time it took none).
+static int64_t after(int64_t start) {
+    int64_t now = zinf_clock_ns();
+    return now > start ? now : start;
 }
 
 static int64_t ns_of(double seconds) { return (int64_t)(seconds * 1e9 + 0.5); }
@@ -92,16 +100,16 @@ static zinf_status run_task(void *own, const task *t) {
         case ZINF_COPY_D2H: occupy(ss, ENG_D2H, start, ns_of(zinf_sim_copy_s(r, (double)n, is_pinned(ss->sd, t->u.mem.dst, n)))); break;
         case ZINF_COPY_D2D: occupy(ss, ENG_COMPUTE, start, ns_of(zinf_sim_memory_s(r, 2.0 * (double)n))); break;
         case ZINF_COPY_H2H: // real memory on both sides: a real copy, in its place in the stream
-            sleep_until(start);
+            sleep_until(ss, start);
             memcpy(t->u.mem.dst, t->u.mem.src, n);
-            ss->cursor = zinf_clock_ns();
+            ss->cursor = after(start);
             return ZINF_OK;
         }
         break;
     }
     case TASK_MEMSET: occupy(ss, ENG_COMPUTE, start, ns_of(zinf_sim_memory_s(r, (double)t->u.mem.bytes))); break;
     case TASK_RECORD:
-        sleep_until(start);
+        sleep_until(ss, start);
         ss->cursor = start;
         queue_event_reach(t->u.ev.e, t->u.ev.ticket, start);
         return ZINF_OK;
@@ -111,13 +119,13 @@ static zinf_status run_task(void *own, const task *t) {
         return ZINF_OK;
     }
     case TASK_FN:
-        sleep_until(start);
+        sleep_until(ss, start);
         t->u.fn.fn(t->u.fn.arg);
-        ss->cursor = zinf_clock_ns();
+        ss->cursor = after(start);
         return ZINF_OK;
     case TASK_STOP: return ZINF_OK;
     }
-    sleep_until(ss->cursor);
+    sleep_until(ss, ss->cursor);
     return ZINF_OK;
 }
 
@@ -159,6 +167,7 @@ static zinf_status s_open(zinf_device *d) {
     sim_device *sd = calloc(1, sizeof *sd);
     if (!sd) return zinf_fail(ZINF_ERR_NOMEM, "sim device: out of memory");
     zinf_sim_rates_of(&d->params.sim, &sd->r);
+    sd->paced = !d->params.sim.virtual_time;
     pthread_mutex_init(&sd->mu, NULL);
     d->impl = sd;
     d->caps.backend = ZINF_BACKEND_SIM;
