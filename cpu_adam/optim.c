@@ -246,6 +246,27 @@ static void stats_worker(void *arg, int i, int nthreads) {
         j->sums[b] = j->f(block_at(j->grad, j->dt, b), j->dt, block_len(j->n, b));
 }
 
+typedef struct add_job {
+    zinf_cpu_pool *pool;
+    float *dst;
+    const float *src;
+    size_t n;
+} add_job;
+
+static void add_worker(void *arg, int i, int nthreads) {
+    (void)nthreads;
+    const add_job *j = arg;
+    size_t lo, hi;
+    zinf_cpu_pool_range(j->pool, j->n, i, &lo, &hi);
+    for (size_t x = lo; x < hi; x++)
+        j->dst[x] = j->dst[x] + j->src[x];
+}
+
+void zinf_cpu_add(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
+    add_job j = {pool, dst, src, n};
+    zinf_cpu_pool_run(pool, add_worker, &j);
+}
+
 zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dtype dt, size_t n, zinf_grad_stats *out) {
     ZINF_CHECK(check_grad(grad, dt, n));
     size_t nblocks = (n + STATS_BLOCK - 1) / STATS_BLOCK;

@@ -135,6 +135,10 @@ zinf_status zinf_optim_step(zinf_cpu_pool *pool, const zinf_optim_hparams *h, co
 zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dtype dtype, size_t n,
                                  zinf_grad_stats *out);
 
+// dst[i] = dst[i] + src[i] for i < n, in fp32, each worker its share (the offloaded
+// optimizer's gradient accumulation; the same additions as the device's zinf_add).
+void zinf_cpu_add(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);
+
 // The roofline of zinf_optim_step: one pass over the same buffers and threads that
 // reads and writes exactly the bytes the update moves, with no arithmetic, and leaves
 // every buffer as it was. adam-bench measures the update against it.

@@ -48,6 +48,9 @@ typedef struct zinf_zero_config {
     bool round_robin_gradients; // accepted; zinf's gradient path has no use for it
     bool gather_16bit_weights_on_model_save; // each save also writes the model as a Hugging Face directory
     int64_t reduce_bucket_size; // elements
+    // Whether the config gave these two; left out, the engine chooses them for the
+    // machine (zinf_plan_choice) instead of keeping DeepSpeed's defaults.
+    bool reduce_bucket_size_given, sub_group_size_given;
     bool allgather_partitions;
     int64_t allgather_bucket_size; // elements
     bool overlap_comm;             // default: stage == 3, as DeepSpeed

@@ -190,7 +190,16 @@ typedef enum zinf_plan_fit {
     ZINF_PLAN_FITS_UNKNOWN, // within every known budget; the device's capacity is not known
 } zinf_plan_fit;
 
+// Keys the config left out that zinf chose for the machine instead of DeepSpeed's
+// defaults (0: not chosen: given, or the default stands).
+typedef struct zinf_plan_choice {
+    int64_t reduce_bucket_size; // in place of 5e8: two fp32 buckets within 1/64 of the device
+    int64_t sub_group_size;     // in place of 1e9 with the optimizer on nvme: 1e8, less where its
+                                // swap buffers would not fit the pinned budget
+} zinf_plan_choice;
+
 typedef struct zinf_plan {
+    zinf_plan_choice choice; // what the plan, and an engine made from it, chose
     // As zinf_engine_memory_get reports it once the engine is made (the device's
     // capacity and the pinned budget are the target's; -1 where not known).
     zinf_engine_memory mem;
@@ -208,6 +217,30 @@ typedef struct zinf_plan {
 } zinf_plan;
 
 zinf_status zinf_engine_plan(const zinf_config *cfg, const zinf_plan_target *t, zinf_plan *out);
+
+// ---- the plan's time ----
+// A step of plan p on the GPU cfg->device.sim models (zinf_gpu.h's sim device), with a
+// host whose NVMe drives and CPU Adam run at h's rates: each resource's busy seconds
+// and the step's, overlapped as the engine overlaps them. The model's kernels are timed
+// by a dry run on a sim device in virtual time; the rest comes from p's bytes.
+typedef struct zinf_host_rates {
+    double nvme_read, nvme_write; // bytes/s of a rank's nvme_path directories together
+    double nvme_mixed;            // bytes/s read and written together (0: the two in turn)
+    // Elements/s of a rank's optimizer threads: CPU Adam's step, the gradient
+    // accumulation (per micro-batch), and the norm with the zeroing (per step).
+    double adam, grad_add, grad_norm_zero;
+} zinf_host_rates;
+
+typedef struct zinf_step_time {
+    // Busy seconds per step: device kernels, PCIe each way, GPU links, NVMe each way
+    // (each at its own rate), the optimizer's threads (accumulation, norm, Adam).
+    double compute, h2d, d2h, links, nvme_read, nvme_write, cpu;
+    double step;                                                  // the step's seconds
+    const char *bound;                                            // the busiest resource
+} zinf_step_time;
+
+zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, const zinf_plan *p,
+                           const zinf_host_rates *h, zinf_step_time *out);
 // ZINF_OK unless p exceeds a budget; then ZINF_ERR_NOMEM naming each budget it is past,
 // by how much, and what to change. zinf train refuses such a plan before allocating.
 zinf_status zinf_plan_verdict(const zinf_plan *p);

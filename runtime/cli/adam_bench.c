@@ -74,6 +74,99 @@ static const struct {
 } optimizers[] = {
     {"adamw", ZINF_OPTIM_ADAMW}, {"adam", ZINF_OPTIM_ADAM}, {"adagrad", ZINF_OPTIM_ADAGRAD}, {"lion", ZINF_OPTIM_LION}};
 
+static zinf_optim_hparams hparams_of(zinf_optimizer kind) {
+    return (zinf_optim_hparams){.kind = kind,
+                                .lr = 1e-3,
+                                .beta1 = 0.9,
+                                .beta2 = 0.999,
+                                .eps = 1e-8,
+                                .weight_decay = 0.01,
+                                .lr_decay = 0,
+                                .bias_correction = true};
+}
+
+// The median seconds of the step over n parameters (*su) and of its roofline pass
+// (*sr), alternating, steps of each, and the bytes the step moves per parameter.
+static zinf_status adam_measure(zinf_cpu_pool *pool, zinf_optim_hparams *h, zinf_dtype gt, zinf_dtype ot, size_t n,
+                                int steps, bool progress, double *su, double *sr, size_t *bpp) {
+    bool need_m = h->kind != ZINF_OPTIM_ADAGRAD, need_v = h->kind != ZINF_OPTIM_LION;
+    zinf_optim_tile t = {.param = big_alloc(pool, n, 4),
+                         .exp_avg = need_m ? big_alloc(pool, n, 4) : NULL,
+                         .exp_avg_sq = need_v ? big_alloc(pool, n, 4) : NULL,
+                         .grad = big_alloc(pool, n, zinf_dtype_size(gt)),
+                         .grad_dtype = gt,
+                         .out = big_alloc(pool, n, zinf_dtype_size(ot)),
+                         .out_dtype = ot,
+                         .n = n};
+    double *tu = calloc((size_t)steps, sizeof *tu), *tr = calloc((size_t)steps, sizeof *tr);
+    zinf_status st = ZINF_OK;
+    if (!t.param || (need_m && !t.exp_avg) || (need_v && !t.exp_avg_sq) || !t.grad || (ot && !t.out) || !tu || !tr) {
+        st = zinf_fail(ZINF_ERR_NOMEM, "cannot allocate the buffers of %zu parameters", n);
+        goto done;
+    }
+    zinf_cpu_pool_run(pool, init_worker, &(init_job){pool, &t});
+    h->step = 1;
+    zinf_optim_step(pool, h, &t); // warm up: page tables, caches, thread wake-up
+    zinf_optim_traffic(pool, h, &t);
+    for (int s = 0; s < steps; s++) {
+        if (progress) fprintf(stderr, "\rzinf adam-bench: step %d/%d", s + 1, steps);
+        h->step = 2 + s;
+        double t0 = zinf_clock_s();
+        zinf_optim_step(pool, h, &t);
+        double t1 = zinf_clock_s();
+        zinf_optim_traffic(pool, h, &t);
+        tu[s] = t1 - t0;
+        tr[s] = zinf_clock_s() - t1;
+    }
+    if (progress) fprintf(stderr, "\r%40s\r", "");
+    *su = cli_median(tu, steps), *sr = cli_median(tr, steps);
+    *bpp = zinf_optim_bytes_per_param(h, &t);
+done:
+    big_free(t.param, n, 4);
+    big_free(t.exp_avg, n, 4);
+    big_free(t.exp_avg_sq, n, 4);
+    big_free((void *)t.grad, n, zinf_dtype_size(gt));
+    big_free(t.out, n, zinf_dtype_size(ot));
+    free(tu);
+    free(tr);
+    return st;
+}
+
+// The offloaded optimizer's gradient passes over n fp32 elements: the accumulation
+// (zinf_cpu_add) and the norm with the zeroing after the step, median of three each.
+static zinf_status grad_measure(zinf_cpu_pool *pool, size_t n, double *add_s, double *norm_zero_s) {
+    float *g = big_alloc(pool, n, 4), *src = big_alloc(pool, n, 4);
+    zinf_status st = g && src ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "cannot allocate 2 x %zu floats", n);
+    double ta[3], tn[3];
+    for (int k = 0; st == ZINF_OK && k < 3; k++) {
+        double t0 = zinf_clock_s();
+        zinf_cpu_add(pool, g, src, n);
+        double t1 = zinf_clock_s();
+        zinf_grad_stats gs;
+        st = zinf_grad_stats_pool(pool, g, ZINF_DTYPE_F32, n, &gs);
+        memset(g, 0, n * sizeof *g);
+        ta[k] = t1 - t0, tn[k] = zinf_clock_s() - t1;
+    }
+    if (st == ZINF_OK) *add_s = cli_median(ta, 3), *norm_zero_s = cli_median(tn, 3);
+    big_free(g, n, 4);
+    big_free(src, n, 4);
+    return st;
+}
+
+zinf_status cli_cpu_rates(size_t n, cli_cpu_rates_t *out) {
+    zinf_cpu_pool *pool;
+    ZINF_CHECK(zinf_cpu_pool_create(&pool, 0));
+    zinf_optim_hparams h = hparams_of(ZINF_OPTIM_ADAMW);
+    double su = 0, sr = 0, sa = 0, sn = 0;
+    size_t bpp = 0;
+    zinf_status st = adam_measure(pool, &h, ZINF_DTYPE_F32, ZINF_DTYPE_BF16, n, 3, false, &su, &sr, &bpp);
+    if (st == ZINF_OK) st = grad_measure(pool, n, &sa, &sn);
+    zinf_cpu_pool_destroy(pool);
+    if (st != ZINF_OK) return st;
+    *out = (cli_cpu_rates_t){.adam = (double)n / su, .add = (double)n / sa, .norm_zero = (double)n / sn};
+    return ZINF_OK;
+}
+
 int cli_adam_bench(int argc, char **argv) {
     static const struct option opts[] = {
         {"params", required_argument, NULL, 'n'},
@@ -130,47 +223,14 @@ int cli_adam_bench(int argc, char **argv) {
     zinf_cpu_pool *pool;
     if (zinf_cpu_pool_create(&pool, threads) != ZINF_OK) return cli_fail("adam-bench", CLI_FAIL);
     threads = zinf_cpu_pool_threads(pool);
-    zinf_optim_hparams h = {.kind = optimizers[kind].kind,
-                            .lr = 1e-3,
-                            .beta1 = 0.9,
-                            .beta2 = 0.999,
-                            .eps = 1e-8,
-                            .weight_decay = 0.01,
-                            .lr_decay = 0,
-                            .bias_correction = true};
-    bool need_m = h.kind != ZINF_OPTIM_ADAGRAD, need_v = h.kind != ZINF_OPTIM_LION;
+    zinf_optim_hparams h = hparams_of(optimizers[kind].kind);
     size_t n = params;
-    zinf_optim_tile t = {.param = big_alloc(pool, n, 4),
-                         .exp_avg = need_m ? big_alloc(pool, n, 4) : NULL,
-                         .exp_avg_sq = need_v ? big_alloc(pool, n, 4) : NULL,
-                         .grad = big_alloc(pool, n, zinf_dtype_size(gt)),
-                         .grad_dtype = gt,
-                         .out = big_alloc(pool, n, zinf_dtype_size(ot)),
-                         .out_dtype = ot,
-                         .n = n};
-    double *tu = calloc((size_t)steps, sizeof *tu), *tr = calloc((size_t)steps, sizeof *tr);
-    if (!t.param || (need_m && !t.exp_avg) || (need_v && !t.exp_avg_sq) || !t.grad || (ot && !t.out) || !tu || !tr) {
-        zinf_fail(ZINF_ERR_NOMEM, "cannot allocate the buffers of %llu parameters", (unsigned long long)params);
+    size_t bpp = 0;
+    double su, sr;
+    if (adam_measure(pool, &h, gt, ot, n, steps, !json, &su, &sr, &bpp) != ZINF_OK) {
         rc = cli_fail("adam-bench", CLI_FAIL);
         goto done;
     }
-    zinf_cpu_pool_run(pool, init_worker, &(init_job){pool, &t});
-    h.step = 1;
-    zinf_optim_step(pool, &h, &t); // warm up: page tables, caches, thread wake-up
-    zinf_optim_traffic(pool, &h, &t);
-    for (int s = 0; s < steps; s++) {
-        if (!json) fprintf(stderr, "\rzinf adam-bench: step %d/%d", s + 1, steps);
-        h.step = 2 + s;
-        double t0 = zinf_clock_s();
-        zinf_optim_step(pool, &h, &t);
-        double t1 = zinf_clock_s();
-        zinf_optim_traffic(pool, &h, &t);
-        tu[s] = t1 - t0;
-        tr[s] = zinf_clock_s() - t1;
-    }
-    if (!json) fprintf(stderr, "\r%40s\r", "");
-    double su = cli_median(tu, steps), sr = cli_median(tr, steps);
-    size_t bpp = zinf_optim_bytes_per_param(&h, &t);
     double pps = (double)n / su, rps = (double)n / sr;
     if (json) {
         cli_print_json_line(json_pack(
@@ -189,13 +249,6 @@ int cli_adam_bench(int argc, char **argv) {
         printf("  ratio to roofline: %.3f  (median of %d)\n", pps / rps, steps);
     }
 done:
-    big_free(t.param, n, 4);
-    big_free(t.exp_avg, n, 4);
-    big_free(t.exp_avg_sq, n, 4);
-    big_free((void *)t.grad, n, zinf_dtype_size(gt));
-    big_free(t.out, n, zinf_dtype_size(ot));
-    free(tu);
-    free(tr);
     zinf_cpu_pool_destroy(pool);
     return rc;
 }

@@ -46,6 +46,14 @@ bool cli_parse_hf_size(const char *arg, uint64_t *out);
 double cli_median(double *v, int n);
 
 int cli_adam_bench(int argc, char **argv);
+// The offloaded optimizer's host work over n elements with a thread per physical core,
+// in elements per second: CPU AdamW as it runs it (fp32 gradients, a bf16 copy written),
+// the gradient accumulation (zinf_cpu_add), and the gradient norm with the zeroing after
+// the step. About a second for 16M.
+typedef struct cli_cpu_rates_t {
+    double adam, add, norm_zero;
+} cli_cpu_rates_t;
+zinf_status cli_cpu_rates(size_t n, cli_cpu_rates_t *out);
 int cli_check(int argc, char **argv);
 int cli_consolidate(int argc, char **argv);
 int cli_estimate(int argc, char **argv);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "io_measure.h"
 
 static const char *sz(int64_t bytes, char *buf) { return zinf_size_format((uint64_t)bytes, buf, 32); }
 
@@ -22,6 +23,8 @@ typedef struct plan {
     int seq_len;
     zinf_plan_target t;
     zinf_plan r;
+    bool timed; // --time: tm holds the step's time on the modeled GPU
+    zinf_step_time tm;
 } plan;
 
 // Where the rows run: world ranks, gpus_per_node of them sharing a host's memory. The
@@ -55,7 +58,7 @@ static json_t *fits_json(const zinf_plan *r) {
     return r->fit == ZINF_PLAN_FITS_UNKNOWN ? json_null() : json_boolean(r->fit == ZINF_PLAN_FITS);
 }
 
-static json_t *row_json(const plan *p) {
+static json_t *row_fields(const plan *p) {
     const zinf_engine_memory *m = &p->r.mem;
     return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
                      "stage", (int)p->cfg.zero.stage, "optimizer", tier_name[m->optimizer_tier], "params",
@@ -68,6 +71,22 @@ static json_t *row_json(const plan *p) {
                      (json_int_t)p->r.d2h, "nvme_read_bytes", (json_int_t)p->r.nvme_read, "nvme_write_bytes",
                      (json_int_t)p->r.nvme_write, "comm_bytes_intra", (json_int_t)p->r.comm_intra, "comm_bytes_inter",
                      (json_int_t)p->r.comm_inter, "fits", fits_json(&p->r));
+}
+
+static json_t *time_json(const zinf_step_time *t) {
+    return json_pack("{s:f, s:s, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}}", "step_seconds", t->step, "bound", t->bound,
+                     "busy_s", "device_compute", t->compute, "pcie_h2d", t->h2d, "pcie_d2h", t->d2h, "gpu_links",
+                     t->links, "nvme_read", t->nvme_read, "nvme_write", t->nvme_write, "cpu_optimizer", t->cpu);
+}
+
+static json_t *row_json(const plan *p) {
+    json_t *o = row_fields(p);
+    if (p->timed) {
+        json_t *t = time_json(&p->tm);
+        json_object_update(o, t);
+        json_decref(t);
+    }
+    return o;
 }
 
 // The config's own row: every figure of train's plan lines, in bytes.
@@ -92,22 +111,25 @@ static json_t *plan_json(const plan *p) {
     return more;
 }
 
-static void table_head(void) {
-    printf("%-5s %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %10s %10s | %s\n", "stage",
+static void table_head(bool timed) {
+    printf("%-5s %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %10s %10s | %s", "stage",
            "optimizer", "params", "device", "dev. peak", "pinned", "pageable", "NVMe", "PCIe h2d", "PCIe d2h",
            "NVMe read", "NVMe write", "net node", "net across", "fits");
+    if (timed) printf(" | %8s  %-14s", "step", "bound");
+    printf("\n");
 }
 
-static void table_row(const plan *p, bool mark) {
+static void table_row(const plan *p, bool mark, bool fastest) {
     static const char *const fits[] = {"yes", "no", "?"}; // zinf_plan_fit
     const zinf_engine_memory *m = &p->r.mem;
     char b[11][32];
-    printf("%-5d %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %10s %10s | %s%*s%s\n",
+    printf("%-5d %-9s %-6s | %10s %10s | %10s %10s | %10s | %10s %10s | %10s %10s | %10s %10s | %-4s",
            (int)p->cfg.zero.stage, tier_name[m->optimizer_tier], tier_name[m->params_tier], sz(m->device_in_use, b[0]),
            sz(p->r.device_peak, b[1]), sz(m->pinned, b[2]), sz(m->host_total - m->pinned, b[3]), sz(m->nvme, b[4]),
            sz(p->r.h2d, b[5]), sz(p->r.d2h, b[6]), sz(p->r.nvme_read, b[7]), sz(p->r.nvme_write, b[8]),
-           sz(p->r.comm_intra, b[9]), sz(p->r.comm_inter, b[10]), fits[p->r.fit],
-           mark ? 3 - (int)strlen(fits[p->r.fit]) : 0, "", mark ? "  <- this config" : "");
+           sz(p->r.comm_intra, b[9]), sz(p->r.comm_inter, b[10]), fits[p->r.fit]);
+    if (p->timed) printf(" | %7.3fs  %-14s", p->tm.step, p->tm.bound);
+    printf("%s%s\n", fastest ? "  <- fastest" : "", mark ? "  <- this config" : "");
 }
 
 // The lines zinf train prints before it allocates (the same printer), for this plan;
@@ -173,7 +195,21 @@ typedef struct args {
     const char **sets;
     int nsets, gpus, nodes;
     bool json, have_params;
+    bool time;                  // --time: each row's step time on the modeled GPU
+    bool measure;               // --measure: the rates not given, measured on this machine
+    const char *gpu;            // --gpu: the sim preset modeled (else the config's device.sim)
+    zinf_host_rates rates;      // --nvme-read, --nvme-write, --adam (0: not given)
 } args;
+
+// A positive rate in units of unit (GB/s: 1e9; million elements/s: 1e6).
+static int parse_rate(const char *opt, const char *arg, double unit, double *out) {
+    char *end;
+    double v = strtod(arg, &end);
+    if (end == arg || *end || !(v > 0) || !isfinite(v))
+        return cli_usage("estimate", "%s: \"%s\" is not a positive number", opt, arg);
+    *out = v * unit;
+    return CLI_OK;
+}
 
 static int parse(args *a, int argc, char **argv) {
     static const struct option opts[] = {
@@ -183,6 +219,12 @@ static int parse(args *a, int argc, char **argv) {
         {"nodes", required_argument, NULL, 'k'},
         {"set", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
+        {"time", no_argument, NULL, 't'},
+        {"gpu", required_argument, NULL, 'G'},
+        {"nvme-read", required_argument, NULL, 'r'},
+        {"nvme-write", required_argument, NULL, 'w'},
+        {"adam", required_argument, NULL, 'a'},
+        {"measure", no_argument, NULL, 'm'},
         {NULL, 0, NULL, 0},
     };
     int c, rc = CLI_OK;
@@ -207,6 +249,12 @@ static int parse(args *a, int argc, char **argv) {
             break;
         case 's': a->sets[a->nsets++] = optarg; break;
         case 'j': a->json = true; break;
+        case 't': a->time = true; break;
+        case 'G': a->gpu = optarg; break;
+        case 'r': rc = parse_rate("--nvme-read", optarg, 1e9, &a->rates.nvme_read); break;
+        case 'w': rc = parse_rate("--nvme-write", optarg, 1e9, &a->rates.nvme_write); break;
+        case 'a': rc = parse_rate("--adam", optarg, 1e6, &a->rates.adam); break;
+        case 'm': a->measure = true; break;
         default: rc = cli_usage("estimate", "unknown option %s", argv[optind - 1]); break;
         }
     }
@@ -216,6 +264,8 @@ static int parse(args *a, int argc, char **argv) {
         return cli_usage("estimate", a->config ? "--params and --config: give one of them, not both"
                                                : "give --params N or --config CONFIG.json");
     if (a->nsets && !a->config) return cli_usage("estimate", "--set: overrides a key of --config; there is none");
+    if (!a->time && (a->gpu || a->measure || a->rates.nvme_read || a->rates.nvme_write || a->rates.adam))
+        return cli_usage("estimate", "--gpu, --measure, --nvme-read, --nvme-write and --adam go with --time");
     if ((int64_t)a->gpus * a->nodes > 1 << 20)
         return cli_usage("estimate", "--gpus-per-node x --nodes: %lld ranks is too many",
                          (long long)a->gpus * a->nodes);
@@ -236,23 +286,108 @@ static plan plan_of(const zinf_config *cfg, const zinf_model_shape *s, int seq_l
     return p;
 }
 
+// The fastest row that fits, and the keys that choose it.
+static void print_fastest(const plan *p) {
+    if (!p) {
+        printf("\nNo row fits; the step time is predicted for rows that fit.\n");
+        return;
+    }
+    const zinf_step_time *t = &p->tm;
+    const zinf_engine_memory *m = &p->r.mem;
+    printf("\nFastest that fits: stage %d, optimizer %s, params %s: %.3f s per step, bound by %s\n",
+           (int)p->cfg.zero.stage, tier_name[m->optimizer_tier], tier_name[m->params_tier], t->step, t->bound);
+    printf("  busy per step: device compute %.3f s, pcie up %.3f s, down %.3f s, gpu links %.3f s, nvme read %.3f s, "
+           "write %.3f s, cpu optimizer %.3f s\n",
+           t->compute, t->h2d, t->d2h, t->links, t->nvme_read, t->nvme_write, t->cpu);
+}
+
+// --measure: the host's rates not given, on this machine: the drives under the
+// config's nvme_path (a 256 MiB file written, read, then half read while half is
+// written, the median of five passes each, with the config's aio settings) and the
+// optimizer's threads over 16M elements. Rates given stay. A few seconds; the rates
+// are printed.
+static int measure(const zinf_config *cfg, zinf_host_rates *h, bool json) {
+    const zinf_path_list *pl = cfg->zero.offload_optimizer.nvme_path.count ? &cfg->zero.offload_optimizer.nvme_path
+                                                                            : &cfg->zero.offload_param.nvme_path;
+    zinf_aio_params ap = zinf_config_aio_params(cfg);
+    if (pl->count && (!h->nvme_read || !h->nvme_write)) {
+        io_spec s = {.dirs = (const char *const *)pl->paths,
+                     .ndirs = pl->count,
+                     .size = 256u << 20, // five passes of each: drives vary, the median steadies
+                     .block_size = ap.block_size,
+                     .queue_depth = ap.queue_depth,
+                     .threads = ap.threads,
+                     .read = true,
+                     .write = true,
+                     .mixed = true,
+                     .loops = 5};
+        io_result r[3];
+        int n = io_measure(&s, r);
+        if (n != 3) return cli_fail("estimate", CLI_FAIL);
+        if (!h->nvme_write) h->nvme_write = r[0].bytes_per_s;
+        if (!h->nvme_read) h->nvme_read = r[1].bytes_per_s;
+        h->nvme_mixed = r[2].bytes_per_s;
+    }
+    cli_cpu_rates_t c;
+    if (!h->adam) {
+        if (cli_cpu_rates(16u << 20, &c) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+        h->adam = c.adam, h->grad_add = c.add, h->grad_norm_zero = c.norm_zero;
+    }
+    if (!json)
+        printf("Rates: NVMe read %.2f GB/s, write %.2f GB/s, both at once %.2f GB/s%s; optimizer threads: Adam %.0f M, "
+               "gradient accumulation %.0f M, norm and zeroing %.0f M elements/s\n",
+               h->nvme_read / 1e9, h->nvme_write / 1e9, h->nvme_mixed / 1e9, pl->count ? "" : " (no nvme_path: given)",
+               h->adam / 1e6, h->grad_add / 1e6, h->grad_norm_zero / 1e6);
+    return CLI_OK;
+}
+
+// With --time, the row's step on the modeled GPU when it fits.
+static int time_row(plan *p, const zinf_host_rates *h) {
+    if (p->r.fit == ZINF_PLAN_EXCEEDS) return CLI_OK;
+    const zinf_engine_memory *m = &p->r.mem;
+    if ((p->r.nvme_read && !h->nvme_read) || (p->r.nvme_write && !h->nvme_write))
+        return cli_usage("estimate", "--time: stage %d with NVMe offload needs the drives' rates: give --nvme-read "
+                                     "and --nvme-write (GB/s; zinf io-bench measures them)",
+                         (int)p->cfg.zero.stage);
+    if (m->optimizer_tier != ZINF_OFFLOAD_NONE && !h->adam)
+        return cli_usage("estimate", "--time: an offloaded optimizer needs CPU Adam's rate: give --adam (million "
+                                     "parameters/s; zinf adam-bench measures it)");
+    if (zinf_plan_time(&p->cfg, &p->t, &p->r, h, &p->tm) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+    p->timed = true;
+    return CLI_OK;
+}
+
 // One row per stage and offload choice (offload_optimizer from stage 1, offload_param
-// at stage 3); with mark, the config's own is marked.
-static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t, bool json,
-                bool mark) {
+// at stage 3); with mark, the config's own is marked; with --time, the fastest that
+// fits too.
+static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t,
+                const args *a, bool mark) {
+    enum { MAX_ROWS = 1 + 2 * 3 + 3 * 3 };
+    static plan ps[MAX_ROWS]; // large: a config each
     const zinf_zero_config *z = &cfg->zero;
-    if (!json) table_head();
+    int n = 0, mine = -1, fastest = -1;
     for (int stage = 0; stage <= 3; stage++)
         for (int o = 0; o < (stage ? 3 : 1); o++)
             for (int q = 0; q < (stage == 3 ? 3 : 1); q++) {
-                plan p = plan_of(cfg, s, seq_len, t, stage, (zinf_offload_device)o, (zinf_offload_device)q);
-                zinf_status st = plan_make(&p);
-                if (st == ZINF_OK && json) cli_print_json_line(row_json(&p));
-                if (st == ZINF_OK && !json)
-                    table_row(&p, mark && stage == z->stage && o == (int)z->offload_optimizer.device &&
-                                      q == (int)z->offload_param.device);
-                if (st != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+                plan *p = &ps[n];
+                *p = plan_of(cfg, s, seq_len, t, stage, (zinf_offload_device)o, (zinf_offload_device)q);
+                if (plan_make(p) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+                int rc = a->time ? time_row(p, &a->rates) : CLI_OK;
+                if (rc != CLI_OK) return rc;
+                if (p->timed && (fastest < 0 || p->tm.step < ps[fastest].tm.step)) fastest = n;
+                if (stage == z->stage && o == (int)z->offload_optimizer.device && q == (int)z->offload_param.device)
+                    mine = n;
+                n++;
             }
+    if (!a->json) table_head(a->time);
+    for (int i = 0; i < n; i++) {
+        if (a->json) {
+            cli_print_json_line(row_json(&ps[i]));
+        } else {
+            table_row(&ps[i], mark && i == mine, a->time && i == fastest);
+        }
+    }
+    if (a->time && !a->json) print_fastest(fastest >= 0 ? &ps[fastest] : NULL);
     return CLI_OK;
 }
 
@@ -276,7 +411,8 @@ static void print_head(const zinf_config *cfg, const zinf_model_shape *s, int se
            cfg->device.pinned_memory_limit >= 0 ? "up to device.pinned_memory_limit" : "up to half of it");
 }
 
-static int estimate(const args *a, zinf_config *cfg) {
+static int estimate(args *a, zinf_config *cfg) {
+    int rc;
     zinf_model_shape s;
     zinf_plan_target t;
     if (zinf_model_shape_from_config(&cfg->model, &s) != ZINF_OK) return cli_fail("estimate", CLI_USAGE);
@@ -284,13 +420,26 @@ static int estimate(const args *a, zinf_config *cfg) {
     if (seq_len > s.block_size)
         return cli_usage("estimate", "--config: data.seq_len %d is longer than the model's block_size %d", seq_len,
                          s.block_size);
+    if (a->time) { // the rows run on the modeled GPU: its memory is the capacity they are judged by
+        cfg->device.backend = ZINF_BACKEND_SIM;
+        for (int g = 0; a->gpu && g <= ZINF_SIM_RTX4090 && strcmp(a->gpu, zinf_sim_gpu_name((zinf_sim_gpu)g)); g++)
+            cfg->device.sim.gpu = (zinf_sim_gpu)(g + 1);
+        if (a->gpu && strcmp(a->gpu, zinf_sim_gpu_name(cfg->device.sim.gpu)) != 0)
+            return cli_usage("estimate", "--gpu: \"%s\" is not a modeled GPU; expected h100, h200, a100 or rtx4090",
+                             a->gpu);
+    }
     if (target_of(cfg, a->gpus * a->nodes, a->gpus, &t) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
     if (!a->json) print_head(cfg, &s, seq_len, &t, a);
-    int rc = rows(cfg, &s, seq_len, &t, a->json, a->config != NULL);
+    // The rates: measured, or the gradient passes' from Adam's by the bytes they move.
+    if (a->measure && (rc = measure(cfg, &a->rates, a->json)) != CLI_OK) return rc;
+    if (!a->rates.grad_add) a->rates.grad_add = a->rates.adam * 30 / 12;
+    if (!a->rates.grad_norm_zero) a->rates.grad_norm_zero = a->rates.adam * 30 / 8;
+    rc = rows(cfg, &s, seq_len, &t, a, a->config != NULL);
     if (rc != CLI_OK || !a->config) return rc;
     const zinf_zero_config *z = &cfg->zero;
     plan p = plan_of(cfg, &s, seq_len, &t, (int)z->stage, z->offload_optimizer.device, z->offload_param.device);
     zinf_status st = plan_make(&p);
+    if (st == ZINF_OK && a->time && (rc = time_row(&p, &a->rates)) != CLI_OK) return rc;
     if (st == ZINF_OK && a->json) cli_print_json_line(plan_json(&p));
     if (st == ZINF_OK && !a->json) {
         printf("\n");

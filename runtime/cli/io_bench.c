@@ -11,14 +11,14 @@
 void cli_print_io_result(const io_spec *s, const io_result *r, bool json) {
     if (json) {
         cli_print_json_line(json_pack("{s:s, s:I, s:f, s:f, s:I, s:I, s:I, s:i, s:b, s:b}", "op",
-                                      r->write ? "write" : "read", "bytes", (json_int_t)r->bytes, "seconds", r->seconds,
+                                      r->op, "bytes", (json_int_t)r->bytes, "seconds", r->seconds,
                                       "bytes_per_s", r->bytes_per_s, "block_size", (json_int_t)s->block_size,
                                       "queue_depth", (json_int_t)s->queue_depth, "threads", (json_int_t)s->threads,
                                       "paths", s->ndirs, "direct", r->direct, "registered", r->registered));
         return;
     }
     char size[32], block[32];
-    printf("%-6s %10s %10s %6u %8u %6d %7s %9.3f %9.3f\n", r->write ? "write" : "read",
+    printf("%-6s %10s %10s %6u %8u %6d %7s %9.3f %9.3f\n", r->op,
            zinf_size_format(r->bytes, size, sizeof size), zinf_size_format(s->block_size, block, sizeof block),
            s->queue_depth, s->threads, s->ndirs, r->direct ? "yes" : "no", r->bytes_per_s / 1e9, r->seconds);
 }
@@ -38,6 +38,7 @@ int cli_io_bench(int argc, char **argv) {
         {"loops", required_argument, NULL, 'l'},
         {"read", no_argument, NULL, 'r'},
         {"write", no_argument, NULL, 'w'},
+        {"mixed", no_argument, NULL, 'm'},
         {"validate", no_argument, NULL, 'v'},
         {"json", no_argument, NULL, 'j'},
         {"sqpoll", no_argument, NULL, 'S'},
@@ -81,6 +82,7 @@ int cli_io_bench(int argc, char **argv) {
             break;
         case 'r': s.read = true; break;
         case 'w': s.write = true; break;
+        case 'm': s.mixed = true; break;
         case 'v': s.validate = true; break;
         case 'S': s.sqpoll = true; break;
         case 'H': h2d = true; break;
@@ -91,9 +93,9 @@ int cli_io_bench(int argc, char **argv) {
     }
     if (rc == CLI_OK && optind < argc) rc = cli_usage("io-bench", "unexpected argument \"%s\"", argv[optind]);
     if (rc == CLI_OK && (h2d || d2h)) {
-        if (s.ndirs || s.read || s.write)
-            rc = cli_usage("io-bench", "--h2d / --d2h measure the device link; --path, --read and --write the disk: "
-                                       "one or the other");
+        if (s.ndirs || s.read || s.write || s.mixed)
+            rc = cli_usage("io-bench", "--h2d / --d2h measure the device link; --path, --read, --write and --mixed "
+                                       "the disk: one or the other");
         // 256 MiB by default: enough to reach a PCIe link's plateau, and it fits the
         // host backend's default capacity with room to spare.
         io_copy_spec cs = {.h2d = h2d, .d2h = d2h, .json = json, .bytes = size_set ? s.size : 256u << 20,
@@ -106,9 +108,9 @@ int cli_io_bench(int argc, char **argv) {
     if (rc == CLI_OK && s.block_size % 4096) rc = cli_usage("io-bench", "--block-size must be a multiple of 4096");
     if (rc == CLI_OK && s.size % 4096) rc = cli_usage("io-bench", "--size must be a multiple of 4096");
     if (rc == CLI_OK) {
-        if (!s.read && !s.write) s.read = s.write = true;
+        if (!s.read && !s.write && !s.mixed) s.read = s.write = true;
         s.progress = !json;
-        io_result res[2];
+        io_result res[3];
         int n = io_measure(&s, res);
         if (n < 0) {
             rc = cli_fail("io-bench", CLI_FAIL);

@@ -18,13 +18,14 @@ typedef struct io_spec {
     uint32_t block_size, queue_depth, threads;
     bool sqpoll;      // kernel-side submission polling
     bool read, write; // which directions to measure
+    bool mixed;       // also read one half of the file while writing the other, together
     int loops;        // passes per direction; the median is reported
     bool validate;    // compare every byte read with what was written
     bool progress;    // a line per pass on stderr
 } io_spec;
 
 typedef struct io_result {
-    bool write;
+    const char *op; // "write", "read" or "mixed" (bytes: read and written together)
     uint64_t bytes;
     double seconds;     // median pass
     double bytes_per_s; // bytes / median pass
@@ -32,7 +33,7 @@ typedef struct io_result {
     bool registered;    // the buffer was registered with the rings
 } io_result;
 
-// Measure the directions spec asks for (write before read) into out[0..1]. Returns
+// Measure the directions spec asks for (write, read, mixed) into out[0..2]. Returns
 // how many results, or -zinf_status with zinf_last_error() set.
 int io_measure(const io_spec *spec, io_result *out);
 

@@ -209,6 +209,8 @@ static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
     zinf_zero_config *z = &c->zero;
     // DeepSpeed overlaps gradient reduction with backward by default in stage 3 only.
     if (!given(ctx, "zero_optimization.overlap_comm")) z->overlap_comm = z->stage == 3;
+    z->reduce_bucket_size_given = given(ctx, "zero_optimization.reduce_bucket_size");
+    z->sub_group_size_given = given(ctx, "zero_optimization.sub_group_size");
     // DeepSpeed partitions gradients finely over the ranks with it so that their copies to
     // host memory run in parallel (stages 1-2 with CPU offload); zinf reduces each bucket
     // straight into the partition of the rank that owns it, so there is nothing to spread.

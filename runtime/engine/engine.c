@@ -329,6 +329,8 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     zinf_plan_target t;
     ZINF_CHECK(engine_model_params(cfg, e->dt, &mp));
     ZINF_CHECK(zinf_engine_target(cfg, comm, &t));
+    zinf_plan_choice choice;
+    ZINF_CHECK(engine_choose(&e->cfg, &t, &choice));
     ZINF_CHECK(open_device(e, &t));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->cs));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->xs));

@@ -296,6 +296,9 @@ void engine_device_params(const zinf_config *cfg, const zinf_comm *comm, zinf_de
 zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out);
 // The model's parameters for cfg (shared by creation and the plan).
 zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_model_params *mp);
+// Fill in the keys cfg left at DeepSpeed's defaults that zinf chooses for t (choose.c),
+// marking them given, so that a plan and the engine made from it choose once and alike.
+zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out);
 // Device memory that, when the account is full, first waits for deferred frees.
 zinf_status engine_alloc(zinf_engine *e, size_t bytes, const char *what, void **p);
 // Free p once the work submitted to s so far is done; engine_reap frees what is due

@@ -285,11 +285,15 @@ static void judge(const zinf_engine *e, const zinf_plan_target *t, zinf_plan *ou
     out->fit = over ? ZINF_PLAN_EXCEEDS : out->device.have < 0 ? ZINF_PLAN_FITS_UNKNOWN : ZINF_PLAN_FITS;
 }
 
-zinf_status zinf_engine_plan(const zinf_config *cfg, const zinf_plan_target *t, zinf_plan *out) {
-    if (!cfg || !t || !out) return zinf_fail(ZINF_ERR_INVAL, "engine plan: cfg, t and out are required");
+zinf_status zinf_engine_plan(const zinf_config *given, const zinf_plan_target *t, zinf_plan *out) {
+    if (!given || !t || !out) return zinf_fail(ZINF_ERR_INVAL, "engine plan: cfg, t and out are required");
     memset(out, 0, sizeof *out);
+    zinf_config cfg = *given;
+    zinf_plan_choice choice;
+    ZINF_CHECK(engine_choose(&cfg, t, &choice));
     zinf_engine *e;
-    ZINF_CHECK(plan_engine(cfg, t, &e));
+    ZINF_CHECK(plan_engine(&cfg, t, &e));
+    out->choice = choice;
     zinf_engine_memory_get(e, &out->mem);
     int64_t *gathers = calloc((size_t)e->nmod + 1, sizeof *gathers);
     zinf_status st = gathers ? replay_steps(e, gathers, out) : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");

@@ -110,7 +110,8 @@ typedef struct grad_add_job {
 } grad_add_job;
 
 // On the communication stream's thread: grads += the reduced bucket, in fp32, the same
-// additions the device does when the states are on the device.
+// additions the device does when the states are on the device, on the optimizer's
+// threads (a pass over memory one thread would take several times as long over).
 static void grad_add_run(void *arg) {
     grad_add_job *j = arg;
     zinf_engine *e = j->e;
@@ -122,9 +123,7 @@ static void grad_add_run(void *arg) {
         for (size_t r = 0; r < W; r++) {
             if (e->stage > 0 && r != (size_t)e->pr) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
-            float *dst = e->h_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
-            for (size_t i = 0; i < p->n; i++)
-                dst[i] = dst[i] + src[i];
+            zinf_cpu_add(e->pool, e->h_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src, p->n);
         }
     }
     free(j);

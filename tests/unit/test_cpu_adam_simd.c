@@ -3,7 +3,8 @@
 // gradients holding NaN and inf. The 16-bit conversions against references that do
 // not share zinf's code (the compiler's _Float16, exact rounding in double). The
 // gradient statistics against a long double sum, the same for every level and thread
-// count; the pool against the single-threaded kernels; bad arguments refused.
+// count; the pool against the single-threaded kernels, and its gradient accumulation
+// against plain sums; bad arguments refused.
 // timeout: 120
 #include <float.h>
 #include <math.h>
@@ -397,6 +398,25 @@ static void errors(void) {
     CHECK(zinf_cpu_pool_create(&pool, -1) == ZINF_ERR_INVAL && !pool, "-1 threads accepted");
 }
 
+// zinf_cpu_add: every element's fp32 sum, whatever the pool's split of odd lengths.
+static void pool_add(zinf_cpu_pool **pools, int npools) {
+    for (int k = 0; k < npools; k++) {
+        for (size_t n = 0; n < 300; n += 37) {
+            float dst[300], src[300], want[300];
+            for (size_t i = 0; i < n; i++) {
+                dst[i] = 1.0f + 0x1p-20f * (float)i, src[i] = 0x1p-24f * (float)(i % 7) - 3.0f;
+                want[i] = dst[i] + src[i];
+            }
+            dst[n < 300 ? n : 299] = 42.0f; // past the end: untouched
+            zinf_cpu_add(pools[k], dst, src, n);
+            for (size_t i = 0; i < n; i++)
+                CHECK(dst[i] == want[i], "add of %zu on %d threads: element %zu %g, want %g", n, k + 1, i, dst[i],
+                      want[i]);
+            if (n < 300) CHECK(dst[n] == 42.0f, "add of %zu wrote past its end", n);
+        }
+    }
+}
+
 int main(void) {
     zinf_cpu_info info;
     zinf_cpu_probe(&info);
@@ -413,6 +433,7 @@ int main(void) {
     parity();
     stats(pools, 3);
     pool_steps(pools, 3);
+    pool_add(pools, 3);
     errors();
     for (int k = 0; k < 3; k++)
         zinf_cpu_pool_destroy(pools[k]);

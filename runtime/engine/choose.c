@@ -1,0 +1,45 @@
+// The keys a config leaves at DeepSpeed's defaults that zinf chooses for the machine
+// instead, and the plan says so. DeepSpeed's defaults make offload worse than it needs
+// to be: reduce_bucket_size 5e8 keeps two 2 GB fp32 buckets on the device, and
+// sub_group_size 1e9 makes the NVMe optimizer tier pin three states of a billion
+// elements in swap buffers (more pinned memory than offloading to cpu takes).
+#include "internal.h"
+
+// The largest of these whose two fp32 buckets take at most 1/64 of the device: 5e8 on
+// a card of 256 GB, 1e8 on 80 GB, 2e7 on the host backend's 4 GiB. Buckets this size
+// still amortize a collective's fixed cost (NCCL reaches its bandwidth by ~64 MB).
+static const int64_t bucket_sizes[] = {500000000, 200000000, 100000000, 50000000, 20000000};
+
+// 1e8 first: a state of a sub-group then moves in reads of 400 MB, far past what a
+// drive needs for full speed; smaller where its swap buffers would not fit the pinned
+// budget.
+static const int64_t sub_group_sizes[] = {100000000, 30000000, 10000000};
+
+zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out) {
+    zinf_zero_config *z = &cfg->zero;
+    *out = (zinf_plan_choice){0};
+    if (!z->reduce_bucket_size_given && t->device_capacity > 0) {
+        size_t i = 0;
+        while (i + 1 < ZINF_ARRAY_LEN(bucket_sizes) && 2 * bucket_sizes[i] * 4 > t->device_capacity / 64)
+            i++;
+        if (bucket_sizes[i] != z->reduce_bucket_size) out->reduce_bucket_size = z->reduce_bucket_size = bucket_sizes[i];
+    }
+    z->reduce_bucket_size_given = true;
+    if (!z->sub_group_size_given && z->offload_optimizer.device == ZINF_OFFLOAD_NVME) {
+        int64_t pick = sub_group_sizes[ZINF_ARRAY_LEN(sub_group_sizes) - 1];
+        for (size_t i = 0; i + 1 < ZINF_ARRAY_LEN(sub_group_sizes); i++) {
+            zinf_config c = *cfg;
+            c.zero.sub_group_size = sub_group_sizes[i];
+            c.zero.sub_group_size_given = true;
+            zinf_plan p;
+            ZINF_CHECK(zinf_engine_plan(&c, t, &p));
+            if (p.pinned.need <= p.pinned.have) {
+                pick = sub_group_sizes[i];
+                break;
+            }
+        }
+        if (pick < z->sub_group_size) out->sub_group_size = z->sub_group_size = pick;
+    }
+    z->sub_group_size_given = true;
+    return ZINF_OK;
+}

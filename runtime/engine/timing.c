@@ -1,0 +1,115 @@
+// The plan's time: what a step takes on a GPU the sim device models, with a host whose
+// NVMe drives and CPU Adam run at given rates. The model's kernels are timed by running
+// one micro-batch's forward and backward on a sim device in virtual time (every kernel
+// the engine would launch, at once and without memory); the engine's own kernels (the
+// gradients' widening into buckets, stage 3's gathers, the device optimizer), the PCIe
+// and NVMe bytes and the collectives come from the plan. The step overlaps them as the
+// engine does (docs/performance.md, "The planner").
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+// One micro-batch's forward and backward (recompute included) on a sim device in
+// virtual time: the seconds the model's kernels take.
+static zinf_status model_seconds(const zinf_config *cfg, zinf_dtype dt, double *out) {
+    zinf_model_params mp;
+    ZINF_CHECK(engine_model_params(cfg, dt, &mp));
+    zinf_device_params dp = {.backend = ZINF_BACKEND_SIM, .sim = cfg->device.sim};
+    dp.sim.virtual_time = true;
+    dp.sim.memory = INT64_C(1) << 50; // reservations only: the plan judges the fit
+    zinf_device *dev = NULL;
+    zinf_stream *s = NULL;
+    zinf_model *m = NULL;
+    int nmod = 0;
+    void **bufs = NULL;
+    int32_t *tok = NULL;
+    zinf_status st = zinf_device_create(&dev, &dp);
+    if (st == ZINF_OK) st = zinf_stream_create(dev, &s);
+    if (st == ZINF_OK) st = zinf_model_create(&m, dev, &mp);
+    if (st == ZINF_OK) {
+        nmod = zinf_model_module_count(m);
+        bufs = calloc(2 * (size_t)nmod, sizeof *bufs); // parameters, then gradients
+        tok = calloc((size_t)mp.batch * (size_t)mp.seq_len, sizeof *tok);
+        if (!bufs || !tok) st = zinf_fail(ZINF_ERR_NOMEM, "plan time: out of memory");
+    }
+    for (int i = 0; st == ZINF_OK && i < 2 * nmod; i++) {
+        size_t n = zinf_model_module(m, i % nmod)->numel;
+        if (n) st = zinf_device_alloc(dev, n * zinf_dtype_size(dt), "plan time", &bufs[i]);
+    }
+    if (st == ZINF_OK) st = zinf_model_set_batch(m, s, tok, tok, mp.batch, 1.0f);
+    int nops = 0;
+    const zinf_model_op *ops = st == ZINF_OK ? zinf_model_schedule(m, true, &nops) : NULL;
+    for (int k = 0; st == ZINF_OK && k < nops; k++)
+        st = zinf_model_run(m, s, &ops[k], bufs, bufs + nmod);
+    if (st == ZINF_OK) st = zinf_stream_sync(s);
+    zinf_device_busy b;
+    if (st == ZINF_OK) zinf_device_get_busy(dev, &b), *out = b.compute_s;
+    for (int i = 0; bufs && i < 2 * nmod; i++)
+        zinf_device_free(dev, bufs[i]);
+    free(bufs), free(tok);
+    zinf_model_destroy(m);
+    zinf_stream_destroy(s);
+    zinf_device_destroy(dev);
+    return st;
+}
+
+zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, const zinf_plan *p,
+                           const zinf_host_rates *h, zinf_step_time *out) {
+    if (!cfg || !t || !p || !h || !out) return zinf_fail(ZINF_ERR_INVAL, "plan time: every argument is required");
+    memset(out, 0, sizeof *out);
+    zinf_engine e0; // the settings creation derives from cfg
+    engine_settings(&e0, cfg);
+    zinf_sim_rates r;
+    zinf_sim_rates_of(&cfg->device.sim, &r);
+    double micro = 0;
+    ZINF_CHECK(model_seconds(cfg, e0.dt, &micro));
+    const zinf_engine_memory *m = &p->mem;
+    double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.es;
+    double numel = (double)m->model_numel, part = (double)m->partition_numel;
+    // Per micro-batch the 16-bit gradients are widened into fp32 buckets; at stage 3 every
+    // module is gathered for forward and again for backward.
+    double engine = accum * zinf_sim_memory_s(&r, numel * (es + 4));
+    if (e0.stage == 3 && t->world == 1) engine += accum * 2 * zinf_sim_memory_s(&r, 2 * numel * es);
+    // Per step: the norm over the fp32 gradients, their zeroing, and the optimizer when it
+    // runs on the device.
+    if (m->optimizer_tier == ZINF_OFFLOAD_NONE)
+        engine += zinf_sim_memory_s(&r, part * (4 + 4 + 28 + es));
+    out->compute = accum * micro + engine;
+    out->h2d = zinf_sim_copy_s(&r, (double)p->h2d, true);
+    out->d2h = zinf_sim_copy_s(&r, (double)p->d2h, true);
+    out->links = p->comm_intra || p->comm_inter
+                     ? zinf_sim_collective_s(&r, (double)p->comm_intra, (double)p->comm_inter)
+                     : 0;
+    out->nvme_read = h->nvme_read > 0 ? (double)p->nvme_read / h->nvme_read : 0;
+    out->nvme_write = h->nvme_write > 0 ? (double)p->nvme_write / h->nvme_write : 0;
+    // One NVMe link carries both directions: together at the mixed rate where known.
+    double nvme = h->nvme_mixed > 0 ? (double)(p->nvme_read + p->nvme_write) / h->nvme_mixed
+                                    : out->nvme_read + out->nvme_write;
+    double device = out->compute > out->links ? out->compute : out->links;
+    if (m->optimizer_tier == ZINF_OFFLOAD_NONE) {
+        // Parameters offloaded at stage 3 stream in under compute.
+        out->step = device > nvme ? device : nvme;
+    } else {
+        // The optimizer's threads accumulate every micro-batch's gradients, then take the
+        // norm, step (with the NVMe traffic in flight under it) and zero the gradients.
+        double adds = accum * part / h->grad_add, norm_zero = part / h->grad_norm_zero;
+        out->cpu = part / h->adam + adds + norm_zero;
+        double update = part / h->adam > nvme ? part / h->adam : nvme;
+        if (e0.stage == 3) // the update runs under the next forward
+            out->step = fmax(device, adds + norm_zero + update);
+        else // stages 1-2 update after backward, then share
+            out->step = fmax(device, adds) + norm_zero + update;
+    }
+    const double busy[] = {out->compute, out->h2d, out->d2h, out->links, out->nvme_read, out->nvme_write, out->cpu};
+    static const char *const names[] = {"device compute", "pcie up", "pcie down", "gpu links",
+                                        "nvme read",      "nvme write", "cpu optimizer"};
+    int top = 0;
+    for (int i = 1; i < 7; i++)
+        if (busy[i] > busy[top]) top = i;
+    out->bound = names[top];
+    for (int i = 0; i < 7; i++)
+        if (busy[i] > out->step) out->step = busy[i];
+    return ZINF_OK;
+}

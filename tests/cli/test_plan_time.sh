@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# zinf estimate --time against the simulated device it models: for a GPT of 45 M
+# parameters on a simulated H100 with this machine's drive and CPU (--measure), the
+# predicted device compute and PCIe time per step match the sim run's busy times within
+# 5% (the same kernels, timed by a dry run), and the predicted step is within 25% of
+# the sim run's median step with the optimizer offloaded to cpu and to nvme, at stages 2
+# and 3. The drive and the CPU of this machine swing by about 20% between passes, so a
+# row outside the tolerance is measured once more before it fails. The table marks the
+# fastest row that fits; bad --time arguments are refused by name.
+# timeout: 900
+set -u
+Z=${ZINF_BUILD:-build}/zinf
+R=${ZINF_REF_DIR:-build/ref}
+tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+mkdir -p "$tmp/nvme"
+
+cat > "$tmp/cfg.json" <<JSON
+{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 16, "steps": 5,
+ "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+ "zero_optimization": {"stage": 3, "sub_group_size": 1e7,
+   "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme"},
+   "offload_param": {"device": "nvme", "nvme_path": "$tmp/nvme", "max_in_cpu": 0}},
+ "model": {"n_layer": 6, "n_head": 8, "n_embd": 512, "vocab_size": 50257, "block_size": 1024},
+ "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 1024},
+ "device": {"backend": "sim"}}
+JSON
+
+# compare STAGE OPTIMIZER PARAMS: predicted against the sim run; 0 when within tolerance.
+compare() {
+  local sets=(--set zero_optimization.stage=$1 --set "zero_optimization.offload_optimizer.device=\"$2\""
+              --set "zero_optimization.offload_param.device=\"$3\"")
+  "$Z" estimate --config "$tmp/cfg.json" "${sets[@]}" --time --measure --json > "$tmp/plan" 2> "$tmp/plan.err" ||
+    { echo "estimate: $(tail -c 300 "$tmp/plan.err")"; return 1; }
+  "$Z" train "$tmp/cfg.json" "${sets[@]}" --json > "$tmp/run" 2> "$tmp/run.err" ||
+    { echo "train: $(tail -c 300 "$tmp/run.err")"; return 1; }
+  python3 - "$tmp/plan" "$tmp/run" "$1 $2 $3" <<'PY'
+import json, sys
+plan = [o for o in map(json.loads, open(sys.argv[1])) if o.get("plan")][0]
+steps = [json.loads(l) for l in open(sys.argv[2])][:-1]
+later = sorted(s["step_seconds"] for s in steps[1:])  # the first step has no update before it
+median = later[len(later) // 2]
+pb, sb = plan["busy_s"], steps[-1]["busy_s"]
+for k in ("device_compute", "pcie_h2d", "pcie_d2h"):
+    if abs(pb[k] - sb[k]) > 0.05 * sb[k] + 1e-5:
+        print(f"{sys.argv[3]}: {k}: predicted {pb[k]:.6f} s, sim {sb[k]:.6f} s")
+        sys.exit(1)
+err = plan["step_seconds"] / median - 1
+print(f"{sys.argv[3]}: predicted {plan['step_seconds']:.3f} s ({plan['bound']}), sim median {median:.3f} s: {err:+.0%}")
+sys.exit(0 if abs(err) <= 0.25 else 2)
+PY
+}
+
+for row in "3 nvme nvme" "3 nvme none" "3 cpu none" "2 cpu none" "2 nvme none"; do
+  out=$(compare $row) || out="$out; again: $(compare $row)" || fail "$out"
+  echo "$out"
+done
+
+# The table: every row that fits gets a step time, the fastest is marked, the keys
+# of this config come after.
+expect 0 "$Z" estimate --config "$tmp/cfg.json" --time --nvme-read 2 --nvme-write 2 --adam 1000
+[ "$(grep -c '<- fastest' "$tmp/out")" = 1 ] || fail "no single fastest row: $(cat "$tmp/out")"
+grep -q "^Fastest that fits: stage 0, optimizer none, params none" "$tmp/out" || fail "fastest: $(grep Fastest "$tmp/out")"
+
+# Bad input.
+expect 2 "$Z" estimate --config "$tmp/cfg.json" --time --gpu v100
+grep -q -- '--gpu: "v100" is not a modeled GPU' "$tmp/err" || fail "--gpu v100: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --config "$tmp/cfg.json" --time --adam 1000
+grep -q -- '--nvme-read and --nvme-write' "$tmp/err" || fail "nvme rows without rates: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --config "$tmp/cfg.json" --nvme-read 2
+grep -q -- 'go with --time' "$tmp/err" || fail "--nvme-read without --time: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --config "$tmp/cfg.json" --time --nvme-read -1
+grep -q -- '--nvme-read: "-1" is not a positive number' "$tmp/err" || fail "--nvme-read -1: $(cat "$tmp/err")"
+
+finish test_plan_time
