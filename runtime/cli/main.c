@@ -97,9 +97,11 @@ static const command commands[] = {
      "  --optimizer adamw (default), adam, adagrad or lion; medians of --steps (10).\n"
      "  --json prints one object: params, threads, params_per_s, bytes_per_param,\n"
      "  roofline_params_per_s, ratio_to_roofline and the settings.\n"},
-    {"estimate", cli_estimate, "memory and traffic needed per stage and tier",
+    {"estimate", cli_estimate, "memory, traffic and step time per stage and tier",
      "zinf estimate (--params N | --config CONFIG.json) [--gpus-per-node G] [--nodes K] [--json]\n"
      "              [--set key.path=value ...]\n"
+     "              [--time [--gpu h100|h200|a100|rtx4090] [--measure]\n"
+     "                      [--nvme-read GBPS] [--nvme-write GBPS] [--adam MPARAMS]]\n"
      "  For every ZeRO stage (0-3) and offload choice (offload_optimizer none/cpu/nvme from\n"
      "  stage 1, offload_param none/cpu/nvme at stage 3) on G x K ranks (default 1 x 1),\n"
      "  prints per rank the device bytes once the engine is made and at its busiest\n"
@@ -121,7 +123,13 @@ static const command commands[] = {
      "  partition_numel, device_bytes, device_peak_bytes, gathered_peak_bytes,\n"
      "  pinned_bytes, pageable_bytes, nvme_bytes, activation_bytes, pcie_h2d_bytes,\n"
      "  pcie_d2h_bytes, nvme_read_bytes, nvme_write_bytes, fits) and with --config a\n"
-     "  last one with \"plan\": true, the plan's figures in bytes and the budgets.\n"},
+     "  last one with \"plan\": true, the plan's figures in bytes and the budgets.\n"
+     "  --time: also each row's step time on a simulated GPU (--gpu, else the config's\n"
+     "  device.sim, else h100) with this machine's drives and CPU, the fastest row that\n"
+     "  fits marked and its busy time per resource. --measure measures the drives under\n"
+     "  the config's nvme_path and the optimizer's threads first (a few seconds);\n"
+     "  --nvme-read / --nvme-write (GB/s) and --adam (M params/s) give rates instead.\n"
+     "  --json rows add step_seconds, bound and busy_s.\n"},
     {"consolidate", cli_consolidate, "write a checkpoint's model as Hugging Face files",
      "zinf consolidate CKPT_DIR OUT [--dtype fp32|bf16] [--max-shard-size SIZE] [--json]\n"
      "  Writes the fp32 master weights of a checkpoint (CKPT_DIR: a checkpoint.dir, whose\n"

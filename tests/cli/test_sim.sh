@@ -5,7 +5,8 @@
 # at the modeled matmul rate, give or take the memory-bound kernels, and follows the
 # tflops override; device memory is not backed (a device peak of several GiB leaves
 # the process small); checkpoints save and resume on it; estimate and the plan name
-# the modeled GPU; bad device.sim keys are refused by name.
+# the modeled GPU; keys left out are chosen for it, given ones kept; bad device.sim
+# keys are refused by name.
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -148,6 +149,16 @@ grep -q "A100 SXM4 80GB" "$tmp/out" || fail "estimate does not name the simulate
 grep -q "in use of 80 GiB on a simulated A100 SXM4 80GB" "$tmp/out" || fail "estimate's device line: $(grep device: "$tmp/out")"
 run 1 "$tmp/a100"
 grep -q "on a simulated A100 SXM4 80GB" "$tmp/a100.err" || fail "train's plan does not name the simulated A100"
+
+# Keys left out are chosen for the machine and the plan says so; given ones are kept.
+cfg 3 nvme nvme 4
+sed -i 's/"sub_group_size": 100000,//' "$tmp/cfg.json"
+run 1 "$tmp/chosen"
+grep -q "chosen for this machine (the config leaves them out): reduce_bucket_size 100000000 .*; sub_group_size 100000000" \
+  "$tmp/chosen.err" || fail "no choices in train's plan: $(grep -i chosen "$tmp/chosen.err")"
+expect 0 "$Z" estimate --config "$tmp/cfg.json" --set zero_optimization.reduce_bucket_size=5e8 \
+  --set zero_optimization.sub_group_size=1e9
+! grep -q "chosen for this machine" "$tmp/out" || fail "given keys were replaced: $(grep chosen "$tmp/out")"
 
 # Bad input names the key.
 cfg 3 nvme nvme 4 '{"gpu": "v100"}'
