@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Offload at GPU speed: GPT-2 large (774 M) and a Llama-3.2-1B-shaped model (1.24 B),
+# micro-batch 8 x 1024 tokens at stage 3 on a simulated H100 (device.backend "sim":
+# the GPU's time is modeled, this machine's drive and CPU are real), with the
+# optimizer on cpu, on nvme, and both tiers on nvme. Per run the median step over the
+# steps after the first, the bound (the busiest resource), the step over it, the
+# device's busy fraction, and zinf estimate --time --measure's prediction for that
+# config with its error; then the planner's pick among every stage and tier that fits.
+# A row whose host memory does not fit this machine is skipped, saying so. The
+# figures are the modeled GPU's with this machine's drive and CPU, never a GPU's.
+# ZINF_BENCH_DIR (default /var/tmp) should sit on the drive offload will use.
+set -eu
+Z=${ZINF_BUILD:-build}/zinf
+base=${ZINF_BENCH_DIR:-/var/tmp}
+dir=$base/zinf-bench-sim-$$
+[ -x "$Z" ] || { echo "bench_sim: $Z is missing (make builds it)"; exit 1; }
+mkdir -p "$dir/nvme"
+trap 'rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM
+
+python3 -c "import random, array, sys; r = random.Random(1); \
+open(sys.argv[1], 'wb').write(array.array('I', (r.randrange(50257) for _ in range(1 << 20))).tobytes())" "$dir/t.tokens"
+steps=4
+config() { # NAME PRESET: a config of that model with both tiers on nvme
+  cat > "$dir/$1.json" <<JSON
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8, "seed": 1, "steps": $steps,
+ "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
+ "zero_optimization": {"stage": 3,
+   "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/nvme", "pin_memory": false},
+   "offload_param": {"device": "nvme", "nvme_path": "$dir/nvme"}},
+ "model": {"preset": "$2"},
+ "data": {"path": "$dir/t.tokens", "format": "tokens-u32", "seq_len": 1024},
+ "device": {"backend": "sim", "sim": {"gpu": "h100"}}}
+JSON
+}
+config gpt2l gpt2-large
+config llama llama-3.2-1b
+
+echo "bench_sim: a simulated H100 (modeled time), this machine's drive under $base and its CPU; micro-batch 8 x 1024, stage 3"
+printf '%-14s %-10s %8s %-14s %9s %8s %10s %7s\n' model "optim/par" s/step bound step/bound "dev busy" predicted error
+for m in gpt2l llama; do
+  for tiers in "cpu none" "nvme none" "nvme nvme"; do
+    set -- $tiers
+    sets=(--set "zero_optimization.offload_optimizer.device=\"$1\"" --set "zero_optimization.offload_param.device=\"$2\"")
+    if ! "$Z" estimate --config "$dir/$m.json" "${sets[@]}" --time --measure --json > "$dir/plan" 2> "$dir/plan.err"; then
+      echo "bench_sim: estimate failed: $(tail -c 300 "$dir/plan.err")"; exit 1
+    fi
+    if ! "$Z" train "$dir/$m.json" "${sets[@]}" --json > "$dir/run" 2> "$dir/run.err"; then
+      if grep -q "verdict: does not fit" "$dir/run.err"; then
+        printf '%-14s %-10s  skipped: %s\n' "$m" "$1/$2" "$(grep -o 'does not fit: .*' "$dir/run.err" | head -1 | cut -c1-90)"
+        continue
+      fi
+      echo "bench_sim: the $m $1/$2 run failed; stderr ends:"; tail -n 15 "$dir/run.err" | sed 's/^/  /'; exit 1
+    fi
+    python3 - "$dir/plan" "$dir/run" "$m" "$1/$2" <<'PY'
+import json, sys
+plan = [o for o in map(json.loads, open(sys.argv[1])) if o.get("plan")][0]
+steps = [json.loads(l) for l in open(sys.argv[2])][:-1][1:]
+steps.sort(key=lambda s: s["step_seconds"])
+s = steps[len(steps) // 2]
+t = s["step_seconds"]
+print("%-14s %-10s %8.3f %-14s %9.2f %8.0f%% %9.3fs %+6.0f%%" % (sys.argv[3], sys.argv[4], t, s["bound"],
+      s["step_over_bound"], 100 * s["busy_s"]["device_compute"] / t, plan["step_seconds"],
+      100 * (plan["step_seconds"] / t - 1)))
+PY
+    rm -rf "$dir/nvme"/*
+  done
+  # The planner's pick among every stage and tier for this model on this machine.
+  "$Z" estimate --config "$dir/$m.json" --time --measure > "$dir/pick" 2>&1 || { cat "$dir/pick"; exit 1; }
+  echo "  $m: $(grep '^Fastest that fits' "$dir/pick")"
+done
