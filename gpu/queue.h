@@ -73,4 +73,12 @@ zinf_status queue_memset(zinf_stream *s, void *dst, int byte, size_t bytes);
 zinf_status queue_host_fn(zinf_stream *s, void (*fn)(void *), void *arg);
 zinf_status queue_launch(zinf_stream *s, const op_record *op);
 
+// Those entries, as designated initializers of a backend_ops table.
+#define QUEUE_BACKEND_OPS                                                                                              \
+    .stream_destroy = queue_stream_destroy, .stream_sync = queue_stream_sync, .stream_native = queue_stream_native,    \
+    .event_create = queue_event_create, .event_destroy = queue_event_destroy, .event_record = queue_event_record,      \
+    .stream_wait_event = queue_stream_wait_event, .event_sync = queue_event_sync, .event_done = queue_event_done,     \
+    .event_elapsed = queue_event_elapsed, .copy = queue_copy, .memset = queue_memset, .host_fn = queue_host_fn,       \
+    .launch = queue_launch
+
 #endif
