@@ -5,7 +5,8 @@
 # optimizer on cpu, on nvme, and both tiers on nvme. Per run the median step over the
 # steps after the first, the bound (the busiest resource), the step over it, the
 # device's busy fraction, and zinf estimate --time --measure's prediction for that
-# config with its error; then the planner's pick among every stage and tier that fits.
+# config with its error; then the planner's pick among every stage and tier that fits,
+# on the H100 and on an RTX 4090.
 # A row whose host memory does not fit this machine is skipped, saying so. The
 # figures are the modeled GPU's with this machine's drive and CPU, never a GPU's.
 # ZINF_BENCH_DIR (default /var/tmp) should sit on the drive offload will use.
@@ -66,7 +67,10 @@ print("%-14s %-10s %8.3f %-14s %9.2f %8.0f%% %9.3fs %+6.0f%%" % (sys.argv[3], sy
 PY
     rm -rf "$dir/nvme"/*
   done
-  # The planner's pick among every stage and tier for this model on this machine.
-  "$Z" estimate --config "$dir/$m.json" --time --measure > "$dir/pick" 2>&1 || { cat "$dir/pick"; exit 1; }
-  echo "  $m: $(grep '^Fastest that fits' "$dir/pick")"
+  # The planner's pick among every stage and tier for this model on this machine, with
+  # the H100, and with a 24 GB RTX 4090 that cannot hold the model's states.
+  for gpu in h100 rtx4090; do
+    "$Z" estimate --config "$dir/$m.json" --time --measure --gpu $gpu > "$dir/pick" 2>&1 || { cat "$dir/pick"; exit 1; }
+    echo "  $m on $gpu: $(grep '^Fastest that fits' "$dir/pick")"
+  done
 done
