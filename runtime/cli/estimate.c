@@ -434,6 +434,11 @@ static int estimate(args *a, zinf_config *cfg) {
     if (a->measure && (rc = measure(cfg, &a->rates, a->json)) != CLI_OK) return rc;
     if (!a->rates.grad_add) a->rates.grad_add = a->rates.adam * 30 / 12;
     if (!a->rates.grad_norm_zero) a->rates.grad_norm_zero = a->rates.adam * 30 / 8;
+    // The machine's drives and cores are shared by the ranks on it.
+    double *r[] = {&a->rates.nvme_read, &a->rates.nvme_write, &a->rates.nvme_mixed,
+                   &a->rates.adam,      &a->rates.grad_add,   &a->rates.grad_norm_zero};
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(r); i++)
+        *r[i] /= t.local_ranks;
     rc = rows(cfg, &s, seq_len, &t, a, a->config != NULL);
     if (rc != CLI_OK || !a->config) return rc;
     const zinf_zero_config *z = &cfg->zero;
