@@ -36,7 +36,10 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
     const zinf_engine_memory m = r->mem;
     const char *dt = c->bf16 ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
     int stage = (int)c->zero.stage, world = p->target->world;
-    const char *comm = world == 1 ? "single" : p->target->nccl ? "nccl" : "mpi"; // zinf_comm_name, once made
+    const char *comm = world == 1                                 ? "single"
+                       : p->target->backend == ZINF_BACKEND_SIM ? "sim: modeled links" // zinf_comm_name, once made
+                       : p->target->nccl                          ? "nccl"
+                                                                  : "mpi";
     char b[8][32], what[256];
     zinf_model_shape_describe(s, what, sizeof what);
     fprintf(f, "plan: %s (%.2f M parameters), %s, ZeRO stage %d over %d rank%s (%s)\n", what,
