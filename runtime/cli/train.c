@@ -205,9 +205,11 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
             json_t *busy = json_object();
             for (int i = 0; i < nb; i++)
                 json_object_set_new(busy, rows[i].key, json_real(rows[i].s));
-            json_object_update(o, json_pack("{s:b, s:o, s:s, s:f, s:f}", "simulated", 1, "busy_s", busy, "bound",
-                                            rows[bound].key, "bound_s", rows[bound].s, "step_over_bound",
-                                            rows[bound].s > 0 ? secs / rows[bound].s : 0.0));
+            json_t *sim = json_pack("{s:b, s:o, s:s, s:f, s:f}", "simulated", 1, "busy_s", busy, "bound",
+                                    rows[bound].key, "bound_s", rows[bound].s, "step_over_bound",
+                                    rows[bound].s > 0 ? secs / rows[bound].s : 0.0);
+            json_object_update(o, sim);
+            json_decref(sim);
         }
         cli_print_json_line(o);
     }

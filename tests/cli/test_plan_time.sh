@@ -5,7 +5,9 @@
 # 5% (the same kernels, timed by a dry run), and the predicted step is within 25% of
 # the sim run's median step with the optimizer offloaded to cpu and to nvme, at stages 2
 # and 3. The drive and the CPU of this machine swing by about 20% between passes, so a
-# row outside the tolerance is measured once more before it fails. The table marks the
+# row outside the tolerance is measured once more before it fails. Under AddressSanitizer
+# (SAN=1) host code slows unevenly (the measured kernels and the engine's differ), so
+# there the step is reported and not held; everything else is. The table marks the
 # fastest row that fits; bad --time arguments are refused by name.
 # timeout: 900
 set -u
@@ -15,6 +17,8 @@ tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$tmp/nvme"
+held=1
+ldd "$Z" | grep -q libasan && held=0
 
 cat > "$tmp/cfg.json" <<JSON
 {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 16, "steps": 5,
@@ -36,7 +40,7 @@ compare() {
     { echo "estimate: $(tail -c 300 "$tmp/plan.err")"; return 1; }
   "$Z" train "$tmp/cfg.json" "${sets[@]}" --json > "$tmp/run" 2> "$tmp/run.err" ||
     { echo "train: $(tail -c 300 "$tmp/run.err")"; return 1; }
-  python3 - "$tmp/plan" "$tmp/run" "$1 $2 $3" <<'PY'
+  python3 - "$tmp/plan" "$tmp/run" "$1 $2 $3" "$held" <<'PY'
 import json, sys
 plan = [o for o in map(json.loads, open(sys.argv[1])) if o.get("plan")][0]
 steps = [json.loads(l) for l in open(sys.argv[2])][:-1]
@@ -48,8 +52,10 @@ for k in ("device_compute", "pcie_h2d", "pcie_d2h"):
         print(f"{sys.argv[3]}: {k}: predicted {pb[k]:.6f} s, sim {sb[k]:.6f} s")
         sys.exit(1)
 err = plan["step_seconds"] / median - 1
-print(f"{sys.argv[3]}: predicted {plan['step_seconds']:.3f} s ({plan['bound']}), sim median {median:.3f} s: {err:+.0%}")
-sys.exit(0 if abs(err) <= 0.25 else 2)
+held = sys.argv[4] == "1"
+print(f"{sys.argv[3]}: predicted {plan['step_seconds']:.3f} s ({plan['bound']}), sim median {median:.3f} s: {err:+.0%}"
+      + ("" if held else " (not held: sanitizer build)"))
+sys.exit(0 if abs(err) <= 0.25 or not held else 2)
 PY
 }
 
