@@ -274,7 +274,7 @@ static zinf_status run_rules(zinf_config *c, const parse_ctx *ctx) {
             return zinf_fail(ZINF_ERR_INVAL,
                              "%s: %s describes the simulated device, but device.backend is \"%s\"; set "
                              "device.backend to \"sim\" or remove device.sim",
-                             ctx->name, zinf_config_keys[i].path, zinf_backend_name(c->device.backend));
+                             ctx->name, zinf_config_keys[i].path, enum_name("device.backend", (int)c->device.backend));
     zinf_checkpoint_config *k = &c->checkpoint;
     if (k->dir) {
         struct stat st;
