@@ -156,7 +156,7 @@ typedef struct timeline {
     zinf_stream *s;
     zinf_event *ev[24];
     double want[24];
-    const char *what[24];
+    char what[24][64];
     int n; // ops submitted
 } timeline;
 
@@ -173,7 +173,7 @@ static void tl_begin(timeline *t, zinf_device *d) {
 static void tl_op(timeline *t, const char *what, double want) {
     t->n++;
     t->want[t->n] = want;
-    t->what[t->n] = what;
+    snprintf(t->what[t->n], sizeof t->what[t->n], "%s", what);
     t->ev[t->n] = timed_event(t->d);
     TRY(zinf_event_record(t->ev[t->n], t->s));
 }
@@ -281,6 +281,21 @@ static void *attention_ws(zinf_device *d, zinf_attention_args *a) {
     return a->ws;
 }
 
+// Forward and backward of attention a (on untouched device buffers x and f, its
+// workspace into *ws), each held to its modeled time by hand.
+static void attention_pair(timeline *t, zinf_device *d, zinf_attention_args a, void *x, float *f, void **ws,
+                           const char *what, double fwd, double bwd) {
+    a.dt = ZINF_DTYPE_BF16, a.qkv = x, a.out = x, a.lse = f, a.dqkv = x, a.dout = x;
+    *ws = attention_ws(d, &a);
+    char name[64];
+    TRY(zinf_attention_fwd(t->s, &a));
+    snprintf(name, sizeof name, "%s attention", what);
+    tl_op(t, name, fwd);
+    TRY(zinf_attention_bwd(t->s, &a));
+    snprintf(name, sizeof name, "%s attention backward", what);
+    tl_op(t, name, bwd);
+}
+
 static void test_norm_attention(void) {
     zinf_device *d = sim_device(slow, 0);
     zinf_sim_rates r = rates_of(slow);
@@ -323,21 +338,8 @@ static void test_norm_attention(void) {
         api = zinf_sim_attention_s(&r, ZINF_DTYPE_BF16, 1, 1024, 16, 16, 64, 0, true);
         CHECK(fabs(api - bwd) <= 1e-12 * bwd, "zinf_sim_attention_s backward says %.12f, by hand %.12f", api, bwd);
         // NKV and hd left 0: NH and C / NH.
-        zinf_attention_args a = {.dt = ZINF_DTYPE_BF16,
-                                 .B = 1,
-                                 .T = 1024,
-                                 .C = 1024,
-                                 .NH = 16,
-                                 .qkv = x,
-                                 .out = x,
-                                 .lse = f,
-                                 .dqkv = x,
-                                 .dout = x};
-        ws[0] = attention_ws(d, &a);
-        TRY(zinf_attention_fwd(t.s, &a));
-        tl_op(&t, "causal attention", fwd);
-        TRY(zinf_attention_bwd(t.s, &a));
-        tl_op(&t, "causal attention backward", bwd);
+        attention_pair(&t, d, (zinf_attention_args){.B = 1, .T = 1024, .C = 1024, .NH = 16}, x, f, &ws[0], "causal",
+                       fwd, bwd);
         busy += fwd + bwd;
     }
     // A window of 256 keys: 256 * 257 / 2 pairs for the first 256 queries, then 256 each;
@@ -349,24 +351,8 @@ static void test_norm_attention(void) {
         double flops = 4.0 * 64 * pairs * 2 * 16; // B = 2
         double fwd = flops / (F16 * r.attn_fwd_eff) + r.launch_s,
                bwd = 2.5 * flops / (F16 * r.attn_bwd_eff) + r.launch_s;
-        zinf_attention_args a = {.dt = ZINF_DTYPE_BF16,
-                                 .B = 2,
-                                 .T = 1024,
-                                 .C = 1024,
-                                 .NH = 16,
-                                 .NKV = 4,
-                                 .hd = 64,
-                                 .window = 256,
-                                 .qkv = x,
-                                 .out = x,
-                                 .lse = f,
-                                 .dqkv = x,
-                                 .dout = x};
-        ws[1] = attention_ws(d, &a);
-        TRY(zinf_attention_fwd(t.s, &a));
-        tl_op(&t, "windowed attention", fwd);
-        TRY(zinf_attention_bwd(t.s, &a));
-        tl_op(&t, "windowed attention backward", bwd);
+        zinf_attention_args a = {.B = 2, .T = 1024, .C = 1024, .NH = 16, .NKV = 4, .hd = 64, .window = 256};
+        attention_pair(&t, d, a, x, f, &ws[1], "windowed", fwd, bwd);
         busy += fwd + bwd;
     }
     // Short sequences in a big batch are memory-bound: q, k, v read and out written
@@ -378,21 +364,8 @@ static void test_norm_attention(void) {
         double flops = 4 * hd * (T * (T + 1) / 2) * B * NH;
         CHECK(flops / (F16 * r.attn_fwd_eff) < 0.5 * fwd && 2.5 * flops / (F16 * r.attn_bwd_eff) < 0.5 * bwd,
               "short attention is not memory-bound");
-        zinf_attention_args a = {.dt = ZINF_DTYPE_BF16,
-                                 .B = 4096,
-                                 .T = 4,
-                                 .C = 2048,
-                                 .NH = 16,
-                                 .qkv = x,
-                                 .out = x,
-                                 .lse = f,
-                                 .dqkv = x,
-                                 .dout = x};
-        ws[2] = attention_ws(d, &a);
-        TRY(zinf_attention_fwd(t.s, &a));
-        tl_op(&t, "short attention", fwd);
-        TRY(zinf_attention_bwd(t.s, &a));
-        tl_op(&t, "short attention backward", bwd);
+        attention_pair(&t, d, (zinf_attention_args){.B = 4096, .T = 4, .C = 2048, .NH = 16}, x, f, &ws[2], "short",
+                       fwd, bwd);
         busy += fwd + bwd;
     }
     tl_end(&t);
