@@ -358,10 +358,10 @@ static int time_row(plan *p, const zinf_host_rates *h) {
 }
 
 // One row per stage and offload choice (offload_optimizer from stage 1, offload_param
-// at stage 3); with mark, the config's own is marked; with --time, the fastest that
-// fits too.
+// at stage 3); with mark, the config's own is marked (and *own points at it); with
+// --time, the fastest that fits too.
 static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t,
-                const args *a, bool mark) {
+                const args *a, bool mark, const plan **own) {
     enum { MAX_ROWS = 1 + 2 * 3 + 3 * 3 };
     static plan ps[MAX_ROWS]; // large: a config each
     const zinf_zero_config *z = &cfg->zero;
@@ -388,6 +388,7 @@ static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, 
         }
     }
     if (a->time && !a->json) print_fastest(fastest >= 0 ? &ps[fastest] : NULL);
+    *own = mine >= 0 ? &ps[mine] : NULL;
     return CLI_OK;
 }
 
@@ -422,11 +423,13 @@ static int estimate(args *a, zinf_config *cfg) {
                          s.block_size);
     if (a->time) { // the rows run on the modeled GPU: its memory is the capacity they are judged by
         cfg->device.backend = ZINF_BACKEND_SIM;
-        for (int g = 0; a->gpu && g <= ZINF_SIM_RTX4090 && strcmp(a->gpu, zinf_sim_gpu_name((zinf_sim_gpu)g)); g++)
-            cfg->device.sim.gpu = (zinf_sim_gpu)(g + 1);
-        if (a->gpu && strcmp(a->gpu, zinf_sim_gpu_name(cfg->device.sim.gpu)) != 0)
+        int g = 0;
+        while (a->gpu && g <= ZINF_SIM_RTX4090 && strcmp(a->gpu, zinf_sim_gpu_name((zinf_sim_gpu)g)) != 0)
+            g++;
+        if (g > ZINF_SIM_RTX4090)
             return cli_usage("estimate", "--gpu: \"%s\" is not a modeled GPU; expected h100, h200, a100 or rtx4090",
                              a->gpu);
+        if (a->gpu) cfg->device.sim.gpu = (zinf_sim_gpu)g;
     }
     if (target_of(cfg, a->gpus * a->nodes, a->gpus, &t) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
     if (!a->json) print_head(cfg, &s, seq_len, &t, a);
@@ -439,18 +442,18 @@ static int estimate(args *a, zinf_config *cfg) {
                    &a->rates.adam,      &a->rates.grad_add,   &a->rates.grad_norm_zero};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(r); i++)
         *r[i] /= t.local_ranks;
-    rc = rows(cfg, &s, seq_len, &t, a, a->config != NULL);
+    const plan *own = NULL; // the config's stage and tiers are always one of the rows
+    rc = rows(cfg, &s, seq_len, &t, a, a->config != NULL, &own);
     if (rc != CLI_OK || !a->config) return rc;
-    const zinf_zero_config *z = &cfg->zero;
-    plan p = plan_of(cfg, &s, seq_len, &t, (int)z->stage, z->offload_optimizer.device, z->offload_param.device);
-    zinf_status st = plan_make(&p);
-    if (st == ZINF_OK && a->time && (rc = time_row(&p, &a->rates)) != CLI_OK) return rc;
-    if (st == ZINF_OK && a->json) cli_print_json_line(plan_json(&p));
-    if (st == ZINF_OK && !a->json) {
+    if (!own) return cli_usage("estimate", "--config: stage %lld with those offload tiers is not a row zinf plans",
+                               (long long)cfg->zero.stage);
+    if (a->json) {
+        cli_print_json_line(plan_json(own));
+    } else {
         printf("\n");
-        print_plan(&p);
+        print_plan(own);
     }
-    return st == ZINF_OK ? CLI_OK : cli_fail("estimate", CLI_FAIL);
+    return CLI_OK;
 }
 
 // The config the rows come from: --config's (with --set), or --params' built-in one.

@@ -46,6 +46,18 @@ static void pattern(unsigned char *p, size_t n, uint64_t seed) {
     }
 }
 
+// The median of loops passes of spec->size bytes as a result.
+static io_result result_of(const io_spec *spec, const char *op, double *times, int loops, zinf_aio_file *f,
+                           bool registered) {
+    double median = cli_median(times, loops);
+    return (io_result){.op = op,
+                       .bytes = spec->size,
+                       .seconds = median,
+                       .bytes_per_s = (double)spec->size / median,
+                       .direct = zinf_aio_file_direct(f),
+                       .registered = registered};
+}
+
 // loops passes in one direction; the median time goes into *res when res is non-NULL.
 static zinf_status passes(const io_spec *spec, zinf_aio *aio, zinf_aio_file *f, unsigned char *buf,
                           const unsigned char *ref, bool write, int loops, double *times, bool registered,
@@ -65,14 +77,7 @@ static zinf_status passes(const io_spec *spec, zinf_aio *aio, zinf_aio_file *f, 
             fprintf(stderr, "zinf: %s pass %d/%d: %.2f GB/s\n", write ? "write" : "read", l + 1, loops,
                     (double)spec->size / times[l] / 1e9);
     }
-    if (!res) return ZINF_OK;
-    double median = cli_median(times, loops);
-    *res = (io_result){.op = write ? "write" : "read",
-                       .bytes = spec->size,
-                       .seconds = median,
-                       .bytes_per_s = (double)spec->size / median,
-                       .direct = zinf_aio_file_direct(f),
-                       .registered = registered};
+    if (res) *res = result_of(spec, write ? "write" : "read", times, loops, f, registered);
     return ZINF_OK;
 }
 
@@ -94,13 +99,7 @@ static zinf_status mixed_passes(const io_spec *spec, zinf_aio *aio, zinf_aio_fil
             fprintf(stderr, "zinf: mixed pass %d/%d: %.2f GB/s\n", l + 1, spec->loops,
                     (double)spec->size / times[l] / 1e9);
     }
-    double median = cli_median(times, spec->loops);
-    *res = (io_result){.op = "mixed",
-                       .bytes = spec->size,
-                       .seconds = median,
-                       .bytes_per_s = (double)spec->size / median,
-                       .direct = zinf_aio_file_direct(f),
-                       .registered = registered};
+    *res = result_of(spec, "mixed", times, spec->loops, f, registered);
     return ZINF_OK;
 }
 

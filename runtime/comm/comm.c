@@ -159,14 +159,17 @@ void zinf_comm_get_bytes(const zinf_comm *c, zinf_comm_bytes *out) {
     out->inter = atomic_load(&c->counts->inter);
 }
 
-void zinf_comm_count(zinf_comm *c, int from, size_t bytes) {
-    if (!c->node_of) return; // creation's own exchange, before the maps exist
+zinf_comm_bytes zinf_comm_count(zinf_comm *c, int from, size_t bytes) {
+    zinf_comm_bytes added = {0};
+    if (!c->node_of) return added; // creation's own exchange, before the maps exist
     for (int r = from < 0 ? 0 : from; r < c->size && bytes; r++) {
         if (r == c->rank) continue;
-        atomic_fetch_add(c->node_of[r] == c->node_of[c->rank] ? &c->counts->intra : &c->counts->inter,
-                         (int64_t)bytes);
+        bool intra = c->node_of[r] == c->node_of[c->rank];
+        atomic_fetch_add(intra ? &c->counts->intra : &c->counts->inter, (int64_t)bytes);
+        *(intra ? &added.intra : &added.inter) += (int64_t)bytes;
         if (from >= 0) break;
     }
+    return added;
 }
 const char *zinf_comm_name(const zinf_comm *c) {
     return !c ? "none" : c->nccl ? "nccl" : c->sim ? "sim" : c->ops ? c->ops->name : "single";

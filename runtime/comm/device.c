@@ -58,12 +58,9 @@ static void meet(void *arg) {
 static zinf_status modeled(zinf_comm *c, zinf_stream *s, const char *what, size_t per_peer) {
     if (!s) return zinf_fail(ZINF_ERR_INVAL, "comm %s: no stream", what);
     ZINF_CHECK(zinf_comm_status(c));
-    double intra = 0, inter = 0;
-    for (int r = 0; r < c->size; r++)
-        if (r != c->rank) *(c->node_of[r] == c->node_of[c->rank] ? &intra : &inter) += (double)per_peer;
-    zinf_comm_count(c, -1, per_peer);
+    zinf_comm_bytes b = zinf_comm_count(c, -1, per_peer);
     ZINF_CHECK(zinf_stream_host_fn(s, meet, c));
-    return zinf_sim_collective(s, zinf_sim_collective_s(&c->sim->rates, intra, inter));
+    return zinf_sim_collective(s, zinf_sim_collective_s(&c->sim->rates, (double)b.intra, (double)b.inter));
 }
 
 zinf_status zinf_comm_device_reduce_scatter_f32(zinf_comm *c, zinf_stream *s, const float *in, float *out,

@@ -70,8 +70,9 @@ struct zinf_comm {
     struct sim_link *sim;    // or to a simulated one (device.c)
 };
 
-// Count bytes received from rank `from` (or, from < 0, the same from every other rank).
-void zinf_comm_count(zinf_comm *c, int from, size_t bytes);
+// Count bytes received from rank `from` (or, from < 0, the same from every other rank);
+// what this call added, from the node and from other nodes.
+zinf_comm_bytes zinf_comm_count(zinf_comm *c, int from, size_t bytes);
 
 // The device collectives on a CUDA device through NCCL (nccl.c), which device.c's
 // public calls forward to unless the device is simulated.

@@ -187,9 +187,8 @@ static void release(zinf_comm *c) {
     c->nccl = NULL;
 }
 
+// c and d are given and c is not attached (device.c checked).
 zinf_status nccl_attach(zinf_comm *c, zinf_device *d) {
-    if (!c || !d) return zinf_fail(ZINF_ERR_INVAL, "comm attach: c and d are required");
-    if (c->nccl) return zinf_fail(ZINF_ERR_INVAL, "comm attach: already attached to a device");
     const zinf_device_caps *caps = zinf_device_get_caps(d);
     if (caps->backend != ZINF_BACKEND_CUDA)
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "comm attach: NCCL needs a CUDA device; %s keeps host collectives",
