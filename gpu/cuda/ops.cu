@@ -556,57 +556,81 @@ zinf_status cuda_cast(cudaStream_t st, zinf_dtype dst_dt, const op_elementwise *
 // in a fixed tree. The order depends on n alone. Loads go four at a time so that one
 // block keeps enough memory requests in flight.
 
-enum { SUMSQ_THREADS = 1024 };
+// The sum is spread over up to SUMSQ_BLOCKS blocks (one block alone streams from one
+// SM, about 1% of the H100's bandwidth): block b sums the tiles b, b + G, b + 2G, ... of
+// SUMSQ_TILE elements, G set by n alone, and one more block sums the G partials in
+// order, so the result repeats bit for bit. The partials live in the stream's cuBLASLt
+// workspace, which no other kernel on the stream uses meanwhile.
+enum { SUMSQ_THREADS = 256, SUMSQ_TILE = 4 * SUMSQ_THREADS, SUMSQ_BLOCKS = 1024 };
 
 static __device__ __forceinline__ int not_finite(float v) { return (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u; }
 
-template <typename T>
-static __global__ void __launch_bounds__(SUMSQ_THREADS) sumsq_kernel(const T *x, size_t n, double *out) {
-    __shared__ double part[SUMSQ_THREADS];
-    __shared__ int bad[SUMSQ_THREADS];
+// The block's sum of s and or of bad, in a fixed tree over the block's shared part and
+// flag (NT each); thread 0's return values.
+template <int NT> static __device__ __forceinline__ double block_sum(double s, int *bad, double *part, int *flag) {
     int t = threadIdx.x;
-    double s = 0.0;
-    int nonfinite = 0;
-    size_t i = t;
-    for (; i + 3 * (size_t)SUMSQ_THREADS < n; i += 4 * (size_t)SUMSQ_THREADS) {
-        float v0 = to_f32(x[i]), v1 = to_f32(x[i + SUMSQ_THREADS]);
-        float v2 = to_f32(x[i + 2 * SUMSQ_THREADS]), v3 = to_f32(x[i + 3 * SUMSQ_THREADS]);
-        s = fma((double)v0, (double)v0, s);
-        s = fma((double)v1, (double)v1, s);
-        s = fma((double)v2, (double)v2, s);
-        s = fma((double)v3, (double)v3, s);
-        nonfinite |= not_finite(v0) | not_finite(v1) | not_finite(v2) | not_finite(v3);
-    }
-    for (; i < n; i += SUMSQ_THREADS) {
-        float v = to_f32(x[i]);
-        s = fma((double)v, (double)v, s);
-        nonfinite |= not_finite(v);
-    }
     part[t] = s;
-    bad[t] = nonfinite;
+    flag[t] = *bad;
     __syncthreads();
-    for (int w = SUMSQ_THREADS / 2; w > 0; w >>= 1) {
+    for (int w = NT / 2; w > 0; w >>= 1) {
         if (t < w) {
             part[t] += part[t + w];
-            bad[t] |= bad[t + w];
+            flag[t] |= flag[t + w];
         }
         __syncthreads();
     }
+    *bad = flag[0];
+    return part[0];
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(SUMSQ_THREADS)
+    sumsq_blocks_kernel(const T *x, size_t n, double *partial, int *partial_bad) {
+    __shared__ double part[SUMSQ_THREADS];
+    __shared__ int flag[SUMSQ_THREADS];
+    double s = 0.0;
+    int nonfinite = 0;
+    for (size_t tile = blockIdx.x; tile * SUMSQ_TILE < n; tile += gridDim.x)
+        for (int k = 0; k < SUMSQ_TILE / SUMSQ_THREADS; k++) {
+            size_t i = tile * SUMSQ_TILE + (size_t)k * SUMSQ_THREADS + threadIdx.x;
+            if (i < n) {
+                float v = to_f32(x[i]);
+                s = fma((double)v, (double)v, s);
+                nonfinite |= not_finite(v);
+            }
+        }
+    s = block_sum<SUMSQ_THREADS>(s, &nonfinite, part, flag);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s, partial_bad[blockIdx.x] = nonfinite;
+}
+
+static __global__ void __launch_bounds__(SUMSQ_BLOCKS)
+    sumsq_total_kernel(const double *partial, const int *partial_bad, int blocks, double *out) {
+    __shared__ double part[SUMSQ_BLOCKS];
+    __shared__ int flag[SUMSQ_BLOCKS];
+    int t = threadIdx.x, nonfinite = t < blocks ? partial_bad[t] : 0;
+    double s = block_sum<SUMSQ_BLOCKS>(t < blocks ? partial[t] : 0.0, &nonfinite, part, flag);
     if (t == 0) {
-        out[0] = part[0];
-        out[1] = bad[0] ? 1.0 : 0.0;
+        out[0] = s;
+        out[1] = nonfinite ? 1.0 : 0.0;
     }
 }
 
-template <typename T> static zinf_status sumsq_t(cudaStream_t st, const op_elementwise *e) {
-    sumsq_kernel<T> CUDA_LAUNCH(1, SUMSQ_THREADS, 0, st)((const T *)e->a, e->n, e->stats);
-    ZINF_CUDA_LAUNCHED("sumsq_kernel");
+template <typename T> static zinf_status sumsq_t(cuda_stream *cs, const op_elementwise *e) {
+    size_t tiles = (e->n + SUMSQ_TILE - 1) / SUMSQ_TILE;
+    int blocks = tiles == 0 ? 1 : tiles < SUMSQ_BLOCKS ? (int)tiles : SUMSQ_BLOCKS;
+    double *partial = (double *)cs->d_lt_ws;
+    int *partial_bad = (int *)(partial + SUMSQ_BLOCKS);
+    sumsq_blocks_kernel<T> CUDA_LAUNCH((unsigned)blocks, SUMSQ_THREADS, 0, cs->st)((const T *)e->a, e->n, partial,
+                                                                                   partial_bad);
+    ZINF_CUDA_LAUNCHED("sumsq_blocks_kernel");
+    sumsq_total_kernel CUDA_LAUNCH(1, SUMSQ_BLOCKS, 0, cs->st)(partial, partial_bad, blocks, e->stats);
+    ZINF_CUDA_LAUNCHED("sumsq_total_kernel");
     return ZINF_OK;
 }
 
-zinf_status cuda_sumsq(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+zinf_status cuda_sumsq(cuda_stream *cs, zinf_dtype dt, const op_elementwise *e) {
     // n == 0 still writes the two zeros.
-    CUDA_DT_SWITCH(dt, "sumsq", sumsq_t, st, e);
+    CUDA_DT_SWITCH(dt, "sumsq", sumsq_t, cs, e);
 }
 
 // ---- communication quantizers (ZeRO++ qwZ, qgZ) ----

@@ -285,8 +285,8 @@ static void test_cast(zinf_dtype from, zinf_dtype to) {
     zinf_device_free(dev, dx), zinf_device_free(dev, out), free(x), free(h), free(want);
 }
 
-static void test_sumsq(zinf_dtype dt) {
-    size_t n = 100003;
+// Sizes: one tile's part, many blocks with a ragged end, and more tiles than blocks.
+static void test_sumsq(zinf_dtype dt, size_t n) {
     float *x = randv(dt, n, 2);
     void *dx = test_dev_of(dev, S, dt, x, n);
     double *out = test_dev_poisoned(dev, S, 2 * sizeof(double)), h[2], ref = 0;
@@ -294,13 +294,14 @@ static void test_sumsq(zinf_dtype dt) {
         ref += (double)x[i] * x[i];
     TRY(zinf_sumsq(S, dt, dx, n, out));
     from_device(S, h, out, sizeof h);
-    CHECK(fabs(h[0] - ref) <= 1e-12 * ref && h[1] == 0, "sumsq %s: %.17g (%g) vs %.17g", zinf_dtype_name(dt), h[0], h[1], ref);
+    CHECK(fabs(h[0] - ref) <= 1e-12 * ref && h[1] == 0, "sumsq %s of %zu: %.17g (%g) vs %.17g", zinf_dtype_name(dt), n,
+          h[0], h[1], ref);
     x[n / 2] = dt == ZINF_DTYPE_F32 ? NAN : INFINITY;
     zinf_device_free(dev, dx);
     dx = test_dev_of(dev, S, dt, x, n);
     TRY(zinf_sumsq(S, dt, dx, n, out));
     from_device(S, h, out, sizeof h);
-    CHECK(h[1] == 1, "sumsq %s: a non-finite element not flagged (%g)", zinf_dtype_name(dt), h[1]);
+    CHECK(h[1] == 1, "sumsq %s of %zu: a non-finite element not flagged (%g)", zinf_dtype_name(dt), n, h[1]);
     zinf_device_free(dev, dx), zinf_device_free(dev, out), free(x);
 }
 
@@ -586,7 +587,8 @@ int main(void) {
         test_rmsnorm(dt);
         test_elementwise(dt);
         test_swiglu(dt);
-        test_sumsq(dt);
+        for (size_t k = 0; k < 3; k++)
+            test_sumsq(dt, (size_t[]){5, 100003, (size_t)3 << 20 | 7}[k]);
         test_rope(dt);
         test_attention(dt, 3, 0, 0, 0);
         test_attention(dt, 4, 2, 6, 0);
