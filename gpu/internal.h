@@ -161,6 +161,7 @@ extern const backend_ops zinf_cuda_backend;
 #endif
 
 typedef struct alloc_entry alloc_entry; // the account of one device allocation
+typedef struct op_profile op_profile;   // gpu/profile.c
 
 struct zinf_device {
     const backend_ops *be;
@@ -170,7 +171,11 @@ struct zinf_device {
     pthread_mutex_t lock; // guards the account below
     alloc_entry *allocs;  // live allocations (list), for free and the in-use report
     zinf_device_mem mem;
+    op_profile *profile; // while zinf_device_profile_start is in force, else NULL
 };
+
+// Launch r on s between the profile's timed events (s->dev->profile is set).
+zinf_status profile_launch(zinf_stream *s, const op_record *r);
 
 struct zinf_stream {
     zinf_device *dev;

@@ -232,6 +232,8 @@ void zinf_pinned_unregister(zinf_device *d, void *p) {
 
 void zinf_device_destroy(zinf_device *d) {
     if (!d) return;
+    int rows;
+    if (d->profile) zinf_device_profile_stop(d, NULL, 0, &rows); // its events go before the device
     alloc_entry *e = d->allocs;
     if (e) ZINF_LOG_WARN("device destroyed with %lld buffers still allocated", (long long)d->mem.allocations);
     while (e) {

@@ -21,7 +21,7 @@ static zinf_status bad(const char *op, const char *what) { return zinf_fail(ZINF
 static zinf_status launch(zinf_stream *s, op_kind kind, zinf_dtype dt, op_record *r) {
     r->kind = kind;
     r->dt = dt;
-    return s->dev->be->launch(s, r);
+    return s->dev->profile ? profile_launch(s, r) : s->dev->be->launch(s, r);
 }
 
 zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a) {

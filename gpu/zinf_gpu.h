@@ -91,7 +91,9 @@ typedef struct zinf_sim_rates {
     double hbm, pcie;             // bytes/s: memory, host link each way
     double nvlink, net;           // bytes/s each way per GPU: within a node, across nodes
     uint64_t memory;              // bytes
-    double matmul_eff, attn_fwd_eff, attn_bwd_eff, hbm_eff, pcie_pinned_eff, pcie_pageable_eff, link_eff;
+    double matmul_eff, matmul32_eff, unaligned_eff; // 16-bit products, fp32 ones, 16-bit with a side % 8 != 0
+    double matmul_fixed_s;                          // added to a 16-bit product beyond the launch
+    double hbm_eff, pcie_pinned_eff, pcie_pageable_eff, link_eff;
     double launch_s;              // added to every kernel and collective
 } zinf_sim_rates;
 void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out);
@@ -102,10 +104,10 @@ void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out);
 double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, double n, double k, double batch);
 // A kernel bound by memory: bytes read and written at the memory rate.
 double zinf_sim_memory_s(const zinf_sim_rates *r, double bytes);
-// Causal attention as a fused kernel (FlashAttention): 4 hd FLOPs per visible (query,
-// key) pair and query head forward, 2.5 times that backward.
-double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T, int NH, int NKV, int hd, int window,
-                            bool backward);
+// Attention as zinf's kernels compute it, in any dtype: fp32 products over every (query,
+// key) pair of each query head (2 forward, 5 backward), the fp32 T x T scores crossing
+// memory 4 times forward and 9 backward (gpu/cuda/attention.cu).
+double zinf_sim_attention_s(const zinf_sim_rates *r, int B, int T, int NH, int hd, bool backward);
 // Bytes over the PCIe link from pinned or pageable host memory (no launch cost).
 double zinf_sim_copy_s(const zinf_sim_rates *r, double bytes, bool pinned);
 // A collective in which this GPU receives intra bytes from GPUs on its node and inter
@@ -173,6 +175,22 @@ zinf_status zinf_device_sim_rates(const zinf_device *d, zinf_sim_rates *out);
 // `seconds` (a collective, whose bytes the caller has counted). ZINF_ERR_UNSUPPORTED on
 // other backends.
 zinf_status zinf_sim_collective(zinf_stream *s, double seconds);
+
+// The op profile: from start to stop, every op launched on d is timed on its stream
+// (between two timed events, so ops no longer overlap across streams) and set beside the
+// sim model's seconds for the same op on `model`'s GPU. Start and stop while no other
+// thread launches on d. Stop waits for the profiled ops and fills out[0..*n) with one row
+// per op, dtype and shape launched (at most max rows). zinf device-bench prints them.
+typedef struct zinf_op_time {
+    const char *op; // "gemm", "attention_fwd", ...
+    zinf_dtype dt;
+    int64_t shape[4]; // gemm: m, n, k, batch; attention: B, T, heads, head size; norms and
+                      // cross entropy: rows, width; embedding: tokens, width; others: elements
+    int64_t count;
+    double seconds, modeled_s; // on the device; the model's
+} zinf_op_time;
+zinf_status zinf_device_profile_start(zinf_device *d, const zinf_sim_params *model);
+zinf_status zinf_device_profile_stop(zinf_device *d, zinf_op_time *out, int max, int *n);
 
 // Device memory, accounted against the capacity. `what` names the buffer in errors
 // and in the in-use report. Beyond the capacity: ZINF_ERR_NOMEM saying how many bytes

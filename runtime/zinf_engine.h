@@ -30,6 +30,8 @@ typedef struct zinf_engine zinf_engine;
 zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_comm *comm);
 void zinf_engine_destroy(zinf_engine *e); // NULL is a no-op
 const zinf_model *zinf_engine_model(const zinf_engine *e);
+// The engine's device, for its profile (zinf_device_profile_start) and reports.
+zinf_device *zinf_engine_device(const zinf_engine *e);
 
 // Forward one micro-batch of n sequences (<= train_micro_batch_size_per_gpu) of
 // seq_len tokens; *loss is its mean loss. Without a following backward it is an
@@ -241,6 +243,11 @@ typedef struct zinf_step_time {
 
 zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, const zinf_plan *p,
                            const zinf_host_rates *h, zinf_step_time *out);
+// One micro-batch's forward and backward of cfg's model as the engine runs it (shape,
+// micro-batch, precision, activation checkpointing) on device dev, over zeroed weights
+// and tokens, `passes` times (the first warm up); *seconds: the last pass, timed on the
+// device. zinf estimate --time runs it on a sim device; zinf device-bench on yours.
+zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds);
 // ZINF_OK unless p exceeds a budget; then ZINF_ERR_NOMEM naming each budget it is past,
 // by how much, and what to change. zinf train refuses such a plan before allocating.
 zinf_status zinf_plan_verdict(const zinf_plan *p);

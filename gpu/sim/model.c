@@ -1,7 +1,7 @@
 // The sim device's model: GPU presets from the vendors' data sheets and the time each
-// op class takes on them. Rates are peaks times the fraction of peak an op class
-// reaches in practice, each chosen below with its reason; docs/performance.md lists
-// them for users.
+// op class takes on them. Rates are peaks times the fraction of peak zinf's kernels
+// reach, measured on an H100 (zinf device-bench) and carried to the other presets;
+// each is given below with its source, and docs/performance.md lists them for users.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,19 +44,25 @@ void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out) {
         .nvlink = (p->nvlink_gbps > 0 ? p->nvlink_gbps : k->nvlink_gbps) * 1e9,
         .net = (p->net_gbps > 0 ? p->net_gbps : k->net_gbps) * 1e9,
         .memory = p->memory > 0 ? (uint64_t)p->memory : k->mib << 20,
-        // Large bf16 products under cuBLASLt run at about 70% of the dense peak on H100
-        // and A100; smaller ones do worse, which the roofline below partly captures.
-        .matmul_eff = 0.70,
-        // FlashAttention-2 reaches up to 73% of peak forward and 63% backward on A100
-        // at long sequences, and about 35-50% on H100; zinf models the middle.
-        .attn_fwd_eff = 0.45,
-        .attn_bwd_eff = 0.35,
-        // Row kernels (norms, softmax, optimizer) stream at about 80% of HBM peak.
+        // zinf's own kernels as they ran on an H100 80GB HBM3 (zinf device-bench --shapes,
+        // GPT-2 124M and large and Llama-3.2-1B at 8 x 1024 tokens, 2026-11-23): a 16-bit
+        // product under cuBLASLt takes its FLOPs at 0.88 of the dense peak plus 5 us
+        // beyond the launch (within 10% from 10 to 550 GFLOP), an fp32 one 0.68 of the
+        // fp32 peak, and a 16-bit product with a side that is not a multiple of 8 (GPT-2's
+        // vocabulary of 50257) only 0.125, since cuBLASLt cannot use its fast tensor-core
+        // kernels on such rows.
+        .matmul_eff = 0.88,
+        .matmul_fixed_s = 5e-6,
+        .matmul32_eff = 0.68,
+        .unaligned_eff = 0.125,
+        // Kernels bound by memory stream at about 80% of HBM peak; zinf's row kernels
+        // reach less (kernel_hbm_frac below).
         .hbm_eff = 0.80,
-        // Pinned copies reach about 82% of the link (26 GB/s on Gen4 x16, 52 on Gen5);
-        // pageable ones are staged by the driver through a pinned buffer.
-        .pcie_pinned_eff = 0.82,
-        .pcie_pageable_eff = 0.40,
+        // Pinned copies of 1 GiB moved 55 GB/s each way on the H100's Gen5 x16 link (zinf
+        // io-bench --h2d --d2h); pageable ones, staged by the driver through a pinned
+        // buffer, 9.2 up and 13.3 down.
+        .pcie_pinned_eff = 0.86,
+        .pcie_pageable_eff = 0.17,
         // NCCL's bus bandwidth for large messages is about 80% of NVLink's and of the
         // network's rate.
         .link_eff = 0.80,
@@ -71,27 +77,24 @@ double zinf_sim_memory_s(const zinf_sim_rates *r, double bytes) {
 }
 
 double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, double n, double k, double batch) {
-    double es = (double)zinf_dtype_size(dt), peak = dt == ZINF_DTYPE_F32 ? r->flops32 : r->flops16;
-    double compute = 2 * m * n * k * batch / (peak * r->matmul_eff);
+    double es = (double)zinf_dtype_size(dt);
+    bool aligned = fmod(m, 8) == 0 && fmod(n, 8) == 0 && fmod(k, 8) == 0;
+    double rate = dt == ZINF_DTYPE_F32 ? r->flops32 * r->matmul32_eff
+                                       : r->flops16 * (aligned ? r->matmul_eff : r->unaligned_eff);
+    double compute = 2 * m * n * k * batch / rate + (dt == ZINF_DTYPE_F32 ? 0 : r->matmul_fixed_s);
     double memory = (m * k + k * n + m * n) * es * batch / (r->hbm * r->hbm_eff);
     return r->launch_s + (compute > memory ? compute : memory);
 }
 
-// Visible (query, key) pairs of one head: T(T+1)/2 causal, fewer under a window.
-static double visible_pairs(int T, int window) {
-    double t = T, w = window > 0 && window < T ? window : T;
-    return w * (w + 1) / 2 + (t - w) * w;
-}
-
-double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T, int NH, int NKV, int hd, int window,
-                            bool backward) {
-    double es = (double)zinf_dtype_size(dt), peak = dt == ZINF_DTYPE_F32 ? r->flops32 : r->flops16;
-    double flops = 4.0 * hd * visible_pairs(T, window) * B * NH * (backward ? 2.5 : 1);
-    double compute = flops / (peak * (backward ? r->attn_bwd_eff : r->attn_fwd_eff));
-    // q, k, v in and out (and their gradients backward) cross memory once each.
-    double qkv = (double)B * T * (NH + 2.0 * NKV) * hd * es, o = (double)B * T * NH * hd * es;
-    double memory = (backward ? 2 * qkv + 2 * o : qkv + o) / (r->hbm * r->hbm_eff);
-    return r->launch_s + (compute > memory ? compute : memory);
+double zinf_sim_attention_s(const zinf_sim_rates *r, int B, int T, int NH, int hd, bool backward) {
+    double heads = (double)B * NH, pairs = (double)T * T;
+    // Forward: S = Q K^T and Y = P V; backward: S again, dV, dP, dQ and dK: fp32 products
+    // of 2 hd FLOPs per (query, key) pair each, over every pair.
+    double flops = (backward ? 5 : 2) * 2.0 * hd * pairs * heads;
+    // The fp32 scores cross memory 4 times forward (the product writes them, the softmax
+    // reads and writes them, the second product reads them) and 9 times backward.
+    double bytes = (backward ? 9 : 4) * 4.0 * pairs * heads;
+    return r->launch_s + flops / (r->flops32 * r->matmul32_eff) + bytes / (r->hbm * r->hbm_eff);
 }
 
 double zinf_sim_copy_s(const zinf_sim_rates *r, double bytes, bool pinned) {
@@ -143,6 +146,17 @@ static double op_bytes(const op_record *op) {
     }
 }
 
+// The fraction of HBM peak zinf's memory-bound kernels reached on the H100 (bf16, the
+// shapes above; 0: not measured, the generic hbm_eff). The row kernels reduce in fp32
+// over 16-bit rows and the embedding's and bias's gradients reduce across rows, which
+// streams well short of the bandwidth.
+static const double kernel_hbm_frac[] = {
+    [OP_ADD] = 0.63,           [OP_GELU_FWD] = 0.46,      [OP_GELU_BWD] = 0.57,      [OP_SWIGLU_FWD] = 0.53,
+    [OP_SWIGLU_BWD] = 0.70,    [OP_LAYERNORM_FWD] = 0.35, [OP_LAYERNORM_BWD] = 0.11, [OP_RMSNORM_FWD] = 0.70,
+    [OP_RMSNORM_BWD] = 0.22,   [OP_BIAS_GRAD] = 0.25,     [OP_CROSS_ENTROPY] = 0.25, [OP_EMBEDDING_FWD] = 0.23,
+    [OP_EMBEDDING_BWD] = 0.23, [OP_ROPE_FWD] = 0.38,      [OP_ROPE_BWD] = 0.38,
+};
+
 double sim_op_seconds(const zinf_sim_rates *r, const op_record *op) {
     switch (op->kind) {
     case OP_GEMM: {
@@ -153,9 +167,11 @@ double sim_op_seconds(const zinf_sim_rates *r, const op_record *op) {
     case OP_ATTENTION_FWD:
     case OP_ATTENTION_BWD: {
         const zinf_attention_args *a = &op->u.attn;
-        return zinf_sim_attention_s(r, a->dt, a->B, a->T, a->NH, a->NKV, a->hd, a->window,
-                                    op->kind == OP_ATTENTION_BWD);
+        return zinf_sim_attention_s(r, a->B, a->T, a->NH, a->hd, op->kind == OP_ATTENTION_BWD);
     }
-    default: return zinf_sim_memory_s(r, op_bytes(op));
+    default: {
+        double frac = (size_t)op->kind < ZINF_ARRAY_LEN(kernel_hbm_frac) ? kernel_hbm_frac[op->kind] : 0;
+        return frac > 0 ? r->launch_s + op_bytes(op) / (r->hbm * frac) : zinf_sim_memory_s(r, op_bytes(op));
+    }
     }
 }

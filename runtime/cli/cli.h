@@ -45,6 +45,18 @@ bool cli_parse_hf_size(const char *arg, uint64_t *out);
 // The median of v[0..n) (sorts v).
 double cli_median(double *v, int n);
 
+// The op profile's rows (zinf_device_profile_stop). The GPU they are modeled on: --gpu
+// (gpu, else NULL), else a sim device's own, else the preset the card's name matches,
+// else an H100; a usage error for an unknown gpu.
+int cli_op_model(const char *cmd, const char *gpu, const zinf_config *cfg, const zinf_device_caps *caps,
+                 zinf_sim_params *out);
+// Prints rows (per op and dtype, or per shape), the longest first, divided by per (the
+// steps or passes they cover), and their total; returns the rows now in rows.
+int cli_print_op_times(FILE *f, zinf_op_time *rows, int n, double per, bool shapes);
+// The same as one JSON line per row (--json); returns the rows now in rows.
+int cli_op_times_json(zinf_op_time *rows, int n, bool shapes);
+double cli_op_times_sum(const zinf_op_time *rows, int n, bool modeled);
+
 int cli_adam_bench(int argc, char **argv);
 // The offloaded optimizer's host work over n elements with a thread per physical core,
 // in elements per second: CPU AdamW as it runs it (fp32 gradients, a bf16 copy written),
@@ -56,6 +68,7 @@ typedef struct cli_cpu_rates_t {
 zinf_status cli_cpu_rates(size_t n, cli_cpu_rates_t *out);
 int cli_check(int argc, char **argv);
 int cli_consolidate(int argc, char **argv);
+int cli_device_bench(int argc, char **argv);
 int cli_estimate(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_info(int argc, char **argv);

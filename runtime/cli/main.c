@@ -32,7 +32,7 @@ static const command commands[] = {
      "  --path DIR   also probe DIR for O_DIRECT, block size and free space (repeatable)\n"
      "  --json       one JSON object on stdout\n"},
     {"train", cli_train, "train a model",
-     "zinf train CONFIG.json [--steps N] [--json] [--set key.path=value ...]\n"
+     "zinf train CONFIG.json [--steps N] [--json] [--op-profile] [--set key.path=value ...]\n"
      "  Trains the config's model on its data with its optimizer and ZeRO stage, on one\n"
      "  rank or on every rank mpirun starts (mpirun -np N zinf train ...). Prints the\n"
      "  plan (what lives where, in bytes, and whether it fits) before it allocates, and\n"
@@ -44,7 +44,9 @@ static const command commands[] = {
      "  lr, grad_norm, step_seconds, tokens_per_s, tflops, loss_scale, skipped, bytes per\n"
      "  tier) and a last one with \"final\": true, the totals and weights_digest (a hex\n"
      "  digest of the fp32 master weights: identical runs print identical digests);\n"
-     "  the plan and logs then go to stderr.\n"},
+     "  the plan and logs then go to stderr. --op-profile: at the end, every device op of\n"
+     "  the steps after the first, per step, beside the sim's model of it (as zinf\n"
+     "  device-bench prints them; each op is timed alone, so streams no longer overlap).\n"},
     {"eval", cli_eval, "mean loss of GPT-2 weights on a token file",
      "zinf eval --model FILE.safetensors|DIR --data FILE [--config CONFIG.json] [--json]\n"
      "  --model: a safetensors file, or a Hugging Face model directory (config.json and\n"
@@ -97,6 +99,20 @@ static const command commands[] = {
      "  --optimizer adamw (default), adam, adagrad or lion; medians of --steps (10).\n"
      "  --json prints one object: params, threads, params_per_s, bytes_per_param,\n"
      "  roofline_params_per_s, ratio_to_roofline and the settings.\n"},
+    {"device-bench", cli_device_bench, "the model's kernels on the device beside the sim's model of them",
+     "zinf device-bench --config CONFIG.json [--set key.path=value ...] [--gpu h100|h200|a100|rtx4090]\n"
+     "                  [--seq-len T] [--passes N] [--shapes] [--json]\n"
+     "  Runs one micro-batch's forward and backward of the config's model (its shape,\n"
+     "  micro-batch, precision and activation checkpointing; --seq-len T tokens per\n"
+     "  sequence, else data.seq_len, else block_size) on the config's device over\n"
+     "  zeroed weights: --passes N (default 3), the last one timed, then one more with\n"
+     "  every op timed on its own. Prints per op and dtype the count, the device's\n"
+     "  milliseconds, the sim model's for the same ops (on --gpu, else the sim device's own\n"
+     "  GPU, else the preset the card's name matches, else h100) and their ratio, and the\n"
+     "  same for the whole pass. On a GPU it says how far zinf estimate --time's compute\n"
+     "  is from the card for this model. --shapes: a row per shape of each op.\n"
+     "  --json: one object per row (op, dtype, shape, count, seconds, modeled_seconds), a last\n"
+     "  one with \"total\": true, device, model, pass_seconds, ops_seconds, modeled_seconds.\n"},
     {"estimate", cli_estimate, "memory, traffic and step time per stage and tier",
      "zinf estimate (--params N | --config CONFIG.json) [--gpus-per-node G] [--nodes K] [--json]\n"
      "              [--set key.path=value ...]\n"

@@ -18,7 +18,7 @@
 
 typedef struct trainer {
     zinf_config cfg;
-    bool have_cfg, json;
+    bool have_cfg, json, op_profile;
     int64_t steps;
     zinf_comm *comm;
     zinf_tokens *tok;
@@ -36,6 +36,7 @@ static int parse(trainer *t, int argc, char **argv) {
         {"steps", required_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'j'},
         {"set", required_argument, NULL, 's'},
+        {"op-profile", no_argument, NULL, 'o'},
         {NULL, 0, NULL, 0},
     };
     const char **sets = calloc((size_t)argc, sizeof *sets);
@@ -51,6 +52,7 @@ static int parse(trainer *t, int argc, char **argv) {
             if (*end || t->steps < 1) rc = cli_usage("train", "--steps: \"%s\" is not a positive integer", optarg);
             break;
         case 'j': t->json = true; break;
+        case 'o': t->op_profile = true; break;
         case 's': sets[co.nsets++] = optarg; break;
         default: rc = cli_usage("train", "unknown option %s", argv[optind - 1]); break;
         }
@@ -293,6 +295,32 @@ static zinf_status save(trainer *t) {
     return zinf_engine_save(t->e, k->dir, k->keep, t->position, t->cfg.seed);
 }
 
+// --op-profile: every op of the steps after the first, timed on the device beside the
+// sim model's time for it (rank 0 prints, per step).
+static zinf_status op_profile_start(trainer *t) {
+    zinf_device *d = zinf_engine_device(t->e);
+    zinf_sim_params model;
+    if (cli_op_model("train", NULL, &t->cfg, zinf_device_get_caps(d), &model) != CLI_OK)
+        return zinf_fail(ZINF_ERR_INVAL, "train --op-profile: no model for this device");
+    return zinf_device_profile_start(d, &model);
+}
+
+static zinf_status op_profile_report(trainer *t, int64_t steps) {
+    zinf_device *d = zinf_engine_device(t->e);
+    zinf_op_time rows[512];
+    int n;
+    TRY(zinf_device_profile_stop(d, rows, (int)ZINF_ARRAY_LEN(rows), &n));
+    if (zinf_comm_rank(t->comm) != 0) return ZINF_OK;
+    zinf_sim_params model;
+    zinf_sim_rates r;
+    cli_op_model("train", NULL, &t->cfg, zinf_device_get_caps(d), &model);
+    zinf_sim_rates_of(&model, &r);
+    fprintf(t->log, "op profile: per step over the last %lld, on %s, beside the sim's %s\n", (long long)steps,
+            zinf_device_get_caps(d)->name, r.name);
+    cli_print_op_times(t->log, rows, n, (double)steps, false);
+    return ZINF_OK;
+}
+
 static zinf_status train(trainer *t) {
     bool speak = zinf_comm_rank(t->comm) == 0;
     TRY(resume(t));
@@ -318,7 +346,9 @@ static zinf_status train(trainer *t) {
             TRY(save(t));
             saved = si.step;
         }
+        if (t->op_profile && i == t->first_step) TRY(op_profile_start(t)); // the first step warms up
     }
+    if (t->op_profile && t->steps > t->first_step + 1) TRY(op_profile_report(t, t->steps - t->first_step - 1));
     // The run's end is always kept when there is a checkpoint.dir.
     if (k->dir && saved != (t->first_step > t->steps ? t->first_step : t->steps)) TRY(save(t));
     char digest[17];

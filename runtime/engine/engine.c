@@ -404,6 +404,8 @@ void zinf_engine_destroy(zinf_engine *e) {
 
 const zinf_model *zinf_engine_model(const zinf_engine *e) { return e ? e->m : NULL; }
 
+zinf_device *zinf_engine_device(const zinf_engine *e) { return e ? e->dev : NULL; }
+
 // ---- forward and backward ----
 
 // Make op's modules available (stage 3 gathers them) and run it.

@@ -95,6 +95,7 @@ expect 0 "$Z" io-tune --path "$tmp/io" --size 1M --block-sizes 1M --queue-depths
 expect 0 "$Z" adam-bench --params 1M --threads 1 --steps 1 --json && fields adam-bench "$tmp/out"
 expect 0 "$Z" estimate --params 124M --json && cp "$tmp/out" "$tmp/est.json"
 expect 0 "$Z" estimate --config "$tmp/cfg.json" --json && fields estimate "$tmp/est.json" "$tmp/out"
+expect 0 "$Z" device-bench --config "$tmp/cfg.json" --passes 1 --shapes --json && fields device-bench "$tmp/out"
 expect 0 "$Z" train "$tmp/cfg.json" --json && fields train "$tmp/out"
 expect 0 "$Z" consolidate "$tmp/ck" "$tmp/model.safetensors" --json && fields consolidate "$tmp/out"
 expect 0 "$Z" eval --model "$tmp/model.safetensors" --data "$tmp/text" --config "$tmp/cfg.json" --json &&
