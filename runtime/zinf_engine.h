@@ -245,9 +245,12 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
                            const zinf_host_rates *h, zinf_step_time *out);
 // One micro-batch's forward and backward of cfg's model as the engine runs it (shape,
 // micro-batch, precision, activation checkpointing) on device dev, over zeroed weights
-// and tokens, `passes` times (the first warm up); *seconds: the last pass, timed on the
-// device. zinf estimate --time runs it on a sim device; zinf device-bench on yours.
-zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds);
+// and token ids spread over the vocabulary, `passes` times (the first warm up);
+// *seconds: the last pass, timed on the device; *busy_s (NULL: not wanted): the
+// device's compute engine busy over it (zinf_device_get_busy: a sim device's modeled
+// kernels, 0 elsewhere). zinf estimate --time runs it on a sim device; zinf
+// device-bench on yours.
+zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds, double *busy_s);
 // ZINF_OK unless p exceeds a budget; then ZINF_ERR_NOMEM naming each budget it is past,
 // by how much, and what to change. zinf train refuses such a plan before allocating.
 zinf_status zinf_plan_verdict(const zinf_plan *p);

@@ -61,10 +61,10 @@ static int bench(const args *a, const zinf_config *cfg) {
     int n = 0;
     double pass_s = 0, profiled_s = 0;
     // Warm-up and the untimed pass; then a pass with every op timed.
-    zinf_status st = rc == CLI_OK ? zinf_model_pass(cfg, d, a->passes, &pass_s) : ZINF_OK;
+    zinf_status st = rc == CLI_OK ? zinf_model_pass(cfg, d, a->passes, &pass_s, NULL) : ZINF_OK;
     if (rc == CLI_OK && st == ZINF_OK) st = zinf_device_profile_start(d, &model);
     if (rc == CLI_OK && st == ZINF_OK) {
-        st = zinf_model_pass(cfg, d, 1, &profiled_s);
+        st = zinf_model_pass(cfg, d, 1, &profiled_s, NULL);
         zinf_status st2 = zinf_device_profile_stop(d, rows, (int)ZINF_ARRAY_LEN(rows), &n);
         if (st == ZINF_OK) st = st2;
     }

@@ -299,6 +299,14 @@ static void print_fastest(const plan *p) {
     printf("  busy per step: device compute %.3f s, pcie up %.3f s, down %.3f s, gpu links %.3f s, nvme read %.3f s, "
            "write %.3f s, cpu optimizer %.3f s\n",
            t->compute, t->h2d, t->d2h, t->links, t->nvme_read, t->nvme_write, t->cpu);
+    // The keys as a config writes them: the row's, and the sizes the plan chose or kept.
+    const zinf_zero_config *z = &p->cfg.zero;
+    const zinf_plan_choice *c = &p->r.choice;
+    printf("  set: \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\"}, "
+           "\"offload_param\": {\"device\": \"%s\"}, \"reduce_bucket_size\": %lld, \"sub_group_size\": %lld}\n",
+           (int)z->stage, tier_name[m->optimizer_tier], tier_name[m->params_tier],
+           (long long)(c->reduce_bucket_size ? c->reduce_bucket_size : z->reduce_bucket_size),
+           (long long)(c->sub_group_size ? c->sub_group_size : z->sub_group_size));
 }
 
 // --measure: the host's rates not given, on this machine: the drives under the
