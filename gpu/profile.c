@@ -106,13 +106,15 @@ static op_tally *tally_of(op_profile *p, const op_key *k) {
     return &p->tally[p->ntally++];
 }
 
-// Reads back every pending op's time (the caller holds the lock).
+// Reads back every pending op's time (the caller holds the lock). Each op waits for
+// its own end: ops launched on other streams may still run after the last one.
 static zinf_status harvest(op_profile *p) {
-    zinf_status st = p->pending ? zinf_event_sync(p->ops[p->pending - 1].end) : ZINF_OK;
+    zinf_status st = ZINF_OK;
     for (int i = 0; st == ZINF_OK && i < p->pending; i++) {
         pending_op *q = &p->ops[i];
         double s;
-        st = zinf_event_elapsed(q->start, q->end, &s);
+        st = zinf_event_sync(q->end);
+        if (st == ZINF_OK) st = zinf_event_elapsed(q->start, q->end, &s);
         op_tally *t = st == ZINF_OK ? tally_of(p, &q->key) : NULL;
         if (st == ZINF_OK && !t) st = zinf_fail(ZINF_ERR_NOMEM, "op profile: out of host memory");
         if (t) t->count++, t->seconds += s, t->modeled += q->modeled;
