@@ -45,6 +45,8 @@ bool cli_parse_hf_size(const char *arg, uint64_t *out);
 // The median of v[0..n) (sorts v).
 double cli_median(double *v, int n);
 
+// The modeled GPU named name (--gpu: h100, h200, a100, rtx4090); a usage error otherwise.
+int cli_sim_gpu(const char *cmd, const char *name, zinf_sim_gpu *out);
 // The op profile's rows (zinf_device_profile_stop). The GPU they are modeled on: --gpu
 // (gpu, else NULL), else a sim device's own, else the preset the card's name matches,
 // else an H100; a usage error for an unknown gpu.

@@ -431,13 +431,7 @@ static int estimate(args *a, zinf_config *cfg) {
                          s.block_size);
     if (a->time) { // the rows run on the modeled GPU: its memory is the capacity they are judged by
         cfg->device.backend = ZINF_BACKEND_SIM;
-        int g = 0;
-        while (a->gpu && g <= ZINF_SIM_RTX4090 && strcmp(a->gpu, zinf_sim_gpu_name((zinf_sim_gpu)g)) != 0)
-            g++;
-        if (g > ZINF_SIM_RTX4090)
-            return cli_usage("estimate", "--gpu: \"%s\" is not a modeled GPU; expected h100, h200, a100 or rtx4090",
-                             a->gpu);
-        if (a->gpu) cfg->device.sim.gpu = (zinf_sim_gpu)g;
+        if (a->gpu && (rc = cli_sim_gpu("estimate", a->gpu, &cfg->device.sim.gpu)) != CLI_OK) return rc;
     }
     if (target_of(cfg, a->gpus * a->nodes, a->gpus, &t) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
     if (!a->json) print_head(cfg, &s, seq_len, &t, a);

@@ -6,17 +6,22 @@
 
 #include "cli.h"
 
+int cli_sim_gpu(const char *cmd, const char *name, zinf_sim_gpu *out) {
+    for (int g = 0; g <= ZINF_SIM_RTX4090; g++)
+        if (strcmp(name, zinf_sim_gpu_name((zinf_sim_gpu)g)) == 0) {
+            *out = (zinf_sim_gpu)g;
+            return CLI_OK;
+        }
+    return cli_usage(cmd, "--gpu: \"%s\" is not a modeled GPU; expected h100, h200, a100 or rtx4090", name);
+}
+
 int cli_op_model(const char *cmd, const char *gpu, const zinf_config *cfg, const zinf_device_caps *caps,
                  zinf_sim_params *out) {
     *out = cfg->device.sim;
     out->virtual_time = false;
     if (gpu) {
-        int g = 0;
-        while (g <= ZINF_SIM_RTX4090 && strcmp(gpu, zinf_sim_gpu_name((zinf_sim_gpu)g)) != 0)
-            g++;
-        if (g > ZINF_SIM_RTX4090)
-            return cli_usage(cmd, "--gpu: \"%s\" is not a modeled GPU; expected h100, h200, a100 or rtx4090", gpu);
-        *out = (zinf_sim_params){.gpu = (zinf_sim_gpu)g};
+        *out = (zinf_sim_params){0};
+        return cli_sim_gpu(cmd, gpu, &out->gpu);
     } else if (caps->backend != ZINF_BACKEND_SIM) {
         static const struct {
             const char *in_name;

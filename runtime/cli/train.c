@@ -19,6 +19,7 @@
 typedef struct trainer {
     zinf_config cfg;
     bool have_cfg, json, op_profile;
+    zinf_sim_params op_model; // --op-profile: the GPU the ops are set beside
     int64_t steps;
     zinf_comm *comm;
     zinf_tokens *tok;
@@ -299,10 +300,8 @@ static zinf_status save(trainer *t) {
 // sim model's time for it (rank 0 prints, per step).
 static zinf_status op_profile_start(trainer *t) {
     zinf_device *d = zinf_engine_device(t->e);
-    zinf_sim_params model;
-    if (cli_op_model("train", NULL, &t->cfg, zinf_device_get_caps(d), &model) != CLI_OK)
-        return zinf_fail(ZINF_ERR_INVAL, "train --op-profile: no model for this device");
-    return zinf_device_profile_start(d, &model);
+    cli_op_model("train", NULL, &t->cfg, zinf_device_get_caps(d), &t->op_model); // no --gpu: cannot fail
+    return zinf_device_profile_start(d, &t->op_model);
 }
 
 static zinf_status op_profile_report(trainer *t, int64_t steps) {
@@ -311,10 +310,8 @@ static zinf_status op_profile_report(trainer *t, int64_t steps) {
     int n;
     TRY(zinf_device_profile_stop(d, rows, (int)ZINF_ARRAY_LEN(rows), &n));
     if (zinf_comm_rank(t->comm) != 0) return ZINF_OK;
-    zinf_sim_params model;
     zinf_sim_rates r;
-    cli_op_model("train", NULL, &t->cfg, zinf_device_get_caps(d), &model);
-    zinf_sim_rates_of(&model, &r);
+    zinf_sim_rates_of(&t->op_model, &r);
     fprintf(t->log, "op profile: per step over the last %lld, on %s, beside the sim's %s\n", (long long)steps,
             zinf_device_get_caps(d)->name, r.name);
     cli_print_op_times(t->log, rows, n, (double)steps, false);
