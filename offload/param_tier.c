@@ -1,5 +1,6 @@
 // The parameter tier (zinf_offload.h): stage 3's 16-bit slices between uses, and the
 // pool that brings slices on disk up for their gathers.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,12 @@ struct zinf_param_tier {
     size_t buf_elems;
     zinf_event **read_done, **buf_free; // per buffer: its read landed; its gather passed
     int *free_list, nfree;              // buffers holding no read
-    int *read_buf;                      // per module: the buffer its slice was read into, or -1
+    int *read_buf;                      // per module: the buffer its slice was read into (or handed to), or -1
+    int64_t handoff_bytes;              // slices handed to the pool by their store, not read back
+    // The pool's bookkeeping (free_list, nfree, read_buf, handoff_bytes) and the order of
+    // what it queues on ps: a background update's stores run on the optimizer's thread
+    // while the coordinator reads and gathers.
+    pthread_mutex_t mu;
 };
 
 static bool host_slices(const zinf_param_tier *t) { return t->c.device != ZINF_OFFLOAD_NONE; }
@@ -120,12 +126,19 @@ static zinf_status create(zinf_param_tier *t, const zinf_param_tier_config *cfg)
     return t->nbuf ? open_swap(t) : ZINF_OK;
 }
 
-zinf_status zinf_param_tier_plan(const zinf_param_tier_config *cfg, uint64_t stripe, zinf_param_tier_stats *out) {
-    memset(out, 0, sizeof *out);
+static zinf_param_tier *new_tier(const zinf_param_tier_config *cfg) {
     zinf_param_tier *t = calloc(1, sizeof *t);
-    if (!t) return zinf_fail(ZINF_ERR_NOMEM, "parameter tier: out of memory");
+    if (!t) return NULL;
     t->c = *cfg;
     t->es = zinf_dtype_size(cfg->dtype);
+    pthread_mutex_init(&t->mu, NULL);
+    return t;
+}
+
+zinf_status zinf_param_tier_plan(const zinf_param_tier_config *cfg, uint64_t stripe, zinf_param_tier_stats *out) {
+    memset(out, 0, sizeof *out);
+    zinf_param_tier *t = new_tier(cfg);
+    if (!t) return zinf_fail(ZINF_ERR_NOMEM, "parameter tier: out of memory");
     zinf_status st = shape(t, cfg);
     if (st == ZINF_OK) {
         zinf_param_tier_get_stats(t, out);
@@ -133,17 +146,14 @@ zinf_status zinf_param_tier_plan(const zinf_param_tier_config *cfg, uint64_t str
             out->nvme_bytes =
                 (int64_t)zinf_swap_planned_bytes((t->n - t->resident_n) * t->es, cfg->swap.npaths, stripe);
     }
-    free(t->slice), free(t->off), free(t->read_buf);
-    free(t);
+    zinf_param_tier_destroy(t);
     return st;
 }
 
 zinf_status zinf_param_tier_create(zinf_param_tier **out, const zinf_param_tier_config *cfg) {
     *out = NULL;
-    zinf_param_tier *t = calloc(1, sizeof *t);
+    zinf_param_tier *t = new_tier(cfg);
     if (!t) return zinf_fail(ZINF_ERR_NOMEM, "parameter tier: out of memory");
-    t->c = *cfg;
-    t->es = zinf_dtype_size(cfg->dtype);
     zinf_status st = create(t, cfg);
     if (st != ZINF_OK) {
         zinf_param_tier_destroy(t);
@@ -170,6 +180,7 @@ void zinf_param_tier_destroy(zinf_param_tier *t) {
     zinf_stream_destroy(t->ps);
     zinf_swap_close(t->swap);
     free(t->slice), free(t->off);
+    pthread_mutex_destroy(&t->mu);
     free(t);
 }
 
@@ -205,49 +216,101 @@ static zinf_status queue_job(zinf_param_tier *t, bool write, int mod, void *buf)
     return st;
 }
 
-int zinf_param_tier_free_buffers(const zinf_param_tier *t) { return t->nfree; }
+int zinf_param_tier_free_buffers(zinf_param_tier *t) {
+    pthread_mutex_lock(&t->mu);
+    int n = t->nfree;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
 
-bool zinf_param_tier_has_read(const zinf_param_tier *t, int mod) { return t->read_buf[mod] >= 0; }
+bool zinf_param_tier_has_read(zinf_param_tier *t, int mod) {
+    pthread_mutex_lock(&t->mu);
+    bool has = t->read_buf[mod] >= 0;
+    pthread_mutex_unlock(&t->mu);
+    return has;
+}
+
+// Take a free buffer for module mod, once its last gather has passed (t->mu held).
+static zinf_status take_buffer(zinf_param_tier *t, int mod, int *b) {
+    if (!t->nfree) return zinf_fail(ZINF_ERR_INTERNAL, "parameter tier: no swap buffer left for %s", t->c.names[mod]);
+    *b = t->free_list[--t->nfree];
+    t->read_buf[mod] = *b;
+    return zinf_stream_wait_event(t->ps, t->buf_free[*b]);
+}
+
+static zinf_status read_locked(zinf_param_tier *t, int mod) {
+    int b;
+    ZINF_CHECK(take_buffer(t, mod, &b));
+    ZINF_CHECK(queue_job(t, false, mod, t->buf[b]));
+    return zinf_event_record(t->read_done[b], t->ps);
+}
 
 zinf_status zinf_param_tier_read(zinf_param_tier *t, int mod) {
-    if (!t->nfree) return zinf_fail(ZINF_ERR_INTERNAL, "parameter tier: no swap buffer left for %s", t->c.names[mod]);
-    int b = t->free_list[--t->nfree];
-    ZINF_CHECK(zinf_stream_wait_event(t->ps, t->buf_free[b])); // its last gather has passed
-    ZINF_CHECK(queue_job(t, false, mod, t->buf[b]));
-    ZINF_CHECK(zinf_event_record(t->read_done[b], t->ps));
-    t->read_buf[mod] = b;
-    return ZINF_OK;
+    pthread_mutex_lock(&t->mu);
+    zinf_status st = read_locked(t, mod);
+    pthread_mutex_unlock(&t->mu);
+    return st;
 }
 
 void zinf_param_tier_forget_reads(zinf_param_tier *t) {
-    for (int i = 0; t && i < t->c.nmod; i++)
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->c.nmod; i++)
         if (t->read_buf[i] >= 0) {
             t->free_list[t->nfree++] = t->read_buf[i];
             t->read_buf[i] = -1;
         }
+    pthread_mutex_unlock(&t->mu);
 }
 
-zinf_status zinf_param_tier_gather(zinf_param_tier *t, int mod, void *full) {
-    size_t sb = t->slice[mod] * t->es;
-    if (!zinf_param_tier_on_disk(t, mod))
-        return t->c.gather(t->c.gather_ctx, (const char *)t->part + t->off[mod] * t->es, host_slices(t), full, sb);
-    if (t->read_buf[mod] < 0) ZINF_CHECK(zinf_param_tier_read(t, mod));
+static zinf_status gather_locked(zinf_param_tier *t, int mod, void *full) {
+    if (t->read_buf[mod] < 0) ZINF_CHECK(read_locked(t, mod));
     int b = t->read_buf[mod];
     ZINF_CHECK(zinf_stream_wait_event(t->c.comm, t->read_done[b]));
-    ZINF_CHECK(t->c.gather(t->c.gather_ctx, t->buf[b], true, full, sb));
+    ZINF_CHECK(t->c.gather(t->c.gather_ctx, t->buf[b], true, full, t->slice[mod] * t->es));
     ZINF_CHECK(zinf_event_record(t->buf_free[b], t->c.comm));
     t->read_buf[mod] = -1;
     t->free_list[t->nfree++] = b;
     return ZINF_OK;
 }
 
+zinf_status zinf_param_tier_gather(zinf_param_tier *t, int mod, void *full) {
+    if (!zinf_param_tier_on_disk(t, mod))
+        return t->c.gather(t->c.gather_ctx, (const char *)t->part + t->off[mod] * t->es, host_slices(t), full,
+                           t->slice[mod] * t->es);
+    pthread_mutex_lock(&t->mu);
+    zinf_status st = gather_locked(t, mod, full);
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
 void *zinf_param_tier_device_slice(zinf_param_tier *t, int mod) {
     return host_slices(t) ? NULL : (char *)t->part + t->off[mod] * t->es;
 }
 
+// A new slice from host memory goes to disk; while the pool has a buffer to spare
+// beyond the one kept for a read on demand, it also goes to that buffer, as if read
+// back, so that its next gather reads nothing. The copy lands before the write starts,
+// both on the tier's stream, so src is free when the stream passes as before.
+static zinf_status store_to_disk(zinf_param_tier *t, int mod, const void *src) {
+    if (t->nfree > 1 && t->read_buf[mod] < 0) {
+        int b;
+        ZINF_CHECK(take_buffer(t, mod, &b));
+        ZINF_CHECK(zinf_copy_async(t->ps, t->buf[b], src, t->slice[mod] * t->es, ZINF_COPY_H2H));
+        ZINF_CHECK(zinf_event_record(t->read_done[b], t->ps));
+        t->handoff_bytes += (int64_t)(t->slice[mod] * t->es);
+    }
+    return queue_job(t, true, mod, (void *)src);
+}
+
 zinf_status zinf_param_tier_store(zinf_param_tier *t, int mod, const void *src, bool src_host) {
     size_t bytes = t->slice[mod] * t->es;
-    if (zinf_param_tier_on_disk(t, mod) && src_host) return queue_job(t, true, mod, (void *)src);
+    if (zinf_param_tier_on_disk(t, mod) && src_host) {
+        pthread_mutex_lock(&t->mu);
+        zinf_status st = store_to_disk(t, mod, src);
+        pthread_mutex_unlock(&t->mu);
+        return st;
+    }
     if (zinf_param_tier_on_disk(t, mod)) { // made on the device: through host memory
         void *tmp = malloc(bytes);
         if (!tmp) return zinf_fail(ZINF_ERR_NOMEM, "parameter tier: out of memory");
@@ -293,7 +356,7 @@ zinf_status zinf_param_tier_copy_out(zinf_param_tier *t, int mod, size_t off, si
     return zinf_stream_sync(t->c.compute);
 }
 
-void zinf_param_tier_get_stats(const zinf_param_tier *t, zinf_param_tier_stats *out) {
+void zinf_param_tier_get_stats(zinf_param_tier *t, zinf_param_tier_stats *out) {
     memset(out, 0, sizeof *out);
     if (!t) return;
     size_t host_n = t->c.device == ZINF_OFFLOAD_NVME ? t->resident_n : t->c.device == ZINF_OFFLOAD_CPU ? t->n : 0;
@@ -303,4 +366,7 @@ void zinf_param_tier_get_stats(const zinf_param_tier *t, zinf_param_tier_stats *
                                    .buffers = t->nbuf,
                                    .buffer_bytes = (int64_t)(t->buf_elems * t->es),
                                    .nvme_bytes = t->swap ? (int64_t)zinf_swap_bytes(t->swap) : 0};
+    pthread_mutex_lock(&t->mu);
+    out->handoff_bytes = t->handoff_bytes;
+    pthread_mutex_unlock(&t->mu);
 }

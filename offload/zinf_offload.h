@@ -303,9 +303,9 @@ zinf_stream *zinf_param_tier_stream(zinf_param_tier *t);
 // Pool buffers holding no read; start reading module mod's slice into one; whether a
 // read of it is started; forget every read no gather took (the slices changed; NULL
 // is a no-op).
-int zinf_param_tier_free_buffers(const zinf_param_tier *t);
+int zinf_param_tier_free_buffers(zinf_param_tier *t);
 zinf_status zinf_param_tier_read(zinf_param_tier *t, int mod);
-bool zinf_param_tier_has_read(const zinf_param_tier *t, int mod);
+bool zinf_param_tier_has_read(zinf_param_tier *t, int mod);
 void zinf_param_tier_forget_reads(zinf_param_tier *t);
 // Queue the gather of module mod's slices into full (device, world * slice elements) on
 // the communication stream, reading the slice first if it is on disk and not read yet.
@@ -314,7 +314,10 @@ zinf_status zinf_param_tier_gather(zinf_param_tier *t, int mod, void *full);
 void *zinf_param_tier_device_slice(zinf_param_tier *t, int mod);
 // Queue storing module mod's new slice from src: host memory when src_host (page-aligned,
 // since it goes to disk as it is, and untouched until the tier's stream passes), else
-// device memory (ordered on the compute stream).
+// device memory (ordered on the compute stream). A slice from host memory that goes to
+// disk is also handed to a pool buffer while more than one is free, as a read of it:
+// the gather after a background update then reads nothing (handoff_bytes counts these).
+// Safe to call on one thread while another reads and gathers.
 zinf_status zinf_param_tier_store(zinf_param_tier *t, int mod, const void *src, bool src_host);
 // Synchronously write or read n elements at offset off of module mod's slice, from or
 // into host memory.
@@ -327,9 +330,10 @@ typedef struct zinf_param_tier_stats {
     int resident;         // nvme: modules kept in host memory
     int buffers;          // nvme: the pool
     int64_t buffer_bytes;
-    int64_t nvme_bytes; // the swap store
+    int64_t nvme_bytes;    // the swap store
+    int64_t handoff_bytes; // slices handed to the pool by their store so far, not read back
 } zinf_param_tier_stats;
-void zinf_param_tier_get_stats(const zinf_param_tier *t, zinf_param_tier_stats *out);
+void zinf_param_tier_get_stats(zinf_param_tier *t, zinf_param_tier_stats *out);
 // What zinf_param_tier_create would take with cfg, taking nothing: cfg's handles may be
 // NULL; stripe is the aio engine's block_size, the swap file's stripe unit.
 zinf_status zinf_param_tier_plan(const zinf_param_tier_config *cfg, uint64_t stripe, zinf_param_tier_stats *out);

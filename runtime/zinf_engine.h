@@ -54,11 +54,13 @@ typedef struct zinf_step_info {
     // background under the next step's forward: the one reported is the one that
     // ran since the last step), and how long the compute stream stood idle because it
     // had not yet reached the modules forward needed; and the NVMe link (bytes, and
-    // the seconds some read or write was in flight).
+    // the seconds some read or write was in flight), and the 16-bit slices on disk that
+    // the update handed to the parameter pool, which their gathers did not read back.
     double wait_params_s, wait_params_nvme_s;
     double optim_s, optim_io_wait_s, wait_optim_s;
     int64_t nvme_read_bytes, nvme_write_bytes;
     double nvme_read_s, nvme_write_s;
+    int64_t param_handoff_bytes;
     // Bytes this rank received from other ranks since the last step, from ranks on its
     // node and on other nodes (zinf_comm_get_bytes: each collective by its definition).
     int64_t comm_bytes_intra, comm_bytes_inter;

@@ -197,11 +197,12 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
             si->skipped, "device_bytes", (json_int_t)m.device_in_use, "device_peak_bytes", (json_int_t)m.device_peak,
             "pinned_bytes", (json_int_t)m.pinned, "nvme_bytes", (json_int_t)m.nvme);
         json_t *times = json_pack(
-            "{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I}", "wait_params_s", si->wait_params_s, "wait_params_nvme_s",
+            "{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:I}", "wait_params_s", si->wait_params_s, "wait_params_nvme_s",
             si->wait_params_nvme_s, "optim_s", si->optim_s, "optim_io_wait_s", si->optim_io_wait_s, "wait_optim_s",
             si->wait_optim_s, "nvme_read_bytes", (json_int_t)si->nvme_read_bytes, "nvme_write_bytes",
             (json_int_t)si->nvme_write_bytes, "nvme_read_s", si->nvme_read_s, "nvme_write_s", si->nvme_write_s,
-            "comm_bytes_intra", (json_int_t)si->comm_bytes_intra, "comm_bytes_inter", (json_int_t)si->comm_bytes_inter);
+            "comm_bytes_intra", (json_int_t)si->comm_bytes_intra, "comm_bytes_inter", (json_int_t)si->comm_bytes_inter,
+            "param_handoff_bytes", (json_int_t)si->param_handoff_bytes);
         json_object_update(o, times);
         json_decref(times);
         if (si->simulated) {

@@ -138,6 +138,7 @@ struct zinf_engine {
     zinf_aio *aio;           // nvme, both tiers
     char run[24];            // names the swap stores' directory (rank 0's pid)
     zinf_aio_stats aio_seen; // the aio counters at the last step's end
+    int64_t handoff_seen;    // the parameter tier's handoff_bytes then
     zinf_comm_bytes comm_seen; // the communicator's counts then
     zinf_device_busy busy_seen; // the device's busy times then
 

@@ -122,6 +122,12 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     info->pcie_d2h_s = busy.d2h_s - e->busy_seen.d2h_s;
     info->gpu_link_s = busy.link_s - e->busy_seen.link_s;
     e->busy_seen = busy;
+    if (e->pt) {
+        zinf_param_tier_stats ps;
+        zinf_param_tier_get_stats(e->pt, &ps);
+        info->param_handoff_bytes = ps.handoff_bytes - e->handoff_seen;
+        e->handoff_seen = ps.handoff_bytes;
+    }
     if (!e->aio) return ZINF_OK;
     zinf_aio_stats now;
     zinf_aio_get_stats(e->aio, &now);
@@ -167,9 +173,10 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
         if (e->background) {
             // The next forward starts now; its gathers wait for their sub-groups. This
             // step reports the last update, which ran under this step's forward.
+            // The step's reads are forgotten before the update hands its slices over.
             ZINF_CHECK(step_times(e, info));
-            ZINF_CHECK(zinf_optim_tier_start(e->ot, &h));
             if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
+            ZINF_CHECK(zinf_optim_tier_start(e->ot, &h));
             return finish(e);
         }
         ZINF_CHECK(update(e, &h));

@@ -6,7 +6,7 @@
 # allocates, word for word (the verdict's host memory aside: what is available moves);
 # pinned_bytes and nvme_bytes of every step, nvme_read_bytes and nvme_write_bytes of
 # every step after the first (the first has no trace and, at stage 3, no update of its
-# own yet) and the final gathered_peak_bytes are the estimate's to the byte. The device
+# own yet; a slice the update handed to the pool counts as read) and the final gathered_peak_bytes are the estimate's to the byte. The device
 # peak and the pinned bytes are held exactly by the engine's own account: with
 # device.memory_limit at the estimated peak and device.pinned_memory_limit at the
 # estimated pinned bytes, training runs to the same weights digest; 256 device bytes
@@ -154,6 +154,8 @@ est = json.loads(open(sys.argv[2]).readlines()[-1])
 assert est["plan"] is True, est
 bad = []
 for s in steps[:-1]:
+    # A slice the update handed to the parameter pool is a read the step did not make.
+    s["nvme_read_bytes"] += s["param_handoff_bytes"]
     for k in ("pinned_bytes", "nvme_bytes") + (("nvme_read_bytes", "nvme_write_bytes") if s["step"] > 1 else ()):
         if s[k] != est[k]: bad.append(f"step {s['step']} {k} {s[k]}, estimated {est[k]}")
     if s["device_peak_bytes"] < est["device_peak_bytes"]:

@@ -3,8 +3,10 @@
 // a resident prefix and a pool of three buffers. Along a trace with uses repeated, reads
 // run ahead while more than one buffer is free, never more than the pool holds, and
 // every gather gives the slice's latest bytes, including after stores from host memory
-// queued on the tier's stream. Also the synchronous writes and reads at an offset, the
-// stats, and reading with the pool exhausted.
+// queued on the tier's stream. Those stores hand the first slices on disk to the pool
+// while more than one buffer is free, and the next pass reads exactly the rest from
+// disk. Also the synchronous writes and reads at an offset, the stats, and reading with
+// the pool exhausted.
 // timeout: 60
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,8 @@ static void run(zinf_offload_device where, zinf_device *dev, zinf_aio *aio, cons
     int ntrace = sizeof trace / sizeof trace[0];
     uint16_t *stores[NMOD];
     for (int version = 0; version < 2; version++) {
+        zinf_aio_stats before, after;
+        zinf_aio_get_stats(aio, &before);
         for (int i = 0; i < ntrace; i++) {
             int most = 0;
             for (int j = i; j < ntrace && zinf_param_tier_free_buffers(t) > 1; j++) {
@@ -111,6 +115,12 @@ static void run(zinf_offload_device where, zinf_device *dev, zinf_aio *aio, cons
             CHECK(memcmp(got, h, slice[x] * sizeof *h) == 0, "%s: version %d: gather of m%d at use %d is wrong", what,
                   version, x, i);
         }
+        // Every use of a slice on disk (m3, m4, m5 twice, m6 once: 24576 elements) is
+        // read, but for the first uses of m3 and m4, handed over by the last stores.
+        zinf_aio_get_stats(aio, &after);
+        uint64_t reads = where == ZINF_OFFLOAD_NVME ? 2 * (24576 - (version ? 2048 + 6144 : 0)) : 0;
+        CHECK(after.read_bytes - before.read_bytes == reads, "%s: version %d: %llu bytes read from disk, want %llu",
+              what, version, (unsigned long long)(after.read_bytes - before.read_bytes), (unsigned long long)reads);
         zinf_param_tier_forget_reads(t);
         CHECK(zinf_param_tier_free_buffers(t) == (where == ZINF_OFFLOAD_NVME ? POOL : 0), "%s: %d buffers free", what,
               zinf_param_tier_free_buffers(t));
@@ -122,7 +132,17 @@ static void run(zinf_offload_device where, zinf_device *dev, zinf_aio *aio, cons
         TRY(zinf_stream_sync(zinf_param_tier_stream(t)));
         for (int m = 0; m < NMOD; m++)
             free(stores[m]);
+        // The stores handed m3 and m4 over (the pool keeps its last buffer for a read on
+        // demand) and wrote every slice on disk.
+        bool nvme = where == ZINF_OFFLOAD_NVME;
+        zinf_param_tier_get_stats(t, &st);
+        CHECK(st.handoff_bytes == (nvme ? 2 * (2048 + 6144) * (version + 1) : 0), "%s: %lld bytes handed over", what,
+              (long long)st.handoff_bytes);
+        CHECK(zinf_param_tier_has_read(t, 3) == nvme && zinf_param_tier_has_read(t, 4) == nvme &&
+                  !zinf_param_tier_has_read(t, 5) && !zinf_param_tier_has_read(t, 6),
+              "%s: the handed-over slices", what);
     }
+    zinf_param_tier_forget_reads(t); // the last stores' handoffs, as at a step's end
     // A range at an offset inside a slice, written and read synchronously.
     for (size_t i = 0; i < 100; i++)
         h[i] = (uint16_t)(60000 + i);
