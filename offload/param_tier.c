@@ -330,6 +330,9 @@ zinf_status zinf_param_tier_write(zinf_param_tier *t, int mod, size_t off, size_
     size_t at = t->off[mod] + off, bytes = n * t->es; // in the partition
     if (zinf_param_tier_on_disk(t, mod)) {
         ZINF_CHECK(zinf_stream_sync(t->ps));
+        pthread_mutex_lock(&t->mu); // a read or handoff of the slice is out of date now
+        if (t->read_buf[mod] >= 0) t->free_list[t->nfree++] = t->read_buf[mod], t->read_buf[mod] = -1;
+        pthread_mutex_unlock(&t->mu);
         return zinf_swap_pwrite(t->swap, t->swap_id, (at - t->resident_n) * t->es, src, bytes);
     }
     void *dst = (char *)t->part + at * t->es;

@@ -320,7 +320,7 @@ void *zinf_param_tier_device_slice(zinf_param_tier *t, int mod);
 // Safe to call on one thread while another reads and gathers.
 zinf_status zinf_param_tier_store(zinf_param_tier *t, int mod, const void *src, bool src_host);
 // Synchronously write or read n elements at offset off of module mod's slice, from or
-// into host memory.
+// into host memory; a write drops any read of the slice not gathered yet.
 zinf_status zinf_param_tier_write(zinf_param_tier *t, int mod, size_t off, size_t n, const void *src);
 zinf_status zinf_param_tier_copy_out(zinf_param_tier *t, int mod, size_t off, size_t n, void *dst);
 

@@ -5,8 +5,8 @@
 // every gather gives the slice's latest bytes, including after stores from host memory
 // queued on the tier's stream. Those stores hand the first slices on disk to the pool
 // while more than one buffer is free, and the next pass reads exactly the rest from
-// disk. Also the synchronous writes and reads at an offset, the stats, and reading with
-// the pool exhausted.
+// disk. Also the synchronous writes and reads at an offset (a write drops the slice's
+// handoff), the stats, and reading with the pool exhausted.
 // timeout: 60
 #include <stdlib.h>
 #include <string.h>
@@ -142,7 +142,6 @@ static void run(zinf_offload_device where, zinf_device *dev, zinf_aio *aio, cons
                   !zinf_param_tier_has_read(t, 5) && !zinf_param_tier_has_read(t, 6),
               "%s: the handed-over slices", what);
     }
-    zinf_param_tier_forget_reads(t); // the last stores' handoffs, as at a step's end
     // A range at an offset inside a slice, written and read synchronously.
     for (size_t i = 0; i < 100; i++)
         h[i] = (uint16_t)(60000 + i);
@@ -150,6 +149,14 @@ static void run(zinf_offload_device where, zinf_device *dev, zinf_aio *aio, cons
     TRY(zinf_param_tier_copy_out(t, 4, 999, 102, got));
     CHECK(got[0] == elem(4, 999, 2) && memcmp(got + 1, h, 200) == 0 && got[101] == elem(4, 1100, 2),
           "%s: a written range reads back wrong", what);
+    // The write dropped m4's handoff: its gather reads the written slice.
+    CHECK(!zinf_param_tier_has_read(t, 4), "%s: m4's handoff outlived a write", what);
+    TRY(zinf_param_tier_gather(t, 4, full));
+    TRY(zinf_copy_async(xs, got, full, slice[4] * sizeof *got, ZINF_COPY_D2H));
+    TRY(zinf_stream_sync(xs));
+    CHECK(got[999] == elem(4, 999, 2) && memcmp(got + 1000, h, 200) == 0 && got[1100] == elem(4, 1100, 2),
+          "%s: the gather after a write is wrong", what);
+    zinf_param_tier_forget_reads(t); // m3's handoff, as at a step's end
     CHECK(zinf_latch_raise(failure) == ZINF_OK, "%s: %s", what, zinf_last_error());
     if (where == ZINF_OFFLOAD_NVME) {
         for (int m = 3; m < 6; m++)
