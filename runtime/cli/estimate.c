@@ -299,14 +299,30 @@ static void print_fastest(const plan *p) {
     printf("  busy per step: device compute %.3f s, pcie up %.3f s, down %.3f s, gpu links %.3f s, nvme read %.3f s, "
            "write %.3f s, cpu optimizer %.3f s\n",
            t->compute, t->h2d, t->d2h, t->links, t->nvme_read, t->nvme_write, t->cpu);
-    // The keys as a config writes them: the row's, and the sizes the plan chose or kept.
+    // The keys as a config writes them: the row's, the sizes the plan chose or kept, and
+    // those the row's tiers and stage use, as the config has them (or their defaults).
     const zinf_zero_config *z = &p->cfg.zero;
+    const zinf_offload_param_config *op = &z->offload_param;
     const zinf_plan_choice *c = &p->r.choice;
-    printf("  set: \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\"}, "
-           "\"offload_param\": {\"device\": \"%s\"}, \"reduce_bucket_size\": %lld, \"sub_group_size\": %lld}\n",
-           (int)z->stage, tier_name[m->optimizer_tier], tier_name[m->params_tier],
+    bool pnvme = m->params_tier == ZINF_OFFLOAD_NVME, onvme = m->optimizer_tier == ZINF_OFFLOAD_NVME;
+    printf("  set: \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\"", (int)z->stage,
+           tier_name[m->optimizer_tier]);
+    if (onvme) printf(", \"buffer_count\": %lld", (long long)z->offload_optimizer.buffer_count);
+    printf("}, \"offload_param\": {\"device\": \"%s\"", tier_name[m->params_tier]);
+    if (pnvme)
+        printf(", \"max_in_cpu\": %lld, \"buffer_count\": %lld, \"buffer_size\": %lld", (long long)op->max_in_cpu,
+               (long long)op->buffer_count, (long long)op->buffer_size);
+    printf("}, \"reduce_bucket_size\": %lld, \"sub_group_size\": %lld",
            (long long)(c->reduce_bucket_size ? c->reduce_bucket_size : z->reduce_bucket_size),
            (long long)(c->sub_group_size ? c->sub_group_size : z->sub_group_size));
+    if (z->stage == 3)
+        printf(", \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld",
+               (long long)z->prefetch_bucket_size, (long long)z->max_live_parameters);
+    printf("}\n");
+    if (pnvme || onvme)
+        printf("       \"aio\": {\"block_size\": %lld, \"queue_depth\": %lld, \"intra_op_parallelism\": %lld}\n",
+               (long long)p->cfg.aio.block_size, (long long)p->cfg.aio.queue_depth,
+               (long long)p->cfg.aio.intra_op_parallelism);
 }
 
 // --measure: the host's rates not given, on this machine: the drives under the
