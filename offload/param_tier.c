@@ -216,6 +216,29 @@ static zinf_status queue_job(zinf_param_tier *t, bool write, int mod, void *buf)
     return st;
 }
 
+// A host-to-host copy in the stream's order (a backend's own host-to-host copy may run
+// at once on the calling thread, ahead of the work queued before it).
+typedef struct copy_job {
+    void *dst;
+    const void *src;
+    size_t len;
+} copy_job;
+
+static void copy_job_run(void *arg) {
+    copy_job *j = arg;
+    memcpy(j->dst, j->src, j->len);
+    free(j);
+}
+
+static zinf_status queue_copy(zinf_param_tier *t, void *dst, const void *src, size_t len) {
+    copy_job *j = malloc(sizeof *j);
+    if (!j) return zinf_fail(ZINF_ERR_NOMEM, "parameter tier: out of memory");
+    *j = (copy_job){dst, src, len};
+    zinf_status st = zinf_stream_host_fn(t->ps, copy_job_run, j);
+    if (st != ZINF_OK) free(j);
+    return st;
+}
+
 int zinf_param_tier_free_buffers(zinf_param_tier *t) {
     pthread_mutex_lock(&t->mu);
     int n = t->nfree;
@@ -296,7 +319,7 @@ static zinf_status store_to_disk(zinf_param_tier *t, int mod, const void *src) {
     if (t->nfree > 1 && t->read_buf[mod] < 0) {
         int b;
         ZINF_CHECK(take_buffer(t, mod, &b));
-        ZINF_CHECK(zinf_copy_async(t->ps, t->buf[b], src, t->slice[mod] * t->es, ZINF_COPY_H2H));
+        ZINF_CHECK(queue_copy(t, t->buf[b], src, t->slice[mod] * t->es));
         ZINF_CHECK(zinf_event_record(t->read_done[b], t->ps));
         t->handoff_bytes += (int64_t)(t->slice[mod] * t->es);
     }
