@@ -186,55 +186,40 @@ void zinf_param_tier_destroy(zinf_param_tier *t) {
 
 // ---- reads and writes on the tier's stream ----
 
+// A read into buf, a write from buf, or a handoff: src copied into buf in the stream's
+// order (a backend's own host-to-host copy may run at once on the calling thread,
+// ahead of the work queued before it).
+typedef enum { JOB_READ, JOB_WRITE, JOB_HANDOFF } job_kind;
+
 typedef struct swap_job {
     zinf_param_tier *t;
-    bool write;
+    job_kind kind;
     uint64_t off;
     void *buf;
+    const void *src;
     size_t len;
 } swap_job;
 
 static void swap_job_run(void *arg) {
     swap_job *j = arg;
     zinf_param_tier *t = j->t;
-    if (!zinf_latch_failed(t->c.failure)) {
+    if (j->kind == JOB_HANDOFF) {
+        memcpy(j->buf, j->src, j->len);
+    } else if (!zinf_latch_failed(t->c.failure)) {
         zinf_aio_ticket tk = 0;
-        zinf_status st = j->write ? zinf_swap_write(t->swap, t->swap_id, j->off, j->buf, j->len, &tk)
-                                  : zinf_swap_read(t->swap, t->swap_id, j->off, j->buf, j->len, &tk);
+        zinf_status st = j->kind == JOB_WRITE ? zinf_swap_write(t->swap, t->swap_id, j->off, j->buf, j->len, &tk)
+                                              : zinf_swap_read(t->swap, t->swap_id, j->off, j->buf, j->len, &tk);
         if (st == ZINF_OK) st = zinf_swap_wait(t->swap, tk);
         if (st != ZINF_OK) zinf_latch_set(t->c.failure, st);
     }
     free(j);
 }
 
-static zinf_status queue_job(zinf_param_tier *t, bool write, int mod, void *buf) {
+static zinf_status queue_job(zinf_param_tier *t, job_kind kind, int mod, void *buf, const void *src) {
     swap_job *j = malloc(sizeof *j);
     if (!j) return zinf_fail(ZINF_ERR_NOMEM, "parameter tier: out of memory");
-    *j = (swap_job){t, write, disk_off(t, mod), buf, t->slice[mod] * t->es};
+    *j = (swap_job){t, kind, disk_off(t, mod), buf, src, t->slice[mod] * t->es};
     zinf_status st = zinf_stream_host_fn(t->ps, swap_job_run, j);
-    if (st != ZINF_OK) free(j);
-    return st;
-}
-
-// A host-to-host copy in the stream's order (a backend's own host-to-host copy may run
-// at once on the calling thread, ahead of the work queued before it).
-typedef struct copy_job {
-    void *dst;
-    const void *src;
-    size_t len;
-} copy_job;
-
-static void copy_job_run(void *arg) {
-    copy_job *j = arg;
-    memcpy(j->dst, j->src, j->len);
-    free(j);
-}
-
-static zinf_status queue_copy(zinf_param_tier *t, void *dst, const void *src, size_t len) {
-    copy_job *j = malloc(sizeof *j);
-    if (!j) return zinf_fail(ZINF_ERR_NOMEM, "parameter tier: out of memory");
-    *j = (copy_job){dst, src, len};
-    zinf_status st = zinf_stream_host_fn(t->ps, copy_job_run, j);
     if (st != ZINF_OK) free(j);
     return st;
 }
@@ -264,7 +249,7 @@ static zinf_status take_buffer(zinf_param_tier *t, int mod, int *b) {
 static zinf_status read_locked(zinf_param_tier *t, int mod) {
     int b;
     ZINF_CHECK(take_buffer(t, mod, &b));
-    ZINF_CHECK(queue_job(t, false, mod, t->buf[b]));
+    ZINF_CHECK(queue_job(t, JOB_READ, mod, t->buf[b], NULL));
     return zinf_event_record(t->read_done[b], t->ps);
 }
 
@@ -319,11 +304,11 @@ static zinf_status store_to_disk(zinf_param_tier *t, int mod, const void *src) {
     if (t->nfree > 1 && t->read_buf[mod] < 0) {
         int b;
         ZINF_CHECK(take_buffer(t, mod, &b));
-        ZINF_CHECK(queue_copy(t, t->buf[b], src, t->slice[mod] * t->es));
+        ZINF_CHECK(queue_job(t, JOB_HANDOFF, mod, t->buf[b], src));
         ZINF_CHECK(zinf_event_record(t->read_done[b], t->ps));
         t->handoff_bytes += (int64_t)(t->slice[mod] * t->es);
     }
-    return queue_job(t, true, mod, (void *)src);
+    return queue_job(t, JOB_WRITE, mod, (void *)src, NULL);
 }
 
 zinf_status zinf_param_tier_store(zinf_param_tier *t, int mod, const void *src, bool src_host) {
