@@ -210,6 +210,14 @@ typedef struct zinf_device_config {
     zinf_sim_params sim;         // backend "sim": the modeled GPU; -1 (null): the preset's rates
 } zinf_device_config;
 
+// zinf's memory-centric features (the memory section).
+typedef struct zinf_memory_config {
+    // Tokens whose logits the output layer computes at once (the head and the
+    // cross-entropy run chunk by chunk); -1 (null): zinf chooses from the device's
+    // capacity (zinf_plan_choice), all tokens at once where their logits are small.
+    int64_t head_chunk_tokens;
+} zinf_memory_config;
+
 typedef struct zinf_checkpoint_config {
     char *dir;        // NULL: no checkpoints
     int64_t interval; // steps between saves; 0: only at the end of the run
@@ -237,6 +245,7 @@ typedef struct zinf_config {
     zinf_model_config model;
     zinf_data_config data;
     zinf_device_config device;
+    zinf_memory_config memory;
     zinf_checkpoint_config checkpoint;
 } zinf_config;
 

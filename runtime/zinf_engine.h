@@ -200,6 +200,8 @@ typedef struct zinf_plan_choice {
     int64_t reduce_bucket_size; // in place of 5e8: two fp32 buckets within 1/64 of the device
     int64_t sub_group_size;     // in place of 1e9 with the optimizer on nvme: 1e8, less where its
                                 // swap buffers would not fit the pinned budget
+    int64_t head_chunk_tokens;  // memory.head_chunk_tokens where a micro-batch's logits would
+                                // take more than 1/64 of the device
 } zinf_plan_choice;
 
 typedef struct zinf_plan {

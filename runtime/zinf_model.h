@@ -177,6 +177,12 @@ typedef struct zinf_model_params {
     int seq_len;      // tokens per sequence, <= block_size
     bool training;    // allocate what the backward needs
     bool checkpoint_activations; // keep only block inputs; recompute each block in backward
+    // Tokens whose logits the head computes at once (0: all of the batch): the head and
+    // the cross-entropy run chunk by chunk, and training recomputes every chunk's logits
+    // but the last in the backward. Losses and every gradient but the head weight's are
+    // bit for bit those of one chunk; the head weight's gradient is summed chunk by chunk
+    // (rounded to the dtype after each).
+    int head_chunk;
 } zinf_model_params;
 
 typedef struct zinf_model zinf_model;
@@ -214,6 +220,7 @@ zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t 
 
 // Copy the batch's logits (batch x seq_len x vocab, the model's dtype) to host memory
 // h_out after the head's forward. A training forward turns them into their gradient.
+// ZINF_ERR_UNSUPPORTED when the head ran in more than one chunk (no longer all there).
 zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out);
 
 // Read weights (a safetensors file or a model directory, as zinf_hf_weights_open

@@ -326,6 +326,9 @@ const key zinf_config_keys[] = {
      .max = BIG,
      .flags = F_NULL | F_SIM},
 
+    SECTION("memory", NONE, 0),
+    INT("memory.head_chunk_tokens", OFF(memory.head_chunk_tokens), -1, 1, 1 << 30, F_NULL),
+
     SECTION("checkpoint", NONE, 0),
     STRING("checkpoint.dir", OFF(checkpoint.dir), F_NULL),
     INT("checkpoint.interval", OFF(checkpoint.interval), 0, 0, BIG, 0),

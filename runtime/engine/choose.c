@@ -1,5 +1,5 @@
-// The keys a config leaves at DeepSpeed's defaults that zinf chooses for the machine
-// instead, and the plan says so. DeepSpeed's defaults make offload worse than it needs
+// The keys a config leaves at DeepSpeed's defaults, or to zinf, that zinf chooses for
+// the machine instead, and the plan says so. DeepSpeed's defaults make offload worse than it needs
 // to be: reduce_bucket_size 5e8 keeps two 2 GB fp32 buckets on the device, and
 // sub_group_size 1e9 makes the NVMe optimizer tier pin three states of a billion
 // elements in swap buffers (more pinned memory than offloading to cpu takes).
@@ -15,9 +15,29 @@ static const int64_t bucket_sizes[] = {500000000, 200000000, 100000000, 50000000
 // budget.
 static const int64_t sub_group_sizes[] = {100000000, 30000000, 10000000};
 
+// The output layer's chunk when the config leaves memory.head_chunk_tokens out: all of
+// a micro-batch's tokens while their logits take at most 1/64 of the device, else the
+// most tokens (a multiple of 64, from 64 up) whose logits do. Llama-3.1-8B's 4096
+// tokens of a 128K vocabulary, 1 GB of bf16 logits, go in chunks of 1408 on a 24 GB
+// card. A device of unknown capacity takes the tokens at once.
+zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t *chosen) {
+    *chosen = 0;
+    if (cfg->memory.head_chunk_tokens > 0) return ZINF_OK;
+    zinf_engine e0;
+    engine_settings(&e0, cfg);
+    zinf_model_params mp;
+    ZINF_CHECK(engine_model_params(cfg, e0.dt, &mp));
+    int64_t tokens = (int64_t)mp.batch * mp.seq_len, row = (int64_t)mp.shape.vocab_size * (int64_t)e0.es;
+    int64_t fit = capacity > 0 ? capacity / 64 / row : tokens;
+    if (fit < tokens) *chosen = fit >= 64 ? fit / 64 * 64 : fit > 0 ? fit : 1;
+    cfg->memory.head_chunk_tokens = *chosen ? *chosen : tokens;
+    return ZINF_OK;
+}
+
 zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out) {
     zinf_zero_config *z = &cfg->zero;
     *out = (zinf_plan_choice){0};
+    ZINF_CHECK(engine_choose_head_chunk(cfg, t->device_capacity, &out->head_chunk_tokens));
     if (!z->reduce_bucket_size_given && t->device_capacity > 0) {
         size_t i = 0;
         while (i + 1 < ZINF_ARRAY_LEN(bucket_sizes) && 2 * bucket_sizes[i] * 4 > t->device_capacity / 64)

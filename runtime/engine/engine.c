@@ -231,7 +231,8 @@ zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_mode
     *mp = (zinf_model_params){.dtype = dt,
                               .batch = (int)cfg->train_micro_batch_size_per_gpu,
                               .training = true,
-                              .checkpoint_activations = cfg->activation_checkpointing.enabled};
+                              .checkpoint_activations = cfg->activation_checkpointing.enabled,
+                              .head_chunk = (int)(cfg->memory.head_chunk_tokens > 0 ? cfg->memory.head_chunk_tokens : 0)};
     ZINF_CHECK(zinf_model_shape_from_config(&cfg->model, &mp->shape));
     mp->seq_len = cfg->data.present && cfg->data.seq_len > 0 ? (int)cfg->data.seq_len : mp->shape.block_size;
     if (mp->seq_len > mp->shape.block_size)
@@ -327,10 +328,10 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
 
     zinf_model_params mp;
     zinf_plan_target t;
-    ZINF_CHECK(engine_model_params(cfg, e->dt, &mp));
     ZINF_CHECK(zinf_engine_target(cfg, comm, &t));
     zinf_plan_choice choice;
     ZINF_CHECK(engine_choose(&e->cfg, &t, &choice));
+    ZINF_CHECK(engine_model_params(&e->cfg, e->dt, &mp));
     ZINF_CHECK(open_device(e, &t));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->cs));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->xs));

@@ -300,6 +300,9 @@ zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_mode
 // Fill in the keys cfg left at DeepSpeed's defaults that zinf chooses for t (choose.c),
 // marking them given, so that a plan and the engine made from it choose once and alike.
 zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out);
+// engine_choose's rule for memory.head_chunk_tokens alone, on a device of capacity
+// bytes: sets the key where it is null; *chosen is the chunk when it cuts the tokens.
+zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t *chosen);
 // Device memory that, when the account is full, first waits for deferred frees.
 zinf_status engine_alloc(zinf_engine *e, size_t bytes, const char *what, void **p);
 // Free p once the work submitted to s so far is done; engine_reap frees what is due

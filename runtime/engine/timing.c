@@ -19,8 +19,10 @@ zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes
     zinf_engine e0; // the settings creation derives from cfg
     engine_settings(&e0, cfg);
     zinf_dtype dt = e0.dt;
+    int64_t chunk;
+    ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, (int64_t)zinf_device_get_caps(dev)->capacity, &chunk));
     zinf_model_params mp;
-    ZINF_CHECK(engine_model_params(cfg, dt, &mp));
+    ZINF_CHECK(engine_model_params(&e0.cfg, dt, &mp));
     zinf_stream *s = NULL;
     zinf_event *t0 = NULL, *t1 = NULL;
     zinf_model *m = NULL;
@@ -94,7 +96,9 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     zinf_sim_rates r;
     zinf_sim_rates_of(&cfg->device.sim, &r);
     double micro = 0;
-    ZINF_CHECK(model_seconds(cfg, &micro));
+    int64_t chunk; // the output layer's chunk as the engine would choose it on the target
+    ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, t->device_capacity, &chunk));
+    ZINF_CHECK(model_seconds(&e0.cfg, &micro));
     const zinf_engine_memory *m = &p->mem;
     double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.es;
     double numel = (double)m->model_numel, part = (double)m->partition_numel;

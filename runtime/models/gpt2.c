@@ -132,7 +132,7 @@ static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
 
 static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *params) {
     zinf_dtype dt = m->p.dtype;
-    int L = m->p.shape.n_layer, T = m->p.seq_len, BT = m->b * T, C = m->p.shape.n_embd, V = m->p.shape.vocab_size;
+    int L = m->p.shape.n_layer, T = m->p.seq_len, BT = m->b * T, C = m->p.shape.n_embd;
     if (mod == MOD_EMBEDDING) {
         void *w = params[MOD_EMBEDDING];
         return zinf_embedding_fwd(s, dt, m->encoded, m->tok, param(m, mod, w, P_WTE), param(m, mod, w, P_WPE), m->b,
@@ -142,16 +142,7 @@ static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *
         return zinf_layernorm_fwd(s, dt, m->lnf, m->lnf_mean, m->lnf_rstd, m->res3[L - 1],
                                   param(m, mod, params[mod], P_LNF_W), param(m, mod, params[mod], P_LNF_B), BT, C,
                                   1e-5f);
-    if (mod == mod_head(L)) {
-        const void *wte = param(m, MOD_EMBEDDING, params[MOD_EMBEDDING], P_WTE);
-        zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = BT, .n = V, .k = C, .a = m->lnf, .lda = C, .b = wte,
-                            .ldb = C, .c = m->logits, .ldc = V, .alpha = 1.0f};
-        ZINF_CHECK(zinf_gemm(s, &g));
-        // Training turns the logits into their gradient right away (llm.c's fused
-        // classifier): the mean over the batch's tokens, times dloss.
-        return zinf_cross_entropy(s, dt, m->losses, m->p.training ? m->logits : NULL, m->logits, m->targets, BT, V,
-                                  m->dloss / (float)BT);
-    }
+    if (mod == mod_head(L)) return model_head_fwd(m, s, param(m, MOD_EMBEDDING, params[MOD_EMBEDDING], P_WTE));
     int l = (mod - 1) / 2;
     return mod == mod_attn(l) ? attn_fwd(m, s, l, params[mod]) : mlp_fwd(m, s, l, params[mod]);
 }
@@ -189,19 +180,11 @@ static zinf_status mlp_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *
 
 static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const *params, void *const *grads) {
     zinf_dtype dt = m->p.dtype;
-    int L = m->p.shape.n_layer, T = m->p.seq_len, BT = m->b * T, C = m->p.shape.n_embd, V = m->p.shape.vocab_size;
+    int L = m->p.shape.n_layer, T = m->p.seq_len, BT = m->b * T, C = m->p.shape.n_embd;
     size_t es = zinf_dtype_size(dt);
-    if (mod == mod_head(L)) {
-        // logits = lnf wte^T: dwte += dlogits^T lnf, dlnf = dlogits wte (into dln).
-        void *gwte = param(m, MOD_EMBEDDING, grads[MOD_EMBEDDING], P_WTE);
-        const void *wte = param(m, MOD_EMBEDDING, params[MOD_EMBEDDING], P_WTE);
-        zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = V, .n = C, .k = BT, .a = m->logits, .lda = V,
-                             .b = m->lnf, .ldb = C, .c = gwte, .ldc = C, .alpha = 1.0f, .beta = 1.0f};
-        ZINF_CHECK(zinf_gemm(s, &gw));
-        zinf_gemm_args gx = {.dt = dt, .m = BT, .n = C, .k = V, .a = m->logits, .lda = V, .b = wte, .ldb = C,
-                             .c = m->dln, .ldc = C, .alpha = 1.0f};
-        return zinf_gemm(s, &gx);
-    }
+    if (mod == mod_head(L)) // tied: the head's weight is wte
+        return model_head_bwd(m, s, param(m, MOD_EMBEDDING, params[MOD_EMBEDDING], P_WTE),
+                              param(m, MOD_EMBEDDING, grads[MOD_EMBEDDING], P_WTE));
     if (mod == mod_norm(L)) {
         ZINF_CHECK(zinf_memset_async(s, m->dres, 0, (size_t)BT * C * es));
         return zinf_layernorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], P_LNF_W),

@@ -232,19 +232,13 @@ static void *head_weight(const zinf_model *m, void *const *bufs) {
 static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *params) {
     const zinf_model_shape *sh = &m->p.shape;
     zinf_dtype dt = m->p.dtype;
-    int L = sh->n_layer, T = m->p.seq_len, BT = m->b * T, C = sh->n_embd, V = sh->vocab_size;
+    int L = sh->n_layer, T = m->p.seq_len, BT = m->b * T, C = sh->n_embd;
     if (mod == MOD_EMBEDDING)
         return zinf_embedding_fwd(s, dt, m->encoded, m->tok, param(m, mod, params[mod], 0), NULL, m->b, T, C);
     if (mod == mod_norm(L))
         return zinf_rmsnorm_fwd(s, dt, m->lnf, m->lnf_rstd, m->res3[L - 1], param(m, mod, params[mod], 0), BT, C,
                                 (float)sh->norm_eps);
-    if (mod == mod_head(L)) {
-        ZINF_CHECK(linear(s, dt, m->logits, m->lnf, head_weight(m, params), NULL, BT, C, V));
-        // Training turns the logits into their gradient right away: the mean over the
-        // batch's tokens, times dloss.
-        return zinf_cross_entropy(s, dt, m->losses, m->p.training ? m->logits : NULL, m->logits, m->targets, BT, V,
-                                  m->dloss / (float)BT);
-    }
+    if (mod == mod_head(L)) return model_head_fwd(m, s, head_weight(m, params));
     int l = (mod - 1) / 2;
     return mod == mod_attn(l) ? attn_fwd(m, s, l, params[mod]) : mlp_fwd(m, s, l, params[mod]);
 }
@@ -289,10 +283,8 @@ static zinf_status mlp_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *
 static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const *params, void *const *grads) {
     const zinf_model_shape *sh = &m->p.shape;
     zinf_dtype dt = m->p.dtype;
-    int L = sh->n_layer, T = m->p.seq_len, BT = m->b * T, C = sh->n_embd, V = sh->vocab_size;
-    if (mod == mod_head(L)) // logits = lnf W^T: dW += dlogits^T lnf, dlnf = dlogits W (into dln)
-        return linear_bwd(s, dt, m->dln, head_weight(m, grads), NULL, m->logits, m->lnf, head_weight(m, params), BT,
-                          C, V);
+    int L = sh->n_layer, T = m->p.seq_len, BT = m->b * T, C = sh->n_embd;
+    if (mod == mod_head(L)) return model_head_bwd(m, s, head_weight(m, params), head_weight(m, grads));
     if (mod == mod_norm(L)) // the residual's gradient starts here: written, not added
         return zinf_rmsnorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], 0), m->dln, m->res3[L - 1],
                                 param(m, mod, params[mod], 0), m->lnf_rstd, BT, C);

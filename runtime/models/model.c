@@ -70,6 +70,11 @@ int64_t zinf_model_param_count(const zinf_model_shape *s) {
 
 // ---- activations ----
 
+// Rows of logits the head computes at once for a batch of BT tokens.
+static int head_rows(const zinf_model *m, int BT) {
+    return m->p.head_chunk > 0 && m->p.head_chunk < BT ? m->p.head_chunk : BT;
+}
+
 static zinf_status dalloc(zinf_model *m, void **p, size_t elems, size_t es, const char *what) {
     if (m->dev) return zinf_device_alloc(m->dev, elems * es, what, p);
     m->planned_bytes += (int64_t)zinf_device_account_bytes(elems * es);
@@ -118,7 +123,7 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
     if (w->layer_norm) ZINF_CHECK(dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, &m->logits, BT * (size_t)s->vocab_size, es, "activations: logits"));
+    ZINF_CHECK(dalloc(m, &m->logits, (size_t)head_rows(m, (int)BT) * (size_t)s->vocab_size, es, "activations: logits"));
     ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
     if (w->rope) {
         size_t half = (size_t)m->p.seq_len * (size_t)(s->head_dim / 2);
@@ -286,7 +291,67 @@ zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t 
 }
 
 zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out) {
-    size_t n = (size_t)m->b * m->p.seq_len * m->p.shape.vocab_size;
+    int BT = m->b * m->p.seq_len;
+    if (head_rows(m, BT) < BT)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: the head ran in chunks of %d tokens; only the last chunk's logits "
+                                               "are kept (make the model with head_chunk 0 to read them)",
+                         m->fam->name, m->p.head_chunk);
+    size_t n = (size_t)BT * m->p.shape.vocab_size;
     ZINF_CHECK(zinf_copy_async(s, h_out, m->logits, n * zinf_dtype_size(m->p.dtype), ZINF_COPY_D2H));
     return zinf_stream_sync(s);
+}
+
+// ---- the output layer ----
+// The batch's BT rows go through the head in chunks of head_rows, so that one chunk's
+// logits (rows x V) exist at a time (Liger's fused linear cross-entropy keeps none; zinf
+// keeps one chunk, so that a single chunk is the plain head). The gradient of the mean
+// loss is dloss / BT per row whatever the chunk. Training turns the last chunk's logits
+// into their gradient in the forward; the backward uses it first, then recomputes the
+// other chunks' logits one by one: one more product of the head per chunk but the last.
+// Each row's logits, loss and input gradient are products over C or V alone, the same
+// for any chunk; the weight's gradient sums over the rows, chunk by chunk.
+
+// logits (rows, V) = lnf[r0 .. r0 + rows) W^T, then the rows' losses (and their
+// gradient, in place, when grad).
+static zinf_status head_chunk_fwd(zinf_model *m, zinf_stream *s, const void *w, int r0, int rows, bool grad) {
+    zinf_dtype dt = m->p.dtype;
+    int C = m->p.shape.n_embd, V = m->p.shape.vocab_size, BT = m->b * m->p.seq_len;
+    size_t es = zinf_dtype_size(dt);
+    zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = V, .k = C, .a = (char *)m->lnf + (size_t)r0 * C * es,
+                        .lda = C, .b = w, .ldb = C, .c = m->logits, .ldc = V, .alpha = 1.0f};
+    ZINF_CHECK(zinf_gemm(s, &g));
+    return zinf_cross_entropy(s, dt, m->losses + r0, grad ? m->logits : NULL, m->logits, m->targets + r0, rows, V,
+                              m->dloss / (float)BT);
+}
+
+// From the chunk's logit gradient: dw += dlogits^T lnf[r0 ..], dln[r0 ..] = dlogits W.
+static zinf_status head_chunk_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw, int r0, int rows) {
+    zinf_dtype dt = m->p.dtype;
+    int C = m->p.shape.n_embd, V = m->p.shape.vocab_size;
+    size_t off = (size_t)r0 * C * zinf_dtype_size(dt);
+    zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = V, .n = C, .k = rows, .a = m->logits, .lda = V,
+                         .b = (char *)m->lnf + off, .ldb = C, .c = dw, .ldc = C, .alpha = 1.0f, .beta = 1.0f};
+    ZINF_CHECK(zinf_gemm(s, &gw));
+    zinf_gemm_args gx = {.dt = dt, .m = rows, .n = C, .k = V, .a = m->logits, .lda = V, .b = w, .ldb = C,
+                         .c = (char *)m->dln + off, .ldc = C, .alpha = 1.0f};
+    return zinf_gemm(s, &gx);
+}
+
+zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w) {
+    int BT = m->b * m->p.seq_len, n = head_rows(m, BT);
+    for (int r0 = 0; r0 < BT; r0 += n) {
+        int rows = BT - r0 < n ? BT - r0 : n;
+        ZINF_CHECK(head_chunk_fwd(m, s, w, r0, rows, m->p.training && r0 + rows == BT));
+    }
+    return ZINF_OK;
+}
+
+zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw) {
+    int BT = m->b * m->p.seq_len, n = head_rows(m, BT), last = (BT - 1) / n * n;
+    ZINF_CHECK(head_chunk_bwd(m, s, w, dw, last, BT - last));
+    for (int r0 = 0; r0 < last; r0 += n) {
+        ZINF_CHECK(head_chunk_fwd(m, s, w, r0, n, true));
+        ZINF_CHECK(head_chunk_bwd(m, s, w, dw, r0, n));
+    }
+    return ZINF_OK;
 }

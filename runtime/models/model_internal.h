@@ -62,7 +62,7 @@ struct zinf_model {
     layer_acts *layers; // L sets, or one shared set with checkpointing
     void *lnf;
     float *lnf_mean, *lnf_rstd;
-    void *logits;  // (B, T, V); after a training forward, the gradient of the logits
+    void *logits;  // (head rows, V): a chunk's; after a training forward, the last chunk's gradient
     float *losses; // (B, T)
     void *att_ws;
     float *rope_cos, *rope_sin; // (T, hd / 2), the Llama family's
@@ -100,6 +100,13 @@ static inline const model_family *family_of(zinf_model_arch a) {
 
 static inline layer_acts *acts_of(zinf_model *m, int l) { return &m->layers[m->p.checkpoint_activations ? 0 : l]; }
 static inline void *block_input(zinf_model *m, int l) { return l == 0 ? m->encoded : m->res3[l - 1]; }
+
+// The output layer, the same for every family: logits = lnf W^T with W (V, C) (the
+// head's weight, or the embedding it is tied to), then softmax cross-entropy, in chunks
+// of m->p.head_chunk rows. The backward adds the weight's gradient into dw and writes
+// the input's into m->dln.
+zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w);
+zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw);
 
 // Parameter idx of module mod inside the flat buffer buf.
 static inline void *param_at(const zinf_model *m, int mod, void *buf, int idx) {
