@@ -40,16 +40,25 @@ static void load_fixture(fixture *fx) {
 
 static void free_fixture(fixture *fx) { torch_runs_free(&fx->t); }
 
-static void gpt2_run(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *file) {
+// The head in chunks of this many tokens where a test asks: 48 = 20 + 20 + 8.
+enum { CHUNK = 20 };
+
+static void gpt2_run_chunked(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *file,
+                             int chunk) {
     zinf_model_params p = {.shape = zinf_model_shape_gpt2((int)fx->L, (int)fx->NH, (int)fx->C, (int)fx->V, (int)fx->BS),
                            .dtype = dt,
                            .batch = (int)fx->B,
                            .seq_len = (int)fx->T,
                            .training = training,
-                           .checkpoint_activations = ckpt};
+                           .checkpoint_activations = ckpt,
+                           .head_chunk = chunk};
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     run_model(r, &p, path, fx->t.tok, fx->t.tgt);
+}
+
+static void gpt2_run(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *file) {
+    gpt2_run_chunked(r, fx, dt, training, ckpt, file, 0);
 }
 
 // fp32 against torch fp32: within 1e-5 of each tensor's scale. The logits come from an
@@ -112,6 +121,9 @@ static void test_fp32(const fixture *fx) {
         CHECK(off == 0, "%zu weights written as %s did not read back rounded", off, zinf_dtype_name(half[h]));
     }
     remove(path);
+    run_free(&ck);
+    gpt2_run_chunked(&ck, fx, ZINF_DTYPE_F32, true, false, "gpt2.safetensors", CHUNK);
+    check_head_chunks("gpt2", &tr, &ck, ZINF_DTYPE_F32, 1e-6);
     run_free(&inf), run_free(&tr), run_free(&ck);
 }
 
@@ -121,7 +133,11 @@ static void test_bf16(const fixture *fx) {
     gpt2_run(&inf, fx, ZINF_DTYPE_BF16, false, false, "gpt2.safetensors");
     gpt2_run(&tr, fx, ZINF_DTYPE_BF16, true, false, "gpt2.safetensors");
     check_bf16("gpt2", &inf, &tr, &fx->t, (size_t)fx->B * fx->T * fx->V);
-    run_free(&inf), run_free(&tr);
+    // Three chunks: the wte gradient is rounded to bf16 after each.
+    run ch;
+    gpt2_run_chunked(&ch, fx, ZINF_DTYPE_BF16, true, true, "gpt2.safetensors", CHUNK);
+    check_head_chunks("gpt2", &tr, &ch, ZINF_DTYPE_BF16, 3.0 / 256);
+    run_free(&inf), run_free(&tr), run_free(&ch);
 }
 
 // Files that do not match the model fail with the file and tensor named.
@@ -178,13 +194,14 @@ static void test_bad_files(const fixture *fx) {
 static void test_plan(void) {
     zinf_device *d = test_device(0);
     zinf_backend be = zinf_device_get_caps(d)->backend;
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 5; c++) {
         zinf_model_params p = {.shape = zinf_model_shape_gpt2(3, 4, 64, 101, 32),
                                .dtype = c & 1 ? ZINF_DTYPE_BF16 : ZINF_DTYPE_F32,
                                .batch = 3,
                                .seq_len = 17,
-                               .training = c < 3,
-                               .checkpoint_activations = c == 2};
+                               .training = c < 3 || c == 4,
+                               .checkpoint_activations = c == 2,
+                               .head_chunk = c == 4 ? 10 : 0};
         zinf_device_mem before, after;
         zinf_device_get_mem(d, &before);
         zinf_model *m, *pm;

@@ -31,14 +31,27 @@ static void model_dir(const fixture *fx, const char *suffix, char *out, size_t l
     snprintf(out, len, "%s/llama-%s%s", dir, fx->name, suffix);
 }
 
-// The case's model, its shape from its directory's config.json.
-static void llama_run(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *suffix) {
+// The head in chunks of this many tokens where a test asks: 24 = 7 + 7 + 7 + 3.
+enum { CHUNK = 7 };
+
+// The case's model, its shape from its directory's config.json; the head in chunks of
+// `chunk` tokens (0: at once).
+static void llama_run_chunked(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *suffix,
+                              int chunk) {
     char path[600];
     model_dir(fx, suffix, path, sizeof path);
-    zinf_model_params p = {
-        .dtype = dt, .batch = (int)fx->B, .seq_len = (int)fx->T, .training = training, .checkpoint_activations = ckpt};
+    zinf_model_params p = {.dtype = dt,
+                           .batch = (int)fx->B,
+                           .seq_len = (int)fx->T,
+                           .training = training,
+                           .checkpoint_activations = ckpt,
+                           .head_chunk = chunk};
     TRY(zinf_model_shape_from_file(path, &p.shape));
     run_model(r, &p, path, fx->t.tok, fx->t.tgt);
+}
+
+static void llama_run(run *r, const fixture *fx, zinf_dtype dt, bool training, bool ckpt, const char *suffix) {
+    llama_run_chunked(r, fx, dt, training, ckpt, suffix, 0);
 }
 
 static int zinf_param_total(const run *r) {
@@ -81,6 +94,9 @@ static void test_fp32(const fixture *fx) {
                   "%s: %s changed through write and read", fx->name, mod->params[j].name);
     }
     remove(path);
+    run_free(&ck);
+    llama_run_chunked(&ck, fx, ZINF_DTYPE_F32, true, false, "", CHUNK);
+    check_head_chunks(fx->name, &tr, &ck, ZINF_DTYPE_F32, 1e-6);
     run_free(&inf), run_free(&tr), run_free(&ck);
 }
 
@@ -90,7 +106,11 @@ static void test_bf16(const fixture *fx) {
     llama_run(&inf, fx, ZINF_DTYPE_BF16, false, false, "");
     llama_run(&tr, fx, ZINF_DTYPE_BF16, true, false, "");
     check_bf16(fx->name, &inf, &tr, &fx->t, (size_t)fx->B * fx->T * fx->V);
-    run_free(&inf), run_free(&tr);
+    // Four chunks: the head weight's gradient is rounded to bf16 after each.
+    run ch;
+    llama_run_chunked(&ch, fx, ZINF_DTYPE_BF16, true, true, "", CHUNK);
+    check_head_chunks(fx->name, &tr, &ch, ZINF_DTYPE_BF16, 4.0 / 256);
+    run_free(&inf), run_free(&tr), run_free(&ch);
 }
 
 // The shape from the directory's config.json; the old config form (rope_theta beside
