@@ -89,8 +89,43 @@ static json_t *row_json(const plan *p) {
     return o;
 }
 
+// ---- the memory-centric features ----
+
+// What each memory-centric feature does to the config's row: the row planned again
+// with the feature switched the other way.
+typedef struct features {
+    int64_t tokens;     // of a micro-batch
+    int64_t head_chunk; // the output layer's chunk in the row (tokens: at once)
+    plan head_other;    // the row with the head at once where it is chunked, else in chunks
+} features;
+
+static int features_of(const plan *own, features *f) {
+    const zinf_config *c = &own->cfg;
+    f->tokens = c->train_micro_batch_size_per_gpu * own->seq_len;
+    int64_t chunk = own->r.choice.head_chunk_tokens ? own->r.choice.head_chunk_tokens : c->memory.head_chunk_tokens;
+    f->head_chunk = chunk > 0 && chunk < f->tokens ? chunk : f->tokens;
+    f->head_other = *own;
+    // At once where it is chunked; else in chunks of a quarter of the tokens, to show
+    // what chunking would save.
+    f->head_other.cfg.memory.head_chunk_tokens = f->head_chunk < f->tokens ? f->tokens : (f->tokens + 3) / 4;
+    return plan_make(&f->head_other) == ZINF_OK ? CLI_OK : cli_fail("estimate", CLI_FAIL);
+}
+
+static void print_features(const plan *own, const features *f) {
+    char b[2][32];
+    printf("  memory-centric features, the device peak of this row with and without each:\n");
+    if (f->head_chunk < f->tokens)
+        printf("    output layer in chunks of %lld tokens (memory.head_chunk_tokens): %s; all %lld at once: %s\n",
+               (long long)f->head_chunk, sz(own->r.device_peak, b[0]), (long long)f->tokens,
+               sz(f->head_other.r.device_peak, b[1]));
+    else
+        printf("    output layer, all %lld tokens at once: %s; in chunks of %lld (memory.head_chunk_tokens): %s\n",
+               (long long)f->tokens, sz(own->r.device_peak, b[0]),
+               (long long)f->head_other.cfg.memory.head_chunk_tokens, sz(f->head_other.r.device_peak, b[1]));
+}
+
 // The config's own row: every figure of train's plan lines, in bytes.
-static json_t *plan_json(const plan *p) {
+static json_t *plan_json(const plan *p, const features *f) {
     const zinf_engine_memory *m = &p->r.mem;
     json_t *o = row_json(p);
     json_t *more = json_pack(
@@ -101,6 +136,14 @@ static json_t *plan_json(const plan *p) {
         (json_int_t)m->grads32, "reduce_bucket_bytes", (json_int_t)m->reduce_bufs, "staging_bytes",
         (json_int_t)m->staging, "optimizer_host_bytes", (json_int_t)m->host, "host_bytes", (json_int_t)m->host_total,
         "hpz_secondary_bytes", (json_int_t)m->secondary, "subgroups", m->subgroups, "subgroup_max", (json_int_t)m->subgroup_max);
+    bool chunked = f->head_chunk < f->tokens;
+    json_t *feat = json_pack("{s:I, s:I, s:I}", "head_chunk_tokens", (json_int_t)f->head_chunk,
+                             "device_peak_head_chunked_bytes",
+                             (json_int_t)(chunked ? p->r.device_peak : f->head_other.r.device_peak),
+                             "device_peak_head_at_once_bytes",
+                             (json_int_t)(chunked ? f->head_other.r.device_peak : p->r.device_peak));
+    json_object_update(more, feat);
+    json_decref(feat);
     json_t *budgets =
         json_pack("{s:I, s:I, s:I}", "device_capacity_bytes", (json_int_t)p->r.device.have, "pinned_budget_bytes",
                   (json_int_t)p->r.pinned.have, "host_available_bytes", (json_int_t)p->r.host.have);
@@ -465,11 +508,14 @@ static int estimate(args *a, zinf_config *cfg) {
     if (rc != CLI_OK || !a->config) return rc;
     if (!own) return cli_usage("estimate", "--config: stage %lld with those offload tiers is not a row zinf plans",
                                (long long)cfg->zero.stage);
+    static features f; // two plans: large
+    if ((rc = features_of(own, &f)) != CLI_OK) return rc;
     if (a->json) {
-        cli_print_json_line(plan_json(own));
+        cli_print_json_line(plan_json(own, &f));
     } else {
         printf("\n");
         print_plan(own);
+        print_features(own, &f);
     }
     return CLI_OK;
 }

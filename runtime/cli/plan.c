@@ -133,14 +133,21 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
     if (r->comm_intra || r->comm_inter)
         fprintf(f, "  from the other ranks, per rank and step: %s in its node, %s across nodes\n",
                 sz(r->comm_intra, b[0]), sz(r->comm_inter, b[1]));
-    if (r->choice.reduce_bucket_size || r->choice.sub_group_size) {
+    const zinf_plan_choice *ch = &r->choice;
+    if (ch->reduce_bucket_size || ch->sub_group_size || ch->head_chunk_tokens) {
         fprintf(f, "  chosen for this machine (the config leaves them out):");
-        if (r->choice.reduce_bucket_size)
+        const char *semi = "";
+        if (ch->reduce_bucket_size)
             fprintf(f, " reduce_bucket_size %lld (DeepSpeed's 5e8 would keep %s of fp32 buckets on the device)",
-                    (long long)r->choice.reduce_bucket_size, sz(2 * (int64_t)500000000 * 4, b[0]));
-        if (r->choice.sub_group_size)
+                    (long long)ch->reduce_bucket_size, sz(2 * (int64_t)500000000 * 4, b[0])), semi = ";";
+        if (ch->sub_group_size)
             fprintf(f, "%s sub_group_size %lld (1e9 would pin three states of up to a billion elements in swap buffers)",
-                    r->choice.reduce_bucket_size ? ";" : "", (long long)r->choice.sub_group_size);
+                    semi, (long long)ch->sub_group_size), semi = ";";
+        if (ch->head_chunk_tokens) {
+            int64_t tokens = c->train_micro_batch_size_per_gpu * p->seq_len, es = c->bf16 || c->fp16.enabled ? 2 : 4;
+            fprintf(f, "%s memory.head_chunk_tokens %lld (the logits of all %lld tokens at once would take %s)", semi,
+                    (long long)ch->head_chunk_tokens, (long long)tokens, sz(tokens * s->vocab_size * es, b[1]));
+        }
         fprintf(f, "\n");
     }
     print_verdict(f, r);

@@ -18,7 +18,7 @@ static const int64_t sub_group_sizes[] = {100000000, 30000000, 10000000};
 // The output layer's chunk when the config leaves memory.head_chunk_tokens out: all of
 // a micro-batch's tokens while their logits take at most 1/64 of the device, else the
 // most tokens (a multiple of 64, from 64 up) whose logits do. Llama-3.1-8B's 4096
-// tokens of a 128K vocabulary, 1 GB of bf16 logits, go in chunks of 1408 on a 24 GB
+// tokens of a 128K vocabulary, 1 GB of bf16 logits, go in chunks of 1536 on a 24 GiB
 // card. A device of unknown capacity takes the tokens at once.
 zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t *chosen) {
     *chosen = 0;
