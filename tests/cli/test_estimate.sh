@@ -117,6 +117,8 @@ PY
 # parameters on nvme the embeddings in host memory (max_in_cpu) and the rest read
 # through 3 buffers. The pinned budget is set so that the plan's text is the machine's
 # own nowhere; micro-batches of 4 keep every engine past device.memory_limit's 1 MiB floor.
+# The output layer runs in chunks of 48 of the 128 tokens, given: left to zinf, the
+# chunk would follow device.memory_limit, which the checks below move.
 cat > "$tmp/cfg.json" <<JSON
 {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "seed": 5, "steps": 3, "steps_per_print": 10,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
@@ -125,7 +127,7 @@ cat > "$tmp/cfg.json" <<JSON
    "offload_param": {"device": "none", "nvme_path": "$tmp/nvme", "max_in_cpu": 20000, "buffer_count": 3}},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
  "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
- "device": {"backend": "host", "pinned_memory_limit": "1G"}}
+ "device": {"backend": "host", "pinned_memory_limit": "1G"}, "memory": {"head_chunk_tokens": 48}}
 JSON
 
 # compare NP SETTING...: train 3 steps on NP ranks with the settings (key=value) and hold
@@ -214,5 +216,28 @@ compare 2 zero_optimization.stage=1
 compare 2 zero_optimization.stage=2 bf16.enabled=true $OO.device=nvme
 compare 2 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme "${CO[@]}"
 [ $fails = $before ] && echo "train: plan lines, pinned, NVMe files and traffic, gathered peak and the device bytes as estimated"
+
+# Left out, the chunk is zinf's: the most tokens, a multiple of 64, whose logits (1 KiB
+# a token in fp32) fit 1/64 of the device: 64 of 6 MiB's 98304 bytes. Train chooses the
+# same, and the estimate shows the peak with the logits of all 128 tokens at once.
+before=$fails
+sets=(--set memory.head_chunk_tokens=null --set device.memory_limit=6MiB)
+expect 0 "$Z" estimate --config "$tmp/cfg.json" "${sets[@]}"
+chosen='chosen for this machine (the config leaves them out): memory.head_chunk_tokens 64 (the logits of all 128 tokens at once would take 128 KiB)'
+grep -qF "$chosen" "$tmp/out" || fail "estimate's choice: $(grep chosen "$tmp/out")"
+grep -q '^    output layer in chunks of 64 tokens (memory.head_chunk_tokens): .*; all 128 at once: ' "$tmp/out" ||
+  fail "estimate's features: $(grep -A2 'memory-centric' "$tmp/out")"
+expect 0 "$Z" train "$tmp/cfg.json" --steps 1 "${sets[@]}"
+grep -qF "$chosen" "$tmp/out" || fail "train's choice: $(grep chosen "$tmp/out")"
+expect 0 "$Z" estimate --config "$tmp/cfg.json" --json "${sets[@]}"
+python3 - "$tmp/out" <<'PY' || fail "estimate --json's head chunk (above)"
+import json, sys
+p = json.loads(open(sys.argv[1]).readlines()[-1])
+assert p["head_chunk_tokens"] == 64, p["head_chunk_tokens"]
+# 128 - 64 tokens' logits fewer, in 256-byte allocation units.
+saved = p["device_peak_head_at_once_bytes"] - p["device_peak_head_chunked_bytes"]
+assert saved == 64 * 1024, saved
+PY
+[ $fails = $before ] && echo "choice: the head's chunk from device.memory_limit, in estimate and train alike"
 
 finish test_estimate

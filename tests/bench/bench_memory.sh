@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The memory-centric features: the device's peak and the step's time with and without
+# each. On the host backend, a Llama with a vocabulary wide against its width (2 layers
+# of 256, vocab 32768, tied), micro-batch 4 x 512 tokens, stage 3 with both tiers on
+# NVMe: the output layer with all 2048 tokens' logits at once (128 MiB in bf16) and in
+# chunks of 256 (memory.head_chunk_tokens); median s/step over the steps after the
+# first two, the peak as train measured it, and the two runs' final losses. Then
+# Llama-3.1-8B and a Llama-3.2-3B at 4096 tokens, both tiers on NVMe, as zinf estimate
+# plans them for a 24 GB device (the sim's rtx4090): the device peak with each feature
+# and without. ZINF_BENCH_DIR (default /var/tmp) should sit on the drive offload uses.
+set -eu
+Z=${ZINF_BUILD:-build}/zinf
+base=${ZINF_BENCH_DIR:-/var/tmp}
+dir=$base/zinf-bench-memory-$$
+[ -x "$Z" ] || { echo "bench_memory: $Z is missing (make builds it)"; exit 1; }
+mkdir -p "$dir/nvme"
+trap 'rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM
+
+python3 -c "import random, array, sys; r = random.Random(1); \
+open(sys.argv[1], 'wb').write(array.array('H', (r.randrange(32768) for _ in range(262144))).tobytes())" "$dir/t.tokens"
+steps=6 skip=2
+cat > "$dir/l.json" <<JSON
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "seed": 1, "steps": $steps, "steps_per_print": 1,
+ "gradient_clipping": 1.0, "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+ "zero_optimization": {"stage": 3, "sub_group_size": 1e7,
+   "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/nvme"},
+   "offload_param": {"device": "nvme", "nvme_path": "$dir/nvme", "max_in_cpu": 0}},
+ "model": {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "head_dim": 64, "n_embd": 256,
+   "intermediate_size": 688, "vocab_size": 32768, "block_size": 512},
+ "data": {"path": "$dir/t.tokens", "format": "tokens-u16", "seq_len": 512},
+ "device": {"backend": "host"}}
+JSON
+run() { # name, sets...: one run, its --json lines in $dir/NAME.out
+  local name=$1; shift
+  "$Z" train "$dir/l.json" --json "$@" > "$dir/$name.out" 2> "$dir/$name.err" || {
+    echo "bench_memory: the $name run failed; stderr ends:"; tail -n 15 "$dir/$name.err" | sed 's/^/  /'; exit 1; }
+}
+run once --set memory.head_chunk_tokens=2048
+run chunks --set memory.head_chunk_tokens=256
+plan() { # name, preset, sets...: the config's plan object of zinf estimate on a sim rtx4090
+  local name=$1 preset=$2; shift 2
+  "$Z" estimate --config "$dir/l.json" --json --set model="{\"preset\": \"$preset\"}" --set data.seq_len=4096 \
+    --set train_micro_batch_size_per_gpu=1 --set train_batch_size=1 --set activation_checkpointing='{}' \
+    --set data.format=tokens-u32 --set device.backend=sim --set device.sim.gpu=rtx4090 "$@" | tail -n 1 > "$dir/$name.plan" || {
+    echo "bench_memory: estimate of $preset failed"; exit 1; }
+}
+plan 3b llama-3.2-3b
+plan 8b llama-3.1-8b
+PYTHONPATH="$(dirname "$0")" python3 - "$dir" "$skip" <<'PY'
+import json, sys
+from steps import load, med
+d, skip = sys.argv[1], int(sys.argv[2])
+MiB, GiB = 2**20, 2**30
+print(f"output layer in chunks, host backend, llama 2 x 256 vocab 32768, 4 x 512 tokens; median of steps {skip + 1}-")
+print("%-26s %8s %12s %10s" % ("head", "s/step", "device peak", "last loss"))
+rows = {}
+for name, what in (("once", "all 2048 tokens at once"), ("chunks", "chunks of 256 tokens")):
+    st, fin = load(f"{d}/{name}.out")
+    peak = max(s["device_peak_bytes"] for s in st)
+    rows[name] = (med(st, "step_seconds", skip), peak)
+    print("%-26s %8.3f %8.1f MiB %10.4f" % (what, rows[name][0], peak / MiB, st[-1]["loss"]))
+print("chunks / at once: step %.3f, device peak %.3f" % (rows["chunks"][0] / rows["once"][0],
+                                                         rows["chunks"][1] / rows["once"][1]))
+print("planned on a 24 GB device (sim rtx4090), 1 x 4096 tokens, activation checkpointing, both tiers on nvme:")
+for name, model in (("3b", "Llama-3.2-3B"), ("8b", "Llama-3.1-8B")):
+    p = json.load(open(f"{d}/{name}.plan"))
+    print("  %-13s output layer in chunks of %5d tokens: device peak %.2f GiB; all at once: %.2f GiB (capacity %.1f GiB)"
+          % (model, p["head_chunk_tokens"], p["device_peak_head_chunked_bytes"] / GiB,
+             p["device_peak_head_at_once_bytes"] / GiB, p["device_capacity_bytes"] / GiB))
+PY
