@@ -203,10 +203,12 @@ $(B)/obj/%.o: %.c $(B)/config.mk
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 ifneq ($(EMU),)
+# nvcc's #pragma unroll (per-thread arrays kept in registers) means nothing to the host
+# compiler, which would warn of it.
 $(B)/obj/%.o: %.cu $(B)/config.mk
 	@mkdir -p $(@D)
 	$(say) CXX $<
-	$(Q)$(CXX) -x c++ $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+	$(Q)$(CXX) -x c++ $(CPPFLAGS) $(CXXFLAGS) -Wno-unknown-pragmas -c $< -o $@
 else
 $(B)/obj/%.o: %.cu $(B)/config.mk
 	@mkdir -p $(@D)
