@@ -154,13 +154,15 @@ static const char *attention_shape(const zinf_attention_args *a, zinf_attention_
     return NULL;
 }
 
-// The host attention keeps its rows in the stream's own scratch; CUDA's stages chunks
-// of heads in fp32 whatever the dtype, and the sim device takes what CUDA would.
+// The host attention keeps its rows in the stream's own scratch; CUDA's tiled kernels
+// keep the backward's D, one fp32 per query row (O(T), never the scores), and the sim
+// device takes what CUDA would.
+static bool cuda_like(zinf_backend b) { return b == ZINF_BACKEND_CUDA || b == ZINF_BACKEND_SIM; }
+
 size_t zinf_backend_attention_workspace(zinf_backend b, const zinf_attention_args *a) {
     zinf_attention_args r;
-    if ((b != ZINF_BACKEND_CUDA && b != ZINF_BACKEND_SIM) || attention_shape(a, &r)) return 0;
-    att_plan p = att_plan_of(r.B, r.T, r.NH, r.NKV, r.hd);
-    return att_layout(&p, NULL, NULL);
+    if (!cuda_like(b) || attention_shape(a, &r)) return 0;
+    return att_workspace_bytes(r.B, r.T, r.NH);
 }
 
 size_t zinf_attention_workspace(zinf_device *d, const zinf_attention_args *a) {
@@ -173,9 +175,16 @@ static zinf_status attention_check(zinf_stream *s, const zinf_attention_args *a,
     REQUIRE_DT(a->dt, op);
     const char *wrong = attention_shape(a, &rec->u.attn);
     REQUIRE(!wrong, op, wrong);
-    REQUIRE(a->qkv && a->lse, op, "qkv and lse are required");
-    REQUIRE(backward ? a->dqkv && a->dout : a->out != NULL, op,
-            backward ? "dqkv and dout are required" : "out is required");
+    REQUIRE(a->qkv && a->lse && a->out, op, "qkv, out and lse are required");
+    REQUIRE(!backward || (a->dqkv && a->dout), op, "dqkv and dout are required");
+    // The CUDA kernels' tiles hold a head padded to ATT_MAX_HD channels at most, and
+    // their grid takes B and NH as its second and third dimensions (65535 at most).
+    zinf_backend be = zinf_device_get_caps(s->dev)->backend;
+    const zinf_attention_args *r = &rec->u.attn;
+    if (cuda_like(be) && r->hd > ATT_MAX_HD)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: head size %d is over the CUDA kernels' %d", op, r->hd, ATT_MAX_HD);
+    if (cuda_like(be) && (r->B > 65535 || r->NH > 65535))
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: B %d or NH %d is over the CUDA grid's 65535", op, r->B, r->NH);
     size_t ws = zinf_attention_workspace(s->dev, a);
     REQUIRE(ws == 0 || a->ws, op, "this backend needs a workspace (zinf_attention_workspace bytes)");
     return ZINF_OK;

@@ -104,9 +104,11 @@ void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out);
 double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, double n, double k, double batch);
 // A kernel bound by memory: bytes read and written at the memory rate.
 double zinf_sim_memory_s(const zinf_sim_rates *r, double bytes);
-// Attention as zinf's kernels compute it, in any dtype: fp32 products over every (query,
-// key) pair of each query head (2 forward, 5 backward), the fp32 T x T scores crossing
-// memory 4 times forward and 9 backward (gpu/cuda/attention.cu).
+// Attention as zinf's CUDA kernels computed it before the tiled ones, in any dtype: fp32
+// products over every (query, key) pair of each query head (2 forward, 5 backward), the
+// fp32 T x T scores crossing memory 4 times forward and 9 backward. Calibrated on an
+// H100 against those kernels; gpu/cuda/attention.cu's tiled kernels, which keep the
+// scores on chip, are not yet measured, so the model still describes the old ones.
 double zinf_sim_attention_s(const zinf_sim_rates *r, int B, int T, int NH, int hd, bool backward);
 // Bytes over the PCIe link from pinned or pageable host memory (no launch cost).
 double zinf_sim_copy_s(const zinf_sim_rates *r, double bytes, bool pinned);
@@ -319,8 +321,9 @@ zinf_status zinf_rope_bwd(zinf_stream *s, zinf_dtype dt, void *dqkv, const float
 // by hd^-0.5; query t sees keys k with t - window < k <= t (every k <= t when window is
 // 0). out (B, T, C) with the heads side by side; lse (B, NH, T) fp32, the log-sum-exp of
 // each softmax row (scaled scores), saved for the backward, which recomputes the
-// probabilities from it. ws: a workspace of zinf_attention_workspace() bytes (the
-// backend's scratch).
+// probabilities from it; the backward also reads out, the forward's output. ws: a
+// workspace of zinf_attention_workspace() bytes (the backend's scratch: on CUDA
+// B NH T floats, O(T), never the T x T scores). CUDA takes hd up to 256.
 typedef struct zinf_attention_args {
     zinf_dtype dt;
     int B, T, C, NH; // C = NH hd: the width of out
@@ -328,7 +331,7 @@ typedef struct zinf_attention_args {
     int hd;          // channels per head; 0: C / NH
     int window;      // a query sees at most this many keys, itself included; 0: no limit
     const void *qkv;
-    void *out;
+    void *out;        // written by the forward, read by the backward
     float *lse;
     void *dqkv;       // backward: written, the layout of qkv; a kv head's sums over its query heads
     const void *dout; // backward: (B, T, C)

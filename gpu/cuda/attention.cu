@@ -1,49 +1,75 @@
 // Causal self-attention on the CUDA backend, multi-head or grouped-query, with an
-// optional sliding window: the heads are gathered into fp32 (head, T, hd) matrices in
-// the workspace, the T x T scores come from strided-batched cuBLASLt products in fp32
-// (never TF32), and row kernels do the softmax and its gradient (as llm.c's
-// attention_forward/backward in train_gpt2.cu, with the probabilities recomputed in the
-// backward from the saved log-sum-exp, as flash attention does, Dao et al. 2022).
-// Every sum is a product in cuBLAS or a fixed-order block reduction: the results
-// repeat bit for bit.
+// optional sliding window, as tiled kernels with an online softmax that never hold the
+// T x T scores: FlashAttention-2's scheme (Dao 2023, "FlashAttention-2: Faster Attention
+// with Better Parallelism and Work Partitioning", algorithms 1 and 2; the online softmax
+// of Milakov & Gimelshein 2018), in fp32 on the CUDA cores whatever the storage dtype.
+// There are no atomics: every sum is one thread's, or a fixed butterfly over the lanes
+// of a row, in a fixed order, so the results repeat bit for bit.
 //
-// Forward, per head: S = scale Q K^T, lse = logsumexp over the keys each row sees,
-// P = exp(S - lse) (0 elsewhere), Y = P V.
-// Backward: P recomputed; dV = P^T dY; dP = dY V^T; D_i = sum_j P_ij dP_ij;
-// dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q. The full T x T products are
-// computed; the masked entries of P and dS are exact zeros, so they add nothing.
-// Grouped-query: the G query heads of a kv head lie one after another in the workspace,
-// so their rows stacked are one (G T, hd) matrix against the kv head's K and V, one
-// product per kv head: G T x T scores, and dK, dV summed over the group by the product
-// itself (G = 1 is GPT-2's multi-head attention, the same products as before).
+// Forward, one block per (query tile, query head, batch item): the tile's queries stay
+// in shared memory while the key and value tiles they see go by; each row keeps its
+// running maximum m and sum l and its output in registers, rescaled by exp(m_old - m)
+// when m grows. out = O / l, lse = m + log l (of the scaled scores).
+// Backward, P recomputed from lse: D_i = dO_i . O_i (the forward's out) per query row in
+// the workspace, then dS = P (dP - D), dP = dO V^T. One kernel per (key tile, kv head,
+// batch item) sums dV = P^T dO and dK = scale dS^T Q over the G query heads of the
+// group and their query tiles, in that order; another per (query tile, query head,
+// batch item) sums dQ = scale dS K over the key tiles. Both write dqkv.
+// Key tiles that no query of a tile sees (past the causal edge, or before the window)
+// are skipped; within a tile a mask zeroes what a row does not see.
 #include <string.h>
 
 #include "attention_plan.h"
 #include "cuda_backend.h"
 
-// ---- kernels ----
+// ---- tiles ----
 
-// dst[hb][t][d] = src[b][t][off + h * hs + d] for the chunk's heads bh = bh0 + hb
-// (b = bh / NH, h = bh % NH, NH the query or the kv heads of a token); src rows have ld
-// elements. n = heads x seq x hs.
-template <typename T>
-static __global__ void gather_heads_kernel(float *dst, const T *src, int ld, int off, int bh0, int seq, int NH, int hs,
-                                           size_t n) {
-    EW_LOOP(i, n) {
-        size_t d = i % hs, t = (i / hs) % seq, bh = bh0 + i / ((size_t)hs * seq);
-        size_t b = bh / NH, h = bh % NH;
-        dst[i] = to_f32(src[(b * seq + t) * ld + off + h * hs + d]);
+enum { ATT_THREADS = 128 };
+
+// A BR x BC tile of dot products over the threads: TY x TX threads, each SR rows (r =
+// ty + TY i) by SC columns (c = tx + TX j). Strided rows and columns keep a warp's
+// shared-memory reads on distinct banks (rows padded to HD + 1 floats). With fewer
+// entries than threads the rest of the block idles here.
+template <int BR, int BC> struct score_map {
+    static constexpr int TX = BC >= 8 ? 8 : BC, SC = BC / TX;
+    static constexpr int TY = BR < ATT_THREADS / TX ? BR : ATT_THREADS / TX, SR = BR / TY;
+    static_assert(TX * SC == BC && TY * SR == BR && TX * TY <= ATT_THREADS, "tile does not map onto the block");
+};
+
+// s[i][j] = sum_{d < hd} a[r_i][d] b[c_j][d], a and b rows of lds floats.
+template <int SR, int SC, int TY, int TX, int LDS>
+static __device__ __forceinline__ void tile_dots(float (&s)[SR][SC], const float *a, const float *b, int hd, int ty,
+                                                 int tx) {
+#pragma unroll
+    for (int i = 0; i < SR; i++)
+#pragma unroll
+        for (int j = 0; j < SC; j++)
+            s[i][j] = 0.0f;
+    for (int d = 0; d < hd; d++) {
+        float av[SR], bv[SC];
+#pragma unroll
+        for (int i = 0; i < SR; i++)
+            av[i] = a[(ty + TY * i) * LDS + d];
+#pragma unroll
+        for (int j = 0; j < SC; j++)
+            bv[j] = b[(tx + TX * j) * LDS + d];
+#pragma unroll
+        for (int i = 0; i < SR; i++)
+#pragma unroll
+            for (int j = 0; j < SC; j++)
+                s[i][j] += av[i] * bv[j];
     }
 }
 
-// The inverse of gather_heads_kernel, rounding to the storage type.
-template <typename T>
-static __global__ void scatter_heads_kernel(T *dst, const float *src, int ld, int off, int bh0, int seq, int NH, int hs,
-                                            size_t n) {
-    EW_LOOP(i, n) {
-        size_t d = i % hs, t = (i / hs) % seq, bh = bh0 + i / ((size_t)hs * seq);
-        size_t b = bh / NH, h = bh % NH;
-        store_f32(&dst[(b * seq + t) * ld + off + h * hs + d], src[i]);
+// Rows t0 .. t0 + ROWS of one head (head: its first channel at token 0, tokens ld
+// elements apart) into sh, fp32, rows of lds floats: zeros past hd and past the
+// sequence, so padded channels and rows add nothing. Consecutive threads read
+// consecutive channels.
+template <typename T, int HD, int ROWS, int LDS>
+static __device__ __forceinline__ void load_rows(float *sh, const T *head, size_t ld, int t0, int seq, int hd) {
+    for (int i = threadIdx.x; i < ROWS * HD; i += ATT_THREADS) {
+        int r = i / HD, d = i % HD, t = t0 + r;
+        sh[r * LDS + d] = t < seq && d < hd ? to_f32(head[(size_t)t * ld + d]) : 0.0f;
     }
 }
 
@@ -52,179 +78,356 @@ static __device__ __forceinline__ int first_key(int t, int window) {
     return window > 0 && t >= window ? t - window + 1 : 0;
 }
 
-// One block per row (head hb, query t) of the chunk's scores: lse over lo <= j <= t,
-// then the row becomes P = exp(S - lse), zero elsewhere. lse is (B, NH, T), so the
-// chunk's rows start at bh0 * seq.
-static __global__ void __launch_bounds__(ROW_THREADS)
-    softmax_fwd_kernel(float *s, float *lse, int bh0, int seq, int window) {
-    __shared__ float red[ROW_THREADS / 32];
-    size_t row = blockIdx.x;
-    int t = (int)(row % seq), lo = first_key(t, window);
-    float *x = s + row * seq;
-    float mx = -INFINITY;
-    for (int j = lo + threadIdx.x; j <= t; j += ROW_THREADS)
-        mx = fmaxf(mx, x[j]);
-    mx = block_max<ROW_THREADS>(mx, red);
-    float sum = 0.0f;
-    for (int j = lo + threadIdx.x; j <= t; j += ROW_THREADS)
-        sum += expf(x[j] - mx);
-    float l = mx + logf(block_sum<ROW_THREADS>(sum, red));
-    for (int j = threadIdx.x; j < seq; j += ROW_THREADS)
-        x[j] = j >= lo && j <= t ? expf(x[j] - l) : 0.0f;
-    if (threadIdx.x == 0) lse[(size_t)bh0 * seq + row] = l;
+// Whether query t (maybe past the sequence, in a ragged last tile) sees key k.
+static __device__ __forceinline__ bool sees(int t, int k, int seq, int window) {
+    return t < seq && k <= t && (window == 0 || k > t - window);
 }
 
-// The backward's P from the recomputed S and the saved lse: the same expression as
-// the forward's on the same values, so the same probabilities.
-static __global__ void probs_kernel(float *s, const float *lse, int bh0, int seq, int window, size_t n) {
-    EW_LOOP(i, n) {
-        size_t row = i / seq;
-        int j = (int)(i % seq), t = (int)(row % seq);
-        s[i] = j >= first_key(t, window) && j <= t ? expf(s[i] - lse[(size_t)bh0 * seq + row]) : 0.0f;
+// ---- forward ----
+
+template <int HD> struct fwd_tile {
+    static constexpr int BR = ATT_FWD_BR(HD), BC = ATT_FWD_BC(HD), LDS = HD + 1, LDP = BC + 1;
+    static constexpr int TPR = ATT_THREADS / BR, NCH = HD / TPR; // threads per row, channels per thread
+    static constexpr size_t SMEM = sizeof(float) * ((size_t)(BR + BC) * LDS + (size_t)BC * HD + (size_t)BR * LDP);
+    static_assert(SMEM <= 48 * 1024, "forward tiles over 48 KiB of static shared memory");
+    static_assert(TPR * BR == ATT_THREADS && TPR <= 32 && NCH * TPR == HD, "rows do not map onto the block");
+};
+
+// out (B, T, NH hd), lse (B, NH, T). Thread (row, lane) of a row's TPR lanes keeps
+// channels lane + TPR i of its row's output.
+template <typename T, int HD>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    flash_fwd_kernel(T *out, float *lse, const T *qkv, int seq, int NH, int NKV, int hd, int window, float scale) {
+    using F = fwd_tile<HD>;
+    constexpr int BR = F::BR, BC = F::BC, LDS = F::LDS, LDP = F::LDP, TPR = F::TPR, NCH = F::NCH;
+    using M = score_map<BR, BC>;
+    __shared__ float q_s[BR * LDS], k_s[BC * LDS], v_s[BC * HD], p_s[BR * LDP];
+    const int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BR, g = h / (NH / NKV);
+    const size_t ld = (size_t)(NH + 2 * NKV) * hd;
+    const T *x = qkv + (size_t)b * seq * ld;
+    const int tid = threadIdx.x, row = tid / TPR, lane = tid % TPR, ty = tid / M::TX, tx = tid % M::TX;
+    load_rows<T, HD, BR, LDS>(q_s, x + (size_t)h * hd, ld, q0, seq, hd);
+    float acc[NCH];
+#pragma unroll
+    for (int i = 0; i < NCH; i++)
+        acc[i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1;
+    for (int kt = first_key(q0, window) / BC; kt <= last / BC; kt++) {
+        const int k0 = kt * BC;
+        __syncthreads(); // the previous tile's K, V and P are read
+        load_rows<T, HD, BC, LDS>(k_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+        load_rows<T, HD, BC, HD>(v_s, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
+        __syncthreads();
+        if (ty < M::TY) {
+            float s[M::SR][M::SC];
+            tile_dots<M::SR, M::SC, M::TY, M::TX, LDS>(s, q_s, k_s, hd, ty, tx);
+#pragma unroll
+            for (int i = 0; i < M::SR; i++)
+#pragma unroll
+                for (int j = 0; j < M::SC; j++) {
+                    int r = ty + M::TY * i, c = tx + M::TX * j;
+                    p_s[r * LDP + c] = sees(q0 + r, k0 + c, seq, window) ? s[i][j] * scale : -INFINITY;
+                }
+        }
+        __syncthreads();
+        // The row's maximum and sum over the tile: its lanes are consecutive in one warp
+        // and the xor butterfly leaves the same value in each.
+        float *pr = p_s + row * LDP, mx = -INFINITY, sum = 0.0f;
+        for (int c = lane; c < BC; c += TPR)
+            mx = fmaxf(mx, pr[c]);
+#pragma unroll
+        for (int o = TPR / 2; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        // mn stays -inf while the row has seen no key (a tile before its window, or a
+        // row past the sequence): exp(-inf - -inf) would be NaN.
+        const float mn = fmaxf(m, mx), corr = mn == -INFINITY ? 1.0f : expf(m - mn);
+        for (int c = lane; c < BC; c += TPR) {
+            float p = mn == -INFINITY ? 0.0f : expf(pr[c] - mn);
+            pr[c] = p;
+            sum += p;
+        }
+#pragma unroll
+        for (int o = TPR / 2; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        l = l * corr + sum;
+        m = mn;
+        __syncwarp(); // the row's P, written by its lanes, is read by all of them
+#pragma unroll
+        for (int i = 0; i < NCH; i++)
+            acc[i] *= corr;
+        for (int c = 0; c < BC; c++) {
+            const float p = pr[c], *v = v_s + c * HD + lane;
+#pragma unroll
+            for (int i = 0; i < NCH; i++)
+                acc[i] += p * v[TPR * i];
+        }
+    }
+    const int t = q0 + row;
+    if (t < seq) {
+        const float inv = 1.0f / l;
+        T *o = out + ((size_t)b * seq + t) * NH * hd + (size_t)h * hd;
+#pragma unroll
+        for (int i = 0; i < NCH; i++) {
+            int d = lane + TPR * i;
+            if (d < hd) store_f32(&o[d], acc[i] * inv);
+        }
+        if (lane == 0) lse[((size_t)b * NH + h) * seq + t] = m + logf(l);
     }
 }
 
-// One block per row: D = sum_{lo <= j <= t} P_j dP_j, then dS = P (dP - D) over P.
-static __global__ void __launch_bounds__(ROW_THREADS) dscores_kernel(float *p, const float *dp, int seq, int window) {
-    __shared__ float red[ROW_THREADS / 32];
-    size_t row = blockIdx.x;
-    int t = (int)(row % seq), lo = first_key(t, window);
-    float *pr = p + row * seq;
-    const float *dr = dp + row * seq;
-    float s = 0.0f;
-    for (int j = lo + threadIdx.x; j <= t; j += ROW_THREADS)
-        s += pr[j] * dr[j];
-    float D = block_sum<ROW_THREADS>(s, red);
-    for (int j = threadIdx.x; j < seq; j += ROW_THREADS)
-        pr[j] = j >= lo && j <= t ? pr[j] * (dr[j] - D) : 0.0f;
-}
+// ---- backward ----
 
-// ---- products ----
-
-// C = alpha op(A) op(B) for each of `batch` heads, fp32, strides in elements.
-static zinf_status head_gemm(cuda_device *cd, cuda_stream *cs, bool trans_a, bool trans_b, int m, int n, int k,
-                             const float *A, int lda, int64_t sa, const float *B, int ldb, int64_t sb, float *C,
-                             int ldc, int64_t sc, float alpha, int batch) {
-    zinf_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.dt = ZINF_DTYPE_F32;
-    g.trans_a = trans_a;
-    g.trans_b = trans_b;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.a = A;
-    g.lda = lda;
-    g.b = B;
-    g.ldb = ldb;
-    g.c = C;
-    g.ldc = ldc;
-    g.alpha = alpha;
-    g.beta = 0.0f;
-    g.batch = batch;
-    g.stride_a = sa;
-    g.stride_b = sb;
-    g.stride_c = sc;
-    return cuda_gemm(cd, cs, &g);
-}
-
-// ---- forward and backward ----
-
+// D[b][h][t] = sum_d dout * out over the head's channels, one warp per (b, t, h) row:
+// out and dout are (B, T, NH hd), so row r's channels start at r hd.
 template <typename T>
-static zinf_status gather(cudaStream_t st, float *dst, const void *src, int ld, int off, int bh0, int nb, int seq,
-                          int NH, int hs) {
-    size_t n = (size_t)nb * seq * hs;
-    gather_heads_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)(dst, (const T *)src, ld, off, bh0, seq, NH, hs,
-                                                                        n);
-    ZINF_CUDA_LAUNCHED("gather_heads_kernel");
-    return ZINF_OK;
-}
-
-template <typename T>
-static zinf_status scatter(cudaStream_t st, void *dst, const float *src, int ld, int off, int bh0, int nb, int seq,
-                           int NH, int hs) {
-    size_t n = (size_t)nb * seq * hs;
-    scatter_heads_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)dst, src, ld, off, bh0, seq, NH, hs, n);
-    ZINF_CUDA_LAUNCHED("scatter_heads_kernel");
-    return ZINF_OK;
-}
-
-// Query heads bh0 .. bh0 + nb of the chunk (whole groups), and their nb / G kv heads.
-template <typename T>
-static zinf_status attention_fwd_t(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a) {
-    att_plan p = att_plan_of(a->B, a->T, a->NH, a->NKV, a->hd);
-    att_ws w;
-    att_layout(&p, a->ws, &w);
-    cudaStream_t st = cs->st;
-    int seq = a->T, NH = a->NH, NKV = a->NKV, hd = a->hd, G = p.group, ld = (NH + 2 * NKV) * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    // strides of a group's stacked query rows and scores, and of a kv head
-    int64_t sq = (int64_t)G * p.head_elems, ss = (int64_t)G * p.score_elems, skv = (int64_t)p.head_elems;
-    float *y = w.dq; // the forward's output heads
-    for (int bh0 = 0; bh0 < p.BH; bh0 += p.chunk) {
-        int nb = p.BH - bh0 < p.chunk ? p.BH - bh0 : p.chunk, nkv = nb / G;
-        ZINF_CHECK(gather<T>(st, w.q, a->qkv, ld, 0, bh0, nb, seq, NH, hd));
-        ZINF_CHECK(gather<T>(st, w.k, a->qkv, ld, NH * hd, bh0 / G, nkv, seq, NKV, hd));
-        ZINF_CHECK(gather<T>(st, w.v, a->qkv, ld, (NH + NKV) * hd, bh0 / G, nkv, seq, NKV, hd));
-        // S = scale Q K^T: (G seq x hd) (hd x seq)
-        ZINF_CHECK(
-            head_gemm(cd, cs, false, true, G * seq, seq, hd, w.q, hd, sq, w.k, hd, skv, w.s, seq, ss, scale, nkv));
-        softmax_fwd_kernel CUDA_LAUNCH((unsigned)nb * seq, ROW_THREADS, 0, st)(w.s, a->lse, bh0, seq, a->window);
-        ZINF_CUDA_LAUNCHED("softmax_fwd_kernel");
-        // Y = P V: (G seq x seq) (seq x hd)
-        ZINF_CHECK(head_gemm(cd, cs, false, false, G * seq, hd, seq, w.s, seq, ss, w.v, hd, skv, y, hd, sq, 1.0f, nkv));
-        ZINF_CHECK(scatter<T>(st, a->out, y, a->C, 0, bh0, nb, seq, NH, hd));
+static __global__ void __launch_bounds__(ATT_THREADS)
+    rowdot_kernel(float *D, const T *out, const T *dout, int seq, int NH, int hd, size_t rows) {
+    const int lane = threadIdx.x % 32;
+    const size_t step = (size_t)gridDim.x * (ATT_THREADS / 32);
+    for (size_t r = (size_t)blockIdx.x * (ATT_THREADS / 32) + threadIdx.x / 32; r < rows; r += step) {
+        const T *o = out + r * hd, *dy = dout + r * hd;
+        float s = 0.0f;
+        for (int d = lane; d < hd; d += 32)
+            s += to_f32(dy[d]) * to_f32(o[d]);
+        for (int w = 16; w > 0; w >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, w);
+        if (lane == 0) {
+            size_t bt = r / NH, b = bt / seq, t = bt % seq, h = r % NH;
+            D[(b * NH + h) * seq + t] = s;
+        }
     }
-    return ZINF_OK;
 }
 
-template <typename T>
-static zinf_status attention_bwd_t(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a) {
-    att_plan p = att_plan_of(a->B, a->T, a->NH, a->NKV, a->hd);
-    att_ws w;
-    att_layout(&p, a->ws, &w);
-    cudaStream_t st = cs->st;
-    int seq = a->T, NH = a->NH, NKV = a->NKV, hd = a->hd, G = p.group, ld = (NH + 2 * NKV) * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    int64_t sq = (int64_t)G * p.head_elems, ss = (int64_t)G * p.score_elems, skv = (int64_t)p.head_elems;
-    for (int bh0 = 0; bh0 < p.BH; bh0 += p.chunk) {
-        int nb = p.BH - bh0 < p.chunk ? p.BH - bh0 : p.chunk, nkv = nb / G;
-        size_t ns = (size_t)nb * p.score_elems;
-        ZINF_CHECK(gather<T>(st, w.q, a->qkv, ld, 0, bh0, nb, seq, NH, hd));
-        ZINF_CHECK(gather<T>(st, w.k, a->qkv, ld, NH * hd, bh0 / G, nkv, seq, NKV, hd));
-        ZINF_CHECK(gather<T>(st, w.v, a->qkv, ld, (NH + NKV) * hd, bh0 / G, nkv, seq, NKV, hd));
-        ZINF_CHECK(gather<T>(st, w.dy, a->dout, a->C, 0, bh0, nb, seq, NH, hd));
-        // P, recomputed: S = scale Q K^T, then exp(S - lse)
-        ZINF_CHECK(
-            head_gemm(cd, cs, false, true, G * seq, seq, hd, w.q, hd, sq, w.k, hd, skv, w.s, seq, ss, scale, nkv));
-        probs_kernel CUDA_LAUNCH(ew_blocks(ns), EW_THREADS, 0, st)(w.s, a->lse, bh0, seq, a->window, ns);
-        ZINF_CUDA_LAUNCHED("probs_kernel");
-        // dV = P^T dY: (G seq x seq)^T (G seq x hd), the sum over the group's heads
-        ZINF_CHECK(
-            head_gemm(cd, cs, true, false, seq, hd, G * seq, w.s, seq, ss, w.dy, hd, sq, w.dv, hd, skv, 1.0f, nkv));
-        // dP = dY V^T: (G seq x hd) (hd x seq)
-        ZINF_CHECK(
-            head_gemm(cd, cs, false, true, G * seq, seq, hd, w.dy, hd, sq, w.v, hd, skv, w.dp, seq, ss, 1.0f, nkv));
-        dscores_kernel CUDA_LAUNCH((unsigned)nb * seq, ROW_THREADS, 0, st)(w.s, w.dp, seq, a->window);
-        ZINF_CUDA_LAUNCHED("dscores_kernel");
-        // dQ = scale dS K; dK = scale dS^T Q, summed over the group like dV
-        ZINF_CHECK(
-            head_gemm(cd, cs, false, false, G * seq, hd, seq, w.s, seq, ss, w.k, hd, skv, w.dq, hd, sq, scale, nkv));
-        ZINF_CHECK(
-            head_gemm(cd, cs, true, false, seq, hd, G * seq, w.s, seq, ss, w.q, hd, sq, w.dk, hd, skv, scale, nkv));
-        ZINF_CHECK(scatter<T>(st, a->dqkv, w.dq, ld, 0, bh0, nb, seq, NH, hd));
-        ZINF_CHECK(scatter<T>(st, a->dqkv, w.dk, ld, NH * hd, bh0 / G, nkv, seq, NKV, hd));
-        ZINF_CHECK(scatter<T>(st, a->dqkv, w.dv, ld, (NH + NKV) * hd, bh0 / G, nkv, seq, NKV, hd));
+template <int HD> struct bwd_tile {
+    static constexpr int BR = ATT_BWD_BR(HD), BC = ATT_BWD_BC(HD), LDS = HD + 1, LDP = BC + 1;
+    static constexpr int TPR = ATT_THREADS / BR, NQ = HD / TPR; // dQ: threads per query row, channels each
+    static constexpr int TPK = ATT_THREADS / BC, NK = HD / TPK; // dK, dV: threads per key row, channels each
+    static_assert(TPR * BR == ATT_THREADS && NQ * TPR == HD && TPK * BC == ATT_THREADS && NK * TPK == HD,
+                  "rows do not map onto the block");
+};
+
+// Both backward kernels' shared memory: a query tile (its Q, dO, lse and D), a key tile
+// (K, V), and the tile's P (the dK/dV kernel's) and dS.
+template <int HD> struct bwd_smem {
+    using B = bwd_tile<HD>;
+    float q[B::BR * B::LDS], dout[B::BR * B::LDS], k[B::BC * B::LDS], v[B::BC * B::LDS];
+    float p[B::BR * B::LDP], ds[B::BR * B::LDP], lse[B::BR], D[B::BR];
+};
+static_assert(sizeof(bwd_smem<32>) <= 48 * 1024 && sizeof(bwd_smem<64>) <= 48 * 1024 &&
+                  sizeof(bwd_smem<128>) <= 48 * 1024 && sizeof(bwd_smem<256>) <= 48 * 1024,
+              "backward tiles over 48 KiB of static shared memory");
+
+// The query tile at q0 of head h: Q, dO, and lse and D of its rows (0 past the sequence,
+// where nothing is seen).
+template <typename T, int HD>
+static __device__ __forceinline__ void load_queries(bwd_smem<HD> &sm, const T *x, const T *dy, const float *lse,
+                                                    const float *D, size_t ld, int C, int h, int q0, int seq, int hd) {
+    using B = bwd_tile<HD>;
+    load_rows<T, HD, B::BR, B::LDS>(sm.q, x + (size_t)h * hd, ld, q0, seq, hd);
+    load_rows<T, HD, B::BR, B::LDS>(sm.dout, dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
+    for (int r = threadIdx.x; r < B::BR; r += ATT_THREADS) {
+        bool in = q0 + r < seq;
+        sm.lse[r] = in ? lse[q0 + r] : 0.0f;
+        sm.D[r] = in ? D[q0 + r] : 0.0f;
     }
+}
+
+// The tile's P = exp(scale q.k - lse) where the query sees the key, 0 elsewhere (into
+// sm.p when want_p), and dS = P (dP - D) scale with dP = dO . v (into sm.ds): the forward's
+// P, and the scores' gradient with the softmax's scale folded in.
+template <int HD>
+static __device__ __forceinline__ void probs_dscores(bwd_smem<HD> &sm, bool want_p, int q0, int k0, int seq, int window,
+                                                     int hd, float scale) {
+    using B = bwd_tile<HD>;
+    using M = score_map<B::BR, B::BC>;
+    const int ty = threadIdx.x / M::TX, tx = threadIdx.x % M::TX;
+    if (ty >= M::TY) return;
+    float s[M::SR][M::SC], dp[M::SR][M::SC];
+    tile_dots<M::SR, M::SC, M::TY, M::TX, B::LDS>(s, sm.q, sm.k, hd, ty, tx);
+    tile_dots<M::SR, M::SC, M::TY, M::TX, B::LDS>(dp, sm.dout, sm.v, hd, ty, tx);
+#pragma unroll
+    for (int i = 0; i < M::SR; i++)
+#pragma unroll
+        for (int j = 0; j < M::SC; j++) {
+            int r = ty + M::TY * i, c = tx + M::TX * j;
+            float p = sees(q0 + r, k0 + c, seq, window) ? expf(s[i][j] * scale - sm.lse[r]) : 0.0f;
+            if (want_p) sm.p[r * B::LDP + c] = p;
+            sm.ds[r * B::LDP + c] = p * (dp[i][j] - sm.D[r]) * scale;
+        }
+}
+
+// dK and dV of the key tile at k0 of kv head g, summed over the group's query heads in
+// order and, for each, over the query tiles that see the tile. Thread (key, lane) keeps
+// channels lane + TPK i of its key's dK and dV.
+template <typename T, int HD>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    flash_bwd_dkv_kernel(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D, int seq, int NH,
+                         int NKV, int hd, int window, float scale) {
+    using B = bwd_tile<HD>;
+    constexpr int BR = B::BR, BC = B::BC, LDS = B::LDS, LDP = B::LDP, TPK = B::TPK, NK = B::NK;
+    __shared__ bwd_smem<HD> sm;
+    const int g = blockIdx.y, b = blockIdx.z, k0 = blockIdx.x * BC, G = NH / NKV, C = NH * hd;
+    const size_t ld = (size_t)(NH + 2 * NKV) * hd;
+    const T *x = qkv + (size_t)b * seq * ld, *dy = dout + (size_t)b * seq * C;
+    const int key = threadIdx.x / TPK, lane = threadIdx.x % TPK;
+    load_rows<T, HD, BC, LDS>(sm.k, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+    load_rows<T, HD, BC, LDS>(sm.v, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
+    float dk[NK], dv[NK];
+#pragma unroll
+    for (int i = 0; i < NK; i++)
+        dk[i] = dv[i] = 0.0f;
+    // The last query that sees a key of the tile: the window's reach past its last key.
+    const int klast = (k0 + BC < seq ? k0 + BC : seq) - 1;
+    const int qlast = window > 0 && klast + window - 1 < seq - 1 ? klast + window - 1 : seq - 1;
+    for (int h = g * G; h < (g + 1) * G; h++) {
+        const size_t rows = ((size_t)b * NH + h) * seq;
+        for (int qt = k0 / BR; qt <= qlast / BR; qt++) {
+            const int q0 = qt * BR;
+            __syncthreads(); // the previous query tile's rows, P and dS are read
+            load_queries<T, HD>(sm, x, dy, lse + rows, D + rows, ld, C, h, q0, seq, hd);
+            __syncthreads();
+            probs_dscores<HD>(sm, true, q0, k0, seq, window, hd, scale);
+            __syncthreads();
+            for (int r = 0; r < BR; r++) {
+                const float p = sm.p[r * LDP + key], ds = sm.ds[r * LDP + key];
+                const float *dyr = sm.dout + r * LDS + lane, *qr = sm.q + r * LDS + lane;
+#pragma unroll
+                for (int i = 0; i < NK; i++) {
+                    dv[i] += p * dyr[TPK * i];
+                    dk[i] += ds * qr[TPK * i];
+                }
+            }
+        }
+    }
+    const int k = k0 + key;
+    if (k < seq) {
+        T *dkr = dqkv + ((size_t)b * seq + k) * ld + (size_t)(NH + g) * hd, *dvr = dkr + (size_t)NKV * hd;
+#pragma unroll
+        for (int i = 0; i < NK; i++) {
+            int d = lane + TPK * i;
+            if (d < hd) {
+                store_f32(&dkr[d], dk[i]);
+                store_f32(&dvr[d], dv[i]);
+            }
+        }
+    }
+}
+
+// dQ of the query tile at q0 of head h, summed over the key tiles it sees in order.
+// Thread (row, lane) keeps channels lane + TPR i of its row's dQ.
+template <typename T, int HD>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    flash_bwd_dq_kernel(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D, int seq, int NH,
+                        int NKV, int hd, int window, float scale) {
+    using B = bwd_tile<HD>;
+    constexpr int BR = B::BR, BC = B::BC, LDS = B::LDS, LDP = B::LDP, TPR = B::TPR, NQ = B::NQ;
+    __shared__ bwd_smem<HD> sm;
+    const int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BR, g = h / (NH / NKV), C = NH * hd;
+    const size_t ld = (size_t)(NH + 2 * NKV) * hd, rows = ((size_t)b * NH + h) * seq;
+    const T *x = qkv + (size_t)b * seq * ld, *dy = dout + (size_t)b * seq * C;
+    const int row = threadIdx.x / TPR, lane = threadIdx.x % TPR;
+    load_queries<T, HD>(sm, x, dy, lse + rows, D + rows, ld, C, h, q0, seq, hd);
+    float dq[NQ];
+#pragma unroll
+    for (int i = 0; i < NQ; i++)
+        dq[i] = 0.0f;
+    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1;
+    for (int kt = first_key(q0, window) / BC; kt <= last / BC; kt++) {
+        const int k0 = kt * BC;
+        __syncthreads(); // the previous key tile and its dS are read
+        load_rows<T, HD, BC, LDS>(sm.k, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+        load_rows<T, HD, BC, LDS>(sm.v, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
+        __syncthreads();
+        probs_dscores<HD>(sm, false, q0, k0, seq, window, hd, scale);
+        __syncthreads();
+        const float *dsr = sm.ds + row * LDP;
+        for (int c = 0; c < BC; c++) {
+            const float ds = dsr[c], *kr = sm.k + c * LDS + lane;
+#pragma unroll
+            for (int i = 0; i < NQ; i++)
+                dq[i] += ds * kr[TPR * i];
+        }
+    }
+    const int t = q0 + row;
+    if (t < seq) {
+        T *o = dqkv + ((size_t)b * seq + t) * ld + (size_t)h * hd;
+#pragma unroll
+        for (int i = 0; i < NQ; i++) {
+            int d = lane + TPR * i;
+            if (d < hd) store_f32(&o[d], dq[i]);
+        }
+    }
+}
+
+// ---- launches ----
+
+static unsigned tiles(int n, int per) { return (unsigned)((n + per - 1) / per); }
+
+template <typename T, int HD> static zinf_status fwd_hd(cudaStream_t st, const zinf_attention_args *a, float scale) {
+    dim3 grid(tiles(a->T, ATT_FWD_BR(HD)), (unsigned)a->NH, (unsigned)a->B);
+    flash_fwd_kernel<T, HD> CUDA_LAUNCH(grid, ATT_THREADS, 0, st)((T *)a->out, a->lse, (const T *)a->qkv, a->T, a->NH,
+                                                                  a->NKV, a->hd, a->window, scale);
+    ZINF_CUDA_LAUNCHED("flash_fwd_kernel");
     return ZINF_OK;
 }
 
-zinf_status cuda_attention_fwd(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a) {
+template <typename T, int HD> static zinf_status bwd_hd(cudaStream_t st, const zinf_attention_args *a, float scale) {
+    const float *D = (const float *)a->ws;
+    dim3 gkv(tiles(a->T, ATT_BWD_BC(HD)), (unsigned)a->NKV, (unsigned)a->B);
+    flash_bwd_dkv_kernel<T, HD> CUDA_LAUNCH(gkv, ATT_THREADS, 0, st)(
+        (T *)a->dqkv, (const T *)a->qkv, (const T *)a->dout, a->lse, D, a->T, a->NH, a->NKV, a->hd, a->window, scale);
+    ZINF_CUDA_LAUNCHED("flash_bwd_dkv_kernel");
+    dim3 gq(tiles(a->T, ATT_BWD_BR(HD)), (unsigned)a->NH, (unsigned)a->B);
+    flash_bwd_dq_kernel<T, HD> CUDA_LAUNCH(gq, ATT_THREADS, 0, st)(
+        (T *)a->dqkv, (const T *)a->qkv, (const T *)a->dout, a->lse, D, a->T, a->NH, a->NKV, a->hd, a->window, scale);
+    ZINF_CUDA_LAUNCHED("flash_bwd_dq_kernel");
+    return ZINF_OK;
+}
+
+// The front end refuses these shapes first (gpu/ops.c); checked again here so that no
+// launch is ever made with a grid the device would not take.
+static zinf_status unsupported(const zinf_attention_args *a, const char *op) {
+    if (a->hd > ATT_MAX_HD)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: head size %d is over the CUDA kernels' %d", op, a->hd, ATT_MAX_HD);
+    if (a->B > 65535 || a->NH > 65535)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: B %d or NH %d is over the CUDA grid's 65535", op, a->B, a->NH);
+    return ZINF_OK;
+}
+
+template <typename T> static zinf_status attention_fwd_t(cudaStream_t st, const zinf_attention_args *a) {
+    float scale = 1.0f / sqrtf((float)a->hd);
+    switch (ATT_HD_PAD(a->hd)) {
+    case 32: return fwd_hd<T, 32>(st, a, scale);
+    case 64: return fwd_hd<T, 64>(st, a, scale);
+    case 128: return fwd_hd<T, 128>(st, a, scale);
+    default: return fwd_hd<T, 256>(st, a, scale);
+    }
+}
+
+template <typename T> static zinf_status attention_bwd_t(cudaStream_t st, const zinf_attention_args *a) {
+    float scale = 1.0f / sqrtf((float)a->hd);
+    size_t rows = (size_t)a->B * a->T * a->NH;
+    size_t blocks = (rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32);
+    rowdot_kernel<T> CUDA_LAUNCH((unsigned)(blocks < 65536 ? blocks : 65536), ATT_THREADS, 0,
+                                 st)((float *)a->ws, (const T *)a->out, (const T *)a->dout, a->T, a->NH, a->hd, rows);
+    ZINF_CUDA_LAUNCHED("rowdot_kernel");
+    switch (ATT_HD_PAD(a->hd)) {
+    case 32: return bwd_hd<T, 32>(st, a, scale);
+    case 64: return bwd_hd<T, 64>(st, a, scale);
+    case 128: return bwd_hd<T, 128>(st, a, scale);
+    default: return bwd_hd<T, 256>(st, a, scale);
+    }
+}
+
+zinf_status cuda_attention_fwd(cudaStream_t st, const zinf_attention_args *a) {
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0 || a->NKV <= 0 || a->hd <= 0) return ZINF_OK;
-    CUDA_DT_SWITCH(a->dt, "attention_fwd", attention_fwd_t, cd, cs, a);
+    ZINF_CHECK(unsupported(a, "attention"));
+    CUDA_DT_SWITCH(a->dt, "attention_fwd", attention_fwd_t, st, a);
 }
 
-zinf_status cuda_attention_bwd(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a) {
+zinf_status cuda_attention_bwd(cudaStream_t st, const zinf_attention_args *a) {
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0 || a->NKV <= 0 || a->hd <= 0) return ZINF_OK;
-    CUDA_DT_SWITCH(a->dt, "attention_bwd", attention_bwd_t, cd, cs, a);
+    ZINF_CHECK(unsupported(a, "attention backward"));
+    CUDA_DT_SWITCH(a->dt, "attention_bwd", attention_bwd_t, st, a);
 }

@@ -267,8 +267,8 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
     case OP_SWIGLU_BWD: return cuda_swiglu_bwd(st, dt, &op->u.ew);
     case OP_ROPE_FWD: return cuda_rope(st, dt, &op->u.rope, false);
     case OP_ROPE_BWD: return cuda_rope(st, dt, &op->u.rope, true);
-    case OP_ATTENTION_FWD: return cuda_attention_fwd(cd, cs, &op->u.attn);
-    case OP_ATTENTION_BWD: return cuda_attention_bwd(cd, cs, &op->u.attn);
+    case OP_ATTENTION_FWD: return cuda_attention_fwd(st, &op->u.attn);
+    case OP_ATTENTION_BWD: return cuda_attention_bwd(st, &op->u.attn);
     case OP_CROSS_ENTROPY: return cuda_cross_entropy(st, dt, &op->u.xent);
     case OP_EMBEDDING_FWD: return cuda_embedding_fwd(st, dt, &op->u.emb);
     case OP_EMBEDDING_BWD: return cuda_embedding_bwd(st, dt, &op->u.emb);

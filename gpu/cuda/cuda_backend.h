@@ -132,7 +132,7 @@ template <int NT> __device__ __forceinline__ float block_max(float v, float *red
 
 // ---- ops (arguments checked by the front end) ----
 
-// gemm.cu. Also used by the attention for its fp32 products.
+// gemm.cu
 zinf_status cuda_gemm(cuda_device *cd, cuda_stream *cs, const zinf_gemm_args *g);
 
 // ops.cu
@@ -158,7 +158,7 @@ zinf_status cuda_dequantize(cudaStream_t st, zinf_dtype dt, const op_quantize *a
 zinf_status cuda_optim(cudaStream_t st, const op_optim *o);
 
 // attention.cu
-zinf_status cuda_attention_fwd(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a);
-zinf_status cuda_attention_bwd(cuda_device *cd, cuda_stream *cs, const zinf_attention_args *a);
+zinf_status cuda_attention_fwd(cudaStream_t st, const zinf_attention_args *a);
+zinf_status cuda_attention_bwd(cudaStream_t st, const zinf_attention_args *a); // ws: (B, NH, T) fp32
 
 #endif
