@@ -32,7 +32,7 @@ static float *randv(zinf_dtype dt, size_t n, double scale) {
 static double rtol_of(zinf_dtype dt) { return dt == ZINF_DTYPE_F32 ? 2e-5 : dt == ZINF_DTYPE_BF16 ? 1.0 / 128 : 1.0 / 1024; }
 
 // The device result (n elements of dt at d) against ref: |a - r| <= rtol (|r| + rms(ref)).
-static void compare(const char *what, zinf_dtype dt, const void *d, const double *ref, size_t n) {
+static void compare_rtol(const char *what, zinf_dtype dt, const void *d, const double *ref, size_t n, double rtol) {
     size_t es = zinf_dtype_size(dt);
     void *h = malloc(n * es);
     from_device(S, h, d, n * es);
@@ -40,7 +40,7 @@ static void compare(const char *what, zinf_dtype dt, const void *d, const double
     for (size_t i = 0; i < n; i++)
         rms += ref[i] * ref[i];
     rms = sqrt(rms / (double)n);
-    double rtol = rtol_of(dt), worst = 0;
+    double worst = 0;
     size_t bad = 0, at = 0;
     for (size_t i = 0; i < n; i++) {
         double a = dt_load(h, dt, i), err = fabs(a - ref[i]), lim = rtol * (fabs(ref[i]) + rms);
@@ -53,6 +53,10 @@ static void compare(const char *what, zinf_dtype dt, const void *d, const double
     CHECK(bad == 0, "%s %s: %zu of %zu elements off, first at %zu: %g vs %g (worst rel %.3g, rtol %.3g)", what,
           zinf_dtype_name(dt), bad, n, at, dt_load(h, dt, at), ref[at], worst, rtol);
     free(h);
+}
+
+static void compare(const char *what, zinf_dtype dt, const void *d, const double *ref, size_t n) {
+    compare_rtol(what, dt, d, ref, n, rtol_of(dt));
 }
 
 static void compare_f32(const char *what, const float *d, const double *ref, size_t n, double rtol) {
@@ -358,9 +362,10 @@ static void test_rope(zinf_dtype dt) {
 // ---- attention ----
 
 // GPT-2's multi-head attention (NKV and hd left 0: NH and C / NH), and grouped-query
-// heads, with a sliding window shorter than the sequence or not.
-static void test_attention(zinf_dtype dt, int NH, int NKV, int hd, int window) {
-    enum { B = 2, T = 13 };
+// heads, with a sliding window shorter than the sequence or not. The backward runs
+// twice and must repeat bit for bit.
+static void test_attention(zinf_dtype dt, int T, int NH, int NKV, int hd, int window) {
+    enum { B = 2 };
     int nkv = NKV ? NKV : NH, hs = hd ? hd : 24 / NH, C = NH * hs, G = NH / nkv;
     size_t row = (size_t)(NH + 2 * nkv) * hs, nq = (size_t)B * T * row, no = (size_t)B * T * C;
     float *qkv = randv(dt, nq, 1), *dout = randv(dt, no, 1);
@@ -373,8 +378,17 @@ static void test_attention(zinf_dtype dt, int NH, int NKV, int hd, int window) {
     a.ws = wsb ? test_dev_poisoned(dev, S, wsb) : NULL;
     TRY(zinf_attention_fwd(S, &a));
     TRY(zinf_attention_bwd(S, &a));
+    size_t gbytes = nq * zinf_dtype_size(dt);
+    void *first = malloc(gbytes), *again = malloc(gbytes);
+    from_device(S, first, dqkv, gbytes);
+    TRY(zinf_memset_async(S, dqkv, 0xff, gbytes));
+    TRY(zinf_attention_bwd(S, &a));
+    from_device(S, again, dqkv, gbytes);
+    CHECK(memcmp(first, again, gbytes) == 0, "attention backward T=%d NH=%d NKV=%d hd=%d window=%d %s: a second run "
+          "differs", T, NH, NKV, hd, window, zinf_dtype_name(dt));
+    free(first), free(again);
     double *ro = calloc(no, sizeof *ro), *rg = calloc(nq, sizeof *rg), *rl = calloc((size_t)B * NH * T, sizeof *rl);
-    double p[T], dp[T], sc = 1 / sqrt(hs);
+    double *p = malloc((size_t)T * sizeof *p), *dp = malloc((size_t)T * sizeof *dp), sc = 1 / sqrt(hs);
 #define AT(b, t, h, i) (((size_t)(b) * T + (t)) * row + (size_t)(h) * hs + (i)) // head h of the packed row
 #define Q(b, t, h, i) qkv[AT(b, t, h, i)]
 #define K(b, t, g, i) qkv[AT(b, t, NH + (g), i)]
@@ -417,17 +431,19 @@ static void test_attention(zinf_dtype dt, int NH, int NKV, int hd, int window) {
 #undef Q
 #undef K
 #undef VV
-    char what[96];
-    snprintf(what, sizeof what, "attention NH=%d NKV=%d hd=%d window=%d", NH, NKV, hd, window);
+    char what[128];
+    snprintf(what, sizeof what, "attention T=%d NH=%d NKV=%d hd=%d window=%d", T, NH, NKV, hd, window);
     compare(what, dt, out, ro, no);
-    snprintf(what, sizeof what, "attention lse NH=%d NKV=%d hd=%d window=%d", NH, NKV, hd, window);
+    snprintf(what, sizeof what, "attention lse T=%d NH=%d NKV=%d hd=%d window=%d", T, NH, NKV, hd, window);
     compare_f32(what, lse, rl, (size_t)B * NH * T, dt == ZINF_DTYPE_F32 ? 1e-5 : 1e-4);
-    snprintf(what, sizeof what, "attention backward NH=%d NKV=%d hd=%d window=%d", NH, NKV, hd, window);
-    compare(what, dt, dqkv, rg, nq);
+    // The CUDA backward takes D_i = dO_i . O_i from out as stored (flash attention 2's
+    // way), so in 16 bits its gradients carry O's rounding as well as their own.
+    snprintf(what, sizeof what, "attention backward T=%d NH=%d NKV=%d hd=%d window=%d", T, NH, NKV, hd, window);
+    compare_rtol(what, dt, dqkv, rg, nq, dt == ZINF_DTYPE_F32 ? rtol_of(dt) : 2 * rtol_of(dt));
     void *bufs[] = {dq, ddo, out, dqkv, lse, a.ws};
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
-    free(qkv), free(dout), free(ro), free(rg), free(rl);
+    free(qkv), free(dout), free(ro), free(rg), free(rl), free(p), free(dp);
 }
 
 // The front end refuses what the Llama family's ops cannot take, naming the argument.
@@ -452,6 +468,17 @@ static void test_bad_args(void) {
     CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_INVAL, "negative window accepted");
     CHECK_CONTAINS(zinf_last_error(), "window");
     CHECK(zinf_attention_workspace(dev, &a) == 0, "a workspace for a bad shape");
+    a.window = 0;
+    zinf_attention_args bwd = a;
+    bwd.out = NULL, bwd.dqkv = x, bwd.dout = x;
+    CHECK(zinf_attention_bwd(S, &bwd) == ZINF_ERR_INVAL, "backward without the forward's out accepted");
+    CHECK_CONTAINS(zinf_last_error(), "out");
+    // CUDA's tiles take a head of 256 channels at most; the host any.
+    if (zinf_device_get_caps(dev)->backend == ZINF_BACKEND_CUDA) {
+        a.C = 4 * 264, a.hd = 264;
+        CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_UNSUPPORTED, "a head of 264 channels accepted by CUDA");
+        CHECK_CONTAINS(zinf_last_error(), "head size 264");
+    }
     TRY(zinf_stream_sync(S));
 }
 
@@ -590,10 +617,21 @@ int main(void) {
         for (size_t k = 0; k < 3; k++)
             test_sumsq(dt, (size_t[]){5, 100003, (size_t)3 << 20 | 7}[k]);
         test_rope(dt);
-        test_attention(dt, 3, 0, 0, 0);
-        test_attention(dt, 4, 2, 6, 0);
-        test_attention(dt, 6, 2, 5, 4);
-        test_attention(dt, 4, 1, 8, 13);
+        test_attention(dt, 13, 3, 0, 0, 0);
+        test_attention(dt, 13, 4, 2, 6, 0);
+        test_attention(dt, 13, 6, 2, 5, 4);
+        test_attention(dt, 13, 4, 1, 8, 13);
+        // Several tiles (gpu/attention_plan.h: 32 queries and keys a tile up to hd 64;
+        // 32 x 16 forward and 16 x 16 backward for hd 128; 16 x 8 and 8 x 8 for 256)
+        // with a ragged last one, windows that end inside a tile, groups of 2 to 4
+        // query heads, and head sizes short of their padded width (20, 40).
+        test_attention(dt, 80, 4, 1, 64, 0);
+        test_attention(dt, 80, 4, 2, 64, 21);
+        test_attention(dt, 75, 6, 2, 40, 37);
+        test_attention(dt, 70, 2, 2, 20, 33);
+        test_attention(dt, 40, 4, 2, 128, 0);
+        test_attention(dt, 40, 2, 1, 128, 19);
+        test_attention(dt, 21, 2, 1, 256, 10);
         test_cross_entropy(dt, false);
         test_cross_entropy(dt, true);
         test_embedding(dt, true);
