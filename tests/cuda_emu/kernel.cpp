@@ -37,7 +37,8 @@ namespace {
 // ---- fibers ----
 
 #if defined(__SANITIZE_ADDRESS__)
-constexpr size_t STACK = 256 << 10; // ASan's frames are large
+constexpr size_t STACK = 256 << 10;      // ASan's frames are large
+constexpr size_t STACK_FRESH = 16 << 10; // unpoisoned when a fiber starts (prepare)
 #else
 constexpr size_t STACK = 64 << 10;
 #endif
@@ -245,6 +246,16 @@ void prepare(fiber *f, char *stack) {
     // The stacks are a page multiple apart; starting each at another 64-byte offset
     // spreads the fibers' hot frames over the cache's sets instead of one set.
     size_t top = STACK - (size_t)(f->lin * 7 % 64) * 64;
+#if defined(__SANITIZE_ADDRESS__)
+    // A fiber that ran on this stack before leaves through leave() and jump_to(), frames
+    // that never return, so their redzones may stay poisoned just below fiber_main's
+    // frame, where this fiber's kernel frames will go; a new frame writes only its own
+    // redzones' shadow, so a kernel's local that lands on a stale one is reported as a
+    // stack underflow (seen: an array of the attention's forward, in a stale jump_to
+    // frame). Nothing near the top of a fiber that has not started is in use.
+    size_t fresh = top < STACK_FRESH ? top : STACK_FRESH;
+    __asan_unpoison_memory_region(stack + top - fresh, fresh);
+#endif
 #if defined(__x86_64__)
     // The frame cuda_emu_switch pops: r15..rbp, then the return address (the start
     // trampoline, which calls r13 with the stack 16-byte aligned).
