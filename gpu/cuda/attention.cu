@@ -17,8 +17,6 @@
 // batch item) sums dQ = scale dS K over the key tiles. Both write dqkv.
 // Key tiles that no query of a tile sees (past the causal edge, or before the window)
 // are skipped; within a tile a mask zeroes what a row does not see.
-#include <string.h>
-
 #include "attention_plan.h"
 #include "cuda_backend.h"
 
