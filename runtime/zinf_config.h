@@ -120,6 +120,10 @@ typedef struct zinf_aio_config {
 
 typedef struct zinf_activation_checkpointing_config {
     bool enabled; // the section is present: every block recomputes its forward
+    // The blocks' saved inputs in pinned host memory, copied out as the forward writes
+    // them and back ahead of each block's recompute (DeepSpeed's key, which there needs
+    // partition_activations; zinf has no model parallelism and offloads them whole).
+    bool cpu_checkpointing;
 } zinf_activation_checkpointing_config;
 
 typedef enum zinf_model_preset {

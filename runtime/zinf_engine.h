@@ -147,6 +147,7 @@ typedef struct zinf_engine_memory {
     int64_t activations;                // device: the model's activations and scratch
     int64_t reduce_bufs;                // device: gradient buckets
     int64_t staging;                    // pinned host: communication and gradient staging
+    int64_t activation_host;            // pinned host: the activation checkpoints (cpu_checkpointing)
     int64_t host;                       // host memory of the optimizer tier: states (cpu), gradients, IO buffers
     int64_t pinned;                     // pinned host in all: staging, and the tiers' host memory where pin_memory
     int64_t pinned_budget;

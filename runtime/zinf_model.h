@@ -183,6 +183,10 @@ typedef struct zinf_model_params {
     // bit for bit those of one chunk; the head weight's gradient is summed chunk by chunk
     // (rounded to the dtype after each).
     int head_chunk;
+    // With checkpoint_activations and training: the L + 1 checkpoints (the embedding's
+    // output and every block's) live in pinned host memory the caller lends
+    // (zinf_model_lend_checkpoints), and the device keeps three of them.
+    bool host_checkpoints;
 } zinf_model_params;
 
 typedef struct zinf_model zinf_model;
@@ -196,6 +200,12 @@ zinf_status zinf_model_create(zinf_model **out, zinf_device *dev, const zinf_mod
 zinf_status zinf_model_plan(zinf_model **out, zinf_backend backend, const zinf_model_params *p,
                             int64_t *activation_bytes);
 void zinf_model_destroy(zinf_model *m); // NULL is a no-op
+// Bytes of pinned host memory a model with p's host_checkpoints needs (0 without).
+size_t zinf_model_checkpoint_bytes(const zinf_model_params *p);
+// Lend a model made with host_checkpoints its pinned host buffer of
+// zinf_model_checkpoint_bytes (the caller keeps it, and frees it after the model);
+// required before its first forward.
+zinf_status zinf_model_lend_checkpoints(zinf_model *m, void *h_buf);
 const zinf_model_params *zinf_model_get_params(const zinf_model *m);
 int zinf_model_module_count(const zinf_model *m);
 const zinf_module_info *zinf_model_module(const zinf_model *m, int i);

@@ -110,7 +110,9 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
             p->target->backend == ZINF_BACKEND_SIM ? sim.name : "");
     fprintf(f, "  per rank, host: %s, of which pinned %s", sz(m.host_total, b[0]), sz(m.pinned, b[1]));
     if (m.pinned_budget >= 0) fprintf(f, " of a %s budget", sz(m.pinned_budget, b[2]));
-    fprintf(f, " (communication staging %s); NVMe: %s", sz(m.staging, b[3]), m.nvme ? sz(m.nvme, b[4]) : "none");
+    fprintf(f, " (communication staging %s", sz(m.staging, b[3]));
+    if (m.activation_host) fprintf(f, "; activation checkpoints %s", sz(m.activation_host, b[5]));
+    fprintf(f, "); NVMe: %s", m.nvme ? sz(m.nvme, b[4]) : "none");
     // Each tier's paths, once.
     const zinf_path_list *lists[2] = {&oo->nvme_path, &op->nvme_path};
     bool used[2] = {nvme, m.params_tier == ZINF_OFFLOAD_NVME && m.param_buffers > 0};

@@ -225,8 +225,9 @@ const key zinf_config_keys[] = {
     // ---- activation checkpointing (optional: present = every block recomputes) ----
     SECTION("activation_checkpointing", OFF(activation_checkpointing.enabled), F_OPTIONAL),
     UNSUPPORTED("activation_checkpointing.partition_activations", "false", "zinf has no model parallelism"),
-    UNSUPPORTED("activation_checkpointing.cpu_checkpointing", "false", NULL),
-    UNSUPPORTED("activation_checkpointing.contiguous_memory_optimization", "false", NULL),
+    BOOL("activation_checkpointing.cpu_checkpointing", OFF(activation_checkpointing.cpu_checkpointing), 0),
+    UNSUPPORTED("activation_checkpointing.contiguous_memory_optimization", "false",
+                "zinf's checkpoints are one buffer already, on the device or in pinned host memory"),
     UNSUPPORTED("activation_checkpointing.number_checkpoints", "null", "zinf checkpoints every block"),
     UNSUPPORTED("activation_checkpointing.synchronize_checkpoint_boundary", "false", NULL),
     UNSUPPORTED("activation_checkpointing.profile", "false", NULL),

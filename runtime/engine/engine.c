@@ -210,6 +210,17 @@ static zinf_status alloc_states(zinf_engine *e) {
                               (void **)&e->d_stats);
 }
 
+// With cpu_checkpointing the model's checkpoints live in pinned host memory from the
+// pool, held to the pinned budget with every other pinned buffer.
+static zinf_status lend_checkpoints(zinf_engine *e) {
+    size_t bytes = zinf_model_checkpoint_bytes(zinf_model_get_params(e->m));
+    if (!bytes) return ZINF_OK;
+    e->ckpt_host_bytes = (int64_t)bytes;
+    ZINF_CHECK(engine_take_pinned(e, bytes, "activation checkpoints (activation_checkpointing.cpu_checkpointing)",
+                                  &e->h_ckpt));
+    return e->plan ? ZINF_OK : zinf_model_lend_checkpoints(e->m, e->h_ckpt);
+}
+
 zinf_status engine_build(zinf_engine *e) {
     e->nmod = zinf_model_module_count(e->m);
     e->params16 = calloc((size_t)e->nmod, sizeof *e->params16);
@@ -223,6 +234,7 @@ zinf_status engine_build(zinf_engine *e) {
     ZINF_CHECK(layout_build(e));
     ZINF_CHECK(mics_create(e));
     ZINF_CHECK(alloc_states(e));
+    ZINF_CHECK(lend_checkpoints(e));
     ZINF_CHECK(reduce_create(e));
     return zeropp_create(e);
 }
@@ -232,7 +244,9 @@ zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_mode
                               .batch = (int)cfg->train_micro_batch_size_per_gpu,
                               .training = true,
                               .checkpoint_activations = cfg->activation_checkpointing.enabled,
-                              .head_chunk = (int)(cfg->memory.head_chunk_tokens > 0 ? cfg->memory.head_chunk_tokens : 0)};
+                              .head_chunk = (int)(cfg->memory.head_chunk_tokens > 0 ? cfg->memory.head_chunk_tokens : 0),
+                              .host_checkpoints = cfg->activation_checkpointing.enabled &&
+                                                  cfg->activation_checkpointing.cpu_checkpointing};
     ZINF_CHECK(zinf_model_shape_from_config(&cfg->model, &mp->shape));
     mp->seq_len = cfg->data.present && cfg->data.seq_len > 0 ? (int)cfg->data.seq_len : mp->shape.block_size;
     if (mp->seq_len > mp->shape.block_size)
@@ -390,10 +404,11 @@ void zinf_engine_destroy(zinf_engine *e) {
     if (e->dev) zinf_device_free(e->dev, e->d_stats);
     params_destroy(e);
     states_destroy(e);
+    zinf_model_destroy(e->m); // its copies to and from h_ckpt end first
+    if (e->host) zinf_host_pool_free(e->host, e->h_ckpt, true);
     zinf_host_pool_destroy(e->host);
     zinf_aio_destroy(e->aio);
     free(e->params16), free(e->grads16), free(e->pview), free(e->names), free(e->lay);
-    zinf_model_destroy(e->m);
     zinf_event_destroy(e->ev_cs);
     if (e->nccl) zinf_comm_detach_device(e->comm);
     zinf_stream_destroy(e->xs);
@@ -605,6 +620,7 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->reduce_bufs = (int64_t)(2 * e->bucket_cap * sizeof(float));
     out->optimizer_tier = e->otier;
     out->staging = (int64_t)e->h_comm_bytes;
+    out->activation_host = e->ckpt_host_bytes;
     const zinf_optim_tier_stats *os = &e->ostats;
     const zinf_param_tier_stats *ps = &e->pstats;
     out->host = os->host_bytes;

@@ -154,6 +154,8 @@ struct zinf_engine {
     bool *sec_valid;   // per module: it holds the parameters as they are now
     bool sec_host;     // in pinned host memory (parameters offloaded), else on the device
     int64_t sec_bytes; // all of them
+    void *h_ckpt;             // cpu_checkpointing: the model's checkpoints, pinned (lent to the model)
+    int64_t ckpt_host_bytes;
     bool qgz;                       // stage-3 gradient buckets reduce as int4 (when the node layout allows)
     int nodes;                      // of the ranks (the target's, in a plan)
     zinf_comm *qg_node, *qg_cross;  // this rank's node; the ranks with its local index on every node

@@ -165,6 +165,11 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out
     if (staged && !offloaded && !e->qgz) out->h2d += (int64_t)(e->stage >= 2 ? slice4 : pad4) * ga;
     if (e->replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
         out->d2h += (int64_t)(e->npart * sizeof(float)), out->h2d += (int64_t)(e->npart * sizeof(float));
+    if (e->ckpt_host_bytes) { // every checkpoint out, and back in but the three left in the slots
+        const zinf_model_params *mp = zinf_model_get_params(e->m);
+        int64_t one = e->ckpt_host_bytes / (mp->shape.n_layer + 1), back = mp->shape.n_layer - 2;
+        out->d2h += e->ckpt_host_bytes * ga, out->h2d += (back > 0 ? back : 0) * one * ga;
+    }
     bool host_params = e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE;
     if (offloaded && !host_params) out->h2d += (int64_t)(e->npart * e->es);
     if (!offloaded && host_params) out->d2h += (int64_t)(e->npart * e->es);
@@ -322,6 +327,11 @@ zinf_status zinf_plan_verdict(const zinf_plan *p) {
         snprintf(msg + n, sizeof msg - n, "%s%s %s is past %s, %s: %s", n ? "; " : "", budgets[i].what,
                  zinf_size_format((uint64_t)x->need, a, sizeof a), budgets[i].of,
                  zinf_size_format((uint64_t)x->have, b, sizeof b), budgets[i].hint);
+        n = strlen(msg);
+        if (x != &p->device && p->mem.activation_host) // the pinned and the host budgets hold them
+            snprintf(msg + n, sizeof msg - n, "; of it, the activation checkpoints take %s "
+                                              "(activation_checkpointing.cpu_checkpointing false keeps them on the device)",
+                     zinf_size_format((uint64_t)p->mem.activation_host, a, sizeof a));
     }
     return zinf_fail(ZINF_ERR_NOMEM, "the plan does not fit: %s", msg);
 }

@@ -23,6 +23,9 @@ zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes
     ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, (int64_t)zinf_device_get_caps(dev)->capacity, &chunk));
     zinf_model_params mp;
     ZINF_CHECK(engine_model_params(&e0.cfg, dt, &mp));
+    // Checkpoints in host memory move on the model's own stream, beside the kernels
+    // timed here; the plan counts their bytes over PCIe.
+    mp.host_checkpoints = false;
     zinf_stream *s = NULL;
     zinf_event *t0 = NULL, *t1 = NULL;
     zinf_model *m = NULL;

@@ -115,9 +115,17 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(dalloc(m, (void **)&m->tok, BT, 4, "tokens"));
     ZINF_CHECK(dalloc(m, (void **)&m->targets, BT, 4, "targets"));
     ZINF_CHECK(dalloc(m, (void **)&m->order, BT, 4, "token order"));
-    ZINF_CHECK(dalloc(m, &m->encoded, BT * C, es, "activations: embedding"));
-    for (int l = 0; l < L; l++)
-        ZINF_CHECK(dalloc(m, &m->res3[l], BT * C, es, "activations: block outputs"));
+    if (m->p.host_checkpoints) { // checkpoint j in slot j % CKPT_SLOTS
+        for (int k = 0; k < CKPT_SLOTS; k++)
+            ZINF_CHECK(dalloc(m, &m->slots[k], BT * C, es, "activations: checkpoint slots"));
+        m->encoded = m->slots[0];
+        for (int l = 0; l < L; l++)
+            m->res3[l] = m->slots[(l + 1) % CKPT_SLOTS];
+    } else {
+        ZINF_CHECK(dalloc(m, &m->encoded, BT * C, es, "activations: embedding"));
+        for (int l = 0; l < L; l++)
+            ZINF_CHECK(dalloc(m, &m->res3[l], BT * C, es, "activations: block outputs"));
+    }
     for (int i = 0; i < sets; i++)
         ZINF_CHECK(alloc_layer(m, &m->layers[i]));
     ZINF_CHECK(dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
@@ -155,7 +163,12 @@ static void free_layer(zinf_device *d, layer_acts *a) {
 void zinf_model_destroy(zinf_model *m) {
     if (!m) return;
     zinf_device *d = m->dev;
-    for (int l = 0; m->res3 && l < m->p.shape.n_layer; l++)
+    zinf_stream_destroy(m->cp); // its copies end first
+    for (int k = 0; k < CKPT_SLOTS; k++)
+        zinf_event_destroy(m->ev_copy[k]), zinf_device_free(d, m->slots[k]);
+    zinf_event_destroy(m->ev_compute);
+    if (m->p.host_checkpoints) m->encoded = NULL; // a slot's
+    for (int l = 0; m->res3 && !m->p.host_checkpoints && l < m->p.shape.n_layer; l++)
         zinf_device_free(d, m->res3[l]);
     for (int i = 0; m->layers && i < (m->p.checkpoint_activations ? 1 : m->p.shape.n_layer); i++)
         free_layer(d, &m->layers[i]);
@@ -167,6 +180,110 @@ void zinf_model_destroy(zinf_model *m) {
     free(m->res3), free(m->layers), free(m->h_tok), free(m->h_order), free(m->h_losses);
     free(m->mods), free(m->params), free(m->sched);
     free(m);
+}
+
+// ---- checkpoints in host memory ----
+// With host_checkpoints the forward copies each checkpoint to the host buffer on the
+// model's copy stream as soon as it is written, and the backward brings each back
+// before its block's recompute, the next one (block l - 1's input) as block l's
+// recompute starts, so the copy runs under block l's recompute and backward. Slot k
+// holds checkpoints k, k + 3, ...: the forward writes checkpoint j once the copy out of
+// j - 3 is done; the backward loads checkpoint l - 1 into the slot of l + 2, whose last
+// reader and writer (block l + 1's recompute and backward) are queued before the load.
+// The three checkpoints the forward leaves in the slots (L - 2 .. L) are not reloaded.
+// Every copy goes through the one stream, in order, so a checkpoint's copy out of a
+// micro-batch lands before any later copy of the same host bytes.
+
+static zinf_status ckpt_create(zinf_model *m) {
+    ZINF_CHECK(zinf_stream_create(m->dev, &m->cp));
+    ZINF_CHECK(zinf_event_create(m->dev, &m->ev_compute));
+    for (int k = 0; k < CKPT_SLOTS; k++) {
+        ZINF_CHECK(zinf_event_create(m->dev, &m->ev_copy[k]));
+        m->slot_of[k] = -1;
+    }
+    return ZINF_OK;
+}
+
+size_t zinf_model_checkpoint_bytes(const zinf_model_params *p) {
+    if (!p->host_checkpoints) return 0;
+    return (size_t)(p->shape.n_layer + 1) * (size_t)p->batch * (size_t)p->seq_len * (size_t)p->shape.n_embd *
+           zinf_dtype_size(p->dtype);
+}
+
+zinf_status zinf_model_lend_checkpoints(zinf_model *m, void *h_buf) {
+    if (!m->p.host_checkpoints || !m->dev || !h_buf)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: a host buffer is lent only to a model made with host_checkpoints",
+                         m->fam->name);
+    m->h_ckpt = h_buf;
+    return ZINF_OK;
+}
+
+static size_t ckpt_bytes(const zinf_model *m) {
+    return (size_t)m->b * m->p.seq_len * m->p.shape.n_embd * zinf_dtype_size(m->p.dtype);
+}
+
+static void *ckpt_host(const zinf_model *m, int j) {
+    size_t full = (size_t)m->p.batch * m->p.seq_len * m->p.shape.n_embd * zinf_dtype_size(m->p.dtype);
+    return (char *)m->h_ckpt + (size_t)j * full;
+}
+
+// The compute stream s is about to write checkpoint j: its slot's last copy must be over.
+static zinf_status ckpt_before_write(zinf_model *m, zinf_stream *s, int j) {
+    int k = j % CKPT_SLOTS;
+    if (m->slot_of[k] >= 0) ZINF_CHECK(zinf_stream_wait_event(s, m->ev_copy[k]));
+    return ZINF_OK;
+}
+
+// s wrote checkpoint j: copy it out once s gets there.
+static zinf_status ckpt_save(zinf_model *m, zinf_stream *s, int j) {
+    int k = j % CKPT_SLOTS;
+    ZINF_CHECK(zinf_event_record(m->ev_compute, s));
+    ZINF_CHECK(zinf_stream_wait_event(m->cp, m->ev_compute));
+    ZINF_CHECK(zinf_copy_async(m->cp, ckpt_host(m, j), m->slots[k], ckpt_bytes(m), ZINF_COPY_D2H));
+    ZINF_CHECK(zinf_event_record(m->ev_copy[k], m->cp));
+    m->slot_of[k] = j, m->slot_loading[k] = false;
+    return ZINF_OK;
+}
+
+// Bring checkpoint j into its slot unless it is there, after everything queued on s so far.
+static zinf_status ckpt_load(zinf_model *m, zinf_stream *s, int j) {
+    int k = j % CKPT_SLOTS;
+    if (m->slot_of[k] == j) return ZINF_OK;
+    ZINF_CHECK(zinf_event_record(m->ev_compute, s));
+    ZINF_CHECK(zinf_stream_wait_event(m->cp, m->ev_compute));
+    ZINF_CHECK(zinf_copy_async(m->cp, m->slots[k], ckpt_host(m, j), ckpt_bytes(m), ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_event_record(m->ev_copy[k], m->cp));
+    m->slot_of[k] = j, m->slot_loading[k] = true;
+    return ZINF_OK;
+}
+
+// s is about to read checkpoint j: in its slot, and the copy that brought it there over.
+static zinf_status ckpt_before_read(zinf_model *m, zinf_stream *s, int j) {
+    int k = j % CKPT_SLOTS;
+    ZINF_CHECK(ckpt_load(m, s, j));
+    return m->slot_loading[k] ? zinf_stream_wait_event(s, m->ev_copy[k]) : ZINF_OK;
+}
+
+// The copies around op: module op->module of block l writes checkpoint l + 1 (the MLP,
+// in forward and recompute) or reads checkpoint l (the attention's recompute; the final
+// norm's backward reads checkpoint L); the embedding writes checkpoint 0.
+static zinf_status ckpt_around(zinf_model *m, zinf_stream *s, const zinf_model_op *op, bool after) {
+    int L = m->p.shape.n_layer, mod = op->module, l = (mod - 1) / 2;
+    bool embedding = mod == MOD_EMBEDDING, mlp = mod != mod_norm(L) && mod != mod_head(L) && !embedding &&
+                                               mod == mod_mlp(l);
+    switch (op->pass) {
+    case ZINF_PASS_FORWARD:
+        if (!embedding && !mlp) return ZINF_OK;
+        return after ? ckpt_save(m, s, embedding ? 0 : l + 1) : ckpt_before_write(m, s, embedding ? 0 : l + 1);
+    case ZINF_PASS_RECOMPUTE:
+        if (after) return ZINF_OK;
+        if (mlp) return ckpt_before_write(m, s, l + 1); // the same values again
+        ZINF_CHECK(ckpt_before_read(m, s, l));
+        return l > 0 ? ckpt_load(m, s, l - 1) : ZINF_OK; // ahead, under this block
+    case ZINF_PASS_BACKWARD:
+        return !after && mod == mod_norm(L) ? ckpt_before_read(m, s, L) : ZINF_OK;
+    }
+    return ZINF_OK;
 }
 
 static zinf_status check_params(const model_family *f, const zinf_model_params *p) {
@@ -184,6 +301,10 @@ static zinf_status check_params(const model_family *f, const zinf_model_params *
     if (p->batch < 1) return zinf_fail(ZINF_ERR_INVAL, "%s: batch %d is below 1", f->name, p->batch);
     if (p->dtype != ZINF_DTYPE_F32 && p->dtype != ZINF_DTYPE_BF16 && p->dtype != ZINF_DTYPE_F16)
         return zinf_fail(ZINF_ERR_INVAL, "%s: dtype must be fp32, bf16 or fp16", f->name);
+    if (p->host_checkpoints && !(p->checkpoint_activations && p->training))
+        return zinf_fail(ZINF_ERR_INVAL, "%s: checkpoints in host memory need a training model with activation "
+                                         "checkpointing",
+                         f->name);
     return ZINF_OK;
 }
 
@@ -203,6 +324,7 @@ static zinf_status create(zinf_model **out, zinf_device *dev, zinf_backend backe
     ZINF_CHECK_GOTO(build_schedule(m), st, fail);
     ZINF_CHECK_GOTO(alloc_acts(m), st, fail);
     if (dev && f->prepare) ZINF_CHECK_GOTO(f->prepare(m), st, fail);
+    if (dev && p->host_checkpoints) ZINF_CHECK_GOTO(ckpt_create(m), st, fail);
     *out = m;
     return ZINF_OK;
 fail:
@@ -267,15 +389,25 @@ zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *t
     return ZINF_OK;
 }
 
+static zinf_status run_op(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
+                          void *const *grads) {
+    if (op->pass == ZINF_PASS_BACKWARD) return m->fam->backward(m, s, op->module, params, grads);
+    return m->fam->forward(m, s, op->module, params);
+}
+
 zinf_status zinf_model_run(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
                            void *const *grads) {
     if (op->module < 0 || op->module >= m->nmod) return zinf_fail(ZINF_ERR_INVAL, "%s: no module %d", m->fam->name, op->module);
     if (m->b == 0) return zinf_fail(ZINF_ERR_INVAL, "%s: run before zinf_model_set_batch", m->fam->name);
-    if (op->pass == ZINF_PASS_BACKWARD) {
-        if (!m->p.training) return zinf_fail(ZINF_ERR_INVAL, "%s: backward of a model made without training", m->fam->name);
-        return m->fam->backward(m, s, op->module, params, grads);
-    }
-    return m->fam->forward(m, s, op->module, params);
+    if (op->pass == ZINF_PASS_BACKWARD && !m->p.training)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: backward of a model made without training", m->fam->name);
+    if (!m->p.host_checkpoints) return run_op(m, s, op, params, grads);
+    if (!m->h_ckpt)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: lend the checkpoints' host buffer first (zinf_model_lend_checkpoints)",
+                         m->fam->name);
+    ZINF_CHECK(ckpt_around(m, s, op, false));
+    ZINF_CHECK(run_op(m, s, op, params, grads));
+    return ckpt_around(m, s, op, true);
 }
 
 zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t *count) {

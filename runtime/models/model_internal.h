@@ -37,6 +37,9 @@ typedef struct act_widths {
 
 typedef struct model_family model_family;
 
+// With host checkpoints, the device slots the checkpoints pass through (model.c).
+enum { CKPT_SLOTS = 3 };
+
 struct zinf_model {
     const model_family *fam;
     zinf_device *dev;      // NULL for a plan: activations counted, not allocated
@@ -68,6 +71,17 @@ struct zinf_model {
     float *rope_cos, *rope_sin; // (T, hd / 2), the Llama family's
     // backward scratch
     void *dres, *dln, *dqkv, *datty, *dfc, *dact, *dnorm;
+
+    // host_checkpoints: checkpoint j (the embedding's output for j = 0, else block j -
+    // 1's) lives in the lent host buffer at j B T C elements and, on the device, in slot
+    // j % CKPT_SLOTS, which encoded and res3 point into. The copy stream moves them.
+    void *h_ckpt;
+    void *slots[CKPT_SLOTS];
+    int slot_of[CKPT_SLOTS];       // the checkpoint a slot holds; -1: none
+    bool slot_loading[CKPT_SLOTS]; // its last copy brings the checkpoint in from host memory
+    zinf_stream *cp;
+    zinf_event *ev_copy[CKPT_SLOTS]; // a slot's last copy
+    zinf_event *ev_compute;          // the compute stream's progress, for the copy stream
 };
 
 struct model_family {

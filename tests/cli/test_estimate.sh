@@ -206,6 +206,7 @@ compare 1 zero_optimization.stage=2 bf16.enabled=true $OO.device=cpu $OO.pin_mem
 compare 1 zero_optimization.stage=2 $OO.device=nvme
 compare 1 zero_optimization.stage=3 bf16.enabled=true "${CO[@]}" 'activation_checkpointing={}'
 compare 1 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme
+compare 1 zero_optimization.stage=3 bf16.enabled=true $OO.device=cpu 'activation_checkpointing={"cpu_checkpointing":true}'
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OP.device=nvme "${CO[@]}"
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OO.device=cpu $OP.device=cpu $OP.pin_memory=false
 # Files striped over two paths in units of aio.block_size; no read-ahead; every slice on disk.

@@ -194,14 +194,15 @@ static void test_bad_files(const fixture *fx) {
 static void test_plan(void) {
     zinf_device *d = test_device(0);
     zinf_backend be = zinf_device_get_caps(d)->backend;
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < 6; c++) {
         zinf_model_params p = {.shape = zinf_model_shape_gpt2(3, 4, 64, 101, 32),
                                .dtype = c & 1 ? ZINF_DTYPE_BF16 : ZINF_DTYPE_F32,
                                .batch = 3,
                                .seq_len = 17,
-                               .training = c < 3 || c == 4,
-                               .checkpoint_activations = c == 2,
-                               .head_chunk = c == 4 ? 10 : 0};
+                               .training = c < 3 || c >= 4,
+                               .checkpoint_activations = c == 2 || c == 5,
+                               .head_chunk = c == 4 ? 10 : 0,
+                               .host_checkpoints = c == 5};
         zinf_device_mem before, after;
         zinf_device_get_mem(d, &before);
         zinf_model *m, *pm;
