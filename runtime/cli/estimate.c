@@ -97,6 +97,8 @@ typedef struct features {
     int64_t tokens;     // of a micro-batch
     int64_t head_chunk; // the output layer's chunk in the row (tokens: at once)
     plan head_other;    // the row with the head at once where it is chunked, else in chunks
+    bool ckpt;          // activation checkpointing is on: ckpt_other is the row with
+    plan ckpt_other;    // cpu_checkpointing the other way
 } features;
 
 static int features_of(const plan *own, features *f) {
@@ -108,7 +110,19 @@ static int features_of(const plan *own, features *f) {
     // At once where it is chunked; else in chunks of a quarter of the tokens, to show
     // what chunking would save.
     f->head_other.cfg.memory.head_chunk_tokens = f->head_chunk < f->tokens ? f->tokens : (f->tokens + 3) / 4;
-    return plan_make(&f->head_other) == ZINF_OK ? CLI_OK : cli_fail("estimate", CLI_FAIL);
+    if (plan_make(&f->head_other) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+    const zinf_activation_checkpointing_config *ac = &c->activation_checkpointing;
+    f->ckpt = ac->enabled;
+    if (!f->ckpt) return CLI_OK;
+    f->ckpt_other = *own;
+    f->ckpt_other.cfg.activation_checkpointing.cpu_checkpointing = !ac->cpu_checkpointing;
+    return plan_make(&f->ckpt_other) == ZINF_OK ? CLI_OK : cli_fail("estimate", CLI_FAIL);
+}
+
+// The row's plan with the checkpoints in host memory and on the device.
+static void ckpt_plans(const plan *own, const features *f, const plan **host, const plan **dev) {
+    bool on = own->cfg.activation_checkpointing.cpu_checkpointing;
+    *host = on ? own : &f->ckpt_other, *dev = on ? &f->ckpt_other : own;
 }
 
 static void print_features(const plan *own, const features *f) {
@@ -122,6 +136,17 @@ static void print_features(const plan *own, const features *f) {
         printf("    output layer, all %lld tokens at once: %s; in chunks of %lld (memory.head_chunk_tokens): %s\n",
                (long long)f->tokens, sz(own->r.device_peak, b[0]),
                (long long)f->head_other.cfg.memory.head_chunk_tokens, sz(f->head_other.r.device_peak, b[1]));
+    if (!f->ckpt) {
+        printf("    activation checkpointing is off (the activation_checkpointing section turns it on)\n");
+        return;
+    }
+    const plan *host, *dev;
+    ckpt_plans(own, f, &host, &dev);
+    char c[2][32];
+    printf("    activation checkpoints in pinned host memory (activation_checkpointing.cpu_checkpointing): %s, "
+           "pinned %s; on the device: %s, pinned %s\n",
+           sz(host->r.device_peak, b[0]), sz(host->r.mem.pinned, c[0]), sz(dev->r.device_peak, b[1]),
+           sz(dev->r.mem.pinned, c[1]));
 }
 
 // The config's own row: every figure of train's plan lines, in bytes.
@@ -144,6 +169,15 @@ static json_t *plan_json(const plan *p, const features *f) {
                              (json_int_t)(chunked ? f->head_other.r.device_peak : p->r.device_peak));
     json_object_update(more, feat);
     json_decref(feat);
+    if (f->ckpt) {
+        const plan *host, *dev;
+        ckpt_plans(p, f, &host, &dev);
+        json_t *ck = json_pack("{s:I, s:I, s:I}", "activation_host_bytes", (json_int_t)p->r.mem.activation_host,
+                               "device_peak_ckpt_host_bytes", (json_int_t)host->r.device_peak,
+                               "device_peak_ckpt_device_bytes", (json_int_t)dev->r.device_peak);
+        json_object_update(more, ck);
+        json_decref(ck);
+    }
     json_t *budgets =
         json_pack("{s:I, s:I, s:I}", "device_capacity_bytes", (json_int_t)p->r.device.have, "pinned_budget_bytes",
                   (json_int_t)p->r.pinned.have, "host_available_bytes", (json_int_t)p->r.host.have);
@@ -508,7 +542,7 @@ static int estimate(args *a, zinf_config *cfg) {
     if (rc != CLI_OK || !a->config) return rc;
     if (!own) return cli_usage("estimate", "--config: stage %lld with those offload tiers is not a row zinf plans",
                                (long long)cfg->zero.stage);
-    static features f; // two plans: large
+    static features f; // three plans: large
     if ((rc = features_of(own, &f)) != CLI_OK) return rc;
     if (a->json) {
         cli_print_json_line(plan_json(own, &f));

@@ -65,7 +65,15 @@ import json, sys
 on, off = (json.loads(open(f).readlines()[-1]) for f in sys.argv[1:])
 assert on["pinned_bytes"] - off["pinned_bytes"] == 6 * 16384, (on["pinned_bytes"], off["pinned_bytes"])
 assert off["activation_bytes"] - on["activation_bytes"] == 3 * 16384, (on["activation_bytes"], off["activation_bytes"])
+# Each plan also shows the other way, the same figures.
+for p in (on, off):
+    assert p["device_peak_ckpt_device_bytes"] - p["device_peak_ckpt_host_bytes"] == 3 * 16384, p
+assert on["activation_host_bytes"] == 6 * 16384 and off["activation_host_bytes"] == 0, (on, off)
+assert on["device_peak_ckpt_host_bytes"] == on["device_peak_bytes"] == off["device_peak_ckpt_host_bytes"], (on, off)
 PY
+expect 0 "$Z" estimate --config "$tmp/cfg.json" --set $AC=true
+grep -q '^    activation checkpoints in pinned host memory (activation_checkpointing.cpu_checkpointing): .*; on the device: ' "$tmp/out" ||
+  fail "estimate's features: $(grep -A3 'memory-centric' "$tmp/out")"
 expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set $AC=true
 grep -q 'activation checkpoints 96 KiB' "$tmp/out" || fail "train's plan: $(grep 'per rank, host' "$tmp/out")"
 
