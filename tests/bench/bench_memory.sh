@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The memory-centric features: the device's peak and the step's time with and without
-# each. On the host backend, a Llama with a vocabulary wide against its width (2 layers
+# each. On the host backend, a Llama with a vocabulary wide against its width (6 layers
 # of 256, vocab 32768, tied), micro-batch 4 x 512 tokens, stage 3 with both tiers on
 # NVMe: the output layer with all 2048 tokens' logits at once (128 MiB in bf16) and in
 # chunks of 256 (memory.head_chunk_tokens); median s/step over the steps after the
-# first two, the peak as train measured it, and the two runs' final losses. Then
-# Llama-3.1-8B and a Llama-3.2-3B at 4096 tokens, both tiers on NVMe, as zinf estimate
-# plans them for a 24 GB device (the sim's rtx4090): the device peak with each feature
-# and without. ZINF_BENCH_DIR (default /var/tmp) should sit on the drive offload uses.
+# first two, the peak as train measured it, and the two runs' final losses; then with
+# activation checkpointing, the checkpoints on the device against in pinned host memory
+# (activation_checkpointing.cpu_checkpointing; the digests must be identical, exit 1
+# otherwise). Then Llama-3.1-8B and a Llama-3.2-3B at 4096 tokens, both tiers on NVMe,
+# as zinf estimate plans them for a 24 GB device (the sim's rtx4090): the device peak
+# with each feature and without. ZINF_BENCH_DIR (default /var/tmp) should sit on the
+# drive offload uses.
 set -eu
 Z=${ZINF_BUILD:-build}/zinf
 base=${ZINF_BENCH_DIR:-/var/tmp}
@@ -27,7 +30,7 @@ cat > "$dir/l.json" <<JSON
  "zero_optimization": {"stage": 3, "sub_group_size": 1e7,
    "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/nvme"},
    "offload_param": {"device": "nvme", "nvme_path": "$dir/nvme", "max_in_cpu": 0}},
- "model": {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "head_dim": 64, "n_embd": 256,
+ "model": {"arch": "llama", "n_layer": 6, "n_head": 4, "n_kv_head": 2, "head_dim": 64, "n_embd": 256,
    "intermediate_size": 688, "vocab_size": 32768, "block_size": 512},
  "data": {"path": "$dir/t.tokens", "format": "tokens-u16", "seq_len": 512},
  "device": {"backend": "host"}}
@@ -39,6 +42,8 @@ run() { # name, sets...: one run, its --json lines in $dir/NAME.out
 }
 run once --set memory.head_chunk_tokens=2048
 run chunks --set memory.head_chunk_tokens=256
+run ckdev --set memory.head_chunk_tokens=256 --set activation_checkpointing='{}'
+run ckhost --set memory.head_chunk_tokens=256 --set activation_checkpointing='{"cpu_checkpointing": true}'
 plan() { # name, preset, sets...: the config's plan object of zinf estimate on a sim rtx4090
   local name=$1 preset=$2; shift 2
   "$Z" estimate --config "$dir/l.json" --json --set model="{\"preset\": \"$preset\"}" --set data.seq_len=4096 \
@@ -53,7 +58,7 @@ import json, sys
 from steps import load, med
 d, skip = sys.argv[1], int(sys.argv[2])
 MiB, GiB = 2**20, 2**30
-print(f"output layer in chunks, host backend, llama 2 x 256 vocab 32768, 4 x 512 tokens; median of steps {skip + 1}-")
+print(f"output layer in chunks, host backend, llama 6 x 256 vocab 32768, 4 x 512 tokens; median of steps {skip + 1}-")
 print("%-26s %8s %12s %10s" % ("head", "s/step", "device peak", "last loss"))
 rows = {}
 for name, what in (("once", "all 2048 tokens at once"), ("chunks", "chunks of 256 tokens")):
@@ -63,10 +68,24 @@ for name, what in (("once", "all 2048 tokens at once"), ("chunks", "chunks of 25
     print("%-26s %8.3f %8.1f MiB %10.4f" % (what, rows[name][0], peak / MiB, st[-1]["loss"]))
 print("chunks / at once: step %.3f, device peak %.3f" % (rows["chunks"][0] / rows["once"][0],
                                                          rows["chunks"][1] / rows["once"][1]))
+print("with activation checkpointing (head in chunks of 256):")
+print("%-26s %8s %12s %12s" % ("checkpoints", "s/step", "device peak", "pinned"))
+digests = []
+for name, what in (("ckdev", "on the device"), ("ckhost", "in pinned host memory")):
+    st, fin = load(f"{d}/{name}.out")
+    rows[name] = (med(st, "step_seconds", skip), max(s["device_peak_bytes"] for s in st))
+    digests.append(fin["weights_digest"])
+    print("%-26s %8.3f %8.1f MiB %8.1f MiB" % (what, rows[name][0], rows[name][1] / MiB, st[-1]["pinned_bytes"] / MiB))
+print("host / device: step %.3f, device peak %.3f; weights digests %s" % (
+    rows["ckhost"][0] / rows["ckdev"][0], rows["ckhost"][1] / rows["ckdev"][1],
+    "identical" if digests[0] == digests[1] else "DIFFERENT: %s %s" % tuple(digests)))
 print("planned on a 24 GB device (sim rtx4090), 1 x 4096 tokens, activation checkpointing, both tiers on nvme:")
 for name, model in (("3b", "Llama-3.2-3B"), ("8b", "Llama-3.1-8B")):
     p = json.load(open(f"{d}/{name}.plan"))
     print("  %-13s output layer in chunks of %5d tokens: device peak %.2f GiB; all at once: %.2f GiB (capacity %.1f GiB)"
           % (model, p["head_chunk_tokens"], p["device_peak_head_chunked_bytes"] / GiB,
              p["device_peak_head_at_once_bytes"] / GiB, p["device_capacity_bytes"] / GiB))
+    print("  %-13s checkpoints in host memory: device peak %.2f GiB; on the device: %.2f GiB"
+          % ("", p["device_peak_ckpt_host_bytes"] / GiB, p["device_peak_ckpt_device_bytes"] / GiB))
+sys.exit(0 if digests[0] == digests[1] else 1)
 PY
