@@ -2,9 +2,9 @@
 # Activation checkpoints in host memory (activation_checkpointing.cpu_checkpointing):
 # the same losses and weights digest as the checkpoints on the device, bit for bit,
 # for a GPT of 5 layers (so the backward brings 3 of its 6 checkpoints back from host
-# memory through 3 device slots) at stages 0-3, with the optimizer on cpu and nvme and
-# at stage 3 the parameters too, on 1 and 2 ranks, in fp32 and bf16, with 2
-# micro-batches accumulated per step, and with the output layer in chunks. The plan
+# memory through 3 device slots) at stages 0-3, with the optimizer on the device, cpu
+# and nvme and at stage 3 the parameters on cpu and nvme, each on 1 and 2 ranks, in
+# fp32 and in bf16 with the output layer in chunks, 2 micro-batches accumulated a step. The plan
 # counts the checkpoints in pinned host memory and the device keeps three of them; a
 # pinned budget they do not fit is refused before step 1, naming them; the model-parallel
 # partition_activations stays refused, saying why.
@@ -33,27 +33,22 @@ JSON
 
 AC=activation_checkpointing.cpu_checkpointing OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
 before=$fails
-for dt in fp32 bf16; do
-  for stage in 0 1 2 3; do
-    for np in 1 2; do
-      sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set zero_optimization.stage=$stage)
-      [ $dt = bf16 ] && sets+=(--set memory.head_chunk_tokens=24)
-      tiers=("none none")
-      [ $stage -gt 0 ] && tiers+=("cpu none" "nvme none")
-      [ $stage = 3 ] && tiers+=("nvme nvme")
-      for t in "${tiers[@]}"; do
-        read -r opt par <<< "$t"
-        tsets=("${sets[@]}" --set $OO.device=$opt --set $OP.device=$par)
-        run $np "$tmp/dev" "${tsets[@]}"
-        run $np "$tmp/host" "${tsets[@]}" --set $AC=true
-        want=$(summary "$tmp/dev") got=$(summary "$tmp/host")
-        [ "$got" = "$want" ] ||
-          fail "$dt stage $stage on $np ranks, optimizer $opt, params $par: checkpoints in host memory $got; on the device $want"
-      done
-    done
+# dtype, stage, optimizer tier, parameter tier: every stage, every tier once.
+for c in "fp32 0 none none" "fp32 1 cpu none" "fp32 2 nvme none" "fp32 3 none none" "fp32 3 nvme nvme" \
+  "bf16 2 cpu none" "bf16 3 cpu cpu"; do
+  read -r dt stage opt par <<< "$c"
+  sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set zero_optimization.stage=$stage
+        --set $OO.device=$opt --set $OP.device=$par)
+  [ $dt = bf16 ] && sets+=(--set memory.head_chunk_tokens=24)
+  for np in 1 2; do
+    run $np "$tmp/dev" "${sets[@]}"
+    run $np "$tmp/host" "${sets[@]}" --set $AC=true
+    want=$(summary "$tmp/dev") got=$(summary "$tmp/host")
+    [ "$got" = "$want" ] ||
+      fail "$dt stage $stage on $np ranks, optimizer $opt, params $par: checkpoints in host memory $got; on the device $want"
   done
 done
-[ $fails = $before ] && echo "cpu_checkpointing: bit-identical to the checkpoints on the device, stages 0-3 x tiers x 1, 2 ranks x fp32, bf16 (head in chunks)"
+[ $fails = $before ] && echo "cpu_checkpointing: bit-identical to the checkpoints on the device, stages 0-3, every tier, 1 and 2 ranks, fp32 and bf16 (head in chunks)"
 
 # The plan: 6 checkpoints of 2 x 32 x 64 fp32 (16 KiB each) in pinned host memory, and
 # three device slots instead of six buffers: 48 KiB less on the device.
