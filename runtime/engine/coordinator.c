@@ -64,11 +64,7 @@ void coord_destroy(zinf_engine *e) {
     free_all(e);
     for (int i = 0; co->landed && i < e->nmod; i++)
         zinf_event_destroy(co->landed[i]);
-    for (int i = 0; i < co->capwaits; i++) {
-        zinf_event_destroy(co->waits[i].before);
-        zinf_event_destroy(co->waits[i].after);
-    }
-    free(co->waits);
+    coord_free_waits(e);
     free(co->gathered), free(co->landed), free(co->queue), free(co->queued), free(co->ahead);
     zinf_prefetch_destroy(co->pf);
 }
@@ -140,8 +136,8 @@ static zinf_status read_ahead(zinf_engine *e) {
     return ZINF_OK;
 }
 
-// A pair of timed events for one wait of the compute stream, recorded around it.
-static zinf_status new_wait(coordinator *co, zinf_device *dev, wait_pair **out) {
+zinf_status coord_new_wait(zinf_engine *e, wait_pair **out) {
+    coordinator *co = &e->co;
     if (co->nwaits == co->capwaits) {
         int cap = co->capwaits ? 2 * co->capwaits : 64;
         wait_pair *n = realloc(co->waits, (size_t)cap * sizeof *n);
@@ -150,11 +146,21 @@ static zinf_status new_wait(coordinator *co, zinf_device *dev, wait_pair **out) 
         co->waits = n, co->capwaits = cap;
     }
     wait_pair *w = &co->waits[co->nwaits++];
-    if (!w->before) ZINF_CHECK(zinf_event_create_timed(dev, &w->before));
-    if (!w->after) ZINF_CHECK(zinf_event_create_timed(dev, &w->after));
+    if (!w->before) ZINF_CHECK(zinf_event_create_timed(e->dev, &w->before));
+    if (!w->after) ZINF_CHECK(zinf_event_create_timed(e->dev, &w->after));
     w->disk = w->update = false;
     *out = w;
     return ZINF_OK;
+}
+
+void coord_free_waits(zinf_engine *e) {
+    coordinator *co = &e->co;
+    for (int i = 0; i < co->capwaits; i++) {
+        zinf_event_destroy(co->waits[i].before);
+        zinf_event_destroy(co->waits[i].after);
+    }
+    free(co->waits);
+    co->waits = NULL, co->nwaits = co->capwaits = 0;
 }
 
 // The compute stream waits for x's gather; when the gather may not have landed yet,
@@ -163,7 +169,7 @@ static zinf_status wait_landed(zinf_engine *e, int x) {
     coordinator *co = &e->co;
     if (zinf_event_done(co->landed[x])) return zinf_stream_wait_event(e->cs, co->landed[x]);
     wait_pair *w;
-    ZINF_CHECK(new_wait(co, e->dev, &w));
+    ZINF_CHECK(coord_new_wait(e, &w));
     w->disk = from_disk(e, x);
     ZINF_CHECK(zinf_event_record(w->before, e->cs));
     ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
@@ -177,7 +183,7 @@ static zinf_status wait_landed(zinf_engine *e, int x) {
 static zinf_status issue_for_use(zinf_engine *e, int x) {
     if (zinf_optim_tier_updated(e->ot, x)) return issue(e, x);
     wait_pair *w;
-    ZINF_CHECK(new_wait(&e->co, e->dev, &w));
+    ZINF_CHECK(coord_new_wait(e, &w));
     w->update = true;
     ZINF_CHECK(zinf_event_record(w->before, e->cs));
     ZINF_CHECK(issue(e, x));

@@ -46,12 +46,16 @@ zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void
 
 zinf_status engine_sync(zinf_engine *e) {
     zinf_optim_tier_join(e->ot);
+    // Stages 1-2: the all-gathers of the modules the forward has not used yet, in order
+    // (every rank syncs at the same points). Before the streams are synced and the
+    // update is marked settled, so that they still wait for its stores.
+    zinf_status sh = share_finish(e);
     zinf_status a = zinf_stream_sync(e->xs), b = zinf_stream_sync(e->cs);
     zinf_status c = zinf_stream_sync(params_stream(e));
     zinf_optim_tier_settled(e->ot);
     ZINF_CHECK(zinf_latch_raise(e->failure));
     if (e->nccl) ZINF_CHECK(zinf_comm_status(e->comm)); // an abort lets the streams pass
-    return a != ZINF_OK ? a : b != ZINF_OK ? b : c;
+    return sh != ZINF_OK ? sh : a != ZINF_OK ? a : b != ZINF_OK ? b : c;
 }
 
 zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, bool mine_host, void *full,
@@ -358,10 +362,12 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(engine_build(e));
     ZINF_CHECK(check_plan(e, &t, before.in_use));
     ZINF_CHECK(zinf_host_pool_pin(e->host));
-    if (e->stage == 3)
+    if (e->stage == 3) {
         ZINF_CHECK(coord_create(e));
-    else
+    } else {
         memcpy(e->pview, e->params16, (size_t)e->nmod * sizeof *e->pview);
+        ZINF_CHECK(share_create(e));
+    }
     ZINF_CHECK(init_partition(e));
     if (e->aio) zinf_aio_get_stats(e->aio, &e->aio_seen); // steps count their own IO and traffic
     zinf_comm_get_bytes(e->comm, &e->comm_seen);
@@ -395,7 +401,10 @@ void zinf_engine_destroy(zinf_engine *e) {
     if (e->cs) zinf_stream_sync(e->cs);
     engine_reap(e, true);
     free(e->pend);
-    if (e->stage == 3) coord_destroy(e);
+    if (e->stage == 3)
+        coord_destroy(e);
+    else
+        share_destroy(e);
     reduce_destroy(e);
     zeropp_destroy(e);
     mics_destroy(e);
@@ -424,11 +433,18 @@ zinf_device *zinf_engine_device(const zinf_engine *e) { return e ? e->dev : NULL
 
 // ---- forward and backward ----
 
-// Make op's modules available (stage 3 gathers them) and run it.
+// Make op's modules available (stage 3 gathers them; at stages 1-2 a background
+// update's new buffers are waited for) and run it.
 static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
-    if (e->stage == 3) ZINF_CHECK(coord_fetch(e, op->module, e->pview));
+    if (e->stage == 3) {
+        ZINF_CHECK(coord_fetch(e, op->module, e->pview));
+    } else {
+        ZINF_CHECK(share_use(e, op->module));
+        ZINF_CHECK(share_use(e, zinf_model_module(e->m, op->module)->external));
+    }
     ZINF_CHECK(zinf_model_run(e->m, e->cs, op, e->pview, e->grads16));
-    return e->stage == 3 ? coord_done(e, op->module) : ZINF_OK;
+    // After the op is queued, so that gathering ahead never holds back the op at hand.
+    return e->stage == 3 ? coord_done(e, op->module) : share_ahead(e);
 }
 
 zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss) {
@@ -462,9 +478,12 @@ static zinf_status need_grad(zinf_engine *e, int mod) {
 zinf_status zinf_engine_backward(zinf_engine *e) {
     if (!e) return zinf_fail(ZINF_ERR_INVAL, "engine backward: e is NULL");
     if (!e->have_forward) return zinf_fail(ZINF_ERR_INVAL, "engine backward: no forward to take the backward of");
-    // The gradients are the background update's until it ends.
+    // The gradients are the background update's until it ends. At stages 1-2 the
+    // modules the forward did not use are all-gathered now, in order, before the
+    // buckets' collectives; the compute stream waits for every new buffer.
     zinf_optim_tier_join(e->ot);
     ZINF_CHECK(zinf_latch_raise(e->failure));
+    ZINF_CHECK(share_finish(e));
     ZINF_CHECK(zinf_optim_tier_preread(e->ot));
     int nf, nall;
     zinf_model_schedule(e->m, false, &nf);

@@ -1,8 +1,9 @@
 // The engine's internals, shared by its files: the flat layout (layout.c), the
-// initialization (init.c), the stage-3 coordinator (coordinator.c), the gradient
-// buckets (reduce.c), the 16-bit parameters (params.c) and the optimizer states
-// (states.c) wherever their offload tier keeps them, the optimizer step (step.c) and
-// the rest (engine.c). The tiers and the prefetcher are offload/'s (zinf_offload.h).
+// initialization (init.c), the stage-3 coordinator (coordinator.c), the parameters of
+// a stages-1-2 background update (share.c), the gradient buckets (reduce.c), the
+// 16-bit parameters (params.c) and the optimizer states (states.c) wherever their
+// offload tier keeps them, the optimizer step (step.c) and the rest (engine.c). The
+// tiers and the prefetcher are offload/'s (zinf_offload.h).
 #ifndef ZINF_ENGINE_INTERNAL_H
 #define ZINF_ENGINE_INTERNAL_H
 
@@ -68,6 +69,19 @@ typedef struct coordinator {
     int nwaits, capwaits;
 } coordinator;
 
+// Stages 1-2 with an offloaded optimizer: the last step's update runs under the next
+// forward, and each module's new 16-bit buffer (this rank's part, stored by the update,
+// then with more than one rank all-gathered from the owners' slices) reaches the
+// forward on its own, in the order the forward first uses the modules.
+typedef struct share {
+    int *order;          // the modules with parameters, by first use in forward, then the rest
+    int *pos;            // per module: its place in order
+    int n, next;         // modules in order; the next to all-gather (pw > 1)
+    zinf_event **landed; // per module: recorded on the communication stream when its all-gather lands
+    bool *waited;        // per module: the compute stream waits for its new buffer already
+    bool active;         // an update started at the last step and not every module is waited for
+} share;
+
 // A device buffer freed once the stream work recorded in ev has passed it.
 typedef struct pending_free {
     void *p;
@@ -106,6 +120,7 @@ struct zinf_engine {
     void **params16;           // stages 0-2: full buffers per module, on the device
     zinf_offload_device ptier; // stage 3: where the slices live
     zinf_param_tier *pt;       // stage 3: the slices
+    zinf_stream *ss;           // stages 1-2, optimizer offloaded: the update stores this rank's parts on it
 
     void **grads16; // per module during backward
     void **pview;   // what the model reads: params16, or the gathered buffers at stage 3
@@ -130,8 +145,9 @@ struct zinf_engine {
     zinf_optim_tier *ot; // cpu and nvme
     float *h_grads32;    // its gradient partition
     zinf_cpu_pool *pool; // cpu and nvme: CPU Adam and the host gradient norms
-    // Stage 3 with an offloaded optimizer: the update runs on the tier's thread and the
-    // next step's forward starts at once; a gather waits only for its module's sub-group.
+    // An offloaded optimizer (stages 1-3): the update runs on the tier's thread and the
+    // next step's forward starts at once; a module waits only for its own sub-group (at
+    // stage 3 its gather, at stages 1-2 share.c).
     bool background;
 
     zinf_host_pool *host;    // every host buffer of the tiers and the staging
@@ -142,7 +158,8 @@ struct zinf_engine {
     zinf_comm_bytes comm_seen; // the communicator's counts then
     zinf_device_busy busy_seen; // the device's busy times then
 
-    coordinator co;
+    coordinator co; // stage 3; its timed waits also at stages 1-2 with a background update
+    share sh;       // stages 1-2 with a background update
     zinf_event *fwd_done, *ev_cs;
 
     // ZeRO++ (zeropp.c)
@@ -201,6 +218,22 @@ zinf_status coord_done(zinf_engine *e, int mod);
 zinf_status coord_end_step(zinf_engine *e);
 // The step's waits for gathers (streams idle): seconds in all and for slices from NVMe.
 zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *update);
+// A pair of timed events for one wait of the compute stream, for the caller to record
+// around it (coord_wait_times reads them); coord_free_waits frees them all.
+zinf_status coord_new_wait(zinf_engine *e, wait_pair **out);
+void coord_free_waits(zinf_engine *e);
+// share.c (stages 1-2 with a background update; each a no-op otherwise)
+zinf_status share_create(zinf_engine *e);
+void share_destroy(zinf_engine *e);
+// The step started the update: every module's new buffer is yet to reach the forward.
+void share_start(zinf_engine *e);
+// Before an op of module mod: the compute stream waits for mod's update and all-gather.
+zinf_status share_use(zinf_engine *e, int mod);
+// After an op: all-gather ahead, in order, the modules whose update is stored.
+zinf_status share_ahead(zinf_engine *e);
+// Every module's new buffer, for the backward and whatever follows the step: the rest
+// of the all-gathers in order, and the compute stream waits for them all.
+zinf_status share_finish(zinf_engine *e);
 // reduce.c
 zinf_status reduce_create(zinf_engine *e);
 void reduce_destroy(zinf_engine *e);
@@ -208,7 +241,8 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod);
 // params.c: the 16-bit parameters, on the device at stages 0-2, in the parameter tier at 3
 zinf_status params_create(zinf_engine *e);
 void params_destroy(zinf_engine *e);
-// Where the optimizer tier's stores run: the parameter tier's stream, or the compute stream.
+// Where the optimizer tier's stores run: the parameter tier's stream (stage 3), the
+// store stream (stages 1-2), or the compute stream (an optimizer on the device).
 zinf_stream *params_stream(zinf_engine *e);
 // The device address of module mod's 16-bit part, or NULL where it lives in host memory
 // or on disk.

@@ -1,6 +1,7 @@
 // The 16-bit parameters: stages 0-2 keep every module's full buffer on the device
-// (params16); stage 3 keeps this rank's slices in offload/'s parameter tier (on the
-// device, in host memory, or in the swap store), gathered by the coordinator.
+// (params16; an offloaded update stores into it on a stream of its own); stage 3 keeps
+// this rank's slices in offload/'s parameter tier (on the device, in host memory, or
+// in the swap store), gathered by the coordinator.
 #include <string.h>
 
 #include "internal.h"
@@ -14,6 +15,12 @@ zinf_status params_create(zinf_engine *e) {
         for (int i = 0; i < e->nmod; i++)
             if (e->lay[i].padded)
                 ZINF_CHECK(engine_take_device(e, e->lay[i].padded * e->es, "parameters", &e->params16[i]));
+        // An offloaded update runs under the next forward (share.c) and stores on a
+        // stream of its own: on the compute stream a store would queue behind the
+        // forward's ops, and the update's output buffers, reused once their stores pass,
+        // would wait for the forward.
+        if (!e->plan && e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE)
+            ZINF_CHECK(zinf_stream_create(e->dev, &e->ss));
         return ZINF_OK;
     }
     const zinf_offload_param_config *pc = &e->cfg.zero.offload_param;
@@ -58,11 +65,12 @@ zinf_status params_create(zinf_engine *e) {
 
 void params_destroy(zinf_engine *e) {
     zinf_param_tier_destroy(e->pt);
+    zinf_stream_destroy(e->ss); // its stores end first
     for (int i = 0; e->params16 && e->dev && i < e->nmod; i++)
         zinf_device_free(e->dev, e->params16[i]);
 }
 
-zinf_stream *params_stream(zinf_engine *e) { return e->pt ? zinf_param_tier_stream(e->pt) : e->cs; }
+zinf_stream *params_stream(zinf_engine *e) { return e->pt ? zinf_param_tier_stream(e->pt) : e->ss ? e->ss : e->cs; }
 
 void *params_device_part(zinf_engine *e, int mod) {
     if (e->stage < 3) return (char *)e->params16[mod] + e->lay[mod].part_lo * e->es;
@@ -72,7 +80,7 @@ void *params_device_part(zinf_engine *e, int mod) {
 zinf_status params_store(zinf_engine *e, int mod, const void *src, bool src_host) {
     const mod_layout *l = &e->lay[mod];
     if (e->stage == 3) return zinf_param_tier_store(e->pt, mod, src, src_host);
-    return zinf_copy_async(e->cs, (char *)e->params16[mod] + l->part_lo * e->es, src, l->part_n * e->es,
+    return zinf_copy_async(params_stream(e), (char *)e->params16[mod] + l->part_lo * e->es, src, l->part_n * e->es,
                            src_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
 }
 

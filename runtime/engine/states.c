@@ -34,7 +34,8 @@ zinf_status states_create(zinf_engine *e) {
     for (int i = 0; i < e->nmod; i++)
         part_n[i] = e->lay[i].part_n;
     zinf_status st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->pool, 0);
-    e->background = e->stage == 3;
+    // The update runs under the next forward at every stage that offloads it (1-3).
+    e->background = true;
     zinf_optim_tier_config tc = {.device = e->otier,
                                  .seg_n = part_n,
                                  .nseg = e->nmod,

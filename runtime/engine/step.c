@@ -1,6 +1,8 @@
 // The optimizer step: the global gradient norm and overflow check, the loss scaler,
 // clipping, Adam/AdamW on this rank's partition (writing the 16-bit copy as it goes),
 // and at stages 1-2 the all-gather that gives every rank the new 16-bit parameters.
+// An offloaded update runs in the background under the next forward instead (at stage
+// 3 the coordinator's gathers wait for it, at stages 1-2 share.c).
 #include <math.h>
 #include <string.h>
 
@@ -88,7 +90,8 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
     return ZINF_OK;
 }
 
-// Stages 1-2: every rank updated its slices; gather the full 16-bit buffers.
+// Stages 1-2, optimizer on the device: every rank updated its slices; gather the full
+// 16-bit buffers (an offloaded update's are gathered module by module, share.c).
 static zinf_status share_params(zinf_engine *e) {
     ZINF_CHECK(zinf_event_record(e->ev_cs, e->cs));
     ZINF_CHECK(zinf_stream_wait_event(e->xs, e->ev_cs));
@@ -103,7 +106,7 @@ static zinf_status share_params(zinf_engine *e) {
 
 // Where the time since the last step went (both streams idle).
 static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
-    if (e->stage == 3)
+    if (e->stage == 3 || e->background)
         ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s, &info->wait_optim_s));
     int64_t update_ns, io_wait_ns;
     zinf_optim_tier_take_times(e->ot, &update_ns, &io_wait_ns);
@@ -171,12 +174,14 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
         e->steps_applied++;
         zeropp_invalidate(e); // before the next forward's gathers, which the update may run under
         if (e->background) {
-            // The next forward starts now; its gathers wait for their sub-groups. This
-            // step reports the last update, which ran under this step's forward.
+            // The next forward starts now; each module waits for its sub-group (stage
+            // 3: its gather; stages 1-2: its store and all-gather, share.c). This step
+            // reports the last update, which ran under this step's forward.
             // The step's reads are forgotten before the update hands its slices over.
             ZINF_CHECK(step_times(e, info));
             if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
             ZINF_CHECK(zinf_optim_tier_start(e->ot, &h));
+            share_start(e);
             return finish(e);
         }
         ZINF_CHECK(update(e, &h));
