@@ -233,7 +233,7 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
             fprintf(t->log, " | waited for params %.3f s (nvme %.3f s)", si->wait_params_s, si->wait_params_nvme_s);
         if (m.optimizer_tier != ZINF_OFFLOAD_NONE)
             fprintf(t->log, " | optimizer %.3f s (waiting on nvme %.3f s)", si->optim_s, si->optim_io_wait_s);
-        if (m.optimizer_tier != ZINF_OFFLOAD_NONE && t->cfg.zero.stage == 3)
+        if (m.optimizer_tier != ZINF_OFFLOAD_NONE)
             fprintf(t->log, ", in the background (forward waited %.3f s for it)", si->wait_optim_s);
         if (m.nvme)
             fprintf(t->log, " | nvme read %.2f GB/s, write %.2f GB/s",
