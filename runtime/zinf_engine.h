@@ -50,10 +50,10 @@ typedef struct zinf_step_info {
     bool skipped;      // inf or NaN in the gradients: no update (fp16: the scale was lowered)
     // Where the time went since the last step: how long the compute stream waited for
     // gathered parameters (all of them, and those read from NVMe); the offloaded
-    // optimizer's update and its wait on NVMe in it (at stage 3 the update runs in the
-    // background under the next step's forward: the one reported is the one that
-    // ran since the last step), and how long the compute stream stood idle because it
-    // had not yet reached the modules forward needed; and the NVMe link (bytes, and
+    // optimizer's update and its wait on NVMe in it (the update runs in the background
+    // under the next step's forward: the one reported is the one that ran since the
+    // last step), and how long the compute stream stood idle because it had not yet
+    // reached the modules forward needed (at stages 1-2 also their all-gathers); and the NVMe link (bytes, and
     // the seconds some read or write was in flight), and the 16-bit slices on disk that
     // the update handed to the parameter pool, which their gathers did not read back.
     double wait_params_s, wait_params_nvme_s;

@@ -128,7 +128,7 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, zinf_plan *out
 // host (reduce.c flush: the whole bucket, every rank's block, where a host collective
 // needs it or at stage 0; with NCCL at stages 1-3 this rank's block), the new 16-bit
 // parameters (the optimizer tier's stores, step.c update), the stage-1/2 all-gather
-// without NCCL (step.c share_params), and on NVMe the three optimizer states read and
+// without NCCL (step.c share_params, or share.c under the next forward), and on NVMe the three optimizer states read and
 // written once, each gather of a slice on disk read once, and every slice on disk
 // written once. The batch's tokens and losses (a few bytes per token) are left out.
 static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out) {
@@ -201,8 +201,8 @@ static void from_group(void *ctx, int64_t first, int64_t size, int64_t stride, i
 // the rest within rank 0's hpZ group), each micro-batch's buckets (reduce.c flush: a
 // reduce-scatter of a block at stages 2-3, an all-reduce, twice that, at 0-1; the
 // blocks add up to the slices; qgZ's all-to-alls instead), the gradient norms' pieces
-// at stages 1-3 and the stage-1/2 all-gather of the new parameters (step.c). Over the
-// world: the loss and micro-batch count. With MiCS, over the replication group: the
+// at stages 1-3 and the stage-1/2 all-gather of the new parameters (step.c, share.c).
+// Over the world: the loss and micro-batch count. With MiCS, over the replication group: the
 // gradient partition's all-reduce (mics.c).
 static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const int64_t *gathers, zinf_plan *out) {
     int64_t W = e->world, P = e->pw, part = 0, gathered = 0, group = 0, slices = 0;

@@ -131,10 +131,11 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     } else {
         // The optimizer's threads accumulate every micro-batch's gradients, then take the
         // norm, step (with the NVMe traffic in flight under it) and zero the gradients.
-        // The stage-3 update starts under the next forward, but that forward soon waits
-        // for the sub-groups it needs: on an H100 with 16 cores, GPT-2 124M and large
-        // stepped in about the device's time plus the optimizer threads', as stages 1-2
-        // do (they update after backward, then share).
+        // At every stage the update starts under the next forward, but that forward soon
+        // catches up with it and waits for each sub-group it needs: on an H100 with 16
+        // cores, GPT-2 124M and large at stage 3 stepped in about the device's time
+        // plus the optimizer threads'. Stages 1-2 follow the update the same way (each
+        // module waits for its sub-group, then its all-gather), so they count alike.
         double adds = accum * part / h->grad_add, norm_zero = part / h->grad_norm_zero;
         out->cpu = part / h->adam + adds + norm_zero;
         double update = part / h->adam > nvme ? part / h->adam : nvme;
