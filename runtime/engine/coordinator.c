@@ -136,7 +136,9 @@ static zinf_status read_ahead(zinf_engine *e) {
     return ZINF_OK;
 }
 
-zinf_status coord_new_wait(zinf_engine *e, wait_pair **out) {
+// A pair of timed events for one wait of the compute stream, for the caller to record
+// around it.
+static zinf_status new_wait(zinf_engine *e, wait_pair **out) {
     coordinator *co = &e->co;
     if (co->nwaits == co->capwaits) {
         int cap = co->capwaits ? 2 * co->capwaits : 64;
@@ -169,25 +171,26 @@ static zinf_status wait_landed(zinf_engine *e, int x) {
     coordinator *co = &e->co;
     if (zinf_event_done(co->landed[x])) return zinf_stream_wait_event(e->cs, co->landed[x]);
     wait_pair *w;
-    ZINF_CHECK(coord_new_wait(e, &w));
+    ZINF_CHECK(new_wait(e, &w));
     w->disk = from_disk(e, x);
     ZINF_CHECK(zinf_event_record(w->before, e->cs));
     ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
     return zinf_event_record(w->after, e->cs);
 }
 
-// Issue the gathers decided up to x. When x is not updated yet this thread blocks
-// until it is; the compute stream runs dry only once it has done what was queued
-// before, and the timed events, one on each side of the block with nothing between
-// them, measure exactly that.
-static zinf_status issue_for_use(zinf_engine *e, int x) {
-    if (zinf_optim_tier_updated(e->ot, x)) return issue(e, x);
+zinf_status coord_timed_update_wait(zinf_engine *e, zinf_status (*fn)(zinf_engine *e, int x), int x) {
     wait_pair *w;
-    ZINF_CHECK(coord_new_wait(e, &w));
+    ZINF_CHECK(new_wait(e, &w));
     w->update = true;
     ZINF_CHECK(zinf_event_record(w->before, e->cs));
-    ZINF_CHECK(issue(e, x));
+    ZINF_CHECK(fn(e, x));
     return zinf_event_record(w->after, e->cs);
+}
+
+// Issue the gathers decided up to x. When x is not updated yet this thread blocks
+// until it is: timed.
+static zinf_status issue_for_use(zinf_engine *e, int x) {
+    return zinf_optim_tier_updated(e->ot, x) ? issue(e, x) : coord_timed_update_wait(e, issue, x);
 }
 
 zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *update) {

@@ -218,10 +218,12 @@ zinf_status coord_done(zinf_engine *e, int mod);
 zinf_status coord_end_step(zinf_engine *e);
 // The step's waits for gathers (streams idle): seconds in all and for slices from NVMe.
 zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *update);
-// A pair of timed events for one wait of the compute stream, for the caller to record
-// around it (coord_wait_times reads them); coord_free_waits frees them all.
-zinf_status coord_new_wait(zinf_engine *e, wait_pair **out);
+// The timed waits' events (coord_wait_times reads them) are freed all at once.
 void coord_free_waits(zinf_engine *e);
+// fn(e, x), which may block this thread until the background update has stored module
+// x, between two timed events on the compute stream with nothing queued between them:
+// the time the compute stream stood idle waiting for the update.
+zinf_status coord_timed_update_wait(zinf_engine *e, zinf_status (*fn)(zinf_engine *e, int x), int x);
 // share.c (stages 1-2 with a background update; each a no-op otherwise)
 zinf_status share_create(zinf_engine *e);
 void share_destroy(zinf_engine *e);

@@ -102,17 +102,10 @@ zinf_status share_use(zinf_engine *e, int x) {
     share *s = &e->sh;
     if (!s->active || x < 0 || !e->lay[x].padded || s->waited[x]) return ZINF_OK;
     // Whether the compute stream may run dry here: the update has not stored x yet, or
-    // x's all-gather is not known to have landed. Then timed events on each side of the
-    // wait, with nothing queued between them, measure how long it stood idle.
+    // x's all-gather is not known to have landed. Then the wait is timed.
     bool pending =
         !zinf_optim_tier_updated(e->ot, x) || (e->pw > 1 && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
-    if (!pending) return wait_for(e, x);
-    wait_pair *w;
-    ZINF_CHECK(coord_new_wait(e, &w));
-    w->update = true;
-    ZINF_CHECK(zinf_event_record(w->before, e->cs));
-    ZINF_CHECK(wait_for(e, x));
-    return zinf_event_record(w->after, e->cs);
+    return pending ? coord_timed_update_wait(e, wait_for, x) : wait_for(e, x);
 }
 
 zinf_status share_ahead(zinf_engine *e) {
