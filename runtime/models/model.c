@@ -269,8 +269,7 @@ static zinf_status ckpt_before_read(zinf_model *m, zinf_stream *s, int j) {
 // norm's backward reads checkpoint L); the embedding writes checkpoint 0.
 static zinf_status ckpt_around(zinf_model *m, zinf_stream *s, const zinf_model_op *op, bool after) {
     int L = m->p.shape.n_layer, mod = op->module, l = (mod - 1) / 2;
-    bool embedding = mod == MOD_EMBEDDING, mlp = mod != mod_norm(L) && mod != mod_head(L) && !embedding &&
-                                               mod == mod_mlp(l);
+    bool embedding = mod == MOD_EMBEDDING, mlp = l < L && mod == mod_mlp(l); // mod_mlp(L) is the head
     switch (op->pass) {
     case ZINF_PASS_FORWARD:
         if (!embedding && !mlp) return ZINF_OK;

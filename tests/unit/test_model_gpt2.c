@@ -209,6 +209,11 @@ static void test_plan(void) {
         int64_t planned = -1;
         TRY(zinf_model_create(&m, d, &p));
         zinf_device_get_mem(d, &after);
+        // Only a model made with host checkpoints takes a buffer, and never NULL.
+        char buf[64];
+        CHECK(zinf_model_lend_checkpoints(m, c == 5 ? NULL : buf) == ZINF_ERR_INVAL, "case %d: a bad lend accepted", c);
+        CHECK_CONTAINS(zinf_last_error(), "host_checkpoints");
+        CHECK((zinf_model_checkpoint_bytes(&p) > 0) == (c == 5), "case %d: checkpoint bytes", c);
         TRY(zinf_model_plan(&pm, be, &p, &planned));
         CHECK(planned == (int64_t)(after.in_use - before.in_use), "case %d: planned %lld activation bytes, took %llu",
               c, (long long)planned, (unsigned long long)(after.in_use - before.in_use));
