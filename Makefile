@@ -133,11 +133,12 @@ endif
 MODULES := runtime runtime/base aio cpu_adam gpu offload
 CPPFLAGS := -I$(B) $(addprefix -I,$(MODULES)) -D_GNU_SOURCE
 # No floating-point contraction: kernels fuse exactly where they say so (fmaf,
-# _mm256_fmadd_ps), which is what makes every SIMD level round the same.
-CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes -pthread -MMD -MP -ffp-contract=off
+# _mm256_fmadd_ps), which is what makes every SIMD level round the same. -fPIC: the
+# same objects make libzinf.a and the libzinf.so the Python package loads.
+CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes -pthread -MMD -MP -ffp-contract=off -fPIC
 # -fmad=false: as -ffp-contract=off for C, kernels fuse multiply-adds only where they
 # say so (__fmaf_rn), so the device optimizer rounds as cpu_adam does.
-NVCCFLAGS := -std=c++17 -O2 -g -fmad=false -Xcompiler -Wall,-Wextra -MMD -MP \
+NVCCFLAGS := -std=c++17 -O2 -g -fmad=false -Xcompiler -Wall,-Wextra,-fPIC -MMD -MP \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 LDLIBS := -ljansson -lz -luring -lnuma -lopenblas -lm -pthread
@@ -234,6 +235,11 @@ $(B)/libzinf.a: $(LIB_O)
 	$(say) AR $@
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# The shared library for the Python package (python/), which loads it with ctypes.
+$(B)/libzinf.so: $(LIB_O) $(if $(EMU),$(EMU_LIB))
+	$(say) LINK $@
+	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $(LIB_O) $(LDLIBS)
+
 $(B)/zinf: $(CLI_O) $(B)/libzinf.a $(if $(EMU),$(EMU_LIB))
 	$(say) LINK $@
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_O) $(B)/libzinf.a $(LDLIBS)
@@ -254,7 +260,7 @@ $(B)/examples/%: examples/%.c $(B)/libzinf.a $(if $(EMU),$(EMU_LIB)) $(B)/config
 	$(say) LINK $@
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< -o $@ $(B)/libzinf.a $(LDLIBS)
 
-all: check-required $(B)/zinf $(B)/examples/train_loop
+all: check-required $(B)/zinf $(B)/libzinf.so $(B)/examples/train_loop
 
 # ---- the README's main job ----
 # A small real English corpus (Jane Austen's novels, from Debian's archive) that the
@@ -282,7 +288,12 @@ build/ref/%.bin: tests/ref/%_ref.py tests/ref/reflib.py $(PYENV)/.ok
 	$(say) REF $@
 	$(Q)$(PY) $< $@ > /dev/null
 
-tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(REF_BIN)
+# pytest for the Python package's tests (tests/python/, run by tests/cli/test_python.sh).
+$(PYENV)/.pytest-ok: tests/python/requirements.txt $(PYENV)/.ok
+	$(say) PYENV "$(PYENV) (pytest, first time only)"
+	$(Q)$(PY) -m pip install -q --disable-pip-version-check -r $< && touch $@
+
+tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(REF_BIN) $(PYENV)/.pytest-ok
 
 test: tests
 	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run $(TESTS)

@@ -139,12 +139,13 @@ static int check_request(const zinf_aio_file *f, uint64_t off, const void *buf, 
     return 0;
 }
 
-// Cut [off, off+len) at stripe-unit and block boundaries; fill chunks when non-NULL.
+// Cut [off, off+len) at stripe-unit and block boundaries (one directory has no stripes
+// to cut at); fill chunks when non-NULL.
 static size_t split(const zinf_aio_file *f, uint32_t block, uint64_t off, char *buf, size_t len, chunk *chunks) {
     size_t n = 0;
     for (uint64_t pos = 0; pos < len;) {
         uint64_t at = off + pos, unit = at / f->stripe, in_unit = at % f->stripe;
-        uint64_t take = f->stripe - in_unit;
+        uint64_t take = f->n > 1 ? f->stripe - in_unit : block;
         if (take > block) take = block;
         if (take > len - pos) take = len - pos;
         if (chunks) {
