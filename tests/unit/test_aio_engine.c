@@ -255,6 +255,31 @@ static void registration(char *dir) {
     zinf_aio_destroy(aio);
 }
 
+// One directory has no stripes: a stripe unit below the block size does not cut its
+// requests (zinf.aio gives single files the 4 KiB alignment as their unit).
+static void unstriped(const char *dir) {
+    zinf_aio *aio;
+    zinf_aio_params cfg = {.block_size = 65536, .queue_depth = 4};
+    CHECK(zinf_aio_create(&aio, &cfg) == 0, "create: %s", zinf_last_error());
+    const char *dirs[] = {dir};
+    zinf_aio_file_config fc = {.dirs = dirs, .ndirs = 1, .name = "one.bin", .size = 256 << 10, .stripe_unit = 4096};
+    zinf_aio_file *f;
+    CHECK(zinf_aio_file_open(aio, &f, &fc) == 0, "open: %s", zinf_last_error());
+    unsigned char *buf = aligned(256 << 10);
+    fill(buf, 256 << 10);
+    zinf_aio_ticket t;
+    CHECK(zinf_aio_write(aio, f, 0, buf, 256 << 10, &t) == 0 && zinf_aio_wait(aio, t) == 0, "write: %s",
+          zinf_last_error());
+    zinf_aio_stats st;
+    zinf_aio_get_stats(aio, &st);
+    CHECK(st.requests == 4, "256 KiB to one directory took %llu requests of at most 64 KiB, want 4",
+          (unsigned long long)st.requests);
+    check_layout((char *[]){(char *)dir}, 1, "one.bin", 4096, buf, 256 << 10);
+    free(buf);
+    zinf_aio_file_close(f);
+    zinf_aio_destroy(aio);
+}
+
 static void errors(char *dir) {
     zinf_aio *aio = (zinf_aio *)1;
     CHECK(zinf_aio_create(&aio, &(zinf_aio_params){.block_size = 5000}) == -EINVAL && !aio, "block 5000 accepted");
@@ -457,6 +482,7 @@ int main(void) {
         integrity(runs[i].threads_only, runs[i].registered, runs[i].nthreads, runs[i].qd, runs[i].block, runs[i].ndirs,
                   dirs);
     registration(dirs[0]);
+    unstriped(dirs[0]);
     refused_io_uring(dirs[0]);
     errors(dirs[0]);
     refused_direct(dirs[0]);
