@@ -99,8 +99,9 @@ comma := ,
 
 # `make deps` installs what the build and tests need (Debian, as root) or prints the
 # command to run. The stamp makes a fresh build dir check once, not on every make.
+# libaio-dev: DeepSpeed's aio op, a peer of `make bench` (tests/bench/python_peers.py).
 DEBIAN_PKGS := build-essential libjansson-dev zlib1g-dev liburing-dev libnuma-dev libopenblas-dev \
-  openmpi-bin libopenmpi-dev fio python3 python3-venv
+  openmpi-bin libopenmpi-dev fio python3 python3-venv libaio-dev
 deps:
 	@missing=$$(for p in $(DEBIAN_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if ! command -v dpkg-query >/dev/null; then \

@@ -68,15 +68,18 @@ class Handle:
     """One io_uring engine: `threads` workers with a ring each, requests of block_size
     bytes, queue_depth in flight per ring (or pread/pwrite threads with use_threads).
     paths: directories to stripe every file over in stripe_unit bytes (default
-    block_size); without them a filename is a plain path."""
+    block_size); without them a filename is a plain path. A file system that refuses
+    O_DIRECT (tmpfs before Linux 6.6) runs buffered, with a warning, unless
+    strict_direct, which refuses it."""
 
-    def __init__(self, block_size=1 << 20, queue_depth=8, threads=1, paths=None, stripe_unit=0, use_threads=False):
+    def __init__(self, block_size=1 << 20, queue_depth=8, threads=1, paths=None, stripe_unit=0, use_threads=False,
+                 strict_direct=False):
         p = AioParams(block_size=block_size, queue_depth=queue_depth, threads=threads, use_threads=use_threads)
         self._h = ctypes.c_void_p()
         check_errno(lib.zinf_aio_create(ctypes.byref(self._h), ctypes.byref(p)))
         self.block_size, self.queue_depth, self.threads = block_size, queue_depth, threads
         self.paths = [os.fspath(d) for d in paths] if paths else None
-        self.stripe_unit = stripe_unit
+        self.stripe_unit, self.strict_direct = stripe_unit, strict_direct
         self._pending = []  # (ticket, file, buffer): the buffer is kept alive until waited for
 
     def close(self):
@@ -154,7 +157,7 @@ class Handle:
                                     f"bytes of the {need} it needs")
         arr = (ctypes.c_char_p * len(dirs))(*[os.fsencode(d) for d in dirs])
         cfg = AioFileConfig(dirs=arr, ndirs=len(dirs), name=os.fsencode(name), size=end, stripe_unit=stripe,
-                            keep=True)
+                            strict_direct=self.strict_direct, keep=True)
         f = ctypes.c_void_p()
         check_errno(lib.zinf_aio_file_open(self._h, ctypes.byref(f), ctypes.byref(cfg)))
         return f

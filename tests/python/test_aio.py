@@ -2,6 +2,7 @@
 and synchronous, NumPy arrays and torch tensors, striped files, registered buffers,
 pread/pwrite threads, and the refusals of what O_DIRECT cannot take."""
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -104,6 +105,26 @@ def test_refusals_carry_zinfs_message(tmp_path, handle, case, message):
             "past the end": (buf[:12 * KIB], f, 0), "missing": (buf[:4 * KIB], tmp_path / "none.bin", 0)}[case]
     with pytest.raises(zinf.ZinfError, match=message):
         handle.sync_pread(*args)
+
+
+def test_a_file_system_without_o_direct(tmp_path):
+    """ramfs refuses O_DIRECT: buffered with a warning, or refused under strict_direct."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting ramfs needs root (CI has it)")
+    mnt = tmp_path / "ramfs"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "zinf-test", str(mnt)], check=True)
+    try:
+        buf = aio.pinned_empty(64 * KIB, np.uint8)
+        buf[:] = data(buf.size, 6)
+        with aio.Handle(strict_direct=True) as h:
+            with pytest.raises(zinf.ZinfError, match="refuses O_DIRECT \\(strict direct IO was asked for\\)"):
+                h.sync_pwrite(buf, mnt / "d.bin")
+        with aio.Handle() as h:
+            h.sync_pwrite(buf, mnt / "d.bin")
+            assert np.array_equal(np.fromfile(mnt / "d.bin", np.uint8), buf)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
 
 
 def test_buffers_refused_before_any_io(tmp_path, handle):
