@@ -47,7 +47,12 @@ def pinned_empty(n, dtype="float32", like="numpy"):
     # A torch dtype by its name (torch.float32 -> float32), anything else as NumPy takes it.
     dt = np.dtype(str(dtype).replace("torch.", "") if type(dtype).__module__ == "torch" else dtype)
     nbytes = max(int(n) * dt.itemsize, 1)
-    m = mmap.mmap(-1, nbytes)
+    # Private (a shared anonymous mapping is shmem) and in transparent huge pages, which
+    # O_DIRECT pins per request faster: one ring read 1 GiB into a shared locked buffer at
+    # 1.4 GB/s here, a private one at 2.6-3.0, a private one in huge pages at 3.3-3.4.
+    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        m.madvise(mmap.MADV_HUGEPAGE)
     arr = np.frombuffer(m, dtype=dt, count=int(n))
     addr = arr.__array_interface__["data"][0]
     if _libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(nbytes)) != 0:

@@ -10,10 +10,12 @@ an fp32 .grad (torch refuses a .grad of another dtype; DeepSpeed reads the gradi
 the parameter's dtype), so for bf16 they convert into it, and they make the copy with
 out.copy_(p): both inside the timed step. Median of --steps steps after a warm-up.
 
-io: one file in --dir written and read whole with O_DIRECT by zinf.aio (its buffer
-registered), DeepSpeed's aio_handle (its own page-locked tensor, overlap_events on as in
-DeepSpeed's default aio config) and fio (io_uring, registered buffers and file), per
-block size and queue depth: the median of --reps rounds of one pass by each.
+io: one file in --dir written and read whole with O_DIRECT by zinf.aio (its buffers
+registered) on its own pinned_empty buffer and on DeepSpeed's page-locked tensor,
+DeepSpeed's aio_handle on that same tensor (overlap_events on as in DeepSpeed's default
+aio config) and fio (io_uring, registered buffers and file), per block size and queue
+depth: the median of --reps rounds of one pass by each. DeepSpeed's ratio is zinf's on
+the same buffer over it; fio's, zinf's on its own.
 
 Prints one JSON object per measurement ({"bench", "peer", its configuration,
 "params_per_s" or "gbps" (GB/s, 1e9 bytes), "seconds"}, or {"bench", "peer", ...,
@@ -181,42 +183,44 @@ def io(args, res):
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "python-peers.bin")
     size, threads = args.io_size, args.io_threads
-    zbuf = zinf.aio.pinned_empty(size, "uint8", like="torch")
-    zbuf.fill_(0x5A)
-    ds, ds_handles = {}, {}
+    # What a buffer's pages are moves O_DIRECT's speed as much as the engine does (the
+    # kernel pins them per request), so zinf runs twice: on its own pinned_empty buffer
+    # (locked, transparent huge pages) and on DeepSpeed's (posix_memalign + mlock, which
+    # DeepSpeed needs: it bounces any buffer it did not lock itself when there is no GPU),
+    # and DeepSpeed is set beside zinf on the same buffer. fio uses buffers of its own.
+    bufs = {"zinf": zinf.aio.pinned_empty(size, "uint8", like="torch")}
+    try:
+        from deepspeed.ops.op_builder import AsyncIOBuilder
 
-    def zinf_pass(h, op):
+        ds_aio = AsyncIOBuilder().load()  # builds only where libaio-dev is installed
+        bufs["zinf-ds-buffer"] = ds_aio.aio_handle().new_cpu_locked_tensor(size, torch.empty(0, dtype=torch.uint8))
+    except Exception as e:
+        ds_aio = None
+        res.fail("io", "deepspeed-aio", {"size": size}, e)
+    for b in bufs.values():
+        b.fill_(0x5A)
+
+    def timed(fn, op, buf):
         t0 = time.perf_counter()
-        (h.sync_pwrite if op == "write" else h.sync_pread)(zbuf, path)
-        return time.perf_counter() - t0
-
-    def ds_pass(bs, qd, op):
-        if not ds:
-            from deepspeed.ops.op_builder import AsyncIOBuilder
-
-            ds["aio"] = AsyncIOBuilder().load()  # builds only where libaio-dev is installed
-        if (bs, qd) not in ds_handles:
-            ds_handles[bs, qd] = ds["aio"].aio_handle(bs, qd, False, True, threads)
-        h = ds_handles[bs, qd]
-        if "buf" not in ds:
-            # DeepSpeed bounces every buffer it did not lock itself (without a GPU no torch
-            # tensor counts as pinned), so it gets one from its own allocator.
-            ds["buf"] = h.new_cpu_locked_tensor(size, torch.empty(0, dtype=torch.uint8))
-            ds["buf"].fill_(0x5A)
-        t0 = time.perf_counter()
-        if (h.sync_pwrite if op == "write" else h.sync_pread)(ds["buf"], path) < 0:
-            raise RuntimeError(f"DeepSpeed's sync_p{op} returned -1 (its reason is on stderr)")
+        if (fn.sync_pwrite if op == "write" else fn.sync_pread)(buf, path) < 0:
+            raise RuntimeError(f"sync_p{op} returned -1 (DeepSpeed's reason is on stderr)")
         return time.perf_counter() - t0
 
     try:
         for bs in args.block_sizes:
             for qd in args.queue_depths:
                 zh = zinf.aio.Handle(bs, qd, threads, strict_direct=True)  # O_DIRECT, as the peers
-                zh.register_buffer(zbuf)
+                for b in bufs.values():
+                    zh.register_buffer(b)
+                passes = {"zinf": lambda: timed(zh, op, bufs["zinf"])}
+                if ds_aio:
+                    dh = ds_aio.aio_handle(bs, qd, False, True, threads)
+                    passes["zinf-ds-buffer"] = lambda: timed(zh, op, bufs["zinf-ds-buffer"])
+                    passes["deepspeed-aio"] = lambda: timed(dh, op, bufs["zinf-ds-buffer"])
+                passes["fio"] = lambda: fio(path, op, bs, qd, threads, size)
                 for op in ("write", "read"):
                     cfg = {"op": op, "block_size": bs, "queue_depth": qd, "threads": threads, "size": size}
-                    rounds(res, cfg, {"zinf": lambda: zinf_pass(zh, op), "deepspeed-aio": lambda: ds_pass(bs, qd, op),
-                                      "fio": lambda: fio(path, op, bs, qd, threads, size)}, args.reps)
+                    rounds(res, cfg, passes, args.reps)
                 zh.close()
     finally:
         if os.path.exists(path):
@@ -238,7 +242,7 @@ def table(rows, out):
         if not mine:
             continue
         conf = lambda r: tuple(r[k] for k in keys)
-        zinf_at = {conf(r): r[field] for r in mine if r["peer"] == "zinf" and field in r}
+        at = {(conf(r), r["peer"]): r[field] for r in mine if r["peer"].startswith("zinf") and field in r}
         print("\n" + title.format(**mine[0], mib=mine[0].get("size", 0) >> 20), file=out)
         print(" ".join(f"{k:>11}" for k in keys) + f"  {'peer':<20} {unit:>11} {'zinf/peer':>9}", file=out)
         order = list(dict.fromkeys(map(conf, mine)))
@@ -247,8 +251,9 @@ def table(rows, out):
             if "error" in r:
                 print(f"{lead}  {r['peer']:<20} cannot run: {r['error']}", file=out)
                 continue
-            z = zinf_at.get(conf(r))
-            ratio = f"{z / r[field]:9.2f}" if z and r["peer"] != "zinf" else ""
+            # DeepSpeed against zinf on the same buffer, the others against zinf on its own
+            z = at.get((conf(r), "zinf-ds-buffer" if r["peer"] == "deepspeed-aio" else "zinf"))
+            ratio = f"{z / r[field]:9.2f}" if z and not r["peer"].startswith("zinf") else ""
             print(f"{lead}  {r['peer']:<20} {r[field] * scale:11.3f} {ratio}", file=out)
 
 
