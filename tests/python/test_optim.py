@@ -12,7 +12,8 @@ import zinf
 from zinf import aio, optim
 from zinf._lib import DTYPE_F32, DTYPE_NONE, OptimTile, lib
 
-SIZES = (1000, 4099, 70000)  # ragged ends for every SIMD width and pool split
+SIZES = (1000, 4099, 70000, 1100000)  # ragged ends for every SIMD width and pool split; the last
+# one's states in huge pages
 
 
 def params(seed):
@@ -30,10 +31,10 @@ def rel(a, b):
 
 
 def lion_reference(ps, gs, lr, betas, wd, state):
-    """Lion as the paper's Algorithm 2 writes it, in torch."""
+    """Lion in torch ops, as the lion-pytorch package writes it (tests/ref/optim_ref.py's)."""
     for p, g in zip(ps, gs):
         m = state.setdefault(id(p), torch.zeros_like(p))
-        update = (betas[0] * m + (1 - betas[0]) * g).sign()
+        update = m.clone().mul_(betas[0]).add(g, alpha=1 - betas[0]).sign_()
         p.mul_(1 - lr * wd).add_(update, alpha=-lr)
         m.mul_(betas[1]).add_(g, alpha=1 - betas[1])
 
