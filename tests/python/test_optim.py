@@ -91,14 +91,15 @@ def test_same_bits_as_the_c_kernel_and_the_16_bit_copy():
             assert torch.equal(o, p.to(torch.bfloat16))  # round to nearest even, as torch rounds
 
 
-def test_state_dicts_move_to_and_from_torch():
+def test_state_dicts_move_to_and_from_torch(tmp_path):
     def run(make_first, make_second):
         ps = [torch.nn.Parameter(p) for p in params(3)]
         first = make_first(ps)
         for step in range(6):
-            if step == 3:
+            if step == 3:  # saved to a file by torch.save, loaded into the other optimizer
+                torch.save(first.state_dict(), tmp_path / "optim.pt")
                 second = make_second(ps)
-                second.load_state_dict(first.state_dict())
+                second.load_state_dict(torch.load(tmp_path / "optim.pt"))
                 first = second
             for p, g in zip(ps, grads(step)):
                 p.grad = g
