@@ -47,8 +47,10 @@ def _zeros_like(p):
 
 
 def _cpu(t, what, dtypes):
-    if t.device.type != "cpu" or t.is_sparse or not t.is_contiguous():
-        raise ZinfError(f"zinf.optim: {what} must be a dense, contiguous CPU tensor (it is on {t.device})")
+    fault = (f"is on {t.device}" if t.device.type != "cpu" else "is sparse" if t.is_sparse else
+             "is not contiguous" if not t.is_contiguous() else None)
+    if fault:
+        raise ZinfError(f"zinf.optim: {what} {fault}; it must be a dense, contiguous CPU tensor")
     if t.dtype not in dtypes:
         raise ZinfError(f"zinf.optim: {what} is {t.dtype}; it must be one of {', '.join(map(str, dtypes))}")
     return t.data_ptr()

@@ -125,6 +125,8 @@ def test_refusals():
         opt.step(grads=[torch.zeros(4)])
     with pytest.raises(zinf.ZinfError, match=r"out\[0\] is torch.float32"):
         opt.step(grads=[torch.zeros(8)], out=[torch.zeros(8)])
+    with pytest.raises(zinf.ZinfError, match="the gradient of parameter 0 is not contiguous"):
+        optim.CPUAdam([torch.zeros(4, 2)]).step(grads=[torch.zeros(2, 4).t()])
     with pytest.raises(zinf.ZinfError, match="parameter 0 is torch.float64"):
         optim.CPUAdam([torch.zeros(8, dtype=torch.float64)]).step(grads=[torch.zeros(8)])
     with pytest.raises(zinf.ZinfError, match="lr"):  # the kernel's own check, through the status
