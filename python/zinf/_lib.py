@@ -48,7 +48,6 @@ def check_errno(rc):
     """Raise ZinfError for a negative errno return (the aio functions')."""
     if rc < 0:
         raise ZinfError(last_error() or os.strerror(-rc))
-    return rc
 
 
 class AioParams(ctypes.Structure):
@@ -94,13 +93,11 @@ _sig("zinf_aio_unregister_buffer", ctypes.c_int, c_ptr, c_ptr)
 _sig("zinf_aio_get_stats", None, c_ptr, ctypes.POINTER(AioStats))
 _sig("zinf_aio_file_open", ctypes.c_int, c_ptr, ctypes.POINTER(c_ptr), ctypes.POINTER(AioFileConfig))
 _sig("zinf_aio_file_close", None, c_ptr)
-_sig("zinf_aio_file_alignment", ctypes.c_uint32, c_ptr)
 _sig("zinf_aio_file_striped_bytes", ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64)
 _sig("zinf_aio_read", ctypes.c_int, c_ptr, c_ptr, ctypes.c_uint64, c_ptr, c_size, ctypes.POINTER(ctypes.c_uint64))
 _sig("zinf_aio_write", ctypes.c_int, c_ptr, c_ptr, ctypes.c_uint64, c_ptr, c_size, ctypes.POINTER(ctypes.c_uint64))
 _sig("zinf_aio_wait", ctypes.c_int, c_ptr, ctypes.c_uint64)
 _sig("zinf_cpu_pool_create", ctypes.c_int, ctypes.POINTER(c_ptr), ctypes.c_int)
 _sig("zinf_cpu_pool_destroy", None, c_ptr)
-_sig("zinf_cpu_pool_threads", ctypes.c_int, c_ptr)
 _sig("zinf_optim_step", ctypes.c_int, c_ptr, ctypes.POINTER(OptimHparams), ctypes.POINTER(OptimTile))
 _sig("zinf_optim_update", ctypes.c_int, ctypes.POINTER(OptimHparams), ctypes.POINTER(OptimTile), ctypes.c_int)

@@ -15,7 +15,7 @@ import ctypes
 import mmap
 import os
 
-from ._lib import (AioFileConfig, AioParams, AioStats, ZinfError, check_errno, lib)
+from ._lib import (AioFileConfig, AioParams, AioStats, ZinfError, check_errno, last_error, lib)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -155,11 +155,12 @@ class Handle:
             need = lib.zinf_aio_file_striped_bytes(end, len(dirs), stripe) // len(dirs) if len(dirs) > 1 else end
             for d in dirs:
                 f = os.path.join(d, name)
-                if not os.path.exists(f):
+                have = os.path.getsize(f) if os.path.exists(f) else None
+                if have is None:
                     raise ZinfError(f"zinf.aio: read of {f}: no such file")
-                if os.path.getsize(f) < need:
-                    raise ZinfError(f"zinf.aio: read of bytes ..{end} of {name}: {f} holds {os.path.getsize(f)} "
-                                    f"bytes of the {need} it needs")
+                if have < need:
+                    raise ZinfError(f"zinf.aio: read of bytes ..{end} of {name}: {f} holds {have} bytes of the "
+                                    f"{need} it needs")
         arr = (ctypes.c_char_p * len(dirs))(*[os.fsencode(d) for d in dirs])
         cfg = AioFileConfig(dirs=arr, ndirs=len(dirs), name=os.fsencode(name), size=end, stripe_unit=stripe,
                             strict_direct=self.strict_direct, keep=True)
@@ -172,16 +173,15 @@ class Handle:
         f = self._open(filename, file_offset + n, write)
         t = ctypes.c_uint64()
         op = lib.zinf_aio_write if write else lib.zinf_aio_read
-        rc = op(self._h, f, file_offset, addr, n, ctypes.byref(t))
-        if rc < 0:
-            err = ZinfError(lib.zinf_last_error().decode(errors="replace"))
+        if op(self._h, f, file_offset, addr, n, ctypes.byref(t)) < 0:
+            err = ZinfError(last_error())  # before the close can set another
             lib.zinf_aio_file_close(f)
             raise err
         return t.value, f
 
     def _finish(self, ticket, f):
         rc = lib.zinf_aio_wait(self._h, ticket)
-        err = lib.zinf_last_error().decode(errors="replace") if rc < 0 else None
+        err = last_error() if rc < 0 else None
         lib.zinf_aio_file_close(f)
         return err
 

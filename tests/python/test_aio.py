@@ -127,6 +127,11 @@ def test_a_file_system_without_o_direct(tmp_path):
         subprocess.run(["umount", str(mnt)], check=True)
 
 
+def test_a_bad_engine_is_refused():
+    with pytest.raises(zinf.ZinfError, match="5000"):
+        aio.Handle(block_size=5000)
+
+
 def test_buffers_refused_before_any_io(tmp_path, handle):
     with pytest.raises(zinf.ZinfError, match="not contiguous"):
         handle.sync_pwrite(torch.zeros(64, 64).t(), tmp_path / "n.bin")
