@@ -85,6 +85,10 @@ typedef struct op_embedding {
     const void *wte, *wpe, *dout;
     const int32_t *tok, *order;
     int B, T, C;
+    // The windows the tables (or their gradients) hold: a part's, or the whole of each
+    // table given (wte_n or wpe_n INT64_MAX, 0 for a table given NULL).
+    zinf_embedding_part part;
+    bool accumulate; // forward: out += each element the windows hold (a part was given)
 } op_embedding;
 
 typedef struct op_quantize { // quantize and dequantize (zinf_quantize)

@@ -211,21 +211,43 @@ zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, voi
     return launch(s, OP_CROSS_ENTROPY, dt, &r);
 }
 
+// The windows a record carries: part's, checked, or without one the whole of each table
+// given (the op does not know V: up to INT64_MAX elements) and nothing of one given
+// NULL, so the backends look at the windows alone.
+static zinf_status embedding_windows(const char *op, const zinf_embedding_part *part, const void *te, const void *pe,
+                                     op_embedding *r) {
+    if (!part) {
+        r->part = (zinf_embedding_part){0, te ? INT64_MAX : 0, 0, pe ? INT64_MAX : 0};
+        return ZINF_OK;
+    }
+    REQUIRE(part->wte_lo >= 0 && part->wte_n >= 0 && part->wpe_lo >= 0 && part->wpe_n >= 0, op,
+            "a part's lo and n must not be negative");
+    REQUIRE(part->wte_n <= INT64_MAX - part->wte_lo && part->wpe_n <= INT64_MAX - part->wpe_lo, op,
+            "a part's window ends past INT64_MAX");
+    REQUIRE((te || !part->wte_n) && (pe || !part->wpe_n), op, "a part's window with n > 0 needs its table");
+    r->part = *part;
+    return ZINF_OK;
+}
+
 zinf_status zinf_embedding_fwd(zinf_stream *s, zinf_dtype dt, void *out, const int32_t *tok, const void *wte,
-                               const void *wpe, int B, int T, int C) {
+                               const void *wpe, int B, int T, int C, const zinf_embedding_part *part) {
     REQUIRE_DT(dt, "embedding");
-    REQUIRE(out && tok && wte && B > 0 && T > 0 && C > 0, "embedding", "needs out, tok, wte and sizes");
-    op_record r = {.u.emb = {.out = out, .tok = tok, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C}};
+    REQUIRE(out && tok && (wte || part) && B > 0 && T > 0 && C > 0, "embedding", "needs out, tok, wte and sizes");
+    op_record r = {
+        .u.emb = {.out = out, .tok = tok, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C, .accumulate = part != NULL}};
+    ZINF_CHECK(embedding_windows("embedding", part, wte, wpe, &r.u.emb));
     return launch(s, OP_EMBEDDING_FWD, dt, &r);
 }
 
 zinf_status zinf_embedding_bwd(zinf_stream *s, zinf_dtype dt, void *dwte, void *dwpe, const void *dout,
-                               const int32_t *tok, const int32_t *order, int B, int T, int C) {
+                               const int32_t *tok, const int32_t *order, int B, int T, int C,
+                               const zinf_embedding_part *part) {
     REQUIRE_DT(dt, "embedding backward");
-    REQUIRE(dwte && dout && tok && order && B > 0 && T > 0 && C > 0, "embedding backward",
+    REQUIRE((dwte || part) && dout && tok && order && B > 0 && T > 0 && C > 0, "embedding backward",
             "needs dwte, dout, tok, order and sizes");
     op_record r = {
         .u.emb = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tok = tok, .order = order, .B = B, .T = T, .C = C}};
+    ZINF_CHECK(embedding_windows("embedding backward", part, dwte, dwpe, &r.u.emb));
     return launch(s, OP_EMBEDDING_BWD, dt, &r);
 }
 

@@ -350,15 +350,29 @@ zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a);
 zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, void *dlogits, const void *logits,
                                const int32_t *targets, int rows, int V, float dscale);
 
+// Part of the tables, for an embedding gathered tile by tile: wte holds elements
+// [wte_lo, wte_lo + wte_n) of the whole table (rows of C, row-major), wpe elements
+// [wpe_lo, wpe_lo + wpe_n) of its; a part with n 0 is absent (its pointer may be NULL).
+typedef struct zinf_embedding_part {
+    int64_t wte_lo, wte_n, wpe_lo, wpe_n;
+} zinf_embedding_part;
+
 // out[b, t] = wte[tok[b, t]] + wpe[t], rows of C; wpe NULL: no position table (the
 // Llama family's rotary positions live in attention).
+// part != NULL: out += each element the part's windows hold (wte and wpe point at the
+// windows' first elements), each add rounded once; the rest of out is left as it is.
+// Disjoint parts covering the tables, applied in any order to a zeroed out, give the
+// plain op's bits.
 zinf_status zinf_embedding_fwd(zinf_stream *s, zinf_dtype dt, void *out, const int32_t *tok, const void *wte,
-                               const void *wpe, int B, int T, int C);
+                               const void *wpe, int B, int T, int C, const zinf_embedding_part *part);
 // dwte[tok] += dout, dwpe[t] += dout (dwpe NULL: none), each row's sum formed in fp32
 // and added once.
 // order: the B*T positions sorted by token id (stably), so the sums are deterministic.
+// part != NULL: dwte and dwpe hold the part's windows, and only their elements get
+// their sums (the plain op's), so disjoint parts covering the tables give its bits.
 zinf_status zinf_embedding_bwd(zinf_stream *s, zinf_dtype dt, void *dwte, void *dwpe, const void *dout,
-                               const int32_t *tok, const int32_t *order, int B, int T, int C);
+                               const int32_t *tok, const int32_t *order, int B, int T, int C,
+                               const zinf_embedding_part *part);
 
 // out = a + b (out may be a or b); x *= scale; dst = src converted (round to nearest even).
 zinf_status zinf_add(zinf_stream *s, zinf_dtype dt, void *out, const void *a, const void *b, size_t n);

@@ -421,64 +421,85 @@ zinf_status cuda_cross_entropy(cudaStream_t st, zinf_dtype dt, const op_cross_en
 }
 
 // ---- embedding ----
+// w: the windows of the whole tables that wte and wpe (or dwte and dwpe) hold, the whole
+// of each without a part (gpu/internal.h); an element outside them is not touched.
 
+// Plain: out = wte + wpe rounded once. accumulate (a part): out += each element the
+// windows hold, an add rounded once. Why the parts give the plain op's bits: the caller
+// zeroes out and the parts are disjoint and cover the tables, so each element gets one
+// wte add and at most one wpe add; 0 + x is exact (but for a -0 in a table, which comes
+// out +0), and round(round(x) + y) with x already representable is the plain op's
+// round(x + y), whichever add comes first.
 template <typename T>
-static __global__ void embedding_fwd_kernel(T *out, const int32_t *tok, const T *wte, const T *wpe, int seq, int C,
-                                            size_t n) {
+static __global__ void embedding_fwd_kernel(T *out, const int32_t *tok, const T *wte, const T *wpe,
+                                            zinf_embedding_part w, bool accumulate, int seq, int C, size_t n) {
     EW_LOOP(i, n) {
         size_t r = i / C, c = i % C, t = r % seq;
-        float x = to_f32(wte[(size_t)tok[r] * C + c]);
-        store_f32(&out[i], wpe ? x + to_f32(wpe[t * C + c]) : x);
+        int64_t e = (int64_t)tok[r] * C + (int64_t)c - w.wte_lo, f = (int64_t)(t * C + c) - w.wpe_lo;
+        if (!accumulate) {
+            float x = to_f32(wte[e]);
+            store_f32(&out[i], wpe ? x + to_f32(wpe[f]) : x);
+            continue;
+        }
+        if (e >= 0 && e < w.wte_n) store_f32(&out[i], to_f32(out[i]) + to_f32(wte[e]));
+        if (f >= 0 && f < w.wpe_n) store_f32(&out[i], to_f32(out[i]) + to_f32(wpe[f]));
     }
 }
 
 // dwte: one block per position of `order` (the positions sorted by token); the block
 // at the first position of each token's run sums the run's rows in order, channel by
-// channel, and adds the sum once. The same order as the host backend's.
+// channel, and adds the sum once. The same order as the host backend's. A channel's sum
+// does not depend on the others, so the window's channels get the plain op's bits.
 template <typename T>
 static __global__ void embedding_bwd_wte_kernel(T *dwte, const T *dout, const int32_t *tok, const int32_t *order, int N,
-                                                int C) {
+                                                int C, int64_t lo, int64_t wn) {
     int p = blockIdx.x;
     int token = tok[order[p]];
     if (p > 0 && tok[order[p - 1]] == token) return; // inside a run: its first block does it
+    int64_t from = (int64_t)token * C - lo;          // dwte's index of the row's channel 0
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        if (from + c < 0 || from + c >= wn) continue;
         float s = 0.0f;
         for (int q = p; q < N && tok[order[q]] == token; q++)
             s += to_f32(dout[(size_t)order[q] * C + c]);
-        T *w = dwte + (size_t)token * C + c;
+        T *w = dwte + from + c;
         store_f32(w, to_f32(*w) + s);
     }
 }
 
 // dwpe[t][c] += sum over b of dout[b][t][c], b in order.
-template <typename T> static __global__ void embedding_bwd_wpe_kernel(T *dwpe, const T *dout, int B, int seq, int C) {
+template <typename T>
+static __global__ void embedding_bwd_wpe_kernel(T *dwpe, const T *dout, int B, int seq, int C, int64_t lo, int64_t wn) {
     size_t n = (size_t)seq * C;
     EW_LOOP(i, n) {
+        int64_t e = (int64_t)i - lo;
+        if (e < 0 || e >= wn) continue;
         float s = 0.0f;
         for (int b = 0; b < B; b++)
             s += to_f32(dout[(size_t)b * n + i]);
-        store_f32(&dwpe[i], to_f32(dwpe[i]) + s);
+        store_f32(&dwpe[e], to_f32(dwpe[e]) + s);
     }
 }
 
 template <typename T> static zinf_status embedding_fwd_t(cudaStream_t st, const op_embedding *a) {
     size_t n = (size_t)a->B * a->T * a->C;
-    embedding_fwd_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)a->out, a->tok, (const T *)a->wte,
-                                                                         (const T *)a->wpe, a->T, a->C, n);
+    embedding_fwd_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)(
+        (T *)a->out, a->tok, (const T *)a->wte, (const T *)a->wpe, a->part, a->accumulate, a->T, a->C, n);
     ZINF_CUDA_LAUNCHED("embedding_fwd_kernel");
     return ZINF_OK;
 }
 
 template <typename T> static zinf_status embedding_bwd_t(cudaStream_t st, const op_embedding *a) {
     int N = a->B * a->T;
-    if (a->dwte) {
-        embedding_bwd_wte_kernel<T> CUDA_LAUNCH((unsigned)N, ROW_THREADS, 0, st)((T *)a->dwte, (const T *)a->dout,
-                                                                                 a->tok, a->order, N, a->C);
+    const zinf_embedding_part *w = &a->part;
+    if (w->wte_n > 0) {
+        embedding_bwd_wte_kernel<T> CUDA_LAUNCH((unsigned)N, ROW_THREADS, 0, st)(
+            (T *)a->dwte, (const T *)a->dout, a->tok, a->order, N, a->C, w->wte_lo, w->wte_n);
         ZINF_CUDA_LAUNCHED("embedding_bwd_wte_kernel");
     }
-    if (a->dwpe) {
-        embedding_bwd_wpe_kernel<T> CUDA_LAUNCH(ew_blocks((size_t)a->T * a->C), EW_THREADS, 0,
-                                                st)((T *)a->dwpe, (const T *)a->dout, a->B, a->T, a->C);
+    if (w->wpe_n > 0) {
+        embedding_bwd_wpe_kernel<T> CUDA_LAUNCH(ew_blocks((size_t)a->T * a->C), EW_THREADS, 0, st)(
+            (T *)a->dwpe, (const T *)a->dout, a->B, a->T, a->C, w->wpe_lo, w->wpe_n);
         ZINF_CUDA_LAUNCHED("embedding_bwd_wpe_kernel");
     }
     return ZINF_OK;

@@ -407,7 +407,44 @@ static zinf_status cross_entropy(zinf_dtype dt, const op_cross_entropy *a, host_
 
 // ---- embedding ----
 
+// The channels [*c0, *c1) of a row that starts at element `from` of a whole table whose
+// window [lo, lo + n) a buffer holds (the front end keeps lo + n within int64).
+static void window_cols(int64_t from, int C, int64_t lo, int64_t n, int *c0, int *c1) {
+    int64_t a = lo - from, b = lo + n - from;
+    *c0 = (int)(a < 0 ? 0 : a > C ? C : a);
+    *c1 = (int)(b < 0 ? 0 : b > C ? C : b);
+}
+
+// With a part, out += each element the windows hold, an add rounded once. Why the parts
+// give the plain op's bits: the caller zeroes out and the parts are disjoint and cover
+// the tables, so each element gets one wte add and at most one wpe add; 0 + x is exact
+// (but for a -0 in a table, which comes out +0), and round(round(x) + y) with x already
+// representable is the plain op's round(x + y), whichever add comes first.
+static zinf_status embedding_fwd_part(zinf_dtype dt, const op_embedding *a, host_scratch *s) {
+    const zinf_embedding_part *p = &a->part;
+    int C = a->C, c0, c1;
+    SCRATCH(x, 0, C);
+    for (int b = 0; b < a->B; b++) {
+        for (int t = 0; t < a->T; t++) {
+            size_t r = (size_t)b * a->T + t;
+            int64_t te = (int64_t)a->tok[r] * C, pe = (int64_t)t * C;
+            window_cols(te, C, p->wte_lo, p->wte_n, &c0, &c1);
+            if (c0 < c1) {
+                ld_row(x, a->wte, dt, (size_t)(te + c0 - p->wte_lo), (size_t)(c1 - c0));
+                add_row(a->out, dt, r * C + c0, x, (size_t)(c1 - c0));
+            }
+            window_cols(pe, C, p->wpe_lo, p->wpe_n, &c0, &c1);
+            if (c0 < c1) {
+                ld_row(x, a->wpe, dt, (size_t)(pe + c0 - p->wpe_lo), (size_t)(c1 - c0));
+                add_row(a->out, dt, r * C + c0, x, (size_t)(c1 - c0));
+            }
+        }
+    }
+    return ZINF_OK;
+}
+
 static zinf_status embedding_fwd(zinf_dtype dt, const op_embedding *a, host_scratch *s) {
+    if (a->accumulate) return embedding_fwd_part(dt, a, s);
     int C = a->C;
     SCRATCH(x, 0, C);
     SCRATCH(y, 1, C);
@@ -426,29 +463,34 @@ static zinf_status embedding_fwd(zinf_dtype dt, const op_embedding *a, host_scra
     return ZINF_OK;
 }
 
+// Only the channels inside the windows are summed and added; a channel's sum does not
+// depend on the others, so a part's elements get the plain op's bits.
 static zinf_status embedding_bwd(zinf_dtype dt, const op_embedding *a, host_scratch *s) {
-    int C = a->C, N = a->B * a->T;
+    const zinf_embedding_part *p = &a->part;
+    int C = a->C, N = a->B * a->T, c0, c1;
     SCRATCH(sum, 0, C);
     SCRATCH(row, 1, C);
     // wte: the positions in token order, each token's rows summed, added once.
-    for (int i = 0; i < N;) {
+    for (int i = 0; p->wte_n > 0 && i < N;) {
         int tok = a->tok[a->order[i]];
+        window_cols((int64_t)tok * C, C, p->wte_lo, p->wte_n, &c0, &c1);
         memset(sum, 0, (size_t)C * sizeof *sum);
         for (; i < N && a->tok[a->order[i]] == tok; i++) {
-            ld_row(row, a->dout, dt, (size_t)a->order[i] * C, C);
-            for (int c = 0; c < C; c++)
+            ld_row(row, a->dout, dt, (size_t)a->order[i] * C + c0, (size_t)(c1 - c0));
+            for (int c = 0; c < c1 - c0; c++)
                 sum[c] += row[c];
         }
-        add_row(a->dwte, dt, (size_t)tok * C, sum, C);
+        if (c0 < c1) add_row(a->dwte, dt, (size_t)((int64_t)tok * C + c0 - p->wte_lo), sum, (size_t)(c1 - c0));
     }
-    for (int t = 0; a->dwpe && t < a->T; t++) {
+    for (int t = 0; p->wpe_n > 0 && t < a->T; t++) {
+        window_cols((int64_t)t * C, C, p->wpe_lo, p->wpe_n, &c0, &c1);
         memset(sum, 0, (size_t)C * sizeof *sum);
         for (int b = 0; b < a->B; b++) {
-            ld_row(row, a->dout, dt, ((size_t)b * a->T + t) * C, C);
-            for (int c = 0; c < C; c++)
+            ld_row(row, a->dout, dt, ((size_t)b * a->T + t) * C + c0, (size_t)(c1 - c0));
+            for (int c = 0; c < c1 - c0; c++)
                 sum[c] += row[c];
         }
-        add_row(a->dwpe, dt, (size_t)t * C, sum, C);
+        if (c0 < c1) add_row(a->dwpe, dt, (size_t)((int64_t)t * C + c0 - p->wpe_lo), sum, (size_t)(c1 - c0));
     }
     return ZINF_OK;
 }

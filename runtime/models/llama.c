@@ -234,7 +234,7 @@ static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *
     zinf_dtype dt = m->p.dtype;
     int L = sh->n_layer, T = m->p.seq_len, BT = m->b * T, C = sh->n_embd;
     if (mod == MOD_EMBEDDING)
-        return zinf_embedding_fwd(s, dt, m->encoded, m->tok, param(m, mod, params[mod], 0), NULL, m->b, T, C);
+        return zinf_embedding_fwd(s, dt, m->encoded, m->tok, param(m, mod, params[mod], 0), NULL, m->b, T, C, NULL);
     if (mod == mod_norm(L))
         return zinf_rmsnorm_fwd(s, dt, m->lnf, m->lnf_rstd, m->res3[L - 1], param(m, mod, params[mod], 0), BT, C,
                                 (float)sh->norm_eps);
@@ -289,7 +289,8 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
         return zinf_rmsnorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], 0), m->dln, m->res3[L - 1],
                                 param(m, mod, params[mod], 0), m->lnf_rstd, BT, C);
     if (mod == MOD_EMBEDDING)
-        return zinf_embedding_bwd(s, dt, param(m, mod, grads[mod], 0), NULL, m->dres, m->tok, m->order, m->b, T, C);
+        return zinf_embedding_bwd(s, dt, param(m, mod, grads[mod], 0), NULL, m->dres, m->tok, m->order, m->b, T, C,
+                                  NULL);
     int l = (mod - 1) / 2;
     return mod == mod_attn(l) ? attn_bwd(m, s, l, params[mod], grads[mod]) : mlp_bwd(m, s, l, params[mod], grads[mod]);
 }

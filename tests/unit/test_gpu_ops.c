@@ -534,8 +534,8 @@ static void test_embedding(zinf_dtype dt, bool positions) {
     void *gte = test_dev_of(dev, S, dt, gte0, V * C), *gpe = test_dev_of(dev, S, dt, gpe0, T * C);
     void *dtok = to_device(dev, S, tok, sizeof tok), *dord = to_device(dev, S, order, sizeof order);
     void *out = test_dev_poisoned(dev, S, (size_t)B * T * C * zinf_dtype_size(dt));
-    TRY(zinf_embedding_fwd(S, dt, out, dtok, dte, positions ? dpe : NULL, B, T, C));
-    TRY(zinf_embedding_bwd(S, dt, gte, positions ? gpe : NULL, ddy, dtok, dord, B, T, C));
+    TRY(zinf_embedding_fwd(S, dt, out, dtok, dte, positions ? dpe : NULL, B, T, C, NULL));
+    TRY(zinf_embedding_bwd(S, dt, gte, positions ? gpe : NULL, ddy, dtok, dord, B, T, C, NULL));
     double ro[B * T * C], rte[V * C], rpe[T * C];
     for (int i = 0; i < V * C; i++)
         rte[i] = gte0[i];
