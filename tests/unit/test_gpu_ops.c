@@ -479,6 +479,17 @@ static void test_bad_args(void) {
         CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_UNSUPPORTED, "a head of 264 channels accepted by CUDA");
         CHECK_CONTAINS(zinf_last_error(), "head size 264");
     }
+    zinf_embedding_part part = {.wte_lo = 0, .wte_n = -1};
+    CHECK(zinf_embedding_fwd(S, ZINF_DTYPE_F32, x, x, x, NULL, 2, 4, 8, &part) == ZINF_ERR_INVAL,
+          "embedding part with n < 0 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "embedding");
+    CHECK(zinf_embedding_bwd(S, ZINF_DTYPE_F32, x, NULL, x, x, x, 2, 4, 8, &part) == ZINF_ERR_INVAL,
+          "embedding backward part with n < 0 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "embedding backward");
+    part = (zinf_embedding_part){.wte_n = 8, .wpe_n = 8};
+    CHECK(zinf_embedding_fwd(S, ZINF_DTYPE_F32, x, x, x, NULL, 2, 4, 8, &part) == ZINF_ERR_INVAL,
+          "embedding part with a wpe window and no wpe accepted");
+    CHECK_CONTAINS(zinf_last_error(), "needs its table");
     TRY(zinf_stream_sync(S));
 }
 
@@ -556,6 +567,125 @@ static void test_embedding(zinf_dtype dt, bool positions) {
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
     free(wte), free(wpe), free(dy), free(gte0), free(gpe0);
+}
+
+// ---- embedding in parts ----
+// Memory-centric tiling hands the embedding its tables window by window: the parts,
+// applied one by one, must give the plain op's bits.
+
+// n elements of dt at device memory d, in host memory the caller frees.
+static unsigned char *host_copy(zinf_dtype dt, const void *d, size_t n) {
+    unsigned char *h = malloc(n * zinf_dtype_size(dt));
+    from_device(S, h, d, n * zinf_dtype_size(dt));
+    return h;
+}
+
+// The n elements of dt at device memory d have the bits of the n at host memory want.
+static void same_bits(const char *what, zinf_dtype dt, const void *d, const void *want, size_t n) {
+    size_t es = zinf_dtype_size(dt), at = 0;
+    unsigned char *got = host_copy(dt, d, n);
+    while (at < n && memcmp(got + at * es, (const char *)want + at * es, es) == 0)
+        at++;
+    CHECK(at == n, "%s %s: element %zu is %g, not %g", what, zinf_dtype_name(dt), at, dt_load(got, dt, at),
+          dt_load(want, dt, at));
+    free(got);
+}
+
+// The window [a, b) of the flat [wte | wpe], wte's VC elements first, as a part.
+static zinf_embedding_part part_of(int64_t a, int64_t b, int64_t VC) {
+    int64_t te = (b < VC ? b : VC) - a, pe = b - (a > VC ? a : VC);
+    return (zinf_embedding_part){a, te > 0 ? te : 0, a > VC ? a - VC : 0, pe > 0 ? pe : 0};
+}
+
+// Element lo of the device table p, or NULL for an absent window (n 0).
+static void *elem(void *p, zinf_dtype dt, int64_t lo, int64_t n) {
+    return n ? (char *)p + lo * zinf_dtype_size(dt) : NULL;
+}
+
+static void embedding_part_fwd(zinf_dtype dt, void *out, const int32_t *tok, void *wte, void *wpe,
+                               const zinf_embedding_part *p, int B, int T, int C) {
+    TRY(zinf_embedding_fwd(S, dt, out, tok, elem(wte, dt, p->wte_lo, p->wte_n), elem(wpe, dt, p->wpe_lo, p->wpe_n), B,
+                           T, C, p));
+}
+
+static void embedding_part_bwd(zinf_dtype dt, void *dwte, void *dwpe, const void *dout, const int32_t *tok,
+                               const int32_t *order, const zinf_embedding_part *p, int B, int T, int C) {
+    TRY(zinf_embedding_bwd(S, dt, elem(dwte, dt, p->wte_lo, p->wte_n), elem(dwpe, dt, p->wpe_lo, p->wpe_n), dout, tok,
+                           order, B, T, C, p));
+}
+
+// positions: GPT-2's wpe, or none (the Llama family).
+static void test_embedding_parts(zinf_dtype dt, bool positions) {
+    enum { B = 2, T = 5, C = 48, V = 37, N = B * T }; // C: a block of the CUDA kernels' 32 and a ragged one
+    const int64_t VC = V * C, W = VC + (positions ? T * C : 0);
+    size_t es = zinf_dtype_size(dt);
+    float *wte = randv(dt, VC, 1), *wpe = randv(dt, T * C, 1), *dy = randv(dt, N * C, 1);
+    float *gte0 = randv(dt, VC, 1), *gpe0 = randv(dt, T * C, 1), *out0 = randv(dt, N * C, 1);
+    int32_t tok[N], order[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)(urand() * V), order[i] = i;
+    tok[0] = tok[4] = tok[7] = 11, tok[2] = tok[9] = V - 1; // repeats, and the last row, which a window straddles
+    qsort_r(order, N, sizeof *order, cmp_pos, tok);
+    void *dte = test_dev_of(dev, S, dt, wte, VC), *dpe = positions ? test_dev_of(dev, S, dt, wpe, T * C) : NULL;
+    void *ddy = test_dev_of(dev, S, dt, dy, N * C);
+    void *dtok = to_device(dev, S, tok, sizeof tok), *dord = to_device(dev, S, order, sizeof order);
+
+    // The plain op.
+    void *out = test_dev_poisoned(dev, S, N * C * es), *gte = test_dev_of(dev, S, dt, gte0, VC);
+    void *gpe = positions ? test_dev_of(dev, S, dt, gpe0, T * C) : NULL;
+    TRY(zinf_embedding_fwd(S, dt, out, dtok, dte, dpe, B, T, C, NULL));
+    TRY(zinf_embedding_bwd(S, dt, gte, gpe, ddy, dtok, dord, B, T, C, NULL));
+    unsigned char *h_out = host_copy(dt, out, N * C), *h_gte = host_copy(dt, gte, VC);
+    unsigned char *h_gpe = positions ? host_copy(dt, gpe, T * C) : NULL;
+
+    // Windows cut at arbitrary offsets: inside a row, straddling wte | wpe (with
+    // positions), presented last first. out starts zeroed, as the caller keeps it.
+    int64_t cut[] = {0, 5 * C + 17, VC - 30, positions ? VC + 2 * C + 11 : VC, W};
+    int nw = positions ? 4 : 3;
+    void *pout, *pgte = test_dev_of(dev, S, dt, gte0, VC);
+    void *pgpe = positions ? test_dev_of(dev, S, dt, gpe0, T * C) : NULL;
+    TRY(zinf_device_alloc(dev, N * C * es, "output", &pout));
+    TRY(zinf_memset_async(S, pout, 0, N * C * es));
+    for (int j = 0; j < nw; j++) {
+        int k = (j + nw - 1) % nw;
+        zinf_embedding_part p = part_of(cut[k], cut[k + 1], VC);
+        embedding_part_fwd(dt, pout, dtok, dte, dpe, &p, B, T, C);
+        embedding_part_bwd(dt, pgte, pgpe, ddy, dtok, dord, &p, B, T, C);
+    }
+    same_bits("embedding in parts", dt, pout, h_out, N * C);
+    same_bits("embedding backward in parts: wte", dt, pgte, h_gte, VC);
+    if (positions) same_bits("embedding backward in parts: wpe", dt, pgpe, h_gpe, T * C);
+
+    // One window alone, on buffers of random values: it adds into its own elements and
+    // leaves every other one as it was.
+    int64_t lo = 11 * C + 7, hi = positions ? VC + C + 5 : VC - 3;
+    zinf_embedding_part p = part_of(lo, hi, VC);
+    void *o1 = test_dev_of(dev, S, dt, out0, N * C), *g1 = test_dev_of(dev, S, dt, gte0, VC);
+    void *q1 = positions ? test_dev_of(dev, S, dt, gpe0, T * C) : NULL;
+    embedding_part_fwd(dt, o1, dtok, dte, dpe, &p, B, T, C);
+    embedding_part_bwd(dt, g1, q1, ddy, dtok, dord, &p, B, T, C);
+    float *want = malloc(N * C * sizeof *want);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) {
+            int64_t e = (int64_t)tok[i] * C + c, f = VC + (int64_t)(i % T) * C + c;
+            float v = out0[i * C + c];
+            if (e >= lo && e < hi) v = test_rounded(dt, v + wte[e]);
+            if (positions && f >= lo && f < hi) v = test_rounded(dt, v + wpe[f - VC]);
+            want[i * C + c] = v;
+        }
+    unsigned char *want_out = test_pack(dt, want, N * C), *want_te = test_pack(dt, gte0, VC);
+    unsigned char *want_pe = test_pack(dt, gpe0, T * C);
+    memcpy(want_te + p.wte_lo * es, h_gte + p.wte_lo * es, p.wte_n * es);
+    if (positions) memcpy(want_pe + p.wpe_lo * es, h_gpe + p.wpe_lo * es, p.wpe_n * es);
+    same_bits("embedding, one window", dt, o1, want_out, N * C);
+    same_bits("embedding backward, one window: wte", dt, g1, want_te, VC);
+    if (positions) same_bits("embedding backward, one window: wpe", dt, q1, want_pe, T * C);
+
+    void *bufs[] = {dte, dpe, ddy, dtok, dord, out, gte, gpe, pout, pgte, pgpe, o1, g1, q1};
+    for (size_t i = 0; i < LEN(bufs); i++)
+        zinf_device_free(dev, bufs[i]);
+    free(wte), free(wpe), free(dy), free(gte0), free(gpe0), free(out0), free(want);
+    free(h_out), free(h_gte), free(h_gpe), free(want_out), free(want_te), free(want_pe);
 }
 
 // ---- device optimizer ----
@@ -636,6 +766,8 @@ int main(void) {
         test_cross_entropy(dt, true);
         test_embedding(dt, true);
         test_embedding(dt, false);
+        test_embedding_parts(dt, true);
+        test_embedding_parts(dt, false);
         for (int j = 0; j < 3; j++)
             test_cast(dt, dts[j]);
     }
