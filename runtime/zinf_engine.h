@@ -211,7 +211,10 @@ typedef struct zinf_plan {
     // capacity and the pinned budget are the target's; -1 where not known).
     zinf_engine_memory mem;
     int64_t device_peak;   // device bytes at the busiest moment of a step
-    int64_t gathered_peak; // stage 3: gathered parameters at most, bytes
+    int64_t gathered_peak; // stage 3: gathered parameters at most, bytes (whole modules)
+    // memory.tile_bound: the modules gathered and computed tile by tile, as "embedding in
+    // 9 tiles of 64.0 MiB" (every rank's part of the largest tile); "" when none.
+    char tiled[160];
     // Bytes per optimizer step, from the second step on (the first has no trace).
     int64_t h2d, d2h, nvme_read, nvme_write;
     // Bytes a rank receives from the other ranks per optimizer step, from its node and

@@ -162,6 +162,7 @@ typedef struct zinf_module_info {
     const zinf_param_info *params;
     size_t numel; // flat buffer elements (parameters at 64-element aligned offsets)
     int external;
+    bool tileable; // the model can compute it from tiles (zinf_model_lend_tiles): an untied embedding
 } zinf_module_info;
 
 typedef enum zinf_pass { ZINF_PASS_FORWARD, ZINF_PASS_RECOMPUTE, ZINF_PASS_BACKWARD } zinf_pass;
@@ -206,6 +207,38 @@ size_t zinf_model_checkpoint_bytes(const zinf_model_params *p);
 // zinf_model_checkpoint_bytes (the caller keeps it, and frees it after the model);
 // required before its first forward.
 zinf_status zinf_model_lend_checkpoints(zinf_model *m, void *h_buf);
+
+// ---- modules in tiles ----
+// A module too big to gather whole (memory.tile_bound) comes in tiles: its flat buffer
+// splits into `ranks` slices of `slice` elements, and tile k holds elements
+// [k tile, k tile + n) of every slice (n = tile; the last tile has the rest), rank after
+// rank: element j of slice r's part at r n + j, which is element r slice + k tile + j
+// of the flat buffer.
+typedef struct zinf_tiling {
+    int ranks;
+    size_t slice;
+    size_t tile; // 0: the module is gathered whole
+} zinf_tiling;
+
+// What the caller lends a model for its tiled modules. get gives tile k of module mod
+// once the compute stream s may use it: its gathered parameters, or with grad a zeroed
+// buffer for its gradient; done says that everything using it is queued on s (the
+// gradient is then the caller's to reduce). Tiles come in order, one get and one done
+// each per pass.
+typedef struct zinf_tile_source {
+    const zinf_tiling *tiling; // per module
+    zinf_status (*get)(void *ctx, zinf_stream *s, int mod, int k, bool grad, void **buf);
+    zinf_status (*done)(void *ctx, zinf_stream *s, int mod, int k, bool grad);
+    void *ctx;
+} zinf_tile_source;
+
+// From now on a tileable module with tiling[mod].tile > 0 runs from src's tiles, and
+// zinf_model_run reads neither params[mod] nor grads[mod]; src is borrowed. A module
+// that is not tileable with a tile is refused, naming it.
+zinf_status zinf_model_lend_tiles(zinf_model *m, const zinf_tile_source *src);
+// Tiles of module mod under t (0 when it is gathered whole).
+static inline size_t zinf_tiling_count(const zinf_tiling *t) { return t->tile ? (t->slice + t->tile - 1) / t->tile : 0; }
+
 const zinf_model_params *zinf_model_get_params(const zinf_model *m);
 int zinf_model_module_count(const zinf_model *m);
 const zinf_module_info *zinf_model_module(const zinf_model *m, int i);

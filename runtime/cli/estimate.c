@@ -60,7 +60,7 @@ static json_t *fits_json(const zinf_plan *r) {
 
 static json_t *row_fields(const plan *p) {
     const zinf_engine_memory *m = &p->r.mem;
-    return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+    return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o}",
                      "stage", (int)p->cfg.zero.stage, "optimizer", tier_name[m->optimizer_tier], "params",
                      tier_name[m->params_tier], "world_size", p->t.world, "model_numel", (json_int_t)m->model_numel,
                      "partition_numel", (json_int_t)m->partition_numel, "device_bytes", (json_int_t)m->device_in_use,
@@ -70,7 +70,7 @@ static json_t *row_fields(const plan *p) {
                      (json_int_t)m->activations, "pcie_h2d_bytes", (json_int_t)p->r.h2d, "pcie_d2h_bytes",
                      (json_int_t)p->r.d2h, "nvme_read_bytes", (json_int_t)p->r.nvme_read, "nvme_write_bytes",
                      (json_int_t)p->r.nvme_write, "comm_bytes_intra", (json_int_t)p->r.comm_intra, "comm_bytes_inter",
-                     (json_int_t)p->r.comm_inter, "fits", fits_json(&p->r));
+                     (json_int_t)p->r.comm_inter, "tiled", p->r.tiled, "fits", fits_json(&p->r));
 }
 
 static json_t *time_json(const zinf_step_time *t) {
@@ -99,6 +99,8 @@ typedef struct features {
     plan head_other;    // the row with the head at once where it is chunked, else in chunks
     bool ckpt;          // activation checkpointing is on: ckpt_other is the row with
     plan ckpt_other;    // cpu_checkpointing the other way
+    bool tiles;         // tiling applies to the row (one of the two plans tiles): tiles_other
+    plan tiles_other;   // is the row untiled where it tiles, else with an eighth of the embedding as the bound
 } features;
 
 static int features_of(const plan *own, features *f) {
@@ -111,6 +113,12 @@ static int features_of(const plan *own, features *f) {
     // what chunking would save.
     f->head_other.cfg.memory.head_chunk_tokens = f->head_chunk < f->tokens ? f->tokens : (f->tokens + 3) / 4;
     if (plan_make(&f->head_other) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+    f->tiles_other = *own;
+    // Untiled where the row tiles; else what an eighth of the embedding as the bound would do.
+    int64_t eighth = (int64_t)own->s.vocab_size * own->s.n_embd / 8;
+    f->tiles_other.cfg.memory.tile_bound = own->r.tiled[0] ? -1 : eighth > 2048 ? eighth : 2048;
+    if (c->zero.stage == 3 && plan_make(&f->tiles_other) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+    f->tiles = c->zero.stage == 3 && (own->r.tiled[0] || f->tiles_other.r.tiled[0]);
     const zinf_activation_checkpointing_config *ac = &c->activation_checkpointing;
     f->ckpt = ac->enabled;
     if (!f->ckpt) return CLI_OK;
@@ -136,6 +144,11 @@ static void print_features(const plan *own, const features *f) {
         printf("    output layer, all %lld tokens at once: %s; in chunks of %lld (memory.head_chunk_tokens): %s\n",
                (long long)f->tokens, sz(own->r.device_peak, b[0]),
                (long long)f->head_other.cfg.memory.head_chunk_tokens, sz(f->head_other.r.device_peak, b[1]));
+    if (f->tiles) {
+        const plan *on = own->r.tiled[0] ? own : &f->tiles_other, *off = own->r.tiled[0] ? &f->tiles_other : own;
+        printf("    %s (memory.tile_bound %lld): %s; gathered whole: %s\n", on->r.tiled,
+               (long long)on->cfg.memory.tile_bound, sz(on->r.device_peak, b[0]), sz(off->r.device_peak, b[1]));
+    }
     if (!f->ckpt) {
         printf("    activation checkpointing is off (the activation_checkpointing section turns it on)\n");
         return;
@@ -169,6 +182,15 @@ static json_t *plan_json(const plan *p, const features *f) {
                              (json_int_t)(chunked ? f->head_other.r.device_peak : p->r.device_peak));
     json_object_update(more, feat);
     json_decref(feat);
+    if (f->tiles) {
+        bool on = p->r.tiled[0];
+        json_t *tl = json_pack("{s:I, s:I}", "device_peak_tiled_bytes",
+                               (json_int_t)(on ? p->r.device_peak : f->tiles_other.r.device_peak),
+                               "device_peak_untiled_bytes",
+                               (json_int_t)(on ? f->tiles_other.r.device_peak : p->r.device_peak));
+        json_object_update(more, tl);
+        json_decref(tl);
+    }
     if (f->ckpt) {
         const plan *host, *dev;
         ckpt_plans(p, f, &host, &dev);

@@ -132,6 +132,7 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
             "NVMe %s read, %s written\n",
             sz(r->device_peak, b[0]), sz(r->gathered_peak, b[1]), sz(r->h2d, b[2]), sz(r->d2h, b[3]),
             sz(r->nvme_read, b[4]), sz(r->nvme_write, b[5]));
+    if (r->tiled[0]) fprintf(f, "  gathered and computed tile by tile (memory.tile_bound): %s\n", r->tiled);
     if (r->comm_intra || r->comm_inter)
         fprintf(f, "  from the other ranks, per rank and step: %s in its node, %s across nodes\n",
                 sz(r->comm_intra, b[0]), sz(r->comm_inter, b[1]));

@@ -231,6 +231,11 @@ static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
                          "%s: zero_optimization.zero_hpz_partition_size: %lld needs zero_optimization.stage 3 (stage is "
                          "%lld): only stage 3 gathers weights",
                          ctx->name, (long long)z->hpz_partition_size, (long long)z->stage);
+    if (c->memory.tile_bound > 0 && z->stage != 3)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: memory.tile_bound: %lld needs zero_optimization.stage 3 (stage is %lld): stages 0-2 keep "
+                         "every module whole on the device",
+                         ctx->name, (long long)c->memory.tile_bound, (long long)z->stage);
     if (z->quantized_gradients && z->stage != 3)
         return zinf_fail(ZINF_ERR_INVAL,
                          "%s: zero_optimization.zero_quantized_gradients: true needs zero_optimization.stage 3 (stage "

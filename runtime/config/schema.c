@@ -329,6 +329,7 @@ const key zinf_config_keys[] = {
 
     SECTION("memory", NONE, 0),
     INT("memory.head_chunk_tokens", OFF(memory.head_chunk_tokens), -1, 1, 1 << 30, F_NULL),
+    INT("memory.tile_bound", OFF(memory.tile_bound), -1, 2048, BIG, F_NULL),
 
     SECTION("checkpoint", NONE, 0),
     STRING("checkpoint.dir", OFF(checkpoint.dir), F_NULL),

@@ -6,7 +6,8 @@
 // every rank issues the same collectives in the same order; one waits for a background
 // update only when its module has not been written yet. Slices on NVMe are read ahead
 // along the trace separately, as far as the parameter tier's buffers go: reads are
-// local, so that stage may run on timing.
+// local, so that stage may run on timing. A tiled module (memory.tile_bound) is
+// outside the prefetcher: the model asks for its tiles inside its op (below).
 #include <string.h>
 
 #include "internal.h"
@@ -16,7 +17,7 @@ zinf_status coord_prefetcher(const zinf_engine *e, zinf_prefetch **out) {
     size_t *numel = malloc(n * sizeof *numel), *padded = malloc(n * sizeof *padded);
     zinf_status st = numel && padded ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; st == ZINF_OK && i < e->nmod; i++)
-        numel[i] = e->lay[i].numel, padded[i] = e->lay[i].padded;
+        numel[i] = e->lay[i].numel, padded[i] = e->lay[i].tile ? 0 : e->lay[i].padded; // tiles: below
     const zinf_zero_config *z = &e->cfg.zero;
     zinf_prefetch_config pc = {.nmod = e->nmod,
                                .numel = numel,
@@ -31,6 +32,8 @@ zinf_status coord_prefetcher(const zinf_engine *e, zinf_prefetch **out) {
     return st;
 }
 
+static zinf_status tiles_create(zinf_engine *e);
+
 zinf_status coord_create(zinf_engine *e) {
     coordinator *co = &e->co;
     size_t n = (size_t)e->nmod;
@@ -43,6 +46,7 @@ zinf_status coord_create(zinf_engine *e) {
         return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; i < e->nmod; i++)
         ZINF_CHECK(zinf_event_create(e->dev, &co->landed[i]));
+    ZINF_CHECK(tiles_create(e));
     return coord_prefetcher(e, &co->pf);
 }
 
@@ -57,6 +61,9 @@ static void free_all(zinf_engine *e) {
         zinf_device_free(e->dev, co->gathered[i]);
         co->gathered[i] = NULL;
     }
+    for (int s = 0; s < 2; s++) // a tiled op that failed midway
+        zinf_device_free(e->dev, co->tile[s].buf), co->tile[s].buf = NULL;
+    zinf_device_free(e->dev, co->grad_tile), co->grad_tile = NULL;
 }
 
 void coord_destroy(zinf_engine *e) {
@@ -64,6 +71,9 @@ void coord_destroy(zinf_engine *e) {
     free_all(e);
     for (int i = 0; co->landed && i < e->nmod; i++)
         zinf_event_destroy(co->landed[i]);
+    for (int s = 0; s < 2; s++)
+        zinf_event_destroy(co->tile[s].landed);
+    free(co->tiling);
     coord_free_waits(e);
     free(co->gathered), free(co->landed), free(co->queue), free(co->queued), free(co->ahead);
     zinf_prefetch_destroy(co->pf);
@@ -167,16 +177,17 @@ void coord_free_waits(zinf_engine *e) {
 
 // The compute stream waits for x's gather; when the gather may not have landed yet,
 // timed events around the wait say for how long.
-static zinf_status wait_landed(zinf_engine *e, int x) {
-    coordinator *co = &e->co;
-    if (zinf_event_done(co->landed[x])) return zinf_stream_wait_event(e->cs, co->landed[x]);
+static zinf_status wait_event_timed(zinf_engine *e, zinf_event *landed, bool disk) {
+    if (zinf_event_done(landed)) return zinf_stream_wait_event(e->cs, landed);
     wait_pair *w;
     ZINF_CHECK(new_wait(e, &w));
-    w->disk = from_disk(e, x);
+    w->disk = disk;
     ZINF_CHECK(zinf_event_record(w->before, e->cs));
-    ZINF_CHECK(zinf_stream_wait_event(e->cs, co->landed[x]));
+    ZINF_CHECK(zinf_stream_wait_event(e->cs, landed));
     return zinf_event_record(w->after, e->cs);
 }
+
+static zinf_status wait_landed(zinf_engine *e, int x) { return wait_event_timed(e, e->co.landed[x], from_disk(e, x)); }
 
 zinf_status coord_timed_update_wait(zinf_engine *e, zinf_status (*fn)(zinf_engine *e, int x), int x) {
     wait_pair *w;
@@ -208,7 +219,7 @@ zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *
 
 static zinf_status use(zinf_engine *e, int x, void **params) {
     coordinator *co = &e->co;
-    if (x < 0 || !e->lay[x].padded) return ZINF_OK;
+    if (x < 0 || !e->lay[x].padded || e->lay[x].tile) return ZINF_OK;
     ZINF_CHECK(zinf_prefetch_use(co->pf, x));
     if (!co->gathered[x]) {
         zinf_prefetch_gathered(co->pf, x);
@@ -252,4 +263,77 @@ zinf_status coord_end_step(zinf_engine *e) {
     free_all(e);
     zinf_param_tier_forget_reads(e->pt);
     return zinf_prefetch_end_step(e->co.pf);
+}
+
+// ---- tiled modules ----
+// The model asks for a tiled module's tiles in order inside its op (zinf_tile_source).
+// Handing over tile k queues tile k + 1's gather, so that it runs under tile k's
+// compute: two tiles are on the device at most. A tile waits for its module's
+// background update as a whole module's gather does. Tiles are gathered from every
+// rank (no hpZ secondary keeps them: a secondary of the whole module is what tiling
+// avoids). Gradient tiles are zeroed on the compute stream and go to the buckets as
+// soon as the model is done with them.
+
+static zinf_status tile_wait_update(zinf_engine *e, int x) {
+    return zinf_optim_tier_wait_updated(e->ot, x, from_disk(e, x) ? NULL : e->xs);
+}
+
+static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
+    coordinator *co = &e->co;
+    const mod_layout *l = &e->lay[mod];
+    size_t n = tile_len(l, k);
+    tile_slot *t = &co->tile[k & 1];
+    zinf_status st = engine_alloc(e, (size_t)e->pw * n * e->es, "gathered parameter tiles", &t->buf);
+    if (st == ZINF_ERR_NOMEM)
+        return zinf_fail(st, "%s; lower memory.tile_bound", zinf_last_error());
+    ZINF_CHECK(st);
+    t->mod = mod, t->k = k;
+    ZINF_CHECK(zinf_optim_tier_updated(e->ot, mod) ? tile_wait_update(e, mod)
+                                                   : coord_timed_update_wait(e, tile_wait_update, mod));
+    bool last = (size_t)k + 1 == zinf_tiling_count(&co->tiling[mod]);
+    ZINF_CHECK(zinf_param_tier_gather_part(e->pt, mod, (size_t)k * l->tile, n, t->buf, last));
+    return zinf_event_record(t->landed, e->xs);
+}
+
+static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, bool grad, void **buf) {
+    zinf_engine *e = ctx;
+    coordinator *co = &e->co;
+    size_t bytes = (size_t)e->pw * tile_len(&e->lay[mod], k) * e->es;
+    if (grad) {
+        ZINF_CHECK(engine_alloc(e, bytes, "gradient tiles", &co->grad_tile));
+        *buf = co->grad_tile;
+        return zinf_memset_async(s, co->grad_tile, 0, bytes);
+    }
+    tile_slot *t = &co->tile[k & 1];
+    if (!t->buf || t->mod != mod || t->k != k) ZINF_CHECK(tile_gather(e, mod, k));
+    if ((size_t)k + 1 < zinf_tiling_count(&co->tiling[mod])) ZINF_CHECK(tile_gather(e, mod, k + 1));
+    ZINF_CHECK(wait_event_timed(e, t->landed, from_disk(e, mod) && k == 0));
+    *buf = t->buf;
+    return ZINF_OK;
+}
+
+static zinf_status tile_done(void *ctx, zinf_stream *s, int mod, int k, bool grad) {
+    zinf_engine *e = ctx;
+    coordinator *co = &e->co;
+    void **buf = grad ? &co->grad_tile : &co->tile[k & 1].buf;
+    if (grad) ZINF_CHECK(reduce_tile_ready(e, mod, k, *buf));
+    ZINF_CHECK(engine_free_after(e, *buf, s));
+    *buf = NULL;
+    return ZINF_OK;
+}
+
+static zinf_status tiles_create(zinf_engine *e) {
+    coordinator *co = &e->co;
+    bool any = false;
+    co->tiling = calloc((size_t)e->nmod, sizeof *co->tiling);
+    if (!co->tiling) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; i < e->nmod; i++) {
+        co->tiling[i] = (zinf_tiling){.ranks = e->pw, .slice = e->lay[i].slice, .tile = e->lay[i].tile};
+        any |= e->lay[i].tile > 0;
+    }
+    if (!any) return ZINF_OK;
+    for (int s = 0; s < 2; s++)
+        ZINF_CHECK(zinf_event_create(e->dev, &co->tile[s].landed));
+    co->src = (zinf_tile_source){.tiling = co->tiling, .get = tile_get, .done = tile_done, .ctx = e};
+    return zinf_model_lend_tiles(e->m, &co->src);
 }

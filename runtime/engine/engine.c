@@ -469,7 +469,7 @@ zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int
 
 // Module mod's 16-bit gradient buffer, zeroed, for the backward about to add to it.
 static zinf_status need_grad(zinf_engine *e, int mod) {
-    if (mod < 0 || e->grads16[mod] || !e->lay[mod].padded) return ZINF_OK;
+    if (mod < 0 || e->grads16[mod] || !e->lay[mod].padded || e->lay[mod].tile) return ZINF_OK; // tiles: coordinator.c
     size_t bytes = e->lay[mod].padded * e->es;
     ZINF_CHECK(engine_alloc(e, bytes, "gradients", &e->grads16[mod]));
     return zinf_memset_async(e->cs, e->grads16[mod], 0, bytes);

@@ -30,7 +30,17 @@ typedef struct mod_layout {
     size_t part_lo;  // start of this rank's optimizer part inside the flat buffer
     size_t part_n;   // its length: the whole buffer at stage 0, else the slice
     size_t part_off; // where that part starts in the rank's partition
+    // Stage 3 with memory.tile_bound: elements of each slice per tile (tile k is
+    // elements [k tile, k tile + tile) of every slice, the last one the rest); 0: the
+    // module is gathered whole.
+    size_t tile;
 } mod_layout;
+
+// Elements of each slice in tile k of a tiled module.
+static inline size_t tile_len(const mod_layout *l, int k) {
+    size_t a = (size_t)k * l->tile;
+    return l->slice - a < l->tile ? l->slice - a : l->tile;
+}
 
 // A run of one module's gradient in a bucket: elements [lo, lo + n) of every rank's
 // slice, at `off` inside each rank block. A module bigger than what is left of a bucket
@@ -56,6 +66,13 @@ typedef struct wait_pair {
     bool disk, update;
 } wait_pair;
 
+// A tile of a tiled module's parameters, gathered on the device.
+typedef struct tile_slot {
+    void *buf;
+    int mod, k;
+    zinf_event *landed; // on the communication stream, when its gather lands
+} tile_slot;
+
 // The stage-3 coordinator's state: the gathered buffers and the gathers decided by the
 // prefetcher but not yet issued.
 typedef struct coordinator {
@@ -67,6 +84,12 @@ typedef struct coordinator {
     int *ahead;              // room for one zinf_prefetch_ahead
     wait_pair *waits;        // this step's timed waits of the compute stream
     int nwaits, capwaits;
+    // A tiled module's tiles: tile k's gathered parameters in slot k % 2 (the next one
+    // is gathered while the model computes on this one), a gradient tile being filled.
+    tile_slot tile[2];
+    void *grad_tile;
+    zinf_tiling *tiling;   // per module, lent to the model
+    zinf_tile_source src;
 } coordinator;
 
 // Stages 1-2 with an offloaded optimizer: the last step's update runs under the next
@@ -240,6 +263,9 @@ zinf_status share_finish(zinf_engine *e);
 zinf_status reduce_create(zinf_engine *e);
 void reduce_destroy(zinf_engine *e);
 zinf_status reduce_module_ready(zinf_engine *e, int mod);
+// Tile k of tiled module mod is done in backward: its gradient (every rank's part of
+// the tile, rank after rank, on the device) goes to the buckets.
+zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad);
 // params.c: the 16-bit parameters, on the device at stages 0-2, in the parameter tier at 3
 zinf_status params_create(zinf_engine *e);
 void params_destroy(zinf_engine *e);

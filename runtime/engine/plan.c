@@ -35,7 +35,7 @@ static void gather(replay *r, int x) {
 }
 
 static zinf_status use(replay *r, int x) {
-    if (x < 0 || !r->e->lay[x].padded) return ZINF_OK;
+    if (x < 0 || !r->e->lay[x].padded || r->e->lay[x].tile) return ZINF_OK;
     ZINF_CHECK(zinf_prefetch_use(r->pf, x));
     if (zinf_prefetch_is_gathered(r->pf, x)) return ZINF_OK;
     zinf_prefetch_gathered(r->pf, x);
@@ -49,10 +49,25 @@ static void release(replay *r, int x) {
     r->dev -= dev_bytes(r->e->lay[x].padded * r->e->es);
 }
 
+// coordinator.c's tiles of module x during op: the forward holds a tile and the next
+// one's gather (tile 0 is the largest), the backward a gradient tile (the embedding, the
+// one module the models compute in tiles, reads no parameters in its backward). Every
+// forward gathers the module once, tile by tile.
+static void tiles(replay *r, const zinf_model_op *op, int x) {
+    const mod_layout *l = &r->e->lay[x];
+    if (x < 0 || !l->tile) return;
+    bool bwd = op->pass == ZINF_PASS_BACKWARD;
+    size_t b = (size_t)r->e->pw * l->tile * r->e->es * (bwd || l->slice <= l->tile ? 1 : 2);
+    if (!bwd) r->gathers[x]++;
+    take(r, b);
+    r->dev -= dev_bytes(b);
+}
+
 // coordinator.c: coord_fetch, then coord_done.
 static zinf_status run_op(replay *r, const zinf_model_op *op) {
     if (r->e->stage < 3) return ZINF_OK;
     int ext = zinf_model_module(r->e->m, op->module)->external;
+    tiles(r, op, op->module), tiles(r, op, ext);
     ZINF_CHECK(use(r, op->module));
     ZINF_CHECK(use(r, ext));
     release(r, op->module), release(r, ext);
@@ -64,7 +79,7 @@ static zinf_status run_op(replay *r, const zinf_model_op *op) {
 
 // engine.c need_grad: a module's 16-bit gradient from its first backward use.
 static void need_grad(replay *r, int x) {
-    if (x < 0 || r->grad[x] || !r->e->lay[x].padded) return;
+    if (x < 0 || r->grad[x] || !r->e->lay[x].padded || r->e->lay[x].tile) return;
     r->grad[x] = true;
     take(r, r->e->lay[x].padded * r->e->es);
 }
@@ -141,13 +156,14 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out
         bool disk = e->stage == 3 && e->ptier == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
         pad4 += x->padded * sizeof(float), slice4 += x->slice * sizeof(float);
         // A step's first gather of a module is from every rank; with hpZ the rest are
-        // secondary (and read no NVMe).
-        int64_t first = gathers[i] > 0, later = gathers[i] - first, reads = e->hpz_k > 1 ? first : gathers[i];
+        // secondary (and read no NVMe), but for a tiled module's.
+        bool hpz = e->hpz_k > 1 && !x->tile;
+        int64_t first = gathers[i] > 0, later = gathers[i] - first, reads = hpz ? first : gathers[i];
         if (e->stage == 3) {
             for (int64_t g = 0; g < first; g++)
                 zeropp_gather_traffic(e, i, false, &out->h2d, &out->d2h);
             for (int64_t g = 0; g < later; g++)
-                zeropp_gather_traffic(e, i, e->hpz_k > 1, &out->h2d, &out->d2h);
+                zeropp_gather_traffic(e, i, hpz, &out->h2d, &out->d2h);
         }
         if (disk) out->nvme_read += reads * (int64_t)sb, out->nvme_write += (int64_t)sb;
         if (e->stage >= 1 && e->stage <= 2 && staged && sb) out->d2h += (int64_t)sb, out->h2d += (int64_t)(W * sb);
@@ -214,7 +230,7 @@ static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const 
         if (e->stage == 3) {
             int64_t first = gathers[i] > 0, later = gathers[i] - first;
             gathered += first * (int64_t)zeropp_gather_bytes(e, i);
-            if (e->hpz_k > 1)
+            if (e->hpz_k > 1 && !e->lay[i].tile)
                 group += later * (int64_t)zeropp_secondary_bytes(e, i);
             else
                 gathered += later * (int64_t)zeropp_gather_bytes(e, i);
@@ -237,6 +253,17 @@ static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const 
     from_group(&c, 0, W, 1, 2 * (int64_t)sizeof(double));
     if (group) from_group(&c, 0, e->hpz_k, 1, group);
     if (e->replicas > 1) from_group(&c, 0, e->replicas, P, mics_grads_bytes(e));
+}
+
+static void tiled(const zinf_engine *e, zinf_plan *out) {
+    for (int i = 0; i < e->nmod; i++) {
+        const mod_layout *l = &e->lay[i];
+        if (!l->tile) continue;
+        char b[32];
+        size_t n = strlen(out->tiled);
+        snprintf(out->tiled + n, sizeof out->tiled - n, "%s%s in %zu tiles of %s", n ? ", " : "", e->names[i],
+                 (l->slice + l->tile - 1) / l->tile, zinf_size_format((uint64_t)(e->pw * l->tile * e->es), b, sizeof b));
+    }
 }
 
 static void plan_free(zinf_engine *e) {
@@ -302,7 +329,7 @@ zinf_status zinf_engine_plan(const zinf_config *given, const zinf_plan_target *t
     zinf_engine_memory_get(e, &out->mem);
     int64_t *gathers = calloc((size_t)e->nmod + 1, sizeof *gathers);
     zinf_status st = gathers ? replay_steps(e, gathers, out) : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
-    if (st == ZINF_OK) traffic(e, gathers, out), comm_traffic(e, t, gathers, out), judge(e, t, out);
+    if (st == ZINF_OK) traffic(e, gathers, out), comm_traffic(e, t, gathers, out), judge(e, t, out), tiled(e, out);
     free(gathers);
     plan_free(e);
     return st;

@@ -23,12 +23,14 @@ static zinf_status plan_buckets(zinf_engine *e) {
     // Buckets of reduce_bucket_size elements (world blocks of `per`), filled in the order
     // backward finishes the modules; every bucket but the last is full, so there are
     // ceil(total / per) of them, and a bucket's end splits at most one module, so there
-    // are at most modules + buckets pieces.
-    size_t W = (size_t)e->pw, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0;
+    // are at most modules + buckets pieces, and one more for each tile a tiled module has.
+    size_t W = (size_t)e->pw, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0, tiles = 0;
     if (per == 0) per = 1;
-    for (int i = 0; i < e->nmod; i++)
+    for (int i = 0; i < e->nmod; i++) {
         total += e->lay[i].slice;
-    size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->nmod + maxb;
+        if (e->lay[i].tile) tiles += (e->lay[i].slice + e->lay[i].tile - 1) / e->lay[i].tile;
+    }
+    size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->nmod + maxb + tiles;
     e->buckets = calloc(maxb, sizeof *e->buckets);
     e->pieces = calloc(maxp, sizeof *e->pieces);
     if (!e->buckets || !e->pieces) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
@@ -43,6 +45,8 @@ static zinf_status plan_buckets(zinf_engine *e) {
                     *b = (bucket){.first = e->npieces};
                 }
                 size_t n = e->lay[i].slice - lo < per - b->block ? e->lay[i].slice - lo : per - b->block;
+                size_t t = e->lay[i].tile; // a tile's gradient is reduced on its own: no piece crosses tiles
+                if (t && t - lo % t < n) n = t - lo % t;
                 e->pieces[e->npieces++] =
                     (piece){.mod = i, .bucket = (int)(b - e->buckets), .lo = lo, .n = n, .off = b->block};
                 b->count++;
@@ -143,11 +147,13 @@ static zinf_status flush(zinf_engine *e, int b) {
     return e->cfg.zero.overlap_comm ? ZINF_OK : engine_sync(e);
 }
 
-zinf_status reduce_module_ready(zinf_engine *e, int mod) {
-    const mod_layout *l = &e->lay[mod];
-    if (!l->padded) return ZINF_OK;
+// Widen the pieces of module mod whose run starts in [lo, hi) of every slice into their
+// buckets, from grad, where rank r's run [lo, hi) starts at element r stride; flush each
+// bucket its last piece fills.
+static zinf_status widen(zinf_engine *e, int mod, size_t lo, size_t hi, const void *grad, size_t stride) {
     for (int k = e->first_piece[mod]; k < e->npieces && e->pieces[k].mod == mod; k++) {
         const piece *p = &e->pieces[k];
+        if (p->lo < lo || p->lo >= hi) continue;
         int b = p->bucket;
         const bucket *bk = &e->buckets[b];
         float *d = e->d_bucket[b & 1];
@@ -155,10 +161,23 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod) {
         if (k == bk->first) ZINF_CHECK(zinf_stream_wait_event(e->cs, e->bucket_free[b & 1]));
         for (int r = 0; r < e->pw; r++)
             ZINF_CHECK(zinf_cast(e->cs, d + (size_t)r * bk->block + p->off, ZINF_DTYPE_F32,
-                                 (char *)e->grads16[mod] + ((size_t)r * l->slice + p->lo) * e->es, e->dt, p->n));
+                                 (const char *)grad + ((size_t)r * stride + p->lo - lo) * e->es, e->dt, p->n));
         if (k == bk->first + bk->count - 1) ZINF_CHECK(flush(e, b));
     }
+    return ZINF_OK;
+}
+
+zinf_status reduce_module_ready(zinf_engine *e, int mod) {
+    const mod_layout *l = &e->lay[mod];
+    if (!l->padded || l->tile) return ZINF_OK; // a tiled module's tiles went as the model finished them
+    ZINF_CHECK(widen(e, mod, 0, l->slice, e->grads16[mod], l->slice));
     ZINF_CHECK(engine_free_after(e, e->grads16[mod], e->cs));
     e->grads16[mod] = NULL;
     return ZINF_OK;
+}
+
+zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad) {
+    const mod_layout *l = &e->lay[mod];
+    size_t n = tile_len(l, k);
+    return widen(e, mod, (size_t)k * l->tile, (size_t)k * l->tile + n, grad, n);
 }

@@ -84,8 +84,10 @@ zinf_status zeropp_create(zinf_engine *e) {
                       "has no effect on one rank: nothing is gathered from or reduced with others");
     if (e->qwz) {
         size_t most = 0;
-        for (int i = 0; i < e->nmod; i++)
-            if ((size_t)e->pw * qw_bytes(e->lay[i].slice) > most) most = (size_t)e->pw * qw_bytes(e->lay[i].slice);
+        for (int i = 0; i < e->nmod; i++) { // a tiled module's gathers are of a tile
+            size_t n = (size_t)e->pw * qw_bytes(e->lay[i].tile ? e->lay[i].tile : e->lay[i].slice);
+            if (n > most) most = n;
+        }
         // The communication stream runs the gathers one after another: one buffer serves all.
         ZINF_CHECK(engine_take_device(e, most, "quantized gathers", &e->d_qw));
     }
@@ -98,7 +100,7 @@ zinf_status zeropp_create(zinf_engine *e) {
     e->sec_valid = calloc((size_t)e->nmod, sizeof *e->sec_valid);
     if (!e->sec || !e->sec_valid) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; i < e->nmod; i++) {
-        if (!e->lay[i].padded) continue;
+        if (!e->lay[i].padded || e->lay[i].tile) continue; // tiles are gathered from every rank
         const char *what = "hpZ secondary partition";
         size_t b = seg_bytes(e, i);
         ZINF_CHECK(e->sec_host ? engine_take_pinned(e, b, what, &e->sec[i]) : engine_take_device(e, b, what, &e->sec[i]));
@@ -185,7 +187,7 @@ void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_
     if (secondary) return engine_allgather_traffic(e, e->hpz_k, e->sec_host, (int64_t)seg_bytes(e, mod), h2d, d2h);
     if (e->qwz && host) *h2d += sb; // quantized on the device: a slice in host memory goes up first
     mics_allgather_traffic(e, host && !e->qwz, wb, h2d, d2h);
-    if (e->hpz_k > 1 && e->sec_host) *d2h += (int64_t)seg_bytes(e, mod);
+    if (e->hpz_k > 1 && e->sec_host && !e->lay[mod].tile) *d2h += (int64_t)seg_bytes(e, mod);
 }
 
 // ---- qgZ ----

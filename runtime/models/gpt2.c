@@ -133,11 +133,7 @@ static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
 static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *params) {
     zinf_dtype dt = m->p.dtype;
     int L = m->p.shape.n_layer, T = m->p.seq_len, BT = m->b * T, C = m->p.shape.n_embd;
-    if (mod == MOD_EMBEDDING) {
-        void *w = params[MOD_EMBEDDING];
-        return zinf_embedding_fwd(s, dt, m->encoded, m->tok, param(m, mod, w, P_WTE), param(m, mod, w, P_WPE), m->b, T,
-                                  C, NULL);
-    }
+    if (mod == MOD_EMBEDDING) return model_embedding_fwd(m, s, mod, params[mod], P_WTE, P_WPE);
     if (mod == mod_norm(L))
         return zinf_layernorm_fwd(s, dt, m->lnf, m->lnf_mean, m->lnf_rstd, m->res3[L - 1],
                                   param(m, mod, params[mod], P_LNF_W), param(m, mod, params[mod], P_LNF_B), BT, C,
@@ -191,9 +187,7 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
                                   param(m, mod, grads[mod], P_LNF_B), m->dln, m->res3[L - 1],
                                   param(m, mod, params[mod], P_LNF_W), m->lnf_mean, m->lnf_rstd, BT, C);
     }
-    if (mod == MOD_EMBEDDING)
-        return zinf_embedding_bwd(s, dt, param(m, mod, grads[mod], P_WTE), param(m, mod, grads[mod], P_WPE), m->dres,
-                                  m->tok, m->order, m->b, T, C, NULL);
+    if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, mod, grads[mod], P_WTE, P_WPE, m->dres);
     int l = (mod - 1) / 2;
     return mod == mod_attn(l) ? attn_bwd(m, s, l, params[mod], grads[mod]) : mlp_bwd(m, s, l, params[mod], grads[mod]);
 }

@@ -43,6 +43,7 @@ static void tables(zinf_model *m) {
         if (i == MOD_EMBEDDING) {
             snprintf(mod->name, sizeof mod->name, "embedding");
             ADD(true, ZINF_INIT_NORMAL, s->vocab_size, C, "model.embed_tokens.weight");
+            mod->tileable = !s->tied; // a tied head reads it whole
         } else if (i == mod_norm(L)) {
             snprintf(mod->name, sizeof mod->name, "norm");
             ADD(true, ZINF_INIT_ONE, C, 0, "model.norm.weight");
@@ -233,8 +234,7 @@ static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *
     const zinf_model_shape *sh = &m->p.shape;
     zinf_dtype dt = m->p.dtype;
     int L = sh->n_layer, T = m->p.seq_len, BT = m->b * T, C = sh->n_embd;
-    if (mod == MOD_EMBEDDING)
-        return zinf_embedding_fwd(s, dt, m->encoded, m->tok, param(m, mod, params[mod], 0), NULL, m->b, T, C, NULL);
+    if (mod == MOD_EMBEDDING) return model_embedding_fwd(m, s, mod, params[mod], 0, -1);
     if (mod == mod_norm(L))
         return zinf_rmsnorm_fwd(s, dt, m->lnf, m->lnf_rstd, m->res3[L - 1], param(m, mod, params[mod], 0), BT, C,
                                 (float)sh->norm_eps);
@@ -288,9 +288,7 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
     if (mod == mod_norm(L)) // the residual's gradient starts here: written, not added
         return zinf_rmsnorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], 0), m->dln, m->res3[L - 1],
                                 param(m, mod, params[mod], 0), m->lnf_rstd, BT, C);
-    if (mod == MOD_EMBEDDING)
-        return zinf_embedding_bwd(s, dt, param(m, mod, grads[mod], 0), NULL, m->dres, m->tok, m->order, m->b, T, C,
-                                  NULL);
+    if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, mod, grads[mod], 0, -1, m->dres);
     int l = (mod - 1) / 2;
     return mod == mod_attn(l) ? attn_bwd(m, s, l, params[mod], grads[mod]) : mlp_bwd(m, s, l, params[mod], grads[mod]);
 }

@@ -486,3 +486,74 @@ zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *d
     }
     return ZINF_OK;
 }
+
+// ---- the embedding, whole or in tiles ----
+// A tiled embedding comes as pieces of its flat buffer: each tile holds one run of every
+// rank's slice. A run may start or end inside a row, or straddle wte and wpe; the ops
+// take the elements of each table it holds (zinf_embedding_part). The forward adds each
+// run into a zeroed output, which gives the plain op's bits in any order (gpu/ops.c);
+// the backward forms each element's sum as the plain op does, so each tile's gradient
+// holds exactly the plain gradient's elements.
+
+zinf_status zinf_model_lend_tiles(zinf_model *m, const zinf_tile_source *src) {
+    for (int i = 0; src && i < m->nmod; i++)
+        if (src->tiling[i].tile && !m->mods[i].tileable)
+            return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: module %s cannot be computed in tiles", m->fam->name,
+                             m->mods[i].name);
+    m->tiles = src;
+    return ZINF_OK;
+}
+
+static bool tiled(const zinf_model *m, int mod) { return m->tiles && m->tiles->tiling[mod].tile; }
+
+// The part of parameter p (elements [o, o + n) of the flat buffer) inside the flat run
+// [a, a + len): its first element, its count, and where the run holds it.
+static void overlap(const zinf_param_info *p, size_t a, size_t len, int64_t *lo, int64_t *n, size_t *at) {
+    size_t b = p->offset > a ? p->offset : a, e = p->offset + p->numel < a + len ? p->offset + p->numel : a + len;
+    *lo = (int64_t)(b - p->offset), *n = e > b ? (int64_t)(e - b) : 0, *at = b - a;
+}
+
+// The op over module mod's tiles: dw set for the backward, else the forward.
+static zinf_status embedding_tiles(zinf_model *m, zinf_stream *s, int mod, int pwte, int pwpe, const void *dout) {
+    const zinf_tiling *t = &m->tiles->tiling[mod];
+    const zinf_module_info *mi = &m->mods[mod];
+    zinf_dtype dt = m->p.dtype;
+    size_t es = zinf_dtype_size(dt), nt = zinf_tiling_count(t);
+    int T = m->p.seq_len, C = m->p.shape.n_embd;
+    bool grad = dout != NULL;
+    if (!grad) ZINF_CHECK(zinf_memset_async(s, m->encoded, 0, (size_t)m->b * T * C * es));
+    for (size_t k = 0; k < nt; k++) {
+        size_t n = t->slice - k * t->tile < t->tile ? t->slice - k * t->tile : t->tile;
+        void *buf;
+        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, grad, &buf));
+        for (int r = 0; r < t->ranks; r++) {
+            size_t a = (size_t)r * t->slice + k * t->tile, at_wte = 0, at_wpe = 0;
+            char *run = (char *)buf + (size_t)r * n * es;
+            zinf_embedding_part part = {0};
+            overlap(&mi->params[pwte], a, n, &part.wte_lo, &part.wte_n, &at_wte);
+            if (pwpe >= 0) overlap(&mi->params[pwpe], a, n, &part.wpe_lo, &part.wpe_n, &at_wpe);
+            if (!part.wte_n && !part.wpe_n) continue;
+            void *wte = part.wte_n ? run + at_wte * es : NULL, *wpe = part.wpe_n ? run + at_wpe * es : NULL;
+            if (grad)
+                ZINF_CHECK(zinf_embedding_bwd(s, dt, wte, wpe, dout, m->tok, m->order, m->b, T, C, &part));
+            else
+                ZINF_CHECK(zinf_embedding_fwd(s, dt, m->encoded, m->tok, wte, wpe, m->b, T, C, &part));
+        }
+        ZINF_CHECK(m->tiles->done(m->tiles->ctx, s, mod, (int)k, grad));
+    }
+    return ZINF_OK;
+}
+
+zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, int mod, const void *w, int pwte, int pwpe) {
+    if (tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, NULL);
+    return zinf_embedding_fwd(s, m->p.dtype, m->encoded, m->tok, param_at(m, mod, (void *)w, pwte),
+                              pwpe >= 0 ? param_at(m, mod, (void *)w, pwpe) : NULL, m->b, m->p.seq_len,
+                              m->p.shape.n_embd, NULL);
+}
+
+zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw, int pwte, int pwpe,
+                                const void *dout) {
+    if (tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, dout);
+    return zinf_embedding_bwd(s, m->p.dtype, param_at(m, mod, dw, pwte), pwpe >= 0 ? param_at(m, mod, dw, pwpe) : NULL,
+                              dout, m->tok, m->order, m->b, m->p.seq_len, m->p.shape.n_embd, NULL);
+}

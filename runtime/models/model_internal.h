@@ -82,6 +82,8 @@ struct zinf_model {
     zinf_stream *cp;
     zinf_event *ev_copy[CKPT_SLOTS]; // a slot's last copy
     zinf_event *ev_compute;          // the compute stream's progress, for the copy stream
+
+    const zinf_tile_source *tiles; // lent: where tiled modules come from (NULL: none are)
 };
 
 struct model_family {
@@ -121,6 +123,13 @@ static inline void *block_input(zinf_model *m, int l) { return l == 0 ? m->encod
 // the input's into m->dln.
 zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w);
 zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw);
+
+// The embedding's lookup: out = wte[tok] (+ wpe[t]) from parameters pwte and pwpe (-1:
+// none) of module mod, whose flat buffer is w, or tile by tile where it is tiled; and
+// its backward into the flat gradient dw (or the tiles' gradients) from dout.
+zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, int mod, const void *w, int pwte, int pwpe);
+zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw, int pwte, int pwpe,
+                                const void *dout);
 
 // Parameter idx of module mod inside the flat buffer buf.
 static inline void *param_at(const zinf_model *m, int mod, void *buf, int idx) {

@@ -67,7 +67,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = ("stage optimizer params world_size model_numel partition_numel device_bytes device_peak_bytes "
         "gathered_peak_bytes pinned_bytes pageable_bytes nvme_bytes activation_bytes pcie_h2d_bytes pcie_d2h_bytes "
-        "nvme_read_bytes nvme_write_bytes comm_bytes_intra comm_bytes_inter fits").split()
+        "nvme_read_bytes nvme_write_bytes comm_bytes_intra comm_bytes_inter tiled fits").split()
 assert len(rows) == 16, len(rows)
 tiers = [(r["stage"], r["optimizer"], r["params"]) for r in rows]
 want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none", "cpu", "nvme")] + \
@@ -75,7 +75,7 @@ want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none",
 assert tiers == want, tiers
 for r in rows:
     assert list(r) == keys, list(r)
-    assert all(isinstance(r[k], int) for k in keys if k not in ("optimizer", "params", "fits")), r
+    assert all(isinstance(r[k], int) for k in keys if k not in ("optimizer", "params", "tiled", "fits")), r
     assert r["fits"] is None, r  # a GPU of a capacity not known
     assert r["world_size"] == 8 and r["model_numel"] == 124439808, r
     assert r["device_peak_bytes"] >= r["device_bytes"] > r["activation_bytes"] > 0, r
@@ -209,6 +209,10 @@ compare 1 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OO.device=cpu 'activation_checkpointing={"cpu_checkpointing":true}'
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OP.device=nvme "${CO[@]}"
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OO.device=cpu $OP.device=cpu $OP.pin_memory=false
+# An untied Llama's embedding (256 x 64) in tiles of 4096 elements, its slice on disk.
+TL=(model.arch=llama model.intermediate_size=128 model.tie_word_embeddings=false memory.tile_bound=4096)
+compare 1 zero_optimization.stage=3 "${TL[@]}" $OP.device=nvme $OP.max_in_cpu=0 "${CO[@]}"
+compare 2 zero_optimization.stage=3 bf16.enabled=true "${TL[@]}" $OO.device=cpu
 # Files striped over two paths in units of aio.block_size; no read-ahead; every slice on disk.
 mkdir -p "$tmp/nvme2"
 compare 1 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme "$OO.nvme_path=[\"$tmp/nvme\",\"$tmp/nvme2\"]" \
