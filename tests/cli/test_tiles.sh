@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Memory-centric tiling (memory.tile_bound): an untied Llama's embedding (256 x 56:
 # on one rank in tiles of 6144 elements, the last 2048; on two in tiles of 2048 per
-# rank; both cut its rows) gathered, computed and reduced tile by tile gives the same losses and weights digest as gathered whole, bit for bit:
-# stage 3 with the optimizer and the parameters on the device, cpu and nvme, on 1 and 2
-# ranks, fp32 and bf16, with qwZ and hpZ, and with activation checkpoints in host
-# memory. A checkpoint saved tiled resumes untiled to the straight run's bits (tiles cut
-# slices, never the layout). The plan names the tiled module; the key is refused below
-# stage 3.
+# rank; both cut its rows) gathered, computed and reduced tile by tile gives the same
+# losses and weights digest as gathered whole, bit for bit: stage 3 with the optimizer
+# and the parameters on the device, cpu and nvme, on 1 and 2 ranks, fp32 and bf16, with
+# qwZ, hpZ and MiCS, and with activation checkpoints in host memory. A checkpoint saved
+# tiled resumes untiled to the straight run's bits (tiles cut slices, never the
+# layout). The plan names the tiled module; the key is refused below stage 3.
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -35,12 +35,13 @@ OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param ZO=zer
 before=$fails
 # dtype, optimizer tier, parameter tier, and more settings.
 for c in "fp32 none none" "fp32 cpu cpu" "fp32 nvme nvme" "bf16 cpu nvme" "bf16 none none $ZO.zero_quantized_weights=true" \
-  "fp32 nvme cpu $ZO.zero_hpz_partition_size=2" "bf16 nvme nvme activation_checkpointing.cpu_checkpointing=true"; do
+  "fp32 nvme cpu $ZO.zero_hpz_partition_size=2" "fp32 cpu nvme $ZO.mics_shard_size=1" \
+  "bf16 nvme nvme activation_checkpointing.cpu_checkpointing=true"; do
   read -r dt opt par extra <<< "$c"
   sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set $OO.device=$opt --set $OP.device=$par)
   [ -n "$extra" ] && sets+=(--set "$extra")
   for np in 1 2; do
-    [ "$extra" != "${extra#*hpz}" ] && [ $np = 1 ] && continue
+    case "$np $extra" in 1\ *hpz* | 1\ *mics*) continue ;; esac # groups of two ranks
     run $np "$tmp/whole" "${sets[@]}"
     run $np "$tmp/tiles" "${sets[@]}" --set memory.tile_bound=6144
     grep -q 'gathered and computed tile by tile (memory.tile_bound): embedding in [34] tiles' "$tmp/tiles.err" ||
@@ -49,7 +50,7 @@ for c in "fp32 none none" "fp32 cpu cpu" "fp32 nvme nvme" "bf16 cpu nvme" "bf16 
     [ "$got" = "$want" ] || fail "$dt on $np ranks, optimizer $opt, params $par $extra: in tiles $got; whole $want"
   done
 done
-[ $fails = $before ] && echo "tiles: bit-identical to the embedding gathered whole, every tier, 1 and 2 ranks, fp32 and bf16, qwZ, hpZ, host checkpoints"
+[ $fails = $before ] && echo "tiles: bit-identical to the embedding gathered whole, every tier, 1 and 2 ranks, fp32 and bf16, qwZ, hpZ, MiCS, host checkpoints"
 
 # A checkpoint saved in tiles resumes gathered whole, on the straight run's bits.
 sets=(--set $OO.device=cpu --set $OP.device=nvme --set steps=4)
