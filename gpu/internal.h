@@ -73,6 +73,7 @@ typedef struct op_rope {
 
 typedef struct op_cross_entropy {
     float *losses;
+    float *lse; // each row's logsumexp, or NULL
     void *dlogits;
     const void *logits;
     const int32_t *targets;

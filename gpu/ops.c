@@ -202,12 +202,19 @@ zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a) {
     return launch(s, OP_ATTENTION_BWD, a->dt, &r);
 }
 
-zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, void *dlogits, const void *logits,
-                               const int32_t *targets, int rows, int V, float dscale) {
+zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, float *lse, void *dlogits,
+                               const void *logits, const int32_t *targets, int rows, int V, float dscale) {
     REQUIRE_DT(dt, "cross_entropy");
     REQUIRE(losses && logits && targets, "cross_entropy", "losses, logits and targets are required");
     REQUIRE(rows > 0 && V > 0, "cross_entropy", "rows and V must be positive");
-    op_record r = {.u.xent = {losses, dlogits, logits, targets, rows, V, dscale}};
+    op_record r = {.u.xent = {.losses = losses,
+                              .lse = lse,
+                              .dlogits = dlogits,
+                              .logits = logits,
+                              .targets = targets,
+                              .rows = rows,
+                              .V = V,
+                              .dscale = dscale}};
     return launch(s, OP_CROSS_ENTROPY, dt, &r);
 }
 

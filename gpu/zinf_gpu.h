@@ -347,8 +347,10 @@ zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a);
 // Softmax cross-entropy over rows of V logits, fused with its gradient: losses[i] =
 // logsumexp(logits[i]) - logits[i][targets[i]] (fp32); when dlogits != NULL,
 // dlogits = (softmax(logits) - onehot(targets)) * dscale (it may be logits itself).
-zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, void *dlogits, const void *logits,
-                               const int32_t *targets, int rows, int V, float dscale);
+// lse != NULL: lse[i] = the row's logsumexp as the op computed it (fp32), for
+// zinf_cross_entropy_grad; NULL: not wanted.
+zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, float *lse, void *dlogits,
+                               const void *logits, const int32_t *targets, int rows, int V, float dscale);
 
 // Part of the tables, for an embedding gathered tile by tile: wte holds elements
 // [wte_lo, wte_lo + wte_n) of the whole table (rows of C, row-major), wpe elements

@@ -376,15 +376,17 @@ zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool bac
 }
 
 // ---- cross-entropy ----
-// One block per row: the maximum, the sum of exp(x - max), lse = max + log(sum); the
-// loss lse - x[target]; dlogits = (exp(x - lse) - onehot) * dscale. dlogits may be the
-// logits: every read of another thread's element happens before the reductions'
-// barriers, and the last pass has each thread read then write its own elements. A
-// target outside [0, V) gives a NaN loss and no one-hot instead of a stray read.
+// One block per row: the maximum, the sum of exp(x - max), lse = max + log(sum) (saved
+// when lse_out is given); the loss lse - x[target]; dlogits = (exp(x - lse) - onehot) *
+// dscale. dlogits may be the logits: every read of another thread's element happens
+// before the reductions' barriers, and the last pass has each thread read then write its
+// own elements. A target outside [0, V) gives a NaN loss and no one-hot instead of a
+// stray read.
 
 template <typename T>
 static __global__ void __launch_bounds__(ROW_THREADS)
-    cross_entropy_kernel(float *losses, T *dlogits, const T *logits, const int32_t *targets, int V, float dscale) {
+    cross_entropy_kernel(float *losses, float *lse_out, T *dlogits, const T *logits, const int32_t *targets, int V,
+                         float dscale) {
     __shared__ float red[ROW_THREADS / 32];
     size_t r = blockIdx.x;
     const T *x = logits + r * V;
@@ -399,7 +401,10 @@ static __global__ void __launch_bounds__(ROW_THREADS)
     for (int i = threadIdx.x; i < V; i += ROW_THREADS)
         s += expf(to_f32(x[i]) - mx);
     float lse = mx + logf(block_sum<ROW_THREADS>(s, red));
-    if (threadIdx.x == 0) losses[r] = lse - x_tgt;
+    if (threadIdx.x == 0) {
+        losses[r] = lse - x_tgt;
+        if (lse_out) lse_out[r] = lse;
+    }
     if (!dlogits) return;
     T *d = dlogits + r * V;
     for (int i = threadIdx.x; i < V; i += ROW_THREADS) {
@@ -410,7 +415,7 @@ static __global__ void __launch_bounds__(ROW_THREADS)
 
 template <typename T> static zinf_status cross_entropy_t(cudaStream_t st, const op_cross_entropy *a) {
     cross_entropy_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
-        a->losses, (T *)a->dlogits, (const T *)a->logits, a->targets, a->V, a->dscale);
+        a->losses, a->lse, (T *)a->dlogits, (const T *)a->logits, a->targets, a->V, a->dscale);
     ZINF_CUDA_LAUNCHED("cross_entropy_kernel");
     return ZINF_OK;
 }

@@ -397,6 +397,7 @@ static zinf_status cross_entropy(zinf_dtype dt, const op_cross_entropy *a, host_
         float lse = mx + logf(sum);
         int tgt = a->targets[r];
         a->losses[r] = lse - x[tgt];
+        if (a->lse) a->lse[r] = lse;
         if (!a->dlogits) continue;
         for (int i = 0; i < V; i++)
             x[i] = (expf(x[i] - lse) - (i == tgt ? 1.0f : 0.0f)) * a->dscale;

@@ -451,7 +451,7 @@ static zinf_status head_chunk_fwd(zinf_model *m, zinf_stream *s, const void *w, 
     zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = V, .k = C, .a = (char *)m->lnf + (size_t)r0 * C * es,
                         .lda = C, .b = w, .ldb = C, .c = m->logits, .ldc = V, .alpha = 1.0f};
     ZINF_CHECK(zinf_gemm(s, &g));
-    return zinf_cross_entropy(s, dt, m->losses + r0, grad ? m->logits : NULL, m->logits, m->targets + r0, rows, V,
+    return zinf_cross_entropy(s, dt, m->losses + r0, NULL, grad ? m->logits : NULL, m->logits, m->targets + r0, rows, V,
                               m->dloss / (float)BT);
 }
 

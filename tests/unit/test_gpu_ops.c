@@ -505,7 +505,7 @@ static void test_cross_entropy(zinf_dtype dt, bool in_place) {
     void *dx = test_dev_of(dev, S, dt, x, n), *dt_ = to_device(dev, S, tgt, sizeof tgt);
     void *dl = in_place ? dx : test_dev_poisoned(dev, S, n * zinf_dtype_size(dt));
     float *loss = test_dev_poisoned(dev, S, R * 4);
-    TRY(zinf_cross_entropy(S, dt, loss, dl, dx, dt_, R, V, 0.125f));
+    TRY(zinf_cross_entropy(S, dt, loss, NULL, dl, dx, dt_, R, V, 0.125f));
     double rl[11], *rg = malloc(n * sizeof *rg);
     for (int i = 0; i < R; i++) {
         double mx = -INFINITY, sum = 0;
