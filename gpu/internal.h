@@ -33,6 +33,7 @@ typedef enum op_kind {
     OP_ATTENTION_FWD,
     OP_ATTENTION_BWD,
     OP_CROSS_ENTROPY,
+    OP_CROSS_ENTROPY_GRAD,
     OP_EMBEDDING_FWD,
     OP_EMBEDDING_BWD,
     OP_ADD,
@@ -81,6 +82,17 @@ typedef struct op_cross_entropy {
     float dscale;
 } op_cross_entropy;
 
+// Columns [v0, v0 + n) of each row: logits and dlogits rows x n (dlogits may be logits),
+// lse each row's as zinf_cross_entropy saved it.
+typedef struct op_cross_entropy_grad {
+    void *dlogits;
+    const void *logits;
+    const int32_t *targets;
+    const float *lse;
+    int rows, n, v0;
+    float dscale;
+} op_cross_entropy_grad;
+
 typedef struct op_embedding {
     void *out, *dwte, *dwpe;
     const void *wte, *wpe, *dout;
@@ -118,6 +130,7 @@ typedef struct op_record {
         op_rope rope;
         zinf_attention_args attn;
         op_cross_entropy xent;
+        op_cross_entropy_grad xgrad;
         op_embedding emb;
         op_optim optim;
         op_quantize quant;

@@ -1,6 +1,7 @@
 // The ops' front end: check the arguments (so a backend never sees a bad one and a
 // mistake is reported where it was made, not as a fault on a stream's thread), then
 // hand one op record to the stream's backend.
+#include <limits.h>
 #include <stdio.h>
 
 #include "attention_plan.h"
@@ -216,6 +217,24 @@ zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, flo
                               .V = V,
                               .dscale = dscale}};
     return launch(s, OP_CROSS_ENTROPY, dt, &r);
+}
+
+zinf_status zinf_cross_entropy_grad(zinf_stream *s, zinf_dtype dt, void *dlogits, const void *logits,
+                                    const int32_t *targets, const float *lse, int rows, int n, int v0, float dscale) {
+    const char *op = "cross_entropy_grad";
+    REQUIRE_DT(dt, op);
+    REQUIRE(dlogits && logits && targets && lse, op, "dlogits, logits, targets and lse are required");
+    REQUIRE(rows > 0 && n > 0, op, "rows and n must be positive");
+    REQUIRE(v0 >= 0 && n <= INT_MAX - v0, op, "the columns [v0, v0 + n) must lie in [0, INT_MAX]");
+    op_record r = {.u.xgrad = {.dlogits = dlogits,
+                               .logits = logits,
+                               .targets = targets,
+                               .lse = lse,
+                               .rows = rows,
+                               .n = n,
+                               .v0 = v0,
+                               .dscale = dscale}};
+    return launch(s, OP_CROSS_ENTROPY_GRAD, dt, &r);
 }
 
 // The windows a record carries: part's, checked, or without one the whole of each table

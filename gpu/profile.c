@@ -54,6 +54,7 @@ static const char *const op_names[] = {
     [OP_ATTENTION_FWD] = "attention_fwd",
     [OP_ATTENTION_BWD] = "attention_bwd",
     [OP_CROSS_ENTROPY] = "cross_entropy",
+    [OP_CROSS_ENTROPY_GRAD] = "cross_entropy_grad",
     [OP_EMBEDDING_FWD] = "embedding_fwd",
     [OP_EMBEDDING_BWD] = "embedding_bwd",
     [OP_ADD] = "add",
@@ -82,6 +83,7 @@ static op_key key_of(const op_record *r) {
     case OP_RMSNORM_FWD:
     case OP_RMSNORM_BWD: s[0] = r->u.ln.rows, s[1] = r->u.ln.C; break;
     case OP_CROSS_ENTROPY: s[0] = r->u.xent.rows, s[1] = r->u.xent.V; break;
+    case OP_CROSS_ENTROPY_GRAD: s[0] = r->u.xgrad.rows, s[1] = r->u.xgrad.n; break;
     case OP_EMBEDDING_FWD:
     case OP_EMBEDDING_BWD: s[0] = (int64_t)r->u.emb.B * r->u.emb.T, s[1] = r->u.emb.C; break;
     case OP_COLLECTIVE: break;

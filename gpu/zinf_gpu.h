@@ -351,6 +351,13 @@ zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a);
 // zinf_cross_entropy_grad; NULL: not wanted.
 zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, float *lse, void *dlogits,
                                const void *logits, const int32_t *targets, int rows, int V, float dscale);
+// The fused op's logit gradient for columns [v0, v0 + n) of rows whose log-sum-exp is
+// known: dlogits[r][j] = (exp(logits[r][j] - lse[r]) - (v0 + j == targets[r])) * dscale,
+// exactly as zinf_cross_entropy computes it, so a row's column blocks give its bits (a
+// target outside the block subtracts no one). For an output layer gathered tile by tile.
+// logits and dlogits: rows x n, row-major (dlogits may be logits); lse: the fused op's.
+zinf_status zinf_cross_entropy_grad(zinf_stream *s, zinf_dtype dt, void *dlogits, const void *logits,
+                                    const int32_t *targets, const float *lse, int rows, int n, int v0, float dscale);
 
 // Part of the tables, for an embedding gathered tile by tile: wte holds elements
 // [wte_lo, wte_lo + wte_n) of the whole table (rows of C, row-major), wpe elements

@@ -270,6 +270,7 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
     case OP_ATTENTION_FWD: return cuda_attention_fwd(st, &op->u.attn);
     case OP_ATTENTION_BWD: return cuda_attention_bwd(st, &op->u.attn);
     case OP_CROSS_ENTROPY: return cuda_cross_entropy(st, dt, &op->u.xent);
+    case OP_CROSS_ENTROPY_GRAD: return cuda_cross_entropy_grad(st, dt, &op->u.xgrad);
     case OP_EMBEDDING_FWD: return cuda_embedding_fwd(st, dt, &op->u.emb);
     case OP_EMBEDDING_BWD: return cuda_embedding_bwd(st, dt, &op->u.emb);
     case OP_ADD: return cuda_add(st, dt, &op->u.ew);

@@ -147,6 +147,7 @@ zinf_status cuda_swiglu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise
 zinf_status cuda_swiglu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool backward); // backward: turned back
 zinf_status cuda_cross_entropy(cudaStream_t st, zinf_dtype dt, const op_cross_entropy *a);
+zinf_status cuda_cross_entropy_grad(cudaStream_t st, zinf_dtype dt, const op_cross_entropy_grad *a);
 zinf_status cuda_embedding_fwd(cudaStream_t st, zinf_dtype dt, const op_embedding *a);
 zinf_status cuda_embedding_bwd(cudaStream_t st, zinf_dtype dt, const op_embedding *a);
 zinf_status cuda_add(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);

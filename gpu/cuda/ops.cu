@@ -425,6 +425,33 @@ zinf_status cuda_cross_entropy(cudaStream_t st, zinf_dtype dt, const op_cross_en
     CUDA_DT_SWITCH(dt, "cross_entropy", cross_entropy_t, st, a);
 }
 
+// cross_entropy_kernel's last pass for columns [v0, v0 + n) of rows whose lse is given,
+// element by element: the same expression on the same floats, so a row's blocks give
+// its bits. dlogits may be the logits: each thread reads then writes its own element.
+template <typename T>
+static __global__ void cross_entropy_grad_kernel(T *dlogits, const T *logits, const int32_t *targets, const float *lse,
+                                                 int n, int v0, float dscale, size_t total) {
+    EW_LOOP(i, total) {
+        size_t r = i / n;
+        int64_t j = (int64_t)(i % n);
+        float p = expf(to_f32(logits[i]) - lse[r]);
+        store_f32(&dlogits[i], (p - (v0 + j == targets[r] ? 1.0f : 0.0f)) * dscale);
+    }
+}
+
+template <typename T> static zinf_status cross_entropy_grad_t(cudaStream_t st, const op_cross_entropy_grad *a) {
+    size_t total = (size_t)a->rows * a->n;
+    cross_entropy_grad_kernel<T> CUDA_LAUNCH(ew_blocks(total), EW_THREADS, 0, st)(
+        (T *)a->dlogits, (const T *)a->logits, a->targets, a->lse, a->n, a->v0, a->dscale, total);
+    ZINF_CUDA_LAUNCHED("cross_entropy_grad_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_cross_entropy_grad(cudaStream_t st, zinf_dtype dt, const op_cross_entropy_grad *a) {
+    if (a->rows <= 0 || a->n <= 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "cross_entropy_grad", cross_entropy_grad_t, st, a);
+}
+
 // ---- embedding ----
 // w: the windows of the whole tables that wte and wpe (or dwte and dwpe) hold, the whole
 // of each without a part (gpu/internal.h); an element outside them is not touched.

@@ -406,6 +406,22 @@ static zinf_status cross_entropy(zinf_dtype dt, const op_cross_entropy *a, host_
     return ZINF_OK;
 }
 
+// cross_entropy's gradient pass for columns [v0, v0 + n), the row's lse given: the same
+// expression on the same floats, so a row's blocks give its bits.
+static zinf_status cross_entropy_grad(zinf_dtype dt, const op_cross_entropy_grad *a, host_scratch *s) {
+    int n = a->n;
+    SCRATCH(x, 0, n);
+    for (int r = 0; r < a->rows; r++) {
+        ld_row(x, a->logits, dt, (size_t)r * n, n);
+        float lse = a->lse[r];
+        int64_t tgt = (int64_t)a->targets[r] - a->v0; // the target's column in the block, if there
+        for (int i = 0; i < n; i++)
+            x[i] = (expf(x[i] - lse) - (i == tgt ? 1.0f : 0.0f)) * a->dscale;
+        st_row(a->dlogits, dt, (size_t)r * n, x, n);
+    }
+    return ZINF_OK;
+}
+
 // ---- embedding ----
 
 // The channels [*c0, *c1) of a row that starts at element `from` of a whole table whose
@@ -582,6 +598,7 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
     case OP_ATTENTION_FWD: return attention_fwd(&op->u.attn, s);
     case OP_ATTENTION_BWD: return attention_bwd(&op->u.attn, s);
     case OP_CROSS_ENTROPY: return cross_entropy(dt, &op->u.xent, s);
+    case OP_CROSS_ENTROPY_GRAD: return cross_entropy_grad(dt, &op->u.xgrad, s);
     case OP_EMBEDDING_FWD: return embedding_fwd(dt, &op->u.emb, s);
     case OP_EMBEDDING_BWD: return embedding_bwd(dt, &op->u.emb, s);
     case OP_ADD:

@@ -126,6 +126,8 @@ static double op_bytes(const op_record *op) {
         return 2.0 * p->B * p->T * (p->NH + p->NKV) * p->hd * es;
     }
     case OP_CROSS_ENTROPY: return (op->u.xent.dlogits ? 2.0 : 1.0) * op->u.xent.rows * op->u.xent.V * es;
+    case OP_CROSS_ENTROPY_GRAD: // the block's logits read and gradient written, a row's lse and target read
+        return op->u.xgrad.rows * (2.0 * op->u.xgrad.n * es + 8.0);
     case OP_EMBEDDING_FWD:
     case OP_EMBEDDING_BWD: return 2.0 * op->u.emb.B * op->u.emb.T * op->u.emb.C * es;
     case OP_CAST: return (double)op->u.ew.n * (es + (double)zinf_dtype_size(op->u.ew.src_dt));
