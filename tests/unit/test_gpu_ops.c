@@ -586,7 +586,7 @@ static void same_bits(const char *what, zinf_dtype dt, const void *d, const void
     unsigned char *got = host_copy(dt, d, n);
     while (at < n && memcmp(got + at * es, (const char *)want + at * es, es) == 0)
         at++;
-    CHECK(at == n, "%s %s: element %zu is %g, not %g", what, zinf_dtype_name(dt), at, dt_load(got, dt, at),
+    CHECK(at == n, "%s %s: element %zu is %.9g, not %.9g", what, zinf_dtype_name(dt), at, dt_load(got, dt, at),
           dt_load(want, dt, at));
     free(got);
 }
@@ -688,6 +688,97 @@ static void test_embedding_parts(zinf_dtype dt, bool positions) {
     free(h_out), free(h_gte), free(h_gpe), free(want_out), free(want_te), free(want_pe);
 }
 
+// ---- cross-entropy in column blocks ----
+// Memory-centric tiling of the output layer: the forward runs the fused op on whole rows
+// and saves each row's lse; the backward recomputes one block of the vocabulary's logits
+// at a time and turns them into their gradient with that lse. The blocks must give the
+// fused op's bits.
+
+// Columns [v0, v0 + n) of the rows x V elements of dt at host memory x, packed rows x n
+// in host memory the caller frees.
+static unsigned char *columns(zinf_dtype dt, const unsigned char *x, int rows, int V, int v0, int n) {
+    size_t es = zinf_dtype_size(dt);
+    unsigned char *h = malloc((size_t)rows * n * es);
+    for (int r = 0; r < rows; r++)
+        memcpy(h + (size_t)r * n * es, x + ((size_t)r * V + v0) * es, (size_t)n * es);
+    return h;
+}
+
+static void test_cross_entropy_blocks(zinf_dtype dt) {
+    enum { R = 5, V = 53 };
+    const float dscale = 0.37f;
+    size_t es = zinf_dtype_size(dt);
+    float *x = randv(dt, R * V, 4);
+    // The first and last columns, and each edge of the blocks below (17 alone in its own).
+    int32_t tgt[R] = {0, V - 1, 17, 16, 18};
+    unsigned char *hx = test_pack(dt, x, R * V);
+    void *dx = to_device(dev, S, hx, R * V * es), *dtg = to_device(dev, S, tgt, sizeof tgt);
+
+    // The fused op without and with lse: the same losses and gradient, and lse[r] the
+    // very float the loss came from.
+    float *loss0 = test_dev_poisoned(dev, S, R * 4), *loss1 = test_dev_poisoned(dev, S, R * 4);
+    float *lse = test_dev_poisoned(dev, S, R * 4);
+    void *g0 = test_dev_poisoned(dev, S, R * V * es), *g1 = test_dev_poisoned(dev, S, R * V * es);
+    TRY(zinf_cross_entropy(S, dt, loss0, NULL, g0, dx, dtg, R, V, dscale));
+    TRY(zinf_cross_entropy(S, dt, loss1, lse, g1, dx, dtg, R, V, dscale));
+    float h_loss0[R], h_loss1[R], h_lse[R];
+    from_device(S, h_loss0, loss0, sizeof h_loss0);
+    from_device(S, h_loss1, loss1, sizeof h_loss1);
+    from_device(S, h_lse, lse, sizeof h_lse);
+    CHECK(memcmp(h_loss0, h_loss1, sizeof h_loss0) == 0, "cross_entropy %s: the losses differ with lse",
+          zinf_dtype_name(dt));
+    unsigned char *want = host_copy(dt, g0, R * V);
+    same_bits("cross_entropy with lse: dlogits", dt, g1, want, R * V);
+    double rl[R];
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + r * V;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, xr[j]);
+        for (int j = 0; j < V; j++)
+            sum += exp(xr[j] - mx);
+        rl[r] = mx + log(sum);
+        float loss = h_lse[r] - xr[tgt[r]];
+        CHECK(memcmp(&loss, &h_loss1[r], 4) == 0, "cross_entropy %s row %d: loss %g is not lse %g - x[target] %g",
+              zinf_dtype_name(dt), r, h_loss1[r], h_lse[r], xr[tgt[r]]);
+    }
+    compare_f32("cross_entropy lse", lse, rl, R, 1e-5);
+
+    // The gradient block by block, out of place and in place.
+    int cut[] = {0, 17, 18, V};
+    for (int k = 0; k + 1 < (int)LEN(cut); k++) {
+        int v0 = cut[k], n = cut[k + 1] - v0;
+        unsigned char *bx = columns(dt, hx, R, V, v0, n), *bw = columns(dt, want, R, V, v0, n);
+        void *dbx = to_device(dev, S, bx, R * n * es), *dbg = test_dev_poisoned(dev, S, R * n * es);
+        char what[80];
+        snprintf(what, sizeof what, "cross_entropy_grad columns [%d, %d)", v0, v0 + n);
+        TRY(zinf_cross_entropy_grad(S, dt, dbg, dbx, dtg, lse, R, n, v0, dscale));
+        same_bits(what, dt, dbg, bw, R * n);
+        snprintf(what, sizeof what, "cross_entropy_grad columns [%d, %d) in place", v0, v0 + n);
+        TRY(zinf_cross_entropy_grad(S, dt, dbx, dbx, dtg, lse, R, n, v0, dscale));
+        same_bits(what, dt, dbx, bw, R * n);
+        zinf_device_free(dev, dbx), zinf_device_free(dev, dbg);
+        free(bx), free(bw);
+    }
+
+    // Refusals, on real buffers so that one let through shows as a wrong status.
+    CHECK(zinf_cross_entropy_grad(S, dt, g1, dx, dtg, lse, R, 0, 0, dscale) == ZINF_ERR_INVAL,
+          "cross_entropy_grad with n = 0 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "cross_entropy_grad");
+    CHECK(zinf_cross_entropy_grad(S, dt, g1, dx, dtg, lse, R, V, -1, dscale) == ZINF_ERR_INVAL,
+          "cross_entropy_grad with v0 < 0 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "cross_entropy_grad");
+    CHECK(zinf_cross_entropy_grad(S, dt, g1, dx, dtg, NULL, R, V, 0, dscale) == ZINF_ERR_INVAL,
+          "cross_entropy_grad without lse accepted");
+    CHECK_CONTAINS(zinf_last_error(), "cross_entropy_grad");
+    TRY(zinf_stream_sync(S));
+
+    void *bufs[] = {dx, dtg, loss0, loss1, lse, g0, g1};
+    for (size_t i = 0; i < LEN(bufs); i++)
+        zinf_device_free(dev, bufs[i]);
+    free(x), free(hx), free(want);
+}
+
 // ---- device optimizer ----
 
 static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt) {
@@ -768,6 +859,7 @@ int main(void) {
         test_embedding(dt, false);
         test_embedding_parts(dt, true);
         test_embedding_parts(dt, false);
+        test_cross_entropy_blocks(dt);
         for (int j = 0; j < 3; j++)
             test_cast(dt, dts[j]);
     }
