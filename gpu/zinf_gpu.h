@@ -353,8 +353,8 @@ zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, flo
                                const void *logits, const int32_t *targets, int rows, int V, float dscale);
 // The fused op's logit gradient for columns [v0, v0 + n) of rows whose log-sum-exp is
 // known: dlogits[r][j] = (exp(logits[r][j] - lse[r]) - (v0 + j == targets[r])) * dscale,
-// exactly as zinf_cross_entropy computes it, so a row's column blocks give its bits (a
-// target outside the block subtracts no one). For an output layer gathered tile by tile.
+// exactly as zinf_cross_entropy computes it, so a row's column blocks give its bits (no 1
+// is subtracted for a target outside the block). For an output layer gathered tile by tile.
 // logits and dlogits: rows x n, row-major (dlogits may be logits); lse: the fused op's.
 zinf_status zinf_cross_entropy_grad(zinf_stream *s, zinf_dtype dt, void *dlogits, const void *logits,
                                     const int32_t *targets, const float *lse, int rows, int n, int v0, float dscale);
