@@ -271,32 +271,51 @@ void zinf_param_tier_forget_reads(zinf_param_tier *t) {
     pthread_mutex_unlock(&t->mu);
 }
 
-// A slice on disk is read whole into a pool buffer (unless a read-ahead or a handoff put
-// it there), and the buffer goes back to the pool after the part that ends its use.
-static zinf_status gather_locked(zinf_param_tier *t, int mod, size_t off, size_t n, void *full, bool last) {
-    if (t->read_buf[mod] < 0) ZINF_CHECK(read_locked(t, mod));
+// The pool buffer holding module mod's slice goes back to the pool once the
+// communication stream has passed its gathers (t->mu held).
+static zinf_status release_locked(zinf_param_tier *t, int mod) {
     int b = t->read_buf[mod];
-    ZINF_CHECK(zinf_stream_wait_event(t->c.comm, t->read_done[b]));
-    ZINF_CHECK(t->c.gather(t->c.gather_ctx, (const char *)t->buf[b] + off * t->es, true, full, n * t->es));
-    if (!last) return ZINF_OK;
+    if (b < 0) return ZINF_OK;
     ZINF_CHECK(zinf_event_record(t->buf_free[b], t->c.comm));
     t->read_buf[mod] = -1;
     t->free_list[t->nfree++] = b;
     return ZINF_OK;
 }
 
-zinf_status zinf_param_tier_gather_part(zinf_param_tier *t, int mod, size_t off, size_t n, void *full, bool last) {
+// A slice on disk is read whole into a pool buffer, unless a read-ahead or a handoff put
+// it there.
+static zinf_status gather_locked(zinf_param_tier *t, int mod, size_t off, size_t n, void *full) {
+    if (t->read_buf[mod] < 0) ZINF_CHECK(read_locked(t, mod));
+    int b = t->read_buf[mod];
+    ZINF_CHECK(zinf_stream_wait_event(t->c.comm, t->read_done[b]));
+    return t->c.gather(t->c.gather_ctx, (const char *)t->buf[b] + off * t->es, true, full, n * t->es);
+}
+
+zinf_status zinf_param_tier_gather_part(zinf_param_tier *t, int mod, size_t off, size_t n, void *full) {
     if (!zinf_param_tier_on_disk(t, mod))
         return t->c.gather(t->c.gather_ctx, (const char *)t->part + (t->off[mod] + off) * t->es, host_slices(t), full,
                            n * t->es);
     pthread_mutex_lock(&t->mu);
-    zinf_status st = gather_locked(t, mod, off, n, full, last);
+    zinf_status st = gather_locked(t, mod, off, n, full);
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
+zinf_status zinf_param_tier_release(zinf_param_tier *t, int mod) {
+    if (!zinf_param_tier_on_disk(t, mod)) return ZINF_OK;
+    pthread_mutex_lock(&t->mu);
+    zinf_status st = release_locked(t, mod);
     pthread_mutex_unlock(&t->mu);
     return st;
 }
 
 zinf_status zinf_param_tier_gather(zinf_param_tier *t, int mod, void *full) {
-    return zinf_param_tier_gather_part(t, mod, 0, t->slice[mod], full, true);
+    if (!zinf_param_tier_on_disk(t, mod)) return zinf_param_tier_gather_part(t, mod, 0, t->slice[mod], full);
+    pthread_mutex_lock(&t->mu);
+    zinf_status st = gather_locked(t, mod, 0, t->slice[mod], full);
+    if (st == ZINF_OK) st = release_locked(t, mod);
+    pthread_mutex_unlock(&t->mu);
+    return st;
 }
 
 void *zinf_param_tier_device_slice(zinf_param_tier *t, int mod) {

@@ -312,9 +312,10 @@ void zinf_param_tier_forget_reads(zinf_param_tier *t);
 zinf_status zinf_param_tier_gather(zinf_param_tier *t, int mod, void *full);
 // The same for elements [off, off + n) of every rank's slice (full: world * n elements),
 // one tile of a module gathered tile by tile. A slice on disk is read whole at its
-// first part (unless read already) and its buffer freed after the part that ends the
-// module's use (last).
-zinf_status zinf_param_tier_gather_part(zinf_param_tier *t, int mod, size_t off, size_t n, void *full, bool last);
+// first part (unless read already) and its buffer kept for the other parts until
+// zinf_param_tier_release (a no-op for a slice not on disk).
+zinf_status zinf_param_tier_gather_part(zinf_param_tier *t, int mod, size_t off, size_t n, void *full);
+zinf_status zinf_param_tier_release(zinf_param_tier *t, int mod);
 // The device address of module mod's slice, or NULL where it lives in host memory or on disk.
 void *zinf_param_tier_device_slice(zinf_param_tier *t, int mod);
 // Queue storing module mod's new slice from src: host memory when src_host (page-aligned,

@@ -162,7 +162,10 @@ typedef struct zinf_module_info {
     const zinf_param_info *params;
     size_t numel; // flat buffer elements (parameters at 64-element aligned offsets)
     int external;
-    bool tileable; // the model can compute it from tiles (zinf_model_lend_tiles): an untied embedding
+    // The model can compute it from tiles (zinf_model_lend_tiles) whose runs are whole
+    // multiples of this many elements: 1 for an untied embedding, a row of the weight
+    // for an untied head; 0: it is gathered whole.
+    size_t tile_unit;
 } zinf_module_info;
 
 typedef enum zinf_pass { ZINF_PASS_FORWARD, ZINF_PASS_RECOMPUTE, ZINF_PASS_BACKWARD } zinf_pass;
@@ -232,10 +235,15 @@ typedef struct zinf_tile_source {
     void *ctx;
 } zinf_tile_source;
 
-// From now on a tileable module with tiling[mod].tile > 0 runs from src's tiles, and
-// zinf_model_run reads neither params[mod] nor grads[mod]; src is borrowed. A module
-// that is not tileable with a tile is refused, naming it.
+// From now on a module with tiling[mod].tile > 0 runs from src's tiles, and
+// zinf_model_run reads neither params[mod] nor grads[mod]; src is borrowed. A tile of a
+// module without a tile_unit, or whose runs (tile and slice) are not whole units, is
+// refused, naming the module.
 zinf_status zinf_model_lend_tiles(zinf_model *m, const zinf_tile_source *src);
+// How often op sweeps module mod's tiles of parameters (the output layer: once per
+// chunk of tokens in the forward), and whether it takes gradient tiles; what a plan
+// counts.
+int zinf_model_tile_sweeps(const zinf_model *m, const zinf_model_op *op, int mod, bool *grad);
 // Tiles of module mod under t (0 when it is gathered whole).
 static inline size_t zinf_tiling_count(const zinf_tiling *t) { return t->tile ? (t->slice + t->tile - 1) / t->tile : 0; }
 

@@ -238,6 +238,7 @@ zinf_status coord_fetch(zinf_engine *e, int mod, void **params) {
 
 static zinf_status release(zinf_engine *e, int x) {
     coordinator *co = &e->co;
+    if (x >= 0 && e->lay[x].tile) return zinf_param_tier_release(e->pt, x); // its slice read for the op's tiles
     if (x < 0 || !co->gathered[x] || zinf_prefetch_keep(co->pf, x)) return ZINF_OK;
     ZINF_CHECK(engine_free_after(e, co->gathered[x], e->cs));
     co->gathered[x] = NULL;
@@ -266,13 +267,14 @@ zinf_status coord_end_step(zinf_engine *e) {
 }
 
 // ---- tiled modules ----
-// The model asks for a tiled module's tiles in order inside its op (zinf_tile_source).
-// Handing over tile k queues tile k + 1's gather, so that it runs under tile k's
-// compute: two tiles are on the device at most. A tile waits for its module's
-// background update as a whole module's gather does. Tiles are gathered from every
-// rank (no hpZ secondary keeps them: a secondary of the whole module is what tiling
-// avoids). Gradient tiles are zeroed on the compute stream and go to the buckets as
-// soon as the model is done with them.
+// The model asks for a tiled module's tiles in order inside its op (zinf_tile_source),
+// sweeping them once or more. Handing over tile k queues tile k + 1's gather, so that it
+// runs under tile k's compute: two tiles are on the device at most. A tile waits for its
+// module's background update as a whole module's gather does; a slice on disk is read
+// once for the op (at its first tile) and its pool buffer freed after the op
+// (release). Tiles are gathered from every rank (no hpZ secondary keeps them: a
+// secondary of the whole module is what tiling avoids). Gradient tiles are zeroed on
+// the compute stream and go to the buckets as soon as the model is done with them.
 
 static zinf_status tile_wait_update(zinf_engine *e, int x) {
     return zinf_optim_tier_wait_updated(e->ot, x, from_disk(e, x) ? NULL : e->xs);
@@ -290,8 +292,7 @@ static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     t->mod = mod, t->k = k;
     ZINF_CHECK(zinf_optim_tier_updated(e->ot, mod) ? tile_wait_update(e, mod)
                                                    : coord_timed_update_wait(e, tile_wait_update, mod));
-    bool last = (size_t)k + 1 == zinf_tiling_count(&co->tiling[mod]);
-    ZINF_CHECK(zinf_param_tier_gather_part(e->pt, mod, (size_t)k * l->tile, n, t->buf, last));
+    ZINF_CHECK(zinf_param_tier_gather_part(e->pt, mod, (size_t)k * l->tile, n, t->buf));
     return zinf_event_record(t->landed, e->xs);
 }
 

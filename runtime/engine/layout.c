@@ -1,22 +1,35 @@
 // The flat layout: each module's parameters are one buffer, padded so it splits into
-// pw (the partition's ranks: the world, or MiCS's shard group) equal slices of a multiple of SLICE_ALIGN elements. Rank r's optimizer part
-// of a module is its slice (stages 1-3) or the whole buffer (stage 0, where every rank
-// steps the whole model); its partition is those parts in module order. Tiles cut a
-// module's slices, never the layout.
+// pw (the partition's ranks: the world, or MiCS's shard group) equal slices of a
+// multiple of SLICE_ALIGN elements (for a module in tiles, of its tile unit too). Rank
+// r's optimizer part of a module is its slice (stages 1-3) or the whole buffer (stage
+// 0, where every rank steps the whole model); its partition is those parts in module
+// order. Tiles cut a module's slices; checkpoints load across paddings as across world
+// sizes.
 #include "internal.h"
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+static size_t gcd(size_t a, size_t b) {
+    while (b) {
+        size_t r = a % b;
+        a = b, b = r;
+    }
+    return a;
+}
+
 // memory.tile_bound: a module the model can compute in tiles whose gathered buffer
-// exceeds the bound comes in tiles of at most the bound, each rank's part a multiple
-// of SLICE_ALIGN (so a tile of a slice on disk is an aligned read, and qwZ's groups
-// stay whole); one tile is no tiling.
-static size_t tile_of(const zinf_engine *e, const zinf_module_info *mi, const mod_layout *l) {
+// exceeds the bound comes in tiles of at most the bound (one tile is no tiling). Each
+// rank's part of a tile is a multiple of SLICE_ALIGN (so a tile of a slice on disk is an
+// aligned read, and qwZ's groups stay whole) and of the model's unit (whole rows of the
+// head's weight), so tiles and slices are multiples of both: the padding grows to that.
+static void tile_layout(const zinf_engine *e, const zinf_module_info *mi, mod_layout *l) {
     int64_t bound = e->cfg.memory.tile_bound;
-    if (e->stage != 3 || bound <= 0 || !mi->tileable || l->padded <= (size_t)bound) return 0;
-    size_t t = (size_t)bound / (size_t)e->pw / SLICE_ALIGN * SLICE_ALIGN;
-    if (t < SLICE_ALIGN) t = SLICE_ALIGN;
-    return t < l->slice ? t : 0;
+    if (e->stage != 3 || bound <= 0 || !mi->tile_unit || l->padded <= (size_t)bound) return;
+    size_t g = SLICE_ALIGN / gcd(SLICE_ALIGN, mi->tile_unit) * mi->tile_unit;
+    size_t slice = round_up(l->numel, (size_t)e->pw * g) / (size_t)e->pw, t = (size_t)bound / (size_t)e->pw / g * g;
+    if (t == 0) t = g;
+    if (t >= slice) return;
+    l->slice = slice, l->padded = slice * (size_t)e->pw, l->tile = t;
 }
 
 zinf_status layout_build(zinf_engine *e) {
@@ -30,10 +43,10 @@ zinf_status layout_build(zinf_engine *e) {
         l->numel = mi->numel;
         l->padded = round_up(l->numel, (size_t)e->pw * SLICE_ALIGN);
         l->slice = l->padded / (size_t)e->pw;
+        tile_layout(e, mi, l);
         l->part_lo = e->stage == 0 ? 0 : (size_t)e->pr * l->slice;
         l->part_n = e->stage == 0 ? l->padded : l->slice;
         l->part_off = off;
-        l->tile = tile_of(e, mi, l);
         off += l->part_n;
         for (int j = 0; j < mi->nparams; j++)
             e->model_numel += (int64_t)mi->params[j].numel;

@@ -21,7 +21,8 @@ typedef struct replay {
     bool *grad;
     int *ahead;
     int64_t dev, peak;
-    int64_t *gathers; // per module, this step
+    int64_t *gathers; // per module, this step (a tiled module's: its sweeps over the tiles)
+    int64_t *tile_ops; // per tiled module, this step: the ops that swept its tiles (each reads a slice on disk once)
 } replay;
 
 static void take(replay *r, size_t bytes) {
@@ -49,18 +50,19 @@ static void release(replay *r, int x) {
     r->dev -= dev_bytes(r->e->lay[x].padded * r->e->es);
 }
 
-// coordinator.c's tiles of module x during op: the forward holds a tile and the next
-// one's gather (tile 0 is the largest), the backward a gradient tile (the embedding, the
-// one module the models compute in tiles, reads no parameters in its backward). Every
-// forward gathers the module once, tile by tile.
+// coordinator.c's tiles of module x during op, as often as the model sweeps them: a
+// tile of parameters and the next one's gather (tile 0 is the largest), and where the op
+// takes them a gradient tile.
 static void tiles(replay *r, const zinf_model_op *op, int x) {
-    const mod_layout *l = &r->e->lay[x];
-    if (x < 0 || !l->tile) return;
-    bool bwd = op->pass == ZINF_PASS_BACKWARD;
-    size_t b = (size_t)r->e->pw * l->tile * r->e->es * (bwd || l->slice <= l->tile ? 1 : 2);
-    if (!bwd) r->gathers[x]++;
-    take(r, b);
-    r->dev -= dev_bytes(b);
+    if (x < 0 || !r->e->lay[x].tile) return;
+    bool grad;
+    int sweeps = zinf_model_tile_sweeps(r->e->m, op, x, &grad);
+    size_t tile = (size_t)r->e->pw * r->e->lay[x].tile * r->e->es;
+    int n = (sweeps ? 2 : 0) + grad;
+    r->gathers[x] += sweeps, r->tile_ops[x] += sweeps > 0;
+    for (int i = 0; i < n; i++)
+        take(r, tile);
+    r->dev -= n * dev_bytes(tile);
 }
 
 // coordinator.c: coord_fetch, then coord_done.
@@ -118,14 +120,14 @@ static zinf_status end_step(replay *r) {
 
 // Two steps: the first gathers on demand and records the trace, the second (like every
 // later one) follows it; gathers[] ends with the second step's gathers per module.
-static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, zinf_plan *out) {
+static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_ops, zinf_plan *out) {
     size_t n = (size_t)e->nmod;
-    replay r = {.e = e, .gathers = gathers, .dev = e->plan_device, .peak = e->plan_device};
+    replay r = {.e = e, .gathers = gathers, .tile_ops = tile_ops, .dev = e->plan_device, .peak = e->plan_device};
     r.grad = calloc(n, sizeof *r.grad), r.ahead = calloc(n, sizeof *r.ahead);
     zinf_status st = r.grad && r.ahead ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "plan: out of memory");
     if (st == ZINF_OK && e->stage == 3) st = coord_prefetcher(e, &r.pf);
     for (int step = 0; st == ZINF_OK && step < 2; step++) {
-        memset(gathers, 0, n * sizeof *gathers);
+        memset(gathers, 0, n * sizeof *gathers), memset(tile_ops, 0, n * sizeof *tile_ops);
         for (int k = 0; st == ZINF_OK && k < e->cfg.gradient_accumulation_steps; k++)
             st = micro_batch(&r);
         if (st == ZINF_OK) st = end_step(&r);
@@ -146,7 +148,7 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, zinf_plan *out
 // without NCCL (step.c share_params, or share.c under the next forward), and on NVMe the three optimizer states read and
 // written once, each gather of a slice on disk read once, and every slice on disk
 // written once. The batch's tokens and losses (a few bytes per token) are left out.
-static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out) {
+static void traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
     size_t W = (size_t)e->world, pad4 = 0, slice4 = 0;
     int64_t ga = e->cfg.gradient_accumulation_steps;
     bool staged = W > 1 && !e->nccl, offloaded = e->otier != ZINF_OFFLOAD_NONE;
@@ -158,7 +160,7 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, zinf_plan *out
         // A step's first gather of a module is from every rank; with hpZ the rest are
         // secondary (and read no NVMe), but for a tiled module's.
         bool hpz = e->hpz_k > 1 && !x->tile;
-        int64_t first = gathers[i] > 0, later = gathers[i] - first, reads = hpz ? first : gathers[i];
+        int64_t first = gathers[i] > 0, later = gathers[i] - first, reads = x->tile ? tile_ops[i] : hpz ? first : gathers[i];
         if (e->stage == 3) {
             for (int64_t g = 0; g < first; g++)
                 zeropp_gather_traffic(e, i, false, &out->h2d, &out->d2h);
@@ -327,10 +329,11 @@ zinf_status zinf_engine_plan(const zinf_config *given, const zinf_plan_target *t
     ZINF_CHECK(plan_engine(&cfg, t, &e));
     out->choice = choice;
     zinf_engine_memory_get(e, &out->mem);
-    int64_t *gathers = calloc((size_t)e->nmod + 1, sizeof *gathers);
-    zinf_status st = gathers ? replay_steps(e, gathers, out) : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
-    if (st == ZINF_OK) traffic(e, gathers, out), comm_traffic(e, t, gathers, out), judge(e, t, out), tiled(e, out);
-    free(gathers);
+    int64_t *gathers = calloc((size_t)e->nmod + 1, sizeof *gathers), *tile_ops = calloc((size_t)e->nmod + 1, sizeof *tile_ops);
+    zinf_status st = gathers && tile_ops ? replay_steps(e, gathers, tile_ops, out)
+                                         : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
+    if (st == ZINF_OK) traffic(e, gathers, tile_ops, out), comm_traffic(e, t, gathers, out), judge(e, t, out), tiled(e, out);
+    free(gathers), free(tile_ops);
     plan_free(e);
     return st;
 }

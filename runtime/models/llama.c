@@ -43,7 +43,7 @@ static void tables(zinf_model *m) {
         if (i == MOD_EMBEDDING) {
             snprintf(mod->name, sizeof mod->name, "embedding");
             ADD(true, ZINF_INIT_NORMAL, s->vocab_size, C, "model.embed_tokens.weight");
-            mod->tileable = !s->tied; // a tied head reads it whole
+            mod->tile_unit = s->tied ? 0 : 1; // a tied head reads it whole
         } else if (i == mod_norm(L)) {
             snprintf(mod->name, sizeof mod->name, "norm");
             ADD(true, ZINF_INIT_ONE, C, 0, "model.norm.weight");
@@ -53,6 +53,7 @@ static void tables(zinf_model *m) {
                 mod->external = MOD_EMBEDDING;
             else
                 ADD(true, ZINF_INIT_NORMAL, s->vocab_size, C, "lm_head.weight");
+            mod->tile_unit = s->tied ? 0 : (size_t)C; // whole rows: a block of the vocabulary
         } else if (i == mod_attn((i - 1) / 2)) {
             int l = (i - 1) / 2;
             snprintf(mod->name, sizeof mod->name, "layers.%d.attn", l);

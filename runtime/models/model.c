@@ -133,6 +133,7 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, &m->logits, (size_t)head_rows(m, (int)BT) * (size_t)s->vocab_size, es, "activations: logits"));
     ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
+    if (m->p.training) ZINF_CHECK(dalloc(m, (void **)&m->lse, BT, 4, "losses"));
     if (w->rope) {
         size_t half = (size_t)m->p.seq_len * (size_t)(s->head_dim / 2);
         ZINF_CHECK(dalloc(m, (void **)&m->rope_cos, half, 4, "rotary angles"));
@@ -173,7 +174,7 @@ void zinf_model_destroy(zinf_model *m) {
     for (int i = 0; m->layers && i < (m->p.checkpoint_activations ? 1 : m->p.shape.n_layer); i++)
         free_layer(d, &m->layers[i]);
     void *bufs[] = {m->tok,      m->targets, m->order,  m->encoded, m->lnf,   m->lnf_mean, m->lnf_rstd,
-                    m->logits,   m->losses,  m->att_ws, m->rope_cos, m->rope_sin, m->dres,  m->dln,
+                    m->logits,   m->losses,  m->lse,    m->att_ws, m->rope_cos, m->rope_sin, m->dres,  m->dln,
                     m->dqkv,     m->datty,   m->dfc,    m->dact,    m->dnorm};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
         zinf_device_free(d, bufs[i]);
@@ -468,8 +469,13 @@ static zinf_status head_chunk_bwd(zinf_model *m, zinf_stream *s, const void *w, 
     return zinf_gemm(s, &gx);
 }
 
+static bool tiled(const zinf_model *m, int mod);
+static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod);
+static zinf_status head_tiles_bwd(zinf_model *m, zinf_stream *s, int mod);
+
 zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w) {
     int BT = m->b * m->p.seq_len, n = head_rows(m, BT);
+    if (tiled(m, mod_head(m->p.shape.n_layer))) return head_tiles_fwd(m, s, mod_head(m->p.shape.n_layer));
     for (int r0 = 0; r0 < BT; r0 += n) {
         int rows = BT - r0 < n ? BT - r0 : n;
         ZINF_CHECK(head_chunk_fwd(m, s, w, r0, rows, m->p.training && r0 + rows == BT));
@@ -479,6 +485,7 @@ zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w) {
 
 zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw) {
     int BT = m->b * m->p.seq_len, n = head_rows(m, BT), last = (BT - 1) / n * n;
+    if (tiled(m, mod_head(m->p.shape.n_layer))) return head_tiles_bwd(m, s, mod_head(m->p.shape.n_layer));
     ZINF_CHECK(head_chunk_bwd(m, s, w, dw, last, BT - last));
     for (int r0 = 0; r0 < last; r0 += n) {
         ZINF_CHECK(head_chunk_fwd(m, s, w, r0, n, true));
@@ -497,9 +504,10 @@ zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *d
 
 zinf_status zinf_model_lend_tiles(zinf_model *m, const zinf_tile_source *src) {
     for (int i = 0; src && i < m->nmod; i++)
-        if (src->tiling[i].tile && !m->mods[i].tileable)
-            return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: module %s cannot be computed in tiles", m->fam->name,
-                             m->mods[i].name);
+        if (src->tiling[i].tile && (!m->mods[i].tile_unit || src->tiling[i].tile % m->mods[i].tile_unit ||
+                                    src->tiling[i].slice % m->mods[i].tile_unit))
+            return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: module %s cannot be computed in tiles of %zu elements",
+                             m->fam->name, m->mods[i].name, src->tiling[i].tile);
     m->tiles = src;
     return ZINF_OK;
 }
@@ -556,4 +564,103 @@ zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw
     if (tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, dout);
     return zinf_embedding_bwd(s, m->p.dtype, param_at(m, mod, dw, pwte), pwpe >= 0 ? param_at(m, mod, dw, pwpe) : NULL,
                               dout, m->tok, m->order, m->b, m->p.seq_len, m->p.shape.n_embd, NULL);
+}
+
+int zinf_model_tile_sweeps(const zinf_model *m, const zinf_model_op *op, int mod, bool *grad) {
+    int L = m->p.shape.n_layer, BT = m->p.batch * m->p.seq_len, n = head_rows(m, BT);
+    bool bwd = op->pass == ZINF_PASS_BACKWARD;
+    *grad = bwd && (mod == op->module || mod == m->mods[op->module].external);
+    if (mod == mod_head(L)) return bwd ? 1 : (BT + n - 1) / n; // the output layer: once per chunk
+    return bwd ? 0 : 1; // the embedding's backward reads no parameters
+}
+
+// ---- the output layer in tiles ----
+// An untied head too big to gather whole comes in tiles of whole rows of its weight:
+// each rank's run of a tile is a block of the vocabulary. The forward goes chunk by
+// chunk as above, each chunk's logits made block by block (so each chunk sweeps the
+// tiles once), then the cross-entropy on whole rows as before, keeping each row's
+// log-sum-exp. The backward goes tile by tile, each swept once and its gradient then
+// reduced: for every chunk, in the plain backward's order (the last first), a block's
+// logits again, their gradient from the kept log-sum-exp (zinf_cross_entropy_grad,
+// the fused op's bits), the block's weight gradient added, and its share of the input
+// gradient added into dln. So the losses and the weight gradient are the plain head's
+// bits where the backend's product gives an element the same bits in any block of
+// rows or columns; the input gradient sums over the vocabulary block by block, rounded
+// to the dtype after each: within rounding of the plain one.
+
+// Rank r's run of tile k as rows of the vocabulary: [*v0, *v0 + *nv) (none past V).
+static void head_run(const zinf_model *m, const zinf_tiling *t, size_t k, int r, int *v0, int *nv) {
+    size_t C = (size_t)m->p.shape.n_embd, V = (size_t)m->p.shape.vocab_size;
+    size_t n = t->slice - k * t->tile < t->tile ? t->slice - k * t->tile : t->tile;
+    size_t a = ((size_t)r * t->slice + k * t->tile) / C, e = a + n / C;
+    *v0 = (int)a, *nv = a < V ? (int)((e < V ? e : V) - a) : 0;
+}
+
+static size_t tile_elems(const zinf_tiling *t, size_t k) {
+    return t->slice - k * t->tile < t->tile ? t->slice - k * t->tile : t->tile;
+}
+
+static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod) {
+    const zinf_tiling *t = &m->tiles->tiling[mod];
+    zinf_dtype dt = m->p.dtype;
+    int C = m->p.shape.n_embd, V = m->p.shape.vocab_size, BT = m->b * m->p.seq_len, n = head_rows(m, BT);
+    size_t es = zinf_dtype_size(dt), nt = zinf_tiling_count(t);
+    for (int r0 = 0; r0 < BT; r0 += n) {
+        int rows = BT - r0 < n ? BT - r0 : n;
+        for (size_t k = 0; k < nt; k++) {
+            void *w;
+            ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, false, &w));
+            for (int r = 0; r < t->ranks; r++) {
+                int v0, nv;
+                head_run(m, t, k, r, &v0, &nv);
+                if (!nv) continue;
+                zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = nv, .k = C,
+                                    .a = (char *)m->lnf + (size_t)r0 * C * es, .lda = C,
+                                    .b = (char *)w + (size_t)r * tile_elems(t, k) * es, .ldb = C,
+                                    .c = (char *)m->logits + (size_t)v0 * es, .ldc = V, .alpha = 1.0f};
+                ZINF_CHECK(zinf_gemm(s, &g));
+            }
+            ZINF_CHECK(m->tiles->done(m->tiles->ctx, s, mod, (int)k, false));
+        }
+        ZINF_CHECK(zinf_cross_entropy(s, dt, m->losses + r0, m->p.training ? m->lse + r0 : NULL, NULL, m->logits,
+                                      m->targets + r0, rows, V, m->dloss / (float)BT));
+    }
+    return ZINF_OK;
+}
+
+static zinf_status head_tiles_bwd(zinf_model *m, zinf_stream *s, int mod) {
+    const zinf_tiling *t = &m->tiles->tiling[mod];
+    zinf_dtype dt = m->p.dtype;
+    int C = m->p.shape.n_embd, BT = m->b * m->p.seq_len, n = head_rows(m, BT), last = (BT - 1) / n * n;
+    size_t es = zinf_dtype_size(dt), nt = zinf_tiling_count(t);
+    for (size_t k = 0; k < nt; k++) {
+        void *w, *dw;
+        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, false, &w));
+        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, true, &dw));
+        for (int i = 0; i * n < BT; i++) { // the last chunk first, then the others in order
+            int r0 = i == 0 ? last : (i - 1) * n, rows = BT - r0 < n ? BT - r0 : n;
+            char *x = (char *)m->lnf + (size_t)r0 * C * es, *dx = (char *)m->dln + (size_t)r0 * C * es;
+            for (int r = 0; r < t->ranks; r++) {
+                int v0, nv;
+                head_run(m, t, k, r, &v0, &nv);
+                if (!nv) continue;
+                size_t run = (size_t)r * tile_elems(t, k) * es;
+                zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = nv, .k = C, .a = x, .lda = C,
+                                    .b = (char *)w + run, .ldb = C, .c = m->logits, .ldc = nv, .alpha = 1.0f};
+                ZINF_CHECK(zinf_gemm(s, &g));
+                ZINF_CHECK(zinf_cross_entropy_grad(s, dt, m->logits, m->logits, m->targets + r0, m->lse + r0, rows, nv,
+                                                   v0, m->dloss / (float)BT));
+                zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = nv, .n = C, .k = rows, .a = m->logits, .lda = nv,
+                                     .b = x, .ldb = C, .c = (char *)dw + run, .ldc = C, .alpha = 1.0f, .beta = 1.0f};
+                ZINF_CHECK(zinf_gemm(s, &gw));
+                zinf_gemm_args gx = {.dt = dt, .m = rows, .n = C, .k = nv, .a = m->logits, .lda = nv,
+                                     .b = (char *)w + run, .ldb = C, .c = dx, .ldc = C, .alpha = 1.0f,
+                                     .beta = k == 0 && r == 0 ? 0.0f : 1.0f};
+                ZINF_CHECK(zinf_gemm(s, &gx));
+            }
+        }
+        ZINF_CHECK(m->tiles->done(m->tiles->ctx, s, mod, (int)k, true));
+        ZINF_CHECK(m->tiles->done(m->tiles->ctx, s, mod, (int)k, false));
+    }
+    return ZINF_OK;
 }

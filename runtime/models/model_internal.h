@@ -67,6 +67,7 @@ struct zinf_model {
     float *lnf_mean, *lnf_rstd;
     void *logits;  // (head rows, V): a chunk's; after a training forward, the last chunk's gradient
     float *losses; // (B, T)
+    float *lse;    // (B, T) training: each row's log-sum-exp, which a head in tiles reads in its backward
     void *att_ws;
     float *rope_cos, *rope_sin; // (T, hd / 2), the Llama family's
     // backward scratch

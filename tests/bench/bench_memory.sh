@@ -7,7 +7,8 @@
 # first two, the peak as train measured it, and the two runs' final losses; then with
 # activation checkpointing, the checkpoints on the device against in pinned host memory
 # (activation_checkpointing.cpu_checkpointing; the digests must be identical, exit 1
-# otherwise). Then Llama-3.1-8B and a Llama-3.2-3B at 4096 tokens, both tiers on NVMe,
+# otherwise); then untied, the embedding and the head gathered whole against in tiles of
+# 2 M elements (memory.tile_bound: 4 tiles each, a 16 MiB module in bf16). Then Llama-3.1-8B and a Llama-3.2-3B at 4096 tokens, both tiers on NVMe,
 # as zinf estimate plans them for a 24 GB device (the sim's rtx4090): the device peak
 # with each feature and without. ZINF_BENCH_DIR (default /var/tmp) should sit on the
 # drive offload uses.
@@ -44,6 +45,8 @@ run once --set memory.head_chunk_tokens=2048
 run chunks --set memory.head_chunk_tokens=256
 run ckdev --set memory.head_chunk_tokens=256 --set activation_checkpointing='{}'
 run ckhost --set memory.head_chunk_tokens=256 --set activation_checkpointing='{"cpu_checkpointing": true}'
+run whole --set memory.head_chunk_tokens=256 --set model.tie_word_embeddings=false
+run tiles --set memory.head_chunk_tokens=256 --set model.tie_word_embeddings=false --set memory.tile_bound=2097152
 plan() { # name, preset, sets...: the config's plan object of zinf estimate on a sim rtx4090
   local name=$1 preset=$2; shift 2
   "$Z" estimate --config "$dir/l.json" --json --set model="{\"preset\": \"$preset\"}" --set data.seq_len=4096 \
@@ -79,6 +82,13 @@ for name, what in (("ckdev", "on the device"), ("ckhost", "in pinned host memory
 print("host / device: step %.3f, device peak %.3f; weights digests %s" % (
     rows["ckhost"][0] / rows["ckdev"][0], rows["ckhost"][1] / rows["ckdev"][1],
     "identical" if digests[0] == digests[1] else "DIFFERENT: %s %s" % tuple(digests)))
+print("untied, head in chunks of 256 tokens:")
+print("%-26s %8s %12s %10s" % ("embedding and head", "s/step", "device peak", "last loss"))
+for name, what in (("whole", "gathered whole"), ("tiles", "in 4 tiles each")):
+    st, fin = load(f"{d}/{name}.out")
+    rows[name] = (med(st, "step_seconds", skip), max(s["device_peak_bytes"] for s in st))
+    print("%-26s %8.3f %8.1f MiB %10.4f" % (what, rows[name][0], rows[name][1] / MiB, st[-1]["loss"]))
+print("tiles / whole: step %.3f, device peak %.3f" % (rows["tiles"][0] / rows["whole"][0], rows["tiles"][1] / rows["whole"][1]))
 print("planned on a 24 GB device (sim rtx4090), 1 x 4096 tokens, activation checkpointing, both tiers on nvme:")
 for name, model in (("3b", "Llama-3.2-3B"), ("8b", "Llama-3.1-8B")):
     p = json.load(open(f"{d}/{name}.plan"))
@@ -87,5 +97,8 @@ for name, model in (("3b", "Llama-3.2-3B"), ("8b", "Llama-3.1-8B")):
              p["device_peak_head_at_once_bytes"] / GiB, p["device_capacity_bytes"] / GiB))
     print("  %-13s checkpoints in host memory: device peak %.2f GiB; on the device: %.2f GiB"
           % ("", p["device_peak_ckpt_host_bytes"] / GiB, p["device_peak_ckpt_device_bytes"] / GiB))
+    if "device_peak_tiled_bytes" in p: # an untied embedding and head: an eighth of the embedding as the bound
+        print("  %-13s embedding and head in tiles: device peak %.2f GiB; gathered whole: %.2f GiB"
+              % ("", p["device_peak_tiled_bytes"] / GiB, p["device_peak_untiled_bytes"] / GiB))
 sys.exit(0 if digests[0] == digests[1] else 1)
 PY

@@ -157,6 +157,28 @@ static void run(zinf_offload_device where, zinf_device *dev, zinf_aio *aio, cons
     CHECK(got[999] == elem(4, 999, 2) && memcmp(got + 1000, h, 200) == 0 && got[1100] == elem(4, 1100, 2),
           "%s: the gather after a write is wrong", what);
     zinf_param_tier_forget_reads(t); // m3's handoff, as at a step's end
+    // A module in tiles: m4's slice in parts of 2048 elements, last first; on disk it is
+    // read once, at the first part, and its buffer stays taken until the release.
+    zinf_aio_stats before, after;
+    zinf_aio_get_stats(aio, &before);
+    for (int k = 2; k >= 0; k--) {
+        TRY(zinf_param_tier_gather_part(t, 4, (size_t)k * 2048, 2048, full));
+        TRY(zinf_copy_async(xs, got, full, 2048 * sizeof *got, ZINF_COPY_D2H));
+        TRY(zinf_stream_sync(xs));
+        size_t a = (size_t)k * 2048;
+        bool ok = true;
+        for (size_t i = 0; i < 2048; i++)
+            ok &= got[i] == (a + i >= 1000 && a + i < 1100 ? h[a + i - 1000] : elem(4, a + i, 2));
+        CHECK(ok, "%s: part %d of m4 is wrong", what, k);
+        CHECK(zinf_param_tier_free_buffers(t) == (where == ZINF_OFFLOAD_NVME ? POOL - 1 : 0),
+              "%s: %d buffers free during m4's parts", what, zinf_param_tier_free_buffers(t));
+    }
+    TRY(zinf_param_tier_release(t, 4));
+    zinf_aio_get_stats(aio, &after);
+    CHECK(after.read_bytes - before.read_bytes == (where == ZINF_OFFLOAD_NVME ? 6144 * 2 : 0),
+          "%s: m4's parts read %llu bytes from disk", what, (unsigned long long)(after.read_bytes - before.read_bytes));
+    CHECK(zinf_param_tier_free_buffers(t) == (where == ZINF_OFFLOAD_NVME ? POOL : 0), "%s: %d buffers free after "
+          "m4's release", what, zinf_param_tier_free_buffers(t));
     CHECK(zinf_latch_raise(failure) == ZINF_OK, "%s: %s", what, zinf_last_error());
     if (where == ZINF_OFFLOAD_NVME) {
         for (int m = 3; m < 6; m++)
