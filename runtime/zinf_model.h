@@ -164,7 +164,8 @@ typedef struct zinf_module_info {
     int external;
     // The model can compute it from tiles (zinf_model_lend_tiles) whose runs are whole
     // multiples of this many elements: 1 for an untied embedding, a row of the weight
-    // for an untied head; 0: it is gathered whole.
+    // for the head's (the head's own, or the embedding it is tied to); 0: it is gathered
+    // whole.
     size_t tile_unit;
 } zinf_module_info;
 
@@ -226,8 +227,8 @@ typedef struct zinf_tiling {
 // What the caller lends a model for its tiled modules. get gives tile k of module mod
 // once the compute stream s may use it: its gathered parameters, or with grad a zeroed
 // buffer for its gradient; done says that everything using it is queued on s (the
-// gradient is then the caller's to reduce). Tiles come in order, one get and one done
-// each per pass.
+// gradient is then the caller's to reduce). An op sweeps the tiles in order, k = 0, 1,
+// ..., one get and one done each, once or several times (zinf_model_tile_sweeps).
 typedef struct zinf_tile_source {
     const zinf_tiling *tiling; // per module
     zinf_status (*get)(void *ctx, zinf_stream *s, int mod, int k, bool grad, void **buf);

@@ -490,6 +490,7 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);
     for (int k = nf; k < nall; k++) {
         const zinf_model_op *op = &ops[k];
+        e->cur_op = k;
         if (op->pass == ZINF_PASS_BACKWARD) {
             ZINF_CHECK(need_grad(e, op->module));
             ZINF_CHECK(need_grad(e, zinf_model_module(e->m, op->module)->external));

@@ -43,10 +43,13 @@ static inline size_t tile_len(const mod_layout *l, int k) {
 }
 
 // A run of one module's gradient in a bucket: elements [lo, lo + n) of every rank's
-// slice, at `off` inside each rank block. A module bigger than what is left of a bucket
-// is split, so reduce_bucket_size bounds the buckets whatever the module sizes.
+// slice, at `off` inside each rank block, reduced after the schedule's op `op`. A module
+// bigger than what is left of a bucket is split, so reduce_bucket_size bounds the
+// buckets whatever the module sizes. A tiled module is reduced after every op that
+// takes its gradient tiles (a tied embedding: the head's backward and its own), each
+// time in pieces of its own.
 typedef struct piece {
-    int mod, bucket;
+    int mod, bucket, op;
     size_t lo, n, off;
 } piece;
 
@@ -152,9 +155,10 @@ struct zinf_engine {
 
     // gradient reduction
     int *last_bwd; // per module: index in the schedule of its last backward use, or -1
+    int cur_op;    // the backward's op running now (its index in the schedule)
     piece *pieces; // in the order backward finishes their modules
     int npieces;
-    int *first_piece; // per module: its first piece (its pieces are consecutive), or -1
+    int *first_piece; // per module: the first piece of its last reduction (consecutive pieces), or -1
     bucket *buckets;
     int nbuckets;
     size_t bucket_cap;  // elements of the largest bucket (world * block)
@@ -263,8 +267,8 @@ zinf_status share_finish(zinf_engine *e);
 zinf_status reduce_create(zinf_engine *e);
 void reduce_destroy(zinf_engine *e);
 zinf_status reduce_module_ready(zinf_engine *e, int mod);
-// Tile k of tiled module mod is done in backward: its gradient (every rank's part of
-// the tile, rank after rank, on the device) goes to the buckets.
+// Tile k of tiled module mod is done in the backward's op cur_op: its gradient (every
+// rank's part of the tile, rank after rank, on the device) goes to the buckets.
 zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad);
 // params.c: the 16-bit parameters, on the device at stages 0-2, in the parameter tier at 3
 zinf_status params_create(zinf_engine *e);

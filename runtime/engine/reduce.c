@@ -23,20 +23,26 @@ static zinf_status plan_buckets(zinf_engine *e) {
     // Buckets of reduce_bucket_size elements (world blocks of `per`), filled in the order
     // backward finishes the modules; every bucket but the last is full, so there are
     // ceil(total / per) of them, and a bucket's end splits at most one module, so there
-    // are at most modules + buckets pieces, and one more for each tile a tiled module has.
+    // are at most modules + buckets pieces, and one more for each tile a tiled module has;
+    // a tiled module is counted twice, for a tied embedding's two reductions.
     size_t W = (size_t)e->pw, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0, tiles = 0;
     if (per == 0) per = 1;
     for (int i = 0; i < e->nmod; i++) {
-        total += e->lay[i].slice;
-        if (e->lay[i].tile) tiles += (e->lay[i].slice + e->lay[i].tile - 1) / e->lay[i].tile;
+        total += e->lay[i].slice * (e->lay[i].tile ? 2 : 1);
+        if (e->lay[i].tile) tiles += 2 * ((e->lay[i].slice + e->lay[i].tile - 1) / e->lay[i].tile) + 1;
     }
     size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->nmod + maxb + tiles;
     e->buckets = calloc(maxb, sizeof *e->buckets);
     e->pieces = calloc(maxp, sizeof *e->pieces);
     if (!e->buckets || !e->pieces) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    // At each op, first the tiled modules whose gradient tiles it reduces as it runs, then
+    // the modules it finishes.
     for (int k = nf; k < nall; k++) {
-        for (int i = 0; i < e->nmod; i++) {
-            if (e->last_bwd[i] != k || !e->lay[i].padded) continue;
+        for (int j = 0; j < 2 * e->nmod; j++) {
+            int i = j % e->nmod;
+            bool tiled = e->lay[i].tile > 0, grad = false;
+            if (tiled) zinf_model_tile_sweeps(e->m, &ops[k], i, &grad);
+            if (!e->lay[i].padded || (j < e->nmod) != tiled || (tiled ? !grad : e->last_bwd[i] != k)) continue;
             e->first_piece[i] = e->npieces;
             for (size_t lo = 0; lo < e->lay[i].slice;) {
                 bucket *b = e->nbuckets ? &e->buckets[e->nbuckets - 1] : NULL;
@@ -48,7 +54,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
                 size_t t = e->lay[i].tile; // a tile's gradient is reduced on its own: no piece crosses tiles
                 if (t && t - lo % t < n) n = t - lo % t;
                 e->pieces[e->npieces++] =
-                    (piece){.mod = i, .bucket = (int)(b - e->buckets), .lo = lo, .n = n, .off = b->block};
+                    (piece){.mod = i, .bucket = (int)(b - e->buckets), .op = k, .lo = lo, .n = n, .off = b->block};
                 b->count++;
                 b->block += n;
                 lo += n;
@@ -147,11 +153,12 @@ static zinf_status flush(zinf_engine *e, int b) {
     return e->cfg.zero.overlap_comm ? ZINF_OK : engine_sync(e);
 }
 
-// Widen the pieces of module mod whose run starts in [lo, hi) of every slice into their
-// buckets, from grad, where rank r's run [lo, hi) starts at element r stride; flush each
-// bucket its last piece fills.
-static zinf_status widen(zinf_engine *e, int mod, size_t lo, size_t hi, const void *grad, size_t stride) {
-    for (int k = e->first_piece[mod]; k < e->npieces && e->pieces[k].mod == mod; k++) {
+// Widen one reduction's pieces (consecutive from first: one module, one op) whose run
+// starts in [lo, hi) of every slice into their buckets, from grad, where rank r's run
+// [lo, hi) starts at element r stride; flush each bucket its last piece fills.
+static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const void *grad, size_t stride) {
+    const piece *f = &e->pieces[first];
+    for (int k = first; k < e->npieces && e->pieces[k].mod == f->mod && e->pieces[k].op == f->op; k++) {
         const piece *p = &e->pieces[k];
         if (p->lo < lo || p->lo >= hi) continue;
         int b = p->bucket;
@@ -170,7 +177,7 @@ static zinf_status widen(zinf_engine *e, int mod, size_t lo, size_t hi, const vo
 zinf_status reduce_module_ready(zinf_engine *e, int mod) {
     const mod_layout *l = &e->lay[mod];
     if (!l->padded || l->tile) return ZINF_OK; // a tiled module's tiles went as the model finished them
-    ZINF_CHECK(widen(e, mod, 0, l->slice, e->grads16[mod], l->slice));
+    ZINF_CHECK(widen(e, e->first_piece[mod], 0, l->slice, e->grads16[mod], l->slice));
     ZINF_CHECK(engine_free_after(e, e->grads16[mod], e->cs));
     e->grads16[mod] = NULL;
     return ZINF_OK;
@@ -179,5 +186,11 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod) {
 zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad) {
     const mod_layout *l = &e->lay[mod];
     size_t n = tile_len(l, k);
-    return widen(e, mod, (size_t)k * l->tile, (size_t)k * l->tile + n, grad, n);
+    int first = 0; // this op's reduction of mod
+    while (first < e->npieces && (e->pieces[first].mod != mod || e->pieces[first].op != e->cur_op))
+        first++;
+    if (first == e->npieces)
+        return zinf_fail(ZINF_ERR_INTERNAL, "engine: no reduction of %s's gradient tiles at op %d", e->names[mod],
+                         e->cur_op);
+    return widen(e, first, (size_t)k * l->tile, (size_t)k * l->tile + n, grad, n);
 }

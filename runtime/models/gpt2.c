@@ -39,6 +39,7 @@ static void tables(zinf_model *m) {
             snprintf(mod->name, sizeof mod->name, "embedding");
             ADD("wte.weight", s->vocab_size, C, ZINF_INIT_NORMAL, 0.02);
             ADD("wpe.weight", s->block_size, C, ZINF_INIT_NORMAL, 0.02);
+            mod->tile_unit = (size_t)C; // the head reads wte's rows
         } else if (i == mod_norm(L)) {
             snprintf(mod->name, sizeof mod->name, "ln_f");
             ADD("ln_f.weight", C, 0, ZINF_INIT_ONE, 0);

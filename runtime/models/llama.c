@@ -43,7 +43,7 @@ static void tables(zinf_model *m) {
         if (i == MOD_EMBEDDING) {
             snprintf(mod->name, sizeof mod->name, "embedding");
             ADD(true, ZINF_INIT_NORMAL, s->vocab_size, C, "model.embed_tokens.weight");
-            mod->tile_unit = s->tied ? 0 : 1; // a tied head reads it whole
+            mod->tile_unit = s->tied ? (size_t)C : 1; // a tied head reads its rows
         } else if (i == mod_norm(L)) {
             snprintf(mod->name, sizeof mod->name, "norm");
             ADD(true, ZINF_INIT_ONE, C, 0, "model.norm.weight");

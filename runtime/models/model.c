@@ -133,7 +133,7 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
     ZINF_CHECK(dalloc(m, &m->logits, (size_t)head_rows(m, (int)BT) * (size_t)s->vocab_size, es, "activations: logits"));
     ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
-    if (m->p.training) ZINF_CHECK(dalloc(m, (void **)&m->lse, BT, 4, "losses"));
+    if (m->p.training) ZINF_CHECK(dalloc(m, (void **)&m->lse, BT, 4, "log-sum-exps"));
     if (w->rope) {
         size_t half = (size_t)m->p.seq_len * (size_t)(s->head_dim / 2);
         ZINF_CHECK(dalloc(m, (void **)&m->rope_cos, half, 4, "rotary angles"));
@@ -470,12 +470,18 @@ static zinf_status head_chunk_bwd(zinf_model *m, zinf_stream *s, const void *w, 
 }
 
 static bool tiled(const zinf_model *m, int mod);
+// The module whose flat buffer starts with the head's weight (V rows of C): the head, or
+// the embedding it is tied to.
+static int head_weights(const zinf_model *m) {
+    int h = mod_head(m->p.shape.n_layer);
+    return m->mods[h].external >= 0 ? m->mods[h].external : h;
+}
 static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod);
 static zinf_status head_tiles_bwd(zinf_model *m, zinf_stream *s, int mod);
 
 zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w) {
     int BT = m->b * m->p.seq_len, n = head_rows(m, BT);
-    if (tiled(m, mod_head(m->p.shape.n_layer))) return head_tiles_fwd(m, s, mod_head(m->p.shape.n_layer));
+    if (tiled(m, head_weights(m))) return head_tiles_fwd(m, s, head_weights(m));
     for (int r0 = 0; r0 < BT; r0 += n) {
         int rows = BT - r0 < n ? BT - r0 : n;
         ZINF_CHECK(head_chunk_fwd(m, s, w, r0, rows, m->p.training && r0 + rows == BT));
@@ -485,7 +491,7 @@ zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w) {
 
 zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw) {
     int BT = m->b * m->p.seq_len, n = head_rows(m, BT), last = (BT - 1) / n * n;
-    if (tiled(m, mod_head(m->p.shape.n_layer))) return head_tiles_bwd(m, s, mod_head(m->p.shape.n_layer));
+    if (tiled(m, head_weights(m))) return head_tiles_bwd(m, s, head_weights(m));
     ZINF_CHECK(head_chunk_bwd(m, s, w, dw, last, BT - last));
     for (int r0 = 0; r0 < last; r0 += n) {
         ZINF_CHECK(head_chunk_fwd(m, s, w, r0, n, true));
@@ -567,15 +573,21 @@ zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw
 }
 
 int zinf_model_tile_sweeps(const zinf_model *m, const zinf_model_op *op, int mod, bool *grad) {
-    int L = m->p.shape.n_layer, BT = m->p.batch * m->p.seq_len, n = head_rows(m, BT);
-    bool bwd = op->pass == ZINF_PASS_BACKWARD;
-    *grad = bwd && (mod == op->module || mod == m->mods[op->module].external);
-    if (mod == mod_head(L)) return bwd ? 1 : (BT + n - 1) / n; // the output layer: once per chunk
+    int BT = m->p.batch * m->p.seq_len, n = head_rows(m, BT);
+    bool bwd = op->pass == ZINF_PASS_BACKWARD, head = op->module == mod_head(m->p.shape.n_layer);
+    *grad = false;
+    if (head && mod == head_weights(m)) { // the output layer: once per chunk in the forward
+        *grad = bwd;
+        return bwd ? 1 : (BT + n - 1) / n;
+    }
+    if (op->module != MOD_EMBEDDING || mod != MOD_EMBEDDING) return 0;
+    *grad = bwd;
     return bwd ? 0 : 1; // the embedding's backward reads no parameters
 }
 
 // ---- the output layer in tiles ----
-// An untied head too big to gather whole comes in tiles of whole rows of its weight:
+// A head too big to gather whole (its own weight, or the embedding it is tied to, whose
+// flat buffer starts with the weight) comes in tiles of whole rows of the weight:
 // each rank's run of a tile is a block of the vocabulary. The forward goes chunk by
 // chunk as above, each chunk's logits made block by block (so each chunk sweeps the
 // tiles once), then the cross-entropy on whole rows as before, keeping each row's

@@ -97,7 +97,7 @@ for name, model in (("3b", "Llama-3.2-3B"), ("8b", "Llama-3.1-8B")):
              p["device_peak_head_at_once_bytes"] / GiB, p["device_capacity_bytes"] / GiB))
     print("  %-13s checkpoints in host memory: device peak %.2f GiB; on the device: %.2f GiB"
           % ("", p["device_peak_ckpt_host_bytes"] / GiB, p["device_peak_ckpt_device_bytes"] / GiB))
-    if "device_peak_tiled_bytes" in p: # an untied embedding and head: an eighth of the embedding as the bound
+    if "device_peak_tiled_bytes" in p: # stage 3: an eighth of the embedding as the bound
         print("  %-13s embedding and head in tiles: device peak %.2f GiB; gathered whole: %.2f GiB"
               % ("", p["device_peak_tiled_bytes"] / GiB, p["device_peak_untiled_bytes"] / GiB))
 sys.exit(0 if digests[0] == digests[1] else 1)
