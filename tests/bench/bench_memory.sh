@@ -8,7 +8,11 @@
 # activation checkpointing, the checkpoints on the device against in pinned host memory
 # (activation_checkpointing.cpu_checkpointing; the digests must be identical, exit 1
 # otherwise); then untied, the embedding and the head gathered whole against in tiles of
-# 2 M elements (memory.tile_bound: 4 tiles each, a 16 MiB module in bf16). Then Llama-3.1-8B and a Llama-3.2-3B at 4096 tokens, both tiers on NVMe,
+# 2 M elements (memory.tile_bound: 4 tiles each, a 16 MiB module in bf16), each run held
+# to its own planned peak (device.memory_limit: the engine frees a buffer once its stream
+# has passed it and waits for that only when the device is full, so without a limit its
+# account grows past what it needs), and whether the whole modules fit the tiles' peak.
+# Then Llama-3.1-8B and a Llama-3.2-3B at 4096 tokens, both tiers on NVMe,
 # as zinf estimate plans them for a 24 GB device (the sim's rtx4090): the device peak
 # with each feature and without. ZINF_BENCH_DIR (default /var/tmp) should sit on the
 # drive offload uses.
@@ -45,8 +49,16 @@ run once --set memory.head_chunk_tokens=2048
 run chunks --set memory.head_chunk_tokens=256
 run ckdev --set memory.head_chunk_tokens=256 --set activation_checkpointing='{}'
 run ckhost --set memory.head_chunk_tokens=256 --set activation_checkpointing='{"cpu_checkpointing": true}'
-run whole --set memory.head_chunk_tokens=256 --set model.tie_word_embeddings=false
-run tiles --set memory.head_chunk_tokens=256 --set model.tie_word_embeddings=false --set memory.tile_bound=2097152
+untied=(--set memory.head_chunk_tokens=256 --set model.tie_word_embeddings=false)
+tiles=(--set memory.tile_bound=2097152)
+planned() { "$Z" estimate --config "$dir/l.json" --json "$@" | tail -n 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["device_peak_bytes"])'; }
+whole_peak=$(planned "${untied[@]}") tiles_peak=$(planned "${untied[@]}" "${tiles[@]}")
+run whole "${untied[@]}" --set device.memory_limit=$whole_peak
+run tiles "${untied[@]}" "${tiles[@]}" --set device.memory_limit=$tiles_peak
+echo $whole_peak > "$dir/whole.limit"; echo $tiles_peak > "$dir/tiles.limit"
+"$Z" train "$dir/l.json" --steps 1 "${untied[@]}" --set device.memory_limit=$tiles_peak > "$dir/short.out" 2>&1 &&
+  echo "whole at the tiles' peak: ran" > "$dir/short.txt" ||
+  { echo -n "whole at the tiles' peak: "; grep -o 'the plan does not fit: the device.s peak [^:]*' "$dir/short.out"; } > "$dir/short.txt"
 plan() { # name, preset, sets...: the config's plan object of zinf estimate on a sim rtx4090
   local name=$1 preset=$2; shift 2
   "$Z" estimate --config "$dir/l.json" --json --set model="{\"preset\": \"$preset\"}" --set data.seq_len=4096 \
@@ -82,13 +94,17 @@ for name, what in (("ckdev", "on the device"), ("ckhost", "in pinned host memory
 print("host / device: step %.3f, device peak %.3f; weights digests %s" % (
     rows["ckhost"][0] / rows["ckdev"][0], rows["ckhost"][1] / rows["ckdev"][1],
     "identical" if digests[0] == digests[1] else "DIFFERENT: %s %s" % tuple(digests)))
-print("untied, head in chunks of 256 tokens:")
-print("%-26s %8s %12s %10s" % ("embedding and head", "s/step", "device peak", "last loss"))
+print("untied, head in chunks of 256 tokens, each run held to its planned peak (device.memory_limit):")
+print("%-26s %8s %12s %12s %10s" % ("embedding and head", "s/step", "planned", "measured", "last loss"))
 for name, what in (("whole", "gathered whole"), ("tiles", "in 4 tiles each")):
     st, fin = load(f"{d}/{name}.out")
-    rows[name] = (med(st, "step_seconds", skip), max(s["device_peak_bytes"] for s in st))
-    print("%-26s %8.3f %8.1f MiB %10.4f" % (what, rows[name][0], rows[name][1] / MiB, st[-1]["loss"]))
-print("tiles / whole: step %.3f, device peak %.3f" % (rows["tiles"][0] / rows["whole"][0], rows["tiles"][1] / rows["whole"][1]))
+    limit = int(open(f"{d}/{name}.limit").read())
+    rows[name] = (med(st, "step_seconds", skip), limit)
+    print("%-26s %8.3f %8.1f MiB %8.1f MiB %10.4f" % (what, rows[name][0], limit / MiB,
+                                                   max(s["device_peak_bytes"] for s in st) / MiB, st[-1]["loss"]))
+print("tiles / whole: step %.3f, planned device peak %.3f" % (rows["tiles"][0] / rows["whole"][0],
+                                                              rows["tiles"][1] / rows["whole"][1]))
+print(open(f"{d}/short.txt").read().strip())
 print("planned on a 24 GB device (sim rtx4090), 1 x 4096 tokens, activation checkpointing, both tiers on nvme:")
 for name, model in (("3b", "Llama-3.2-3B"), ("8b", "Llama-3.1-8B")):
     p = json.load(open(f"{d}/{name}.plan"))
