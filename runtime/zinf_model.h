@@ -245,8 +245,12 @@ zinf_status zinf_model_lend_tiles(zinf_model *m, const zinf_tile_source *src);
 // chunk of tokens in the forward), and whether it takes gradient tiles; what a plan
 // counts.
 int zinf_model_tile_sweeps(const zinf_model *m, const zinf_model_op *op, int mod, bool *grad);
-// Tiles of module mod under t (0 when it is gathered whole).
+// Tiles of a module under t (0 when it is gathered whole), and elements of each slice in
+// tile k.
 static inline size_t zinf_tiling_count(const zinf_tiling *t) { return t->tile ? (t->slice + t->tile - 1) / t->tile : 0; }
+static inline size_t zinf_tiling_len(const zinf_tiling *t, size_t k) {
+    return t->slice - k * t->tile < t->tile ? t->slice - k * t->tile : t->tile;
+}
 
 const zinf_model_params *zinf_model_get_params(const zinf_model *m);
 int zinf_model_module_count(const zinf_model *m);

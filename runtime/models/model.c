@@ -527,7 +527,7 @@ static void overlap(const zinf_param_info *p, size_t a, size_t len, int64_t *lo,
     *lo = (int64_t)(b - p->offset), *n = e > b ? (int64_t)(e - b) : 0, *at = b - a;
 }
 
-// The op over module mod's tiles: dw set for the backward, else the forward.
+// The op over module mod's tiles: with dout the backward, else the forward.
 static zinf_status embedding_tiles(zinf_model *m, zinf_stream *s, int mod, int pwte, int pwpe, const void *dout) {
     const zinf_tiling *t = &m->tiles->tiling[mod];
     const zinf_module_info *mi = &m->mods[mod];
@@ -537,7 +537,7 @@ static zinf_status embedding_tiles(zinf_model *m, zinf_stream *s, int mod, int p
     bool grad = dout != NULL;
     if (!grad) ZINF_CHECK(zinf_memset_async(s, m->encoded, 0, (size_t)m->b * T * C * es));
     for (size_t k = 0; k < nt; k++) {
-        size_t n = t->slice - k * t->tile < t->tile ? t->slice - k * t->tile : t->tile;
+        size_t n = zinf_tiling_len(t, k);
         void *buf;
         ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, grad, &buf));
         for (int r = 0; r < t->ranks; r++) {
@@ -603,13 +603,8 @@ int zinf_model_tile_sweeps(const zinf_model *m, const zinf_model_op *op, int mod
 // Rank r's run of tile k as rows of the vocabulary: [*v0, *v0 + *nv) (none past V).
 static void head_run(const zinf_model *m, const zinf_tiling *t, size_t k, int r, int *v0, int *nv) {
     size_t C = (size_t)m->p.shape.n_embd, V = (size_t)m->p.shape.vocab_size;
-    size_t n = t->slice - k * t->tile < t->tile ? t->slice - k * t->tile : t->tile;
-    size_t a = ((size_t)r * t->slice + k * t->tile) / C, e = a + n / C;
+    size_t a = ((size_t)r * t->slice + k * t->tile) / C, e = a + zinf_tiling_len(t, k) / C;
     *v0 = (int)a, *nv = a < V ? (int)((e < V ? e : V) - a) : 0;
-}
-
-static size_t tile_elems(const zinf_tiling *t, size_t k) {
-    return t->slice - k * t->tile < t->tile ? t->slice - k * t->tile : t->tile;
 }
 
 static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod) {
@@ -628,7 +623,7 @@ static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod) {
                 if (!nv) continue;
                 zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = nv, .k = C,
                                     .a = (char *)m->lnf + (size_t)r0 * C * es, .lda = C,
-                                    .b = (char *)w + (size_t)r * tile_elems(t, k) * es, .ldb = C,
+                                    .b = (char *)w + (size_t)r * zinf_tiling_len(t, k) * es, .ldb = C,
                                     .c = (char *)m->logits + (size_t)v0 * es, .ldc = V, .alpha = 1.0f};
                 ZINF_CHECK(zinf_gemm(s, &g));
             }
@@ -656,7 +651,7 @@ static zinf_status head_tiles_bwd(zinf_model *m, zinf_stream *s, int mod) {
                 int v0, nv;
                 head_run(m, t, k, r, &v0, &nv);
                 if (!nv) continue;
-                size_t run = (size_t)r * tile_elems(t, k) * es;
+                size_t run = (size_t)r * zinf_tiling_len(t, k) * es;
                 zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = nv, .k = C, .a = x, .lda = C,
                                     .b = (char *)w + run, .ldb = C, .c = m->logits, .ldc = nv, .alpha = 1.0f};
                 ZINF_CHECK(zinf_gemm(s, &g));
