@@ -70,8 +70,11 @@ for run in zeropp mics; do
 done
 
 # Cut host 2's link after the first step: each rank's own output (written on its host)
-# names the wait, and every rank is gone within ZINF_COMM_TIMEOUT plus a margin.
-ZINF_COMM_TIMEOUT=5 mpirun "${MPI[@]}" -np 4 -x ZINF_COMM_TIMEOUT --output-filename "$tmp/out" "$Z" train \
+# names the wait, and every rank is gone within ZINF_COMM_TIMEOUT plus a margin. mpirun
+# must not kill the ranks left when the first one fails: a rank whose wait began later
+# would die before its own timeout could name it.
+ZINF_COMM_TIMEOUT=5 mpirun "${MPI[@]}" --mca orte_abort_on_non_zero_status 0 -np 4 -x ZINF_COMM_TIMEOUT \
+  --output-filename "$tmp/out" "$Z" train \
   "$tmp/cfg.json" --json --steps 1000000 > "$tmp/cut.out" 2> "$tmp/cut.err" &
 job=$!
 for _ in $(seq 600); do [ -s "$tmp/out/1/rank.0/stdout" ] && break; sleep 0.1; done
