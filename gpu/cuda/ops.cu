@@ -457,11 +457,8 @@ zinf_status cuda_cross_entropy_grad(cudaStream_t st, zinf_dtype dt, const op_cro
 // of each without a part (gpu/internal.h); an element outside them is not touched.
 
 // Plain: out = wte + wpe rounded once. accumulate (a part): out += each element the
-// windows hold, an add rounded once. Why the parts give the plain op's bits: the caller
-// zeroes out and the parts are disjoint and cover the tables, so each element gets one
-// wte add and at most one wpe add; 0 + x is exact (but for a -0 in a table, which comes
-// out +0), and round(round(x) + y) with x already representable is the plain op's
-// round(x + y), whichever add comes first.
+// windows hold, an add rounded once (why parts give the plain op's bits: the host
+// backend's embedding_fwd_part).
 template <typename T>
 static __global__ void embedding_fwd_kernel(T *out, const int32_t *tok, const T *wte, const T *wpe,
                                             zinf_embedding_part w, bool accumulate, int seq, int C, size_t n) {

@@ -282,8 +282,7 @@ static zinf_status tile_wait_update(zinf_engine *e, int x) {
 
 static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     coordinator *co = &e->co;
-    const mod_layout *l = &e->lay[mod];
-    size_t n = tile_len(l, k);
+    size_t n = zinf_tiling_len(&co->tiling[mod], (size_t)k);
     tile_slot *t = &co->tile[k & 1];
     zinf_status st = engine_alloc(e, (size_t)e->pw * n * e->es, "gathered parameter tiles", &t->buf);
     if (st == ZINF_ERR_NOMEM)
@@ -292,14 +291,15 @@ static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     t->mod = mod, t->k = k;
     ZINF_CHECK(zinf_optim_tier_updated(e->ot, mod) ? tile_wait_update(e, mod)
                                                    : coord_timed_update_wait(e, tile_wait_update, mod));
-    ZINF_CHECK(zinf_param_tier_gather_part(e->pt, mod, (size_t)k * l->tile, n, t->buf));
+    t->disk = from_disk(e, mod) && !zinf_param_tier_has_read(e->pt, mod); // the op's first tile reads the slice
+    ZINF_CHECK(zinf_param_tier_gather_part(e->pt, mod, (size_t)k * co->tiling[mod].tile, n, t->buf));
     return zinf_event_record(t->landed, e->xs);
 }
 
 static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, bool grad, void **buf) {
     zinf_engine *e = ctx;
     coordinator *co = &e->co;
-    size_t bytes = (size_t)e->pw * tile_len(&e->lay[mod], k) * e->es;
+    size_t bytes = (size_t)e->pw * zinf_tiling_len(&co->tiling[mod], (size_t)k) * e->es;
     if (grad) {
         ZINF_CHECK(engine_alloc(e, bytes, "gradient tiles", &co->grad_tile));
         *buf = co->grad_tile;
@@ -308,7 +308,7 @@ static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, bool grad
     tile_slot *t = &co->tile[k & 1];
     if (!t->buf || t->mod != mod || t->k != k) ZINF_CHECK(tile_gather(e, mod, k));
     if ((size_t)k + 1 < zinf_tiling_count(&co->tiling[mod])) ZINF_CHECK(tile_gather(e, mod, k + 1));
-    ZINF_CHECK(wait_event_timed(e, t->landed, from_disk(e, mod) && k == 0));
+    ZINF_CHECK(wait_event_timed(e, t->landed, t->disk));
     *buf = t->buf;
     return ZINF_OK;
 }
@@ -329,7 +329,7 @@ static zinf_status tiles_create(zinf_engine *e) {
     co->tiling = calloc((size_t)e->nmod, sizeof *co->tiling);
     if (!co->tiling) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; i < e->nmod; i++) {
-        co->tiling[i] = (zinf_tiling){.ranks = e->pw, .slice = e->lay[i].slice, .tile = e->lay[i].tile};
+        co->tiling[i] = tiling_of(e, i);
         any |= e->lay[i].tile > 0;
     }
     if (!any) return ZINF_OK;

@@ -36,12 +36,6 @@ typedef struct mod_layout {
     size_t tile;
 } mod_layout;
 
-// Elements of each slice in tile k of a tiled module.
-static inline size_t tile_len(const mod_layout *l, int k) {
-    size_t a = (size_t)k * l->tile;
-    return l->slice - a < l->tile ? l->slice - a : l->tile;
-}
-
 // A run of one module's gradient in a bucket: elements [lo, lo + n) of every rank's
 // slice, at `off` inside each rank block, reduced after the schedule's op `op`. A module
 // bigger than what is left of a bucket is split, so reduce_bucket_size bounds the
@@ -73,6 +67,7 @@ typedef struct wait_pair {
 typedef struct tile_slot {
     void *buf;
     int mod, k;
+    bool disk;          // its gather read the slice from NVMe
     zinf_event *landed; // on the communication stream, when its gather lands
 } tile_slot;
 
@@ -228,6 +223,12 @@ struct zinf_engine {
     zinf_optim_tier_stats ostats; // the tiers' figures: of the tiers made, or planned
     zinf_param_tier_stats pstats;
 };
+
+// Module mod's tiles over pw ranks (tile 0: gathered whole); zinf_tiling_count and
+// zinf_tiling_len read it.
+static inline zinf_tiling tiling_of(const zinf_engine *e, int mod) {
+    return (zinf_tiling){.ranks = e->pw, .slice = e->lay[mod].slice, .tile = e->lay[mod].tile};
+}
 
 // layout.c
 zinf_status layout_build(zinf_engine *e);

@@ -259,12 +259,12 @@ static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const 
 
 static void tiled(const zinf_engine *e, zinf_plan *out) {
     for (int i = 0; i < e->nmod; i++) {
-        const mod_layout *l = &e->lay[i];
-        if (!l->tile) continue;
+        zinf_tiling t = tiling_of(e, i);
+        if (!t.tile) continue;
         char b[32];
         size_t n = strlen(out->tiled);
         snprintf(out->tiled + n, sizeof out->tiled - n, "%s%s in %zu tiles of %s", n ? ", " : "", e->names[i],
-                 (l->slice + l->tile - 1) / l->tile, zinf_size_format((uint64_t)(e->pw * l->tile * e->es), b, sizeof b));
+                 zinf_tiling_count(&t), zinf_size_format((uint64_t)((size_t)e->pw * t.tile * e->es), b, sizeof b));
     }
 }
 

@@ -29,7 +29,8 @@ static zinf_status plan_buckets(zinf_engine *e) {
     if (per == 0) per = 1;
     for (int i = 0; i < e->nmod; i++) {
         total += e->lay[i].slice * (e->lay[i].tile ? 2 : 1);
-        if (e->lay[i].tile) tiles += 2 * ((e->lay[i].slice + e->lay[i].tile - 1) / e->lay[i].tile) + 1;
+        zinf_tiling t = tiling_of(e, i);
+        if (t.tile) tiles += 2 * zinf_tiling_count(&t) + 1;
     }
     size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->nmod + maxb + tiles;
     e->buckets = calloc(maxb, sizeof *e->buckets);
@@ -184,13 +185,13 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod) {
 }
 
 zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad) {
-    const mod_layout *l = &e->lay[mod];
-    size_t n = tile_len(l, k);
+    zinf_tiling t = tiling_of(e, mod);
+    size_t a = (size_t)k * t.tile, n = zinf_tiling_len(&t, (size_t)k);
     int first = 0; // this op's reduction of mod
     while (first < e->npieces && (e->pieces[first].mod != mod || e->pieces[first].op != e->cur_op))
         first++;
     if (first == e->npieces)
         return zinf_fail(ZINF_ERR_INTERNAL, "engine: no reduction of %s's gradient tiles at op %d", e->names[mod],
                          e->cur_op);
-    return widen(e, first, (size_t)k * l->tile, (size_t)k * l->tile + n, grad, n);
+    return widen(e, first, a, a + n, grad, n);
 }
