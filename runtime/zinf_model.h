@@ -163,10 +163,13 @@ typedef struct zinf_module_info {
     size_t numel; // flat buffer elements (parameters at 64-element aligned offsets)
     int external;
     // The model can compute it from tiles (zinf_model_lend_tiles) whose runs are whole
-    // multiples of this many elements: 1 for an untied embedding, a row of the weight
-    // for the head's (the head's own, or the embedding it is tied to); 0: it is gathered
-    // whole.
+    // multiples of this many elements: 1 for an untied embedding and an MLP, a row of
+    // the weight for the head's (the head's own, or the embedding it is tied to); 0: it
+    // is gathered whole.
     size_t tile_unit;
+    // Elements at the start of its flat buffer that tile 0 must hold whole: an MLP's
+    // norm, which its op needs before its products and after their gradients.
+    size_t tile_first;
 } zinf_module_info;
 
 typedef enum zinf_pass { ZINF_PASS_FORWARD, ZINF_PASS_RECOMPUTE, ZINF_PASS_BACKWARD } zinf_pass;
@@ -227,19 +230,23 @@ typedef struct zinf_tiling {
 // What the caller lends a model for its tiled modules. get gives tile k of module mod
 // once the compute stream s may use it: its gathered parameters, or with grad a zeroed
 // buffer for its gradient; done says that everything using it is queued on s (the
-// gradient is then the caller's to reduce). An op sweeps the tiles in order, k = 0, 1,
-// ..., one get and one done each, once or several times (zinf_model_tile_sweeps).
+// gradient is then the caller's to reduce). An op sweeps the parameter tiles once or
+// several times (zinf_model_tile_sweeps), each sweep every tile once, one get and one
+// done each; a get of parameters names the tile the op asks for next (-1: none), whose
+// gather may then run under this one's compute. An op that takes gradient tiles takes
+// each once, last tile first (k = n - 1, ..., 0): the order the caller plans their
+// reduction in.
 typedef struct zinf_tile_source {
     const zinf_tiling *tiling; // per module
-    zinf_status (*get)(void *ctx, zinf_stream *s, int mod, int k, bool grad, void **buf);
+    zinf_status (*get)(void *ctx, zinf_stream *s, int mod, int k, int next, bool grad, void **buf);
     zinf_status (*done)(void *ctx, zinf_stream *s, int mod, int k, bool grad);
     void *ctx;
 } zinf_tile_source;
 
 // From now on a module with tiling[mod].tile > 0 runs from src's tiles, and
 // zinf_model_run reads neither params[mod] nor grads[mod]; src is borrowed. A tile of a
-// module without a tile_unit, or whose runs (tile and slice) are not whole units, is
-// refused, naming the module.
+// module without a tile_unit, whose runs (tile and slice) are not whole units, or
+// smaller than its tile_first, is refused, naming the module.
 zinf_status zinf_model_lend_tiles(zinf_model *m, const zinf_tile_source *src);
 // How often op sweeps module mod's tiles of parameters (the output layer: once per
 // chunk of tokens in the forward), and whether it takes gradient tiles; what a plan

@@ -267,9 +267,9 @@ zinf_status coord_end_step(zinf_engine *e) {
 }
 
 // ---- tiled modules ----
-// The model asks for a tiled module's tiles in order inside its op (zinf_tile_source),
-// sweeping them once or more. Handing over tile k queues tile k + 1's gather, so that it
-// runs under tile k's compute: two tiles are on the device at most. A tile waits for its
+// The model asks for a tiled module's tiles inside its op (zinf_tile_source), sweeping
+// them once or more. Handing over a tile queues the gather of the one the model names
+// next, so that it runs under this one's compute: two tiles are on the device at most. A tile waits for its
 // module's background update as a whole module's gather does; a slice on disk is read
 // once for the op (at its first tile) and its pool buffer freed after the op
 // (release). Tiles are gathered from every rank (no hpZ secondary keeps them: a
@@ -280,15 +280,26 @@ static zinf_status tile_wait_update(zinf_engine *e, int x) {
     return zinf_optim_tier_wait_updated(e->ot, x, from_disk(e, x) ? NULL : e->xs);
 }
 
+// The slot holding tile k of mod, or NULL.
+static tile_slot *tile_held(coordinator *co, int mod, int k) {
+    for (int s = 0; s < 2; s++)
+        if (co->tile[s].buf && co->tile[s].mod == mod && co->tile[s].k == k) return &co->tile[s];
+    return NULL;
+}
+
 static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     coordinator *co = &e->co;
     size_t n = zinf_tiling_len(&co->tiling[mod], (size_t)k);
-    tile_slot *t = &co->tile[k & 1];
+    tile_slot *t = &co->tile[co->tile[0].buf != NULL];
+    if (t->buf) return zinf_fail(ZINF_ERR_INTERNAL, "engine: a third tile of %s asked for", e->names[mod]);
     zinf_status st = engine_alloc(e, (size_t)e->pw * n * e->es, "gathered parameter tiles", &t->buf);
     if (st == ZINF_ERR_NOMEM)
         return zinf_fail(st, "%s; lower memory.tile_bound", zinf_last_error());
     ZINF_CHECK(st);
     t->mod = mod, t->k = k;
+    // Every rank issues its gathers in one order: the ones decided before this tile go
+    // first, though their modules' background updates may hold it back.
+    if (co->qlen) ZINF_CHECK(issue_for_use(e, co->queue[(co->qhead + co->qlen - 1) % e->nmod]));
     ZINF_CHECK(zinf_optim_tier_updated(e->ot, mod) ? tile_wait_update(e, mod)
                                                    : coord_timed_update_wait(e, tile_wait_update, mod));
     t->disk = from_disk(e, mod) && !zinf_param_tier_has_read(e->pt, mod); // the op's first tile reads the slice
@@ -296,7 +307,7 @@ static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     return zinf_event_record(t->landed, e->xs);
 }
 
-static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, bool grad, void **buf) {
+static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, int next, bool grad, void **buf) {
     zinf_engine *e = ctx;
     coordinator *co = &e->co;
     size_t bytes = (size_t)e->pw * zinf_tiling_len(&co->tiling[mod], (size_t)k) * e->es;
@@ -305,9 +316,9 @@ static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, bool grad
         *buf = co->grad_tile;
         return zinf_memset_async(s, co->grad_tile, 0, bytes);
     }
-    tile_slot *t = &co->tile[k & 1];
-    if (!t->buf || t->mod != mod || t->k != k) ZINF_CHECK(tile_gather(e, mod, k));
-    if ((size_t)k + 1 < zinf_tiling_count(&co->tiling[mod])) ZINF_CHECK(tile_gather(e, mod, k + 1));
+    if (!tile_held(co, mod, k)) ZINF_CHECK(tile_gather(e, mod, k));
+    tile_slot *t = tile_held(co, mod, k);
+    if (next >= 0 && !tile_held(co, mod, next)) ZINF_CHECK(tile_gather(e, mod, next));
     ZINF_CHECK(wait_event_timed(e, t->landed, t->disk));
     *buf = t->buf;
     return ZINF_OK;
@@ -316,7 +327,9 @@ static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, bool grad
 static zinf_status tile_done(void *ctx, zinf_stream *s, int mod, int k, bool grad) {
     zinf_engine *e = ctx;
     coordinator *co = &e->co;
-    void **buf = grad ? &co->grad_tile : &co->tile[k & 1].buf;
+    tile_slot *t = grad ? NULL : tile_held(co, mod, k);
+    if (!grad && !t) return zinf_fail(ZINF_ERR_INTERNAL, "engine: tile %d of %s done but not held", k, e->names[mod]);
+    void **buf = grad ? &co->grad_tile : &t->buf;
     if (grad) ZINF_CHECK(reduce_tile_ready(e, mod, k, *buf));
     ZINF_CHECK(engine_free_after(e, *buf, s));
     *buf = NULL;

@@ -22,12 +22,14 @@ static size_t gcd(size_t a, size_t b) {
 // rank's part of a tile is a multiple of SLICE_ALIGN (so a tile of a slice on disk is an
 // aligned read, and qwZ's groups stay whole) and of the model's unit (whole rows of the
 // head's weight), so tiles and slices are multiples of both: the padding grows to that.
+// A tile holds at least one such unit per rank, and the elements the model needs in
+// tile 0 (tile_first: an MLP's norm), even where that passes the bound.
 static void tile_layout(const zinf_engine *e, const zinf_module_info *mi, mod_layout *l) {
     int64_t bound = e->cfg.memory.tile_bound;
     if (e->stage != 3 || bound <= 0 || !mi->tile_unit || l->padded <= (size_t)bound) return;
     size_t g = SLICE_ALIGN / gcd(SLICE_ALIGN, mi->tile_unit) * mi->tile_unit;
     size_t slice = round_up(l->numel, (size_t)e->pw * g) / (size_t)e->pw, t = (size_t)bound / (size_t)e->pw / g * g;
-    if (t == 0) t = g;
+    if (t < mi->tile_first || t == 0) t = round_up(mi->tile_first ? mi->tile_first : 1, g);
     if (t >= slice) return;
     l->slice = slice, l->padded = slice * (size_t)e->pw, l->tile = t;
 }

@@ -45,21 +45,25 @@ static zinf_status plan_buckets(zinf_engine *e) {
             if (tiled) zinf_model_tile_sweeps(e->m, &ops[k], i, &grad);
             if (!e->lay[i].padded || (j < e->nmod) != tiled || (tiled ? !grad : e->last_bwd[i] != k)) continue;
             e->first_piece[i] = e->npieces;
-            for (size_t lo = 0; lo < e->lay[i].slice;) {
-                bucket *b = e->nbuckets ? &e->buckets[e->nbuckets - 1] : NULL;
-                if (!b || b->block == per) {
-                    b = &e->buckets[e->nbuckets++];
-                    *b = (bucket){.first = e->npieces};
+            // A tiled module's gradient comes tile by tile, the last first (zinf_tile_source):
+            // its pieces are planned in that order, and none crosses a tile.
+            zinf_tiling t = tiling_of(e, i);
+            for (size_t s = tiled ? zinf_tiling_count(&t) : 1; s-- > 0;) {
+                size_t lo = tiled ? s * t.tile : 0, end = tiled ? lo + zinf_tiling_len(&t, s) : e->lay[i].slice;
+                while (lo < end) {
+                    bucket *b = e->nbuckets ? &e->buckets[e->nbuckets - 1] : NULL;
+                    if (!b || b->block == per) {
+                        b = &e->buckets[e->nbuckets++];
+                        *b = (bucket){.first = e->npieces};
+                    }
+                    size_t n = end - lo < per - b->block ? end - lo : per - b->block;
+                    e->pieces[e->npieces++] =
+                        (piece){.mod = i, .bucket = (int)(b - e->buckets), .op = k, .lo = lo, .n = n, .off = b->block};
+                    b->count++;
+                    b->block += n;
+                    lo += n;
+                    if (W * b->block > e->bucket_cap) e->bucket_cap = W * b->block;
                 }
-                size_t n = e->lay[i].slice - lo < per - b->block ? e->lay[i].slice - lo : per - b->block;
-                size_t t = e->lay[i].tile; // a tile's gradient is reduced on its own: no piece crosses tiles
-                if (t && t - lo % t < n) n = t - lo % t;
-                e->pieces[e->npieces++] =
-                    (piece){.mod = i, .bucket = (int)(b - e->buckets), .op = k, .lo = lo, .n = n, .off = b->block};
-                b->count++;
-                b->block += n;
-                lo += n;
-                if (W * b->block > e->bucket_cap) e->bucket_cap = W * b->block;
             }
         }
     }

@@ -61,6 +61,10 @@ static void tables(zinf_model *m) {
             ADD(name, wide, 0, ZINF_INIT_ZERO, 0);
             snprintf(name, sizeof name, "h.%d.%s.c_proj.weight", l, sub), ADD(name, in, C, ZINF_INIT_NORMAL, proj_std);
             snprintf(name, sizeof name, "h.%d.%s.c_proj.bias", l, sub), ADD(name, C, 0, ZINF_INIT_ZERO, 0);
+            if (!attn) { // the MLP in tiles of any runs (mlp_tiles.c), ln_2 in tile 0
+                mod->tile_unit = 1;
+                mod->tile_first = mod->params[P_LN_B].offset + (size_t)C;
+            }
         }
 #undef ADD
         next += mod->nparams;
@@ -118,14 +122,51 @@ static zinf_status attn_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     return zinf_add(s, dt, a->res2, a->res2, x, (size_t)BT * C);
 }
 
+// The MLP's ln_2 from its parameters w, its GELU, and their backwards (model_mlp).
+static zinf_status mlp_norm_fwd(zinf_model *m, zinf_stream *s, int l, const void *w) {
+    int mod = mod_mlp(l);
+    layer_acts *a = acts_of(m, l);
+    return zinf_layernorm_fwd(s, m->p.dtype, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, param(m, mod, (void *)w, P_LN_W),
+                              param(m, mod, (void *)w, P_LN_B), m->b * m->p.seq_len, m->p.shape.n_embd, 1e-5f);
+}
+
+static zinf_status mlp_norm_bwd(zinf_model *m, zinf_stream *s, int l, const void *w, void *g) {
+    int mod = mod_mlp(l);
+    layer_acts *a = acts_of(m, l);
+    return zinf_layernorm_bwd(s, m->p.dtype, m->dres, param(m, mod, g, P_LN_W), param(m, mod, g, P_LN_B), m->dln,
+                              a->res2, param(m, mod, (void *)w, P_LN_W), a->ln2_mean, a->ln2_rstd,
+                              m->b * m->p.seq_len, m->p.shape.n_embd);
+}
+
+static zinf_status mlp_act_fwd(zinf_model *m, zinf_stream *s, int l) {
+    layer_acts *a = acts_of(m, l);
+    return zinf_gelu_fwd(s, m->p.dtype, a->act, a->fc, (size_t)m->b * m->p.seq_len * 4 * m->p.shape.n_embd);
+}
+
+static zinf_status mlp_act_bwd(zinf_model *m, zinf_stream *s, int l) { // in place
+    return zinf_gelu_bwd(s, m->p.dtype, m->dfc, acts_of(m, l)->fc, m->dfc,
+                         (size_t)m->b * m->p.seq_len * 4 * m->p.shape.n_embd);
+}
+
+static void mlp(const zinf_model_shape *s, model_mlp *d) {
+    int C = s->n_embd;
+    *d = (model_mlp){.in_out = true,
+                     .lin = {{.w = {P_FC_W, -1}, .b = {P_FC_B, -1}, .in = C, .out = 4 * C},
+                             {.w = {P_PROJ_W, -1}, .b = {P_PROJ_B, -1}, .in = 4 * C, .out = C}},
+                     .norm_fwd = mlp_norm_fwd,
+                     .norm_bwd = mlp_norm_bwd,
+                     .act_fwd = mlp_act_fwd,
+                     .act_bwd = mlp_act_bwd};
+}
+
 static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     zinf_dtype dt = m->p.dtype;
     int mod = mod_mlp(l), BT = m->b * m->p.seq_len, C = m->p.shape.n_embd;
     layer_acts *a = acts_of(m, l);
-    ZINF_CHECK(zinf_layernorm_fwd(s, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, param(m, mod, w, P_LN_W),
-                                  param(m, mod, w, P_LN_B), BT, C, 1e-5f));
+    if (model_tiled(m, mod)) return model_mlp_tiles_fwd(m, s, l);
+    ZINF_CHECK(mlp_norm_fwd(m, s, l, w));
     ZINF_CHECK(linear(s, dt, a->fc, a->ln2, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 4 * C));
-    ZINF_CHECK(zinf_gelu_fwd(s, dt, a->act, a->fc, (size_t)BT * 4 * C));
+    ZINF_CHECK(mlp_act_fwd(m, s, l));
     ZINF_CHECK(
         linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, 4 * C, C));
     return zinf_add(s, dt, m->res3[l], m->res3[l], a->res2, (size_t)BT * C);
@@ -164,15 +205,14 @@ static zinf_status attn_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void 
 static zinf_status mlp_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *g) {
     zinf_dtype dt = m->p.dtype;
     int mod = mod_mlp(l), BT = m->b * m->p.seq_len, C = m->p.shape.n_embd;
-    size_t n4 = (size_t)BT * 4 * C;
     layer_acts *a = acts_of(m, l);
+    if (model_tiled(m, mod)) return model_mlp_tiles_bwd(m, s, l);
     ZINF_CHECK(linear_bwd(s, dt, m->dfc, param(m, mod, g, P_PROJ_W), param(m, mod, g, P_PROJ_B), m->dres, a->act,
                           param(m, mod, w, P_PROJ_W), BT, 4 * C, C));
-    ZINF_CHECK(zinf_gelu_bwd(s, dt, m->dfc, a->fc, m->dfc, n4));
+    ZINF_CHECK(mlp_act_bwd(m, s, l));
     ZINF_CHECK(linear_bwd(s, dt, m->dln, param(m, mod, g, P_FC_W), param(m, mod, g, P_FC_B), m->dfc, a->ln2,
                           param(m, mod, w, P_FC_W), BT, C, 4 * C));
-    return zinf_layernorm_bwd(s, dt, m->dres, param(m, mod, g, P_LN_W), param(m, mod, g, P_LN_B), m->dln, a->res2,
-                              param(m, mod, w, P_LN_W), a->ln2_mean, a->ln2_rstd, BT, C);
+    return mlp_norm_bwd(m, s, l, w, g);
 }
 
 static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const *params, void *const *grads) {
@@ -214,6 +254,7 @@ const model_family zinf_gpt2_family = {
     .name = "gpt2",
     .check = check,
     .widths = widths,
+    .mlp = mlp,
     .count = count,
     .tables = tables,
     .forward = forward,

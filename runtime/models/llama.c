@@ -82,6 +82,8 @@ static void tables(zinf_model *m) {
                 ADD(false, ZINF_INIT_ZERO, F, 0, mp, l, "up_proj.bias");
                 ADD(true, ZINF_INIT_ZERO, C, 0, mp, l, "down_proj.bias");
             }
+            mod->tile_unit = 1; // in tiles of any runs (mlp_tiles.c), the norm in tile 0
+            mod->tile_first = (size_t)C;
         }
 #undef ADD
         next += mod->nparams;
@@ -210,16 +212,28 @@ static zinf_status attn_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     return zinf_add(s, dt, a->res2, a->res2, x, (size_t)BT * C);
 }
 
+// The MLP's post-attention norm from its parameters w, and its SwiGLU (model_mlp).
+static zinf_status mlp_norm_fwd(zinf_model *m, zinf_stream *s, int l, const void *w) {
+    layer_acts *a = acts_of(m, l);
+    return zinf_rmsnorm_fwd(s, m->p.dtype, a->ln2, a->ln2_rstd, a->res2, param(m, mod_mlp(l), (void *)w, P_LN),
+                            m->b * m->p.seq_len, m->p.shape.n_embd, (float)m->p.shape.norm_eps);
+}
+
+static zinf_status mlp_act_fwd(zinf_model *m, zinf_stream *s, int l) {
+    layer_acts *a = acts_of(m, l);
+    return zinf_swiglu_fwd(s, m->p.dtype, a->act, a->fc, m->b * m->p.seq_len, m->p.shape.ffn);
+}
+
 static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     const zinf_model_shape *sh = &m->p.shape;
     zinf_dtype dt = m->p.dtype;
     int mod = mod_mlp(l), BT = m->b * m->p.seq_len, C = sh->n_embd, F = sh->ffn;
     layer_acts *a = acts_of(m, l);
-    ZINF_CHECK(
-        zinf_rmsnorm_fwd(s, dt, a->ln2, a->ln2_rstd, a->res2, param(m, mod, w, P_LN), BT, C, (float)sh->norm_eps));
+    if (model_tiled(m, mod)) return model_mlp_tiles_fwd(m, s, l);
+    ZINF_CHECK(mlp_norm_fwd(m, s, l, w));
     ZINF_CHECK(linear(s, dt, a->fc, a->ln2, param(m, mod, w, P_GATE), bias(m, mod, w, P_GATE_B, sh->mlp_bias), BT, C,
                       2 * F));
-    ZINF_CHECK(zinf_swiglu_fwd(s, dt, a->act, a->fc, BT, F));
+    ZINF_CHECK(mlp_act_fwd(m, s, l));
     ZINF_CHECK(linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_DOWN),
                       bias(m, mod, w, P_GATE_B + 2, sh->mlp_bias), BT, F, C));
     return zinf_add(s, dt, m->res3[l], m->res3[l], a->res2, (size_t)BT * C);
@@ -251,6 +265,17 @@ static zinf_status norm_bwd(zinf_model *m, zinf_stream *s, void *dw, const void 
     return zinf_add(s, m->p.dtype, m->dres, m->dres, m->dnorm, (size_t)BT * C);
 }
 
+// The MLP's norm and SwiGLU backward (model_mlp).
+static zinf_status mlp_norm_bwd(zinf_model *m, zinf_stream *s, int l, const void *w, void *g) {
+    int mod = mod_mlp(l);
+    layer_acts *a = acts_of(m, l);
+    return norm_bwd(m, s, param(m, mod, g, P_LN), a->res2, param(m, mod, (void *)w, P_LN), a->ln2_rstd);
+}
+
+static zinf_status mlp_act_bwd(zinf_model *m, zinf_stream *s, int l) {
+    return zinf_swiglu_bwd(s, m->p.dtype, m->dfc, acts_of(m, l)->fc, m->dact, m->b * m->p.seq_len, m->p.shape.ffn);
+}
+
 static zinf_status attn_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *g) {
     const zinf_model_shape *sh = &m->p.shape;
     zinf_dtype dt = m->p.dtype;
@@ -273,12 +298,24 @@ static zinf_status mlp_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *
     zinf_dtype dt = m->p.dtype;
     int mod = mod_mlp(l), BT = m->b * m->p.seq_len, C = sh->n_embd, F = sh->ffn;
     layer_acts *a = acts_of(m, l);
+    if (model_tiled(m, mod)) return model_mlp_tiles_bwd(m, s, l);
     ZINF_CHECK(linear_bwd(s, dt, m->dact, param(m, mod, g, P_DOWN), bias(m, mod, g, P_GATE_B + 2, sh->mlp_bias),
                           m->dres, a->act, param(m, mod, w, P_DOWN), BT, F, C));
-    ZINF_CHECK(zinf_swiglu_bwd(s, dt, m->dfc, a->fc, m->dact, BT, F));
+    ZINF_CHECK(mlp_act_bwd(m, s, l));
     ZINF_CHECK(linear_bwd(s, dt, m->dln, param(m, mod, g, P_GATE), bias(m, mod, g, P_GATE_B, sh->mlp_bias), m->dfc,
                           a->ln2, param(m, mod, w, P_GATE), BT, C, 2 * F));
-    return norm_bwd(m, s, param(m, mod, g, P_LN), a->res2, param(m, mod, w, P_LN), a->ln2_rstd);
+    return mlp_norm_bwd(m, s, l, w, g);
+}
+
+static void mlp(const zinf_model_shape *s, model_mlp *d) {
+    int C = s->n_embd, F = s->ffn, b = s->mlp_bias ? P_GATE_B : -1;
+    *d = (model_mlp){.dact = true,
+                     .lin = {{.w = {P_GATE, P_UP}, .b = {b, b < 0 ? -1 : b + 1}, .in = C, .out = 2 * F},
+                             {.w = {P_DOWN, -1}, .b = {b < 0 ? -1 : b + 2, -1}, .in = F, .out = C}},
+                     .norm_fwd = mlp_norm_fwd,
+                     .norm_bwd = mlp_norm_bwd,
+                     .act_fwd = mlp_act_fwd,
+                     .act_bwd = mlp_act_bwd};
 }
 
 static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const *params, void *const *grads) {
@@ -355,6 +392,7 @@ const model_family zinf_llama_family = {
     .name = "llama",
     .check = check,
     .widths = widths,
+    .mlp = mlp,
     .count = count,
     .tables = tables,
     .prepare = prepare,

@@ -75,7 +75,7 @@ static int head_rows(const zinf_model *m, int BT) {
     return m->p.head_chunk > 0 && m->p.head_chunk < BT ? m->p.head_chunk : BT;
 }
 
-static zinf_status dalloc(zinf_model *m, void **p, size_t elems, size_t es, const char *what) {
+zinf_status model_dalloc(zinf_model *m, void **p, size_t elems, size_t es, const char *what) {
     if (m->dev) return zinf_device_alloc(m->dev, elems * es, what, p);
     m->planned_bytes += (int64_t)zinf_device_account_bytes(elems * es);
     return ZINF_OK;
@@ -85,18 +85,18 @@ static zinf_status alloc_layer(zinf_model *m, layer_acts *a) {
     size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)m->p.shape.n_embd, es = zinf_dtype_size(m->p.dtype);
     size_t NH = (size_t)m->p.shape.n_head;
     const act_widths *w = &m->w;
-    ZINF_CHECK(dalloc(m, &a->ln1, BT * C, es, "activations: ln_1"));
-    ZINF_CHECK(dalloc(m, &a->qkv, BT * (size_t)w->qkv, es, "activations: qkv"));
-    ZINF_CHECK(dalloc(m, &a->atty, BT * (size_t)w->att, es, "activations: attention"));
-    ZINF_CHECK(dalloc(m, &a->res2, BT * C, es, "activations: residual"));
-    ZINF_CHECK(dalloc(m, &a->ln2, BT * C, es, "activations: ln_2"));
-    ZINF_CHECK(dalloc(m, &a->fc, BT * (size_t)w->fc, es, "activations: mlp"));
-    ZINF_CHECK(dalloc(m, &a->act, BT * (size_t)w->act, es, "activations: mlp activation"));
-    if (w->layer_norm) ZINF_CHECK(dalloc(m, (void **)&a->ln1_mean, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&a->ln1_rstd, BT, 4, "activations: ln stats"));
-    if (w->layer_norm) ZINF_CHECK(dalloc(m, (void **)&a->ln2_mean, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&a->ln2_rstd, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&a->lse, BT * NH, 4, "activations: attention lse"));
+    ZINF_CHECK(model_dalloc(m, &a->ln1, BT * C, es, "activations: ln_1"));
+    ZINF_CHECK(model_dalloc(m, &a->qkv, BT * (size_t)w->qkv, es, "activations: qkv"));
+    ZINF_CHECK(model_dalloc(m, &a->atty, BT * (size_t)w->att, es, "activations: attention"));
+    ZINF_CHECK(model_dalloc(m, &a->res2, BT * C, es, "activations: residual"));
+    ZINF_CHECK(model_dalloc(m, &a->ln2, BT * C, es, "activations: ln_2"));
+    ZINF_CHECK(model_dalloc(m, &a->fc, BT * (size_t)w->fc, es, "activations: mlp"));
+    ZINF_CHECK(model_dalloc(m, &a->act, BT * (size_t)w->act, es, "activations: mlp activation"));
+    if (w->layer_norm) ZINF_CHECK(model_dalloc(m, (void **)&a->ln1_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(model_dalloc(m, (void **)&a->ln1_rstd, BT, 4, "activations: ln stats"));
+    if (w->layer_norm) ZINF_CHECK(model_dalloc(m, (void **)&a->ln2_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(model_dalloc(m, (void **)&a->ln2_rstd, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(model_dalloc(m, (void **)&a->lse, BT * NH, 4, "activations: attention lse"));
     return ZINF_OK;
 }
 
@@ -112,46 +112,47 @@ static zinf_status alloc_acts(zinf_model *m) {
     m->layers = calloc((size_t)sets, sizeof *m->layers);
     if (!m->h_tok || !m->h_order || !m->h_losses || !m->res3 || !m->layers)
         return zinf_fail(ZINF_ERR_NOMEM, "%s: out of host memory", m->fam->name);
-    ZINF_CHECK(dalloc(m, (void **)&m->tok, BT, 4, "tokens"));
-    ZINF_CHECK(dalloc(m, (void **)&m->targets, BT, 4, "targets"));
-    ZINF_CHECK(dalloc(m, (void **)&m->order, BT, 4, "token order"));
+    ZINF_CHECK(model_dalloc(m, (void **)&m->tok, BT, 4, "tokens"));
+    ZINF_CHECK(model_dalloc(m, (void **)&m->targets, BT, 4, "targets"));
+    ZINF_CHECK(model_dalloc(m, (void **)&m->order, BT, 4, "token order"));
     if (m->p.host_checkpoints) { // checkpoint j in slot j % CKPT_SLOTS
         for (int k = 0; k < CKPT_SLOTS; k++)
-            ZINF_CHECK(dalloc(m, &m->slots[k], BT * C, es, "activations: checkpoint slots"));
+            ZINF_CHECK(model_dalloc(m, &m->slots[k], BT * C, es, "activations: checkpoint slots"));
         m->encoded = m->slots[0];
         for (int l = 0; l < L; l++)
             m->res3[l] = m->slots[(l + 1) % CKPT_SLOTS];
     } else {
-        ZINF_CHECK(dalloc(m, &m->encoded, BT * C, es, "activations: embedding"));
+        ZINF_CHECK(model_dalloc(m, &m->encoded, BT * C, es, "activations: embedding"));
         for (int l = 0; l < L; l++)
-            ZINF_CHECK(dalloc(m, &m->res3[l], BT * C, es, "activations: block outputs"));
+            ZINF_CHECK(model_dalloc(m, &m->res3[l], BT * C, es, "activations: block outputs"));
     }
     for (int i = 0; i < sets; i++)
         ZINF_CHECK(alloc_layer(m, &m->layers[i]));
-    ZINF_CHECK(dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
-    if (w->layer_norm) ZINF_CHECK(dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(dalloc(m, &m->logits, (size_t)head_rows(m, (int)BT) * (size_t)s->vocab_size, es, "activations: logits"));
-    ZINF_CHECK(dalloc(m, (void **)&m->losses, BT, 4, "losses"));
-    if (m->p.training) ZINF_CHECK(dalloc(m, (void **)&m->lse, BT, 4, "log-sum-exps"));
+    ZINF_CHECK(model_dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
+    if (w->layer_norm) ZINF_CHECK(model_dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(model_dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
+    ZINF_CHECK(model_dalloc(m, &m->logits, (size_t)head_rows(m, (int)BT) * (size_t)s->vocab_size, es, "activations: logits"));
+    ZINF_CHECK(model_dalloc(m, (void **)&m->losses, BT, 4, "losses"));
+    if (m->p.training) ZINF_CHECK(model_dalloc(m, (void **)&m->lse, BT, 4, "log-sum-exps"));
     if (w->rope) {
         size_t half = (size_t)m->p.seq_len * (size_t)(s->head_dim / 2);
-        ZINF_CHECK(dalloc(m, (void **)&m->rope_cos, half, 4, "rotary angles"));
-        ZINF_CHECK(dalloc(m, (void **)&m->rope_sin, half, 4, "rotary angles"));
+        ZINF_CHECK(model_dalloc(m, (void **)&m->rope_cos, half, 4, "rotary angles"));
+        ZINF_CHECK(model_dalloc(m, (void **)&m->rope_sin, half, 4, "rotary angles"));
     }
     zinf_attention_args at = {.dt = m->p.dtype, .B = m->p.batch, .T = m->p.seq_len, .C = w->att, .NH = s->n_head,
                               .NKV = s->n_kv_head, .hd = s->head_dim, .window = s->window};
     size_t ws = zinf_backend_attention_workspace(m->dev ? zinf_device_get_caps(m->dev)->backend : m->backend, &at);
-    if (ws) ZINF_CHECK(dalloc(m, &m->att_ws, ws, 1, "attention workspace"));
+    if (ws) ZINF_CHECK(model_dalloc(m, &m->att_ws, ws, 1, "attention workspace"));
+    ZINF_CHECK(model_mlp_tiles_alloc(m));
     if (!m->p.training) return ZINF_OK;
-    ZINF_CHECK(dalloc(m, &m->dres, BT * C, es, "gradients: residual"));
-    ZINF_CHECK(dalloc(m, &m->dln, BT * C, es, "gradients: layernorm"));
-    ZINF_CHECK(dalloc(m, &m->dqkv, BT * (size_t)w->qkv, es, "gradients: qkv"));
-    ZINF_CHECK(dalloc(m, &m->datty, BT * (size_t)w->att, es, "gradients: attention"));
-    ZINF_CHECK(dalloc(m, &m->dfc, BT * (size_t)w->fc, es, "gradients: mlp"));
+    ZINF_CHECK(model_dalloc(m, &m->dres, BT * C, es, "gradients: residual"));
+    ZINF_CHECK(model_dalloc(m, &m->dln, BT * C, es, "gradients: layernorm"));
+    ZINF_CHECK(model_dalloc(m, &m->dqkv, BT * (size_t)w->qkv, es, "gradients: qkv"));
+    ZINF_CHECK(model_dalloc(m, &m->datty, BT * (size_t)w->att, es, "gradients: attention"));
+    ZINF_CHECK(model_dalloc(m, &m->dfc, BT * (size_t)w->fc, es, "gradients: mlp"));
     if (w->layer_norm) return ZINF_OK;
-    ZINF_CHECK(dalloc(m, &m->dact, BT * (size_t)w->act, es, "gradients: mlp activation"));
-    return dalloc(m, &m->dnorm, BT * C, es, "gradients: norm");
+    ZINF_CHECK(model_dalloc(m, &m->dact, BT * (size_t)w->act, es, "gradients: mlp activation"));
+    return model_dalloc(m, &m->dnorm, BT * C, es, "gradients: norm");
 }
 
 static void free_layer(zinf_device *d, layer_acts *a) {
@@ -175,7 +176,7 @@ void zinf_model_destroy(zinf_model *m) {
         free_layer(d, &m->layers[i]);
     void *bufs[] = {m->tok,      m->targets, m->order,  m->encoded, m->lnf,   m->lnf_mean, m->lnf_rstd,
                     m->logits,   m->losses,  m->lse,    m->att_ws, m->rope_cos, m->rope_sin, m->dres,  m->dln,
-                    m->dqkv,     m->datty,   m->dfc,    m->dact,    m->dnorm};
+                    m->dqkv,     m->datty,   m->dfc,    m->dact,    m->dnorm, m->ones, m->mlp_bias};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
         zinf_device_free(d, bufs[i]);
     free(m->res3), free(m->layers), free(m->h_tok), free(m->h_order), free(m->h_losses);
@@ -469,7 +470,6 @@ static zinf_status head_chunk_bwd(zinf_model *m, zinf_stream *s, const void *w, 
     return zinf_gemm(s, &gx);
 }
 
-static bool tiled(const zinf_model *m, int mod);
 // The module whose flat buffer starts with the head's weight (V rows of C): the head, or
 // the embedding it is tied to.
 static int head_weights(const zinf_model *m) {
@@ -481,7 +481,7 @@ static zinf_status head_tiles_bwd(zinf_model *m, zinf_stream *s, int mod);
 
 zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w) {
     int BT = m->b * m->p.seq_len, n = head_rows(m, BT);
-    if (tiled(m, head_weights(m))) return head_tiles_fwd(m, s, head_weights(m));
+    if (model_tiled(m, head_weights(m))) return head_tiles_fwd(m, s, head_weights(m));
     for (int r0 = 0; r0 < BT; r0 += n) {
         int rows = BT - r0 < n ? BT - r0 : n;
         ZINF_CHECK(head_chunk_fwd(m, s, w, r0, rows, m->p.training && r0 + rows == BT));
@@ -491,7 +491,7 @@ zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w) {
 
 zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw) {
     int BT = m->b * m->p.seq_len, n = head_rows(m, BT), last = (BT - 1) / n * n;
-    if (tiled(m, head_weights(m))) return head_tiles_bwd(m, s, head_weights(m));
+    if (model_tiled(m, head_weights(m))) return head_tiles_bwd(m, s, head_weights(m));
     ZINF_CHECK(head_chunk_bwd(m, s, w, dw, last, BT - last));
     for (int r0 = 0; r0 < last; r0 += n) {
         ZINF_CHECK(head_chunk_fwd(m, s, w, r0, n, true));
@@ -511,20 +511,12 @@ zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *d
 zinf_status zinf_model_lend_tiles(zinf_model *m, const zinf_tile_source *src) {
     for (int i = 0; src && i < m->nmod; i++)
         if (src->tiling[i].tile && (!m->mods[i].tile_unit || src->tiling[i].tile % m->mods[i].tile_unit ||
-                                    src->tiling[i].slice % m->mods[i].tile_unit))
+                                    src->tiling[i].slice % m->mods[i].tile_unit ||
+                                    src->tiling[i].tile < m->mods[i].tile_first))
             return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: module %s cannot be computed in tiles of %zu elements",
                              m->fam->name, m->mods[i].name, src->tiling[i].tile);
     m->tiles = src;
     return ZINF_OK;
-}
-
-static bool tiled(const zinf_model *m, int mod) { return m->tiles && m->tiles->tiling[mod].tile; }
-
-// The part of parameter p (elements [o, o + n) of the flat buffer) inside the flat run
-// [a, a + len): its first element, its count, and where the run holds it.
-static void overlap(const zinf_param_info *p, size_t a, size_t len, int64_t *lo, int64_t *n, size_t *at) {
-    size_t b = p->offset > a ? p->offset : a, e = p->offset + p->numel < a + len ? p->offset + p->numel : a + len;
-    *lo = (int64_t)(b - p->offset), *n = e > b ? (int64_t)(e - b) : 0, *at = b - a;
 }
 
 // The op over module mod's tiles: with dout the backward, else the forward.
@@ -536,16 +528,16 @@ static zinf_status embedding_tiles(zinf_model *m, zinf_stream *s, int mod, int p
     int T = m->p.seq_len, C = m->p.shape.n_embd;
     bool grad = dout != NULL;
     if (!grad) ZINF_CHECK(zinf_memset_async(s, m->encoded, 0, (size_t)m->b * T * C * es));
-    for (size_t k = 0; k < nt; k++) {
-        size_t n = zinf_tiling_len(t, k);
+    for (size_t i = 0; i < nt; i++) { // the forward's tiles in order, the gradient's last first
+        size_t k = grad ? nt - 1 - i : i, n = zinf_tiling_len(t, k);
         void *buf;
-        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, grad, &buf));
+        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, !grad && k + 1 < nt ? (int)k + 1 : -1, grad, &buf));
         for (int r = 0; r < t->ranks; r++) {
             size_t a = (size_t)r * t->slice + k * t->tile, at_wte = 0, at_wpe = 0;
             char *run = (char *)buf + (size_t)r * n * es;
             zinf_embedding_part part = {0};
-            overlap(&mi->params[pwte], a, n, &part.wte_lo, &part.wte_n, &at_wte);
-            if (pwpe >= 0) overlap(&mi->params[pwpe], a, n, &part.wpe_lo, &part.wpe_n, &at_wpe);
+            model_overlap(&mi->params[pwte], a, n, &part.wte_lo, &part.wte_n, &at_wte);
+            if (pwpe >= 0) model_overlap(&mi->params[pwpe], a, n, &part.wpe_lo, &part.wpe_n, &at_wpe);
             if (!part.wte_n && !part.wpe_n) continue;
             void *wte = part.wte_n ? run + at_wte * es : NULL, *wpe = part.wpe_n ? run + at_wpe * es : NULL;
             if (grad)
@@ -559,7 +551,7 @@ static zinf_status embedding_tiles(zinf_model *m, zinf_stream *s, int mod, int p
 }
 
 zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, int mod, const void *w, int pwte, int pwpe) {
-    if (tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, NULL);
+    if (model_tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, NULL);
     return zinf_embedding_fwd(s, m->p.dtype, m->encoded, m->tok, param_at(m, mod, (void *)w, pwte),
                               pwpe >= 0 ? param_at(m, mod, (void *)w, pwpe) : NULL, m->b, m->p.seq_len,
                               m->p.shape.n_embd, NULL);
@@ -567,7 +559,7 @@ zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, int mod, const vo
 
 zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw, int pwte, int pwpe,
                                 const void *dout) {
-    if (tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, dout);
+    if (model_tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, dout);
     return zinf_embedding_bwd(s, m->p.dtype, param_at(m, mod, dw, pwte), pwpe >= 0 ? param_at(m, mod, dw, pwpe) : NULL,
                               dout, m->tok, m->order, m->b, m->p.seq_len, m->p.shape.n_embd, NULL);
 }
@@ -580,9 +572,10 @@ int zinf_model_tile_sweeps(const zinf_model *m, const zinf_model_op *op, int mod
         *grad = bwd;
         return bwd ? 1 : (BT + n - 1) / n;
     }
-    if (op->module != MOD_EMBEDDING || mod != MOD_EMBEDDING) return 0;
+    if (op->module != mod) return 0;
     *grad = bwd;
-    return bwd ? 0 : 1; // the embedding's backward reads no parameters
+    if (mod == MOD_EMBEDDING) return bwd ? 0 : 1; // the embedding's backward reads no parameters
+    return 2;                                     // an MLP: twice each way (mlp_tiles.c)
 }
 
 // ---- the output layer in tiles ----
@@ -616,7 +609,8 @@ static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod) {
         int rows = BT - r0 < n ? BT - r0 : n;
         for (size_t k = 0; k < nt; k++) {
             void *w;
-            ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, false, &w));
+            int next = k + 1 < nt ? (int)k + 1 : r0 + rows < BT ? 0 : -1; // the next chunk's first
+            ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, next, false, &w));
             for (int r = 0; r < t->ranks; r++) {
                 int v0, nv;
                 head_run(m, t, k, r, &v0, &nv);
@@ -640,10 +634,11 @@ static zinf_status head_tiles_bwd(zinf_model *m, zinf_stream *s, int mod) {
     zinf_dtype dt = m->p.dtype;
     int C = m->p.shape.n_embd, BT = m->b * m->p.seq_len, n = head_rows(m, BT), last = (BT - 1) / n * n;
     size_t es = zinf_dtype_size(dt), nt = zinf_tiling_count(t);
-    for (size_t k = 0; k < nt; k++) {
+    ZINF_CHECK(zinf_memset_async(s, m->dln, 0, (size_t)BT * C * es));
+    for (size_t k = nt; k-- > 0;) { // gradient tiles come last first
         void *w, *dw;
-        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, false, &w));
-        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, true, &dw));
+        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, k ? (int)k - 1 : -1, false, &w));
+        ZINF_CHECK(m->tiles->get(m->tiles->ctx, s, mod, (int)k, -1, true, &dw));
         for (int i = 0; i * n < BT; i++) { // the last chunk first, then the others in order
             int r0 = i == 0 ? last : (i - 1) * n, rows = BT - r0 < n ? BT - r0 : n;
             char *x = (char *)m->lnf + (size_t)r0 * C * es, *dx = (char *)m->dln + (size_t)r0 * C * es;
@@ -662,7 +657,7 @@ static zinf_status head_tiles_bwd(zinf_model *m, zinf_stream *s, int mod) {
                 ZINF_CHECK(zinf_gemm(s, &gw));
                 zinf_gemm_args gx = {.dt = dt, .m = rows, .n = C, .k = nv, .a = m->logits, .lda = nv,
                                      .b = (char *)w + run, .ldb = C, .c = dx, .ldc = C, .alpha = 1.0f,
-                                     .beta = k == 0 && r == 0 ? 0.0f : 1.0f};
+                                     .beta = 1.0f};
                 ZINF_CHECK(zinf_gemm(s, &gx));
             }
         }

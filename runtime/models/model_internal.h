@@ -37,6 +37,27 @@ typedef struct act_widths {
 
 typedef struct model_family model_family;
 
+// A block's MLP as every family has it: a norm of the residual (x1 = ln2), linear 1
+// into fc, the activation (act = f(fc)), linear 2 into the block's output, and the
+// residual added; what mlp_tiles.c needs to compute it from tiles. A linear's weight
+// is one or two parameters (gate and up: the first and second half of fc's columns),
+// and its bias as many, or none.
+typedef struct mlp_linear {
+    int w[2], b[2]; // parameter indices; -1: none
+    int in, out;    // widths
+} mlp_linear;
+typedef struct model_mlp {
+    bool in_out;    // weights stored (in, out), as GPT-2's Conv1D; else (out, in), as nn.Linear
+    bool dact;      // linear 2's input gradient goes to dact (SwiGLU's backward reads it); else to dfc
+    mlp_linear lin[2];
+    // The norm from the module's parameters w (and into its gradients g) at their flat
+    // offsets; the activation forward, and backward into dfc. The whole MLP uses them too.
+    zinf_status (*norm_fwd)(zinf_model *m, zinf_stream *s, int l, const void *w);
+    zinf_status (*norm_bwd)(zinf_model *m, zinf_stream *s, int l, const void *w, void *g);
+    zinf_status (*act_fwd)(zinf_model *m, zinf_stream *s, int l);
+    zinf_status (*act_bwd)(zinf_model *m, zinf_stream *s, int l);
+} model_mlp;
+
 // With host checkpoints, the device slots the checkpoints pass through (model.c).
 enum { CKPT_SLOTS = 3 };
 
@@ -85,6 +106,9 @@ struct zinf_model {
     zinf_event *ev_compute;          // the compute stream's progress, for the copy stream
 
     const zinf_tile_source *tiles; // lent: where tiled modules come from (NULL: none are)
+    // Where the MLP has biases, for an MLP in tiles: (B, T) ones and the two biases (or
+    // their gradients) side by side (mlp_tiles.c).
+    void *ones, *mlp_bias;
 };
 
 struct model_family {
@@ -92,6 +116,8 @@ struct model_family {
     // The shape's checks beyond the generic ones; the activation widths.
     zinf_status (*check)(const zinf_model_shape *s);
     act_widths (*widths)(const zinf_model_shape *s);
+    // Its MLP (above).
+    void (*mlp)(const zinf_model_shape *s, model_mlp *out);
     // Fill m->mods and m->params (sized by count(), which returns the parameters).
     int (*count)(const zinf_model_shape *s);
     void (*tables)(zinf_model *m);
@@ -131,6 +157,25 @@ zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *d
 zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, int mod, const void *w, int pwte, int pwpe);
 zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw, int pwte, int pwpe,
                                 const void *dout);
+
+// ---- modules in tiles ----
+// Whether module mod comes in tiles (zinf_model_lend_tiles).
+static inline bool model_tiled(const zinf_model *m, int mod) { return m->tiles && m->tiles->tiling[mod].tile; }
+// The part of parameter p (elements [o, o + n) of the flat buffer) inside the flat run
+// [a, a + len): its first element, its count, and where the run holds it.
+static inline void model_overlap(const zinf_param_info *p, size_t a, size_t len, int64_t *lo, int64_t *n, size_t *at) {
+    size_t b = p->offset > a ? p->offset : a, e = p->offset + p->numel < a + len ? p->offset + p->numel : a + len;
+    *lo = (int64_t)(b - p->offset), *n = e > b ? (int64_t)(e - b) : 0, *at = b - a;
+}
+// The MLP of block l from its tiles, forward or backward (mlp_tiles.c); the buffers it
+// needs (at create, counted as activations).
+zinf_status model_mlp_tiles_fwd(zinf_model *m, zinf_stream *s, int l);
+zinf_status model_mlp_tiles_bwd(zinf_model *m, zinf_stream *s, int l);
+zinf_status model_mlp_tiles_alloc(zinf_model *m);
+
+// A device buffer of elems elements of es bytes, named what in an out-of-memory
+// message; for a plan, counted and not allocated.
+zinf_status model_dalloc(zinf_model *m, void **p, size_t elems, size_t es, const char *what);
 
 // Parameter idx of module mod inside the flat buffer buf.
 static inline void *param_at(const zinf_model *m, int mod, void *buf, int idx) {
