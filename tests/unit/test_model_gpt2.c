@@ -214,7 +214,8 @@ static void test_plan(void) {
         CHECK(zinf_model_lend_checkpoints(m, c == 5 ? NULL : buf) == ZINF_ERR_INVAL, "case %d: a bad lend accepted", c);
         CHECK_CONTAINS(zinf_last_error(), "host_checkpoints");
         CHECK((zinf_model_checkpoint_bytes(&p) > 0) == (c == 5), "case %d: checkpoint bytes", c);
-        // Tiles: only the embedding (its rows, which the tied head reads) may come in them.
+        // Tiles: the embedding (its rows, which the tied head reads) and the MLPs may come
+        // in them, an MLP's tile 0 holding its ln_2 (weight and bias: 128 elements).
         zinf_tiling tiling[64] = {{0}};
         zinf_tile_source src = {.tiling = tiling};
         tiling[1] = (zinf_tiling){.ranks = 1, .slice = 4096, .tile = 2048};
@@ -223,6 +224,11 @@ static void test_plan(void) {
         tiling[1].tile = 0, tiling[0] = (zinf_tiling){.ranks = 1, .slice = 64 * 100, .tile = 64 * 30 + 1};
         CHECK(zinf_model_lend_tiles(m, &src) == ZINF_ERR_UNSUPPORTED, "case %d: tiles cutting rows accepted", c);
         CHECK_CONTAINS(zinf_last_error(), "embedding");
+        tiling[0].tile = 0, tiling[2] = (zinf_tiling){.ranks = 2, .slice = 20000, .tile = 127};
+        CHECK(zinf_model_lend_tiles(m, &src) == ZINF_ERR_UNSUPPORTED, "case %d: h.0.mlp's ln_2 cut", c);
+        CHECK_CONTAINS(zinf_last_error(), "h.0.mlp");
+        tiling[2].tile = 128;
+        TRY(zinf_model_lend_tiles(m, &src));
         TRY(zinf_model_lend_tiles(m, NULL));
         TRY(zinf_model_plan(&pm, be, &p, &planned));
         CHECK(planned == (int64_t)(after.in_use - before.in_use), "case %d: planned %lld activation bytes, took %llu",
