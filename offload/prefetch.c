@@ -68,7 +68,7 @@ static zinf_status record(zinf_prefetch *p, int x) {
 }
 
 zinf_status zinf_prefetch_use(zinf_prefetch *p, int x) {
-    if (x < 0 || x >= p->c.nmod || !p->padded[x]) return ZINF_OK;
+    if (x < 0 || x >= p->c.nmod || !p->numel[x]) return ZINF_OK;
     ZINF_CHECK(record(p, x));
     p->use_pos[x] = -1;
     if (!p->have_trace || p->pos < 0) return ZINF_OK;
@@ -107,8 +107,9 @@ int zinf_prefetch_ahead(zinf_prefetch *p, int *out) {
         int x = p->trace[i];
         if (p->gathered[x]) continue;
         int64_t k = (int64_t)p->padded[x];
-        ahead += k;
+        ahead += k ? k : (int64_t)p->numel[x]; // a module in tiles comes in its op, but spans the window as whole
         if (ahead > p->c.bucket_size || p->live + k > p->c.max_live) break;
+        if (!k) continue;
         zinf_prefetch_gathered(p, x);
         out[n++] = x;
     }

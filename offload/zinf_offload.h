@@ -372,7 +372,9 @@ zinf_status zinf_prefetch_create(zinf_prefetch **out, const zinf_prefetch_config
 void zinf_prefetch_destroy(zinf_prefetch *p); // NULL is a no-op
 
 // Module x is used now: the next use along the trace, or a departure from it (said once
-// at INFO). Modules of no elements are not uses.
+// at INFO). Modules of no parameters are not uses; one the caller never gathers whole
+// (padded 0: it comes in tiles) is a use, which reuse distances count, never gathered
+// ahead.
 zinf_status zinf_prefetch_use(zinf_prefetch *p, int x);
 // Modules to gather ahead now, in order, written to out (room for nmod): along the
 // trace from the current use, within the budgets. They count as gathered.

@@ -139,7 +139,7 @@ static zinf_status read_ahead(zinf_engine *e) {
     for (int i = 0; i < n && zinf_param_tier_free_buffers(e->pt) > 1; i++) {
         int x = uses[i];
         bool issued = co->gathered[x] && !co->queued[x];
-        if (issued || !from_disk(e, x) || zinf_param_tier_has_read(e->pt, x)) continue;
+        if (issued || e->lay[x].tile || !from_disk(e, x) || zinf_param_tier_has_read(e->pt, x)) continue;
         if (!zinf_optim_tier_updated(e->ot, x)) break; // the background update has not written it yet
         ZINF_CHECK(zinf_param_tier_read(e->pt, x));
     }
@@ -219,8 +219,9 @@ zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *
 
 static zinf_status use(zinf_engine *e, int x, void **params) {
     coordinator *co = &e->co;
-    if (x < 0 || !e->lay[x].padded || e->lay[x].tile) return ZINF_OK;
-    ZINF_CHECK(zinf_prefetch_use(co->pf, x));
+    if (x < 0 || !e->lay[x].padded) return ZINF_OK;
+    ZINF_CHECK(zinf_prefetch_use(co->pf, x)); // a tiled module's too: its elements set reuse distances
+    if (e->lay[x].tile) return ZINF_OK;
     if (!co->gathered[x]) {
         zinf_prefetch_gathered(co->pf, x);
         ZINF_CHECK(gather(e, x));

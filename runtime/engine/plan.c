@@ -36,8 +36,9 @@ static void gather(replay *r, int x) {
 }
 
 static zinf_status use(replay *r, int x) {
-    if (x < 0 || !r->e->lay[x].padded || r->e->lay[x].tile) return ZINF_OK;
+    if (x < 0 || !r->e->lay[x].padded) return ZINF_OK;
     ZINF_CHECK(zinf_prefetch_use(r->pf, x));
+    if (r->e->lay[x].tile) return ZINF_OK;
     if (zinf_prefetch_is_gathered(r->pf, x)) return ZINF_OK;
     zinf_prefetch_gathered(r->pf, x);
     gather(r, x);
@@ -257,13 +258,30 @@ static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const 
     if (e->replicas > 1) from_group(&c, 0, e->replicas, P, mics_grads_bytes(e));
 }
 
+// Modules i and j come in the same tiles and are the same kind of module ("mlp").
+static bool same_tiles(const zinf_engine *e, int i, int j) {
+    zinf_tiling a = tiling_of(e, i), b = tiling_of(e, j);
+    const char *x = strrchr(e->names[i], '.'), *y = strrchr(e->names[j], '.');
+    return a.tile && b.tile && zinf_tiling_count(&a) == zinf_tiling_count(&b) && a.tile == b.tile &&
+           strcmp(x ? x : e->names[i], y ? y : e->names[j]) == 0;
+}
+
+// Each kind once: "embedding in 9 tiles of 125 MiB, layers.0.mlp to layers.31.mlp (32
+// modules) in 3 tiles of 125 MiB".
 static void tiled(const zinf_engine *e, zinf_plan *out) {
     for (int i = 0; i < e->nmod; i++) {
         zinf_tiling t = tiling_of(e, i);
-        if (!t.tile) continue;
-        char b[32];
+        bool said = false;
+        for (int j = 0; j < i && !said; j++)
+            said = same_tiles(e, j, i);
+        if (!t.tile || said) continue;
+        int count = 1, last = i;
+        for (int j = i + 1; j < e->nmod; j++)
+            if (same_tiles(e, i, j)) count++, last = j;
+        char b[32], kind[96] = "";
+        if (count > 1) snprintf(kind, sizeof kind, " to %s (%d modules)", e->names[last], count);
         size_t n = strlen(out->tiled);
-        snprintf(out->tiled + n, sizeof out->tiled - n, "%s%s in %zu tiles of %s", n ? ", " : "", e->names[i],
+        snprintf(out->tiled + n, sizeof out->tiled - n, "%s%s%s in %zu tiles of %s", n ? ", " : "", e->names[i], kind,
                  zinf_tiling_count(&t), zinf_size_format((uint64_t)((size_t)e->pw * t.tile * e->es), b, sizeof b));
     }
 }

@@ -209,7 +209,8 @@ compare 1 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OO.device=cpu 'activation_checkpointing={"cpu_checkpointing":true}'
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OP.device=nvme "${CO[@]}"
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OO.device=cpu $OP.device=cpu $OP.pin_memory=false
-# An untied Llama's embedding and head (256 x 64 each) in tiles of 4096 elements, their slices on disk.
+# An untied Llama's embedding and head (256 x 64 each) and its MLPs (64 x 128) in tiles of 4096 elements, their
+# slices on disk.
 TL=(model.arch=llama model.intermediate_size=128 model.tie_word_embeddings=false memory.tile_bound=4096)
 compare 1 zero_optimization.stage=3 "${TL[@]}" $OP.device=nvme $OP.max_in_cpu=0 "${CO[@]}"
 compare 2 zero_optimization.stage=3 bf16.enabled=true "${TL[@]}" $OO.device=cpu

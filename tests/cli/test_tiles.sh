@@ -150,7 +150,8 @@ for c in "llama fp32 none none" "llama fp32 cpu nvme activation_checkpointing={}
     case "$np $extra" in 1\ *hpz* | 1\ *mics*) continue ;; esac # groups of two ranks
     run $np "$tmp/whole" "${sets[@]}"
     run $np "$tmp/tiles" "${sets[@]}" --set memory.tile_bound=4096
-    grep -q "(memory.tile_bound): embedding in [0-9]* tiles of [0-9.]* KiB, $([ $model = llama ] && echo layers || echo h).0.mlp in [3-9] tiles" \
+    mlp=$([ $model = llama ] && echo layers || echo h)
+    grep -q "(memory.tile_bound): embedding in [0-9]* tiles of [0-9.]* KiB, $mlp.0.mlp to $mlp.1.mlp (2 modules) in [3-9] tiles" \
       "$tmp/tiles.err" || fail "$model $dt on $np ranks: the plan: $(grep -i 'tile by tile' "$tmp/tiles.err")"
     python3 - "$tmp/whole" "$tmp/tiles" $dt <<'PY' || fail "MLP in tiles: $model $dt on $np ranks, optimizer $opt, params $par $extra (above)"
 import json, sys
