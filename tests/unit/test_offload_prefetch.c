@@ -2,21 +2,22 @@
 // no decisions before a trace exists; along a recorded trace the gathers ahead stop at
 // the bucket and live budgets; a module stays gathered when it persists or is used again
 // within the reuse distance; a departure stops every decision for the rest of the step
-// and its uses become the next step's trace; the live counts and their peak.
+// and its uses become the next step's trace; the live counts and their peak; a module
+// in tiles is a use that is never gathered and spans the window by its elements.
 #include <stdlib.h>
 
 #include "check.h"
 #include "zinf.h"
 
 static const size_t numel[] = {100, 1000, 1000, 50};
-static const size_t padded[] = {2048, 2048, 4096, 2048};
+static const size_t padded[] = {2048, 2048, 4096, 2048}, tiled[] = {2048, 2048, 0, 2048}; // tiled: m2 in tiles
 static const char *const names[] = {"m0", "m1", "m2", "m3"};
 
-static zinf_prefetch *make(int64_t bucket, int64_t live, int64_t persist, int64_t reuse) {
+static zinf_prefetch *make_with(const size_t *pad, int64_t bucket, int64_t live, int64_t persist, int64_t reuse) {
     zinf_prefetch *p = NULL;
     zinf_prefetch_config c = {.nmod = 4,
                               .numel = numel,
-                              .padded = padded,
+                              .padded = pad,
                               .names = names,
                               .bucket_size = bucket,
                               .max_live = live,
@@ -24,6 +25,10 @@ static zinf_prefetch *make(int64_t bucket, int64_t live, int64_t persist, int64_
                               .max_reuse_distance = reuse};
     CHECK(zinf_prefetch_create(&p, &c) == ZINF_OK, "create: %s", zinf_last_error());
     return p;
+}
+
+static zinf_prefetch *make(int64_t bucket, int64_t live, int64_t persist, int64_t reuse) {
+    return make_with(padded, bucket, live, persist, reuse);
 }
 
 // What the coordinator does for one use: the use, an on-demand gather, then the release
@@ -101,6 +106,17 @@ int main(void) {
     CHECK(!zinf_prefetch_keep(p, 0), "m0 kept without persistence or reuse");
     zinf_prefetch_use(p, 1);
     CHECK(!zinf_prefetch_keep(p, 1), "m1 kept with a reuse distance of 0");
+    zinf_prefetch_destroy(p);
+
+    // m2 in tiles, bucket 2500: after m0, m1 (2048) and then m2's 1000 elements pass the
+    // bucket; after m1, m2's 1000 and m1's 2048 again do: nothing ahead (were m2 not
+    // counted, m1 would come back here); after m2, m1; after m1, m3. m2 itself is never
+    // gathered ahead, and using it follows the trace.
+    p = make_with(tiled, 2500, 1 << 30, 0, 0);
+    step(p, trace, 5, first, "recording with m2 in tiles");
+    const int *const tiles[] = {a1, none, a1, a3, none};
+    step(p, trace, 5, tiles, "m2 in tiles");
+    CHECK(zinf_prefetch_following(p), "m2's use departed from the trace");
     zinf_prefetch_destroy(p);
     return check_exit("test_offload_prefetch");
 }
