@@ -126,8 +126,9 @@ static zinf_status attn_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
 static zinf_status mlp_norm_fwd(zinf_model *m, zinf_stream *s, int l, const void *w) {
     int mod = mod_mlp(l);
     layer_acts *a = acts_of(m, l);
-    return zinf_layernorm_fwd(s, m->p.dtype, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, param(m, mod, (void *)w, P_LN_W),
-                              param(m, mod, (void *)w, P_LN_B), m->b * m->p.seq_len, m->p.shape.n_embd, 1e-5f);
+    void *pw = (void *)w;
+    return zinf_layernorm_fwd(s, m->p.dtype, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, param(m, mod, pw, P_LN_W),
+                              param(m, mod, pw, P_LN_B), m->b * m->p.seq_len, m->p.shape.n_embd, 1e-5f);
 }
 
 static zinf_status mlp_norm_bwd(zinf_model *m, zinf_stream *s, int l, const void *w, void *g) {

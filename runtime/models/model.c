@@ -131,7 +131,8 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(model_dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
     if (w->layer_norm) ZINF_CHECK(model_dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
     ZINF_CHECK(model_dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
-    ZINF_CHECK(model_dalloc(m, &m->logits, (size_t)head_rows(m, (int)BT) * (size_t)s->vocab_size, es, "activations: logits"));
+    size_t logits = (size_t)head_rows(m, (int)BT) * (size_t)s->vocab_size;
+    ZINF_CHECK(model_dalloc(m, &m->logits, logits, es, "activations: logits"));
     ZINF_CHECK(model_dalloc(m, (void **)&m->losses, BT, 4, "losses"));
     if (m->p.training) ZINF_CHECK(model_dalloc(m, (void **)&m->lse, BT, 4, "log-sum-exps"));
     if (w->rope) {
