@@ -11,7 +11,10 @@
 # 2 M elements (memory.tile_bound: 4 tiles each, a 16 MiB module in bf16), each run held
 # to its own planned peak (device.memory_limit: the engine frees a buffer once its stream
 # has passed it and waits for that only when the device is full, so without a limit its
-# account grows past what it needs), and whether the whole modules fit the tiles' peak.
+# account grows past what it needs), and whether the whole modules fit the tiles' peak;
+# then wide MLPs (intermediate 8192: 6.3 M elements each) at 4 x 128 tokens, the MLPs in
+# tiles beside the embedding and the head against every module gathered whole, held the
+# same way.
 # Then Llama-3.1-8B and a Llama-3.2-3B at 4096 tokens, both tiers on NVMe,
 # as zinf estimate plans them for a 24 GB device (the sim's rtx4090): the device peak
 # with each feature and without. ZINF_BENCH_DIR (default /var/tmp) should sit on the
@@ -59,6 +62,11 @@ echo $whole_peak > "$dir/whole.limit"; echo $tiles_peak > "$dir/tiles.limit"
 "$Z" train "$dir/l.json" --steps 1 "${untied[@]}" --set device.memory_limit=$tiles_peak > "$dir/short.out" 2>&1 &&
   echo "whole at the tiles' peak: ran" > "$dir/short.txt" ||
   { echo -n "whole at the tiles' peak: "; grep -o 'the plan does not fit: the device.s peak [^:]*' "$dir/short.out"; } > "$dir/short.txt"
+wide=("${untied[@]}" --set model.intermediate_size=8192 --set data.seq_len=128)
+wide_whole=$(planned "${wide[@]}") wide_tiles=$(planned "${wide[@]}" "${tiles[@]}")
+run wwhole "${wide[@]}" --set device.memory_limit=$wide_whole
+run wtiles "${wide[@]}" "${tiles[@]}" --set device.memory_limit=$wide_tiles
+echo $wide_whole > "$dir/wwhole.limit"; echo $wide_tiles > "$dir/wtiles.limit"
 plan() { # name, preset, sets...: the config's plan object of zinf estimate on a sim rtx4090
   local name=$1 preset=$2; shift 2
   "$Z" estimate --config "$dir/l.json" --json --set model="{\"preset\": \"$preset\"}" --set data.seq_len=4096 \
@@ -94,17 +102,21 @@ for name, what in (("ckdev", "on the device"), ("ckhost", "in pinned host memory
 print("host / device: step %.3f, device peak %.3f; weights digests %s" % (
     rows["ckhost"][0] / rows["ckdev"][0], rows["ckhost"][1] / rows["ckdev"][1],
     "identical" if digests[0] == digests[1] else "DIFFERENT: %s %s" % tuple(digests)))
+def held(title, runs): # runs each held to its planned peak: whole, then in tiles
+    print("%-26s %8s %12s %12s %10s" % (title, "s/step", "planned", "measured", "last loss"))
+    for name, what in runs:
+        st, fin = load(f"{d}/{name}.out")
+        limit = int(open(f"{d}/{name}.limit").read())
+        rows[name] = (med(st, "step_seconds", skip), limit)
+        print("%-26s %8.3f %8.1f MiB %8.1f MiB %10.4f" % (what, rows[name][0], limit / MiB,
+                                                       max(s["device_peak_bytes"] for s in st) / MiB, st[-1]["loss"]))
+    (w, _), (t, _) = runs
+    print("tiles / whole: step %.3f, planned device peak %.3f" % (rows[t][0] / rows[w][0], rows[t][1] / rows[w][1]))
 print("untied, head in chunks of 256 tokens, each run held to its planned peak (device.memory_limit):")
-print("%-26s %8s %12s %12s %10s" % ("embedding and head", "s/step", "planned", "measured", "last loss"))
-for name, what in (("whole", "gathered whole"), ("tiles", "in 4 tiles each")):
-    st, fin = load(f"{d}/{name}.out")
-    limit = int(open(f"{d}/{name}.limit").read())
-    rows[name] = (med(st, "step_seconds", skip), limit)
-    print("%-26s %8.3f %8.1f MiB %8.1f MiB %10.4f" % (what, rows[name][0], limit / MiB,
-                                                   max(s["device_peak_bytes"] for s in st) / MiB, st[-1]["loss"]))
-print("tiles / whole: step %.3f, planned device peak %.3f" % (rows["tiles"][0] / rows["whole"][0],
-                                                              rows["tiles"][1] / rows["whole"][1]))
+held("embedding and head", (("whole", "gathered whole"), ("tiles", "in 4 tiles each")))
 print(open(f"{d}/short.txt").read().strip())
+print("and MLPs of 8192 (6 x 6.3 M elements), 4 x 128 tokens:")
+held("embedding, head and MLPs", (("wwhole", "gathered whole"), ("wtiles", "in tiles of 2 M")))
 print("planned on a 24 GB device (sim rtx4090), 1 x 4096 tokens, activation checkpointing, both tiers on nvme:")
 for name, model in (("3b", "Llama-3.2-3B"), ("8b", "Llama-3.1-8B")):
     p = json.load(open(f"{d}/{name}.plan"))
@@ -114,7 +126,7 @@ for name, model in (("3b", "Llama-3.2-3B"), ("8b", "Llama-3.1-8B")):
     print("  %-13s checkpoints in host memory: device peak %.2f GiB; on the device: %.2f GiB"
           % ("", p["device_peak_ckpt_host_bytes"] / GiB, p["device_peak_ckpt_device_bytes"] / GiB))
     if "device_peak_tiled_bytes" in p: # stage 3: an eighth of the embedding as the bound
-        print("  %-13s embedding and head in tiles: device peak %.2f GiB; gathered whole: %.2f GiB"
+        print("  %-13s embedding, head and MLPs in tiles: device peak %.2f GiB; gathered whole: %.2f GiB"
               % ("", p["device_peak_tiled_bytes"] / GiB, p["device_peak_untiled_bytes"] / GiB))
 sys.exit(0 if digests[0] == digests[1] else 1)
 PY
