@@ -221,10 +221,10 @@ typedef struct zinf_memory_config {
     // capacity (zinf_plan_choice), all tokens at once where their logits are small.
     int64_t head_chunk_tokens;
     // Stage 3: a module whose gathered parameters exceed this many elements, and that
-    // the model can compute in parts (the embedding and the head), is gathered and
-    // computed tile by tile, each tile at most this many elements (but one unit of 2048
-    // elements, or of whole rows for the head, per rank), and its gradient reduced tile
-    // by tile; -1 (null): every module is gathered whole.
+    // the model can compute in parts (the embedding, the head and the MLPs), is gathered
+    // and computed tile by tile, each tile at most this many elements (but one unit of
+    // 2048 elements, or of whole rows for the head, per rank, and an MLP's norm), and its
+    // gradient reduced tile by tile; -1 (null): every module is gathered whole.
     int64_t tile_bound;
 } zinf_memory_config;
 

@@ -270,12 +270,13 @@ zinf_status coord_end_step(zinf_engine *e) {
 // ---- tiled modules ----
 // The model asks for a tiled module's tiles inside its op (zinf_tile_source), sweeping
 // them once or more. Handing over a tile queues the gather of the one the model names
-// next, so that it runs under this one's compute: two tiles are on the device at most. A tile waits for its
-// module's background update as a whole module's gather does; a slice on disk is read
-// once for the op (at its first tile) and its pool buffer freed after the op
-// (release). Tiles are gathered from every rank (no hpZ secondary keeps them: a
-// secondary of the whole module is what tiling avoids). Gradient tiles are zeroed on
-// the compute stream and go to the buckets as soon as the model is done with them.
+// next, so that it runs under this one's compute: two tiles are on the device at most.
+// A tile waits for its module's background update as a whole module's gather does; a
+// slice on disk is read once for the op (at its first tile) and its pool buffer freed
+// after the op (release). Tiles are gathered from every rank (no hpZ secondary keeps
+// them: a secondary of the whole module is what tiling avoids). Gradient tiles are
+// zeroed on the compute stream and go to the buckets as soon as the model is done with
+// them.
 
 static zinf_status tile_wait_update(zinf_engine *e, int x) {
     return zinf_optim_tier_wait_updated(e->ot, x, from_disk(e, x) ? NULL : e->xs);

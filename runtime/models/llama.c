@@ -146,12 +146,8 @@ static zinf_status prepare(zinf_model *m) {
             c[n + (size_t)t * half + i] = sinf(a);
         }
     }
-    zinf_stream *st = NULL;
-    zinf_status rc = zinf_stream_create(m->dev, &st);
-    if (rc == ZINF_OK) rc = zinf_copy_async(st, m->rope_cos, c, n * 4, ZINF_COPY_H2D);
-    if (rc == ZINF_OK) rc = zinf_copy_async(st, m->rope_sin, c + n, n * 4, ZINF_COPY_H2D);
-    if (rc == ZINF_OK) rc = zinf_stream_sync(st);
-    zinf_stream_destroy(st);
+    zinf_status rc = model_upload(m, m->rope_cos, c, n * 4);
+    if (rc == ZINF_OK) rc = model_upload(m, m->rope_sin, c + n, n * 4);
     free(c);
     return rc;
 }

@@ -205,11 +205,7 @@ zinf_status model_mlp_tiles_alloc(zinf_model *m) {
     if (!h) return zinf_fail(ZINF_ERR_NOMEM, "%s: out of host memory", m->fam->name);
     for (size_t i = 0; i < BT; i++)
         dt_store(h, m->p.dtype, i, 1.0f);
-    zinf_stream *st = NULL;
-    zinf_status rc = zinf_stream_create(m->dev, &st);
-    if (rc == ZINF_OK) rc = zinf_copy_async(st, m->ones, h, BT * es, ZINF_COPY_H2D);
-    if (rc == ZINF_OK) rc = zinf_stream_sync(st);
-    zinf_stream_destroy(st);
+    zinf_status rc = model_upload(m, m->ones, h, BT * es);
     free(h);
     return rc;
 }

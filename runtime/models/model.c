@@ -81,6 +81,15 @@ zinf_status model_dalloc(zinf_model *m, void **p, size_t elems, size_t es, const
     return ZINF_OK;
 }
 
+zinf_status model_upload(zinf_model *m, void *dst, const void *src, size_t bytes) {
+    zinf_stream *st = NULL;
+    zinf_status rc = zinf_stream_create(m->dev, &st);
+    if (rc == ZINF_OK) rc = zinf_copy_async(st, dst, src, bytes, ZINF_COPY_H2D);
+    if (rc == ZINF_OK) rc = zinf_stream_sync(st);
+    zinf_stream_destroy(st);
+    return rc;
+}
+
 static zinf_status alloc_layer(zinf_model *m, layer_acts *a) {
     size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)m->p.shape.n_embd, es = zinf_dtype_size(m->p.dtype);
     size_t NH = (size_t)m->p.shape.n_head;

@@ -176,6 +176,8 @@ zinf_status model_mlp_tiles_alloc(zinf_model *m);
 // A device buffer of elems elements of es bytes, named what in an out-of-memory
 // message; for a plan, counted and not allocated.
 zinf_status model_dalloc(zinf_model *m, void **p, size_t elems, size_t es, const char *what);
+// Copy bytes from host memory at src to the model's device buffer dst, and wait for it.
+zinf_status model_upload(zinf_model *m, void *dst, const void *src, size_t bytes);
 
 // Parameter idx of module mod inside the flat buffer buf.
 static inline void *param_at(const zinf_model *m, int mod, void *buf, int idx) {
