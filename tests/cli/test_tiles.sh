@@ -35,16 +35,22 @@ cat > "$tmp/cfg.json" <<JSON
 JSON
 
 OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param ZO=zero_optimization
+# A case's settings in sets: dtype, optimizer tier, parameter tier, and one more setting or none.
+case_sets() {
+  sets=(--set bf16.enabled=$([ "$1" = bf16 ] && echo true || echo false) --set $OO.device=$2 --set $OP.device=$3)
+  [ -n "${4:-}" ] && sets+=(--set "$4")
+}
+# Whether a case runs on np ranks: hpZ and MiCS here take groups of two.
+runs_on() { case "$1 $2" in 1\ *hpz* | 1\ *mics*) return 1 ;; esac; }
 before=$fails
 # dtype, optimizer tier, parameter tier, and more settings.
 for c in "fp32 none none" "fp32 cpu cpu" "fp32 nvme nvme" "bf16 cpu nvme" "bf16 none none $ZO.zero_quantized_weights=true" \
   "fp32 nvme cpu $ZO.zero_hpz_partition_size=2" "fp32 cpu nvme $ZO.mics_shard_size=1" \
   "bf16 nvme nvme activation_checkpointing.cpu_checkpointing=true"; do
   read -r dt opt par extra <<< "$c"
-  sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set $OO.device=$opt --set $OP.device=$par)
-  [ -n "$extra" ] && sets+=(--set "$extra")
+  case_sets $dt $opt $par "$extra"
   for np in 1 2; do
-    case "$np $extra" in 1\ *hpz* | 1\ *mics*) continue ;; esac # groups of two ranks
+    runs_on $np "$extra" || continue
     run $np "$tmp/whole" "${sets[@]}"
     run $np "$tmp/tiles" "${sets[@]}" --set memory.tile_bound=6144
     grep -q 'gathered and computed tile by tile (memory.tile_bound): embedding in [34] tiles' "$tmp/tiles.err" ||
@@ -93,8 +99,7 @@ for c in "llama fp32 none none 64" "llama fp32 cpu nvme 24" "llama bf16 nvme cpu
   read -r model dt opt par chunk <<< "$c"
   if [ $model = llama ]; then echo "$llama" > "$tmp/cfg.json"; else echo "$gpt2" > "$tmp/cfg.json"; fi
   plan=$([ $model = llama ] && echo 'embedding in 3 tiles of .*, head in [24] tiles of ' || echo 'embedding in 3 tiles of ')
-  sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set $OO.device=$opt --set $OP.device=$par
-        --set memory.head_chunk_tokens=$chunk)
+  case_sets $dt $opt $par memory.head_chunk_tokens=$chunk
   for np in 1 2; do
     run $np "$tmp/whole" "${sets[@]}"
     run $np "$tmp/tiles" "${sets[@]}" --set memory.tile_bound=8192
@@ -144,10 +149,9 @@ for c in "llama fp32 none none" "llama fp32 cpu nvme activation_checkpointing={}
   "gpt2 fp32 nvme nvme $ZO.zero_hpz_partition_size=2" "gpt2 bf16 cpu cpu $ZO.mics_shard_size=1" "gpt2 fp32 none none"; do
   read -r model dt opt par extra <<< "$c"
   if [ $model = llama ]; then echo "$llama" > "$tmp/cfg.json"; else echo "$gpt2" > "$tmp/cfg.json"; fi
-  sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set $OO.device=$opt --set $OP.device=$par)
-  [ -n "$extra" ] && sets+=(--set "$extra")
+  case_sets $dt $opt $par "$extra"
   for np in 1 2; do
-    case "$np $extra" in 1\ *hpz* | 1\ *mics*) continue ;; esac # groups of two ranks
+    runs_on $np "$extra" || continue
     run $np "$tmp/whole" "${sets[@]}"
     run $np "$tmp/tiles" "${sets[@]}" --set memory.tile_bound=4096
     mlp=$([ $model = llama ] && echo layers || echo h)
