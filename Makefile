@@ -1,7 +1,7 @@
 # zinf — one Makefile (llm.c / liburing style): probe features by compiling, write
 # build/config.h, build build/libzinf.a and the build/zinf CLI, run tests and benches.
 #
-#   make [all]            library + CLI        make test [BACKEND=host|cuda|cuda-emu] [TESTS="NAME ..."]
+#   make [all]            library + CLI        make test [BACKEND=host|cuda|cuda-emu] [TESTS="NAME ..."] [TEST_JOBS=N]
 #   make bench            benchmarks           make deps   (Debian packages; root installs)
 #   make clean (keeps the PyTorch venv build/pyenv)   make distclean
 # Switches: NO_CUDA=1, SAN=1 (ASan+UBSan), WERROR=1, CUDA_ARCH="80 90", V=1.
@@ -296,8 +296,12 @@ $(PYENV)/.pytest-ok: tests/python/requirements.txt $(PYENV)/.ok
 
 tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(REF_BIN) $(PYENV)/.pytest-ok
 
+# Tests run side by side (tests/run -j, the core count unless TEST_JOBS says). A build
+# without CUDA shares every other line with the default one, so NO_CUDA=1 runs the tests
+# whose code differs there (those that say `without-cuda:`).
+TEST_JOBS ?= $(shell nproc)
 test: tests
-	$(Q)BUILD=$(B) BACKEND=$(BACKEND) tests/run $(TESTS)
+	$(Q)BUILD=$(B) BACKEND=$(BACKEND) SAN=$(SAN) tests/run -j $(TEST_JOBS) $(if $(NO_CUDA),--without-cuda) $(TESTS)
 
 $(PYENV)/.bench-ok: tests/bench/requirements.txt $(PYENV)/.ok
 	$(say) PYENV "$(PYENV) (DeepSpeed, first time only)"

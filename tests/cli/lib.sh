@@ -31,3 +31,19 @@ lines = [json.loads(l) for l in open(sys.argv[1])]
 print(" ".join(repr(s["loss"]) for s in lines[:-1]), lines[-1]["weights_digest"])
 PY
 }
+
+# tokens FILE [COUNT [VOCAB]]: a token file for a test to train on, made with Python's
+# standard library: COUNT little-endian u16 ids below VOCAB (1537 and 256 by default,
+# 48 windows of 32 and GPT-2 bytes), a random pattern of 23 repeated with a tenth of
+# the ids replaced at random, so that a few steps lower the loss.
+tokens() {
+  python3 - "$1" "${2:-1537}" "${3:-256}" <<'PY'
+import random, struct, sys
+path, n, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+r = random.Random(7)
+pattern = [r.randrange(vocab) for _ in range(23)]
+ids = [r.randrange(vocab) if r.random() < 0.1 else pattern[i % 23] for i in range(n)]
+with open(path, "wb") as f:
+    f.write(struct.pack("<%dH" % n, *ids))
+PY
+}

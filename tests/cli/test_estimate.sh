@@ -22,10 +22,10 @@
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 EX=${ZINF_BUILD:-build}/examples/train_loop
-R=${ZINF_REF_DIR:-build/ref}
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
+tokens "$tmp/train.tokens"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$tmp/nvme"
 
@@ -126,7 +126,7 @@ cat > "$tmp/cfg.json" <<JSON
    "offload_optimizer": {"device": "none", "nvme_path": "$tmp/nvme"},
    "offload_param": {"device": "none", "nvme_path": "$tmp/nvme", "max_in_cpu": 20000, "buffer_count": 3}},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
- "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "data": {"path": "$tmp/train.tokens", "format": "tokens-u16", "seq_len": 32},
  "device": {"backend": "host", "pinned_memory_limit": "1G"}, "memory": {"head_chunk_tokens": 48}}
 JSON
 

@@ -10,10 +10,10 @@
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 E=${ZINF_BUILD:-build}/examples/train_loop
-R=${ZINF_REF_DIR:-build/ref}
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
+tokens "$tmp/train.tokens"
 backend=${ZINF_TEST_BACKEND:-host}
 
 # config NAME STAGE NVME BF16: $tmp/NAME.json, checkpoints to $tmp/NAME.ck; NVME true
@@ -29,7 +29,7 @@ config() {
  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3, "warmup_type": "linear", "warmup_max_lr": 3e-3}},
  "zero_optimization": {"stage": $2, "sub_group_size": 40000$off},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
- "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "data": {"path": "$tmp/train.tokens", "format": "tokens-u16", "seq_len": 32},
  "checkpoint": {"dir": "$tmp/$1.ck", "keep": 1},
  "device": {"backend": "$backend"}}
 JSON

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `zinf info`: the --json contract (one line, the documented keys), the human table
 # naming the CPU as /proc/cpuinfo does, and exit code 2 for a bad --path or option.
+# without-cuda: zinf info reports CUDA and NCCL as not built
 set -u
 zinf=${ZINF_BUILD:-build}/zinf
 [ -x "$zinf" ] || { echo "FAIL: $zinf not built"; exit 1; }

@@ -8,11 +8,12 @@
 # the collective it waited for (mpirun itself may wait on for the lost host: stopped).
 # Needs root (ip netns, unshare); CI runs as root.
 # timeout: 300
+# alone: a cut link must end every rank within a timed window
 set -u
 Z=${ZINF_BUILD:-build}/zinf
-R=${ZINF_REF_DIR:-build/ref}
 tmp=$(mktemp -d)
 . "$(dirname "$0")/lib.sh"
+tokens "$tmp/train.tokens"
 backend=${ZINF_TEST_BACKEND:-host}
 if [ "$(id -u)" != 0 ]; then
   echo "test_multinode: needs root for network namespaces (CI runs as root)"
@@ -37,7 +38,7 @@ cat > "$tmp/cfg.json" <<JSON
  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 30000,
    "reduce_bucket_size": 20000, "stage3_max_reuse_distance": 0, "stage3_max_live_parameters": 30000},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
- "data": {"path": "$PWD/$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "data": {"path": "$tmp/train.tokens", "format": "tokens-u16", "seq_len": 32},
  "device": {"backend": "$backend"}}
 JSON
 

@@ -12,10 +12,10 @@
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
-R=${ZINF_REF_DIR:-build/ref}
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
+tokens "$tmp/train.tokens"
 backend=${ZINF_TEST_BACKEND:-host}
 mkdir -p "$tmp/nvme"
 
@@ -30,7 +30,7 @@ cat > "$tmp/cfg.json" <<JSON
    "offload_optimizer": {"device": "none", "nvme_path": "$tmp/nvme"},
    "offload_param": {"device": "none", "nvme_path": "$tmp/nvme", "max_in_cpu": 20000, "buffer_count": 3}},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
- "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "data": {"path": "$tmp/train.tokens", "format": "tokens-u16", "seq_len": 32},
  "device": {"backend": "$backend"}}
 JSON
 

@@ -14,12 +14,13 @@
 # there the step is reported and not held; everything else is. The table marks the
 # fastest row that fits; bad --time arguments are refused by name.
 # timeout: 900
+# alone: it times this machine's drive and CPU (--measure) against sim runs
 set -u
 Z=${ZINF_BUILD:-build}/zinf
-R=${ZINF_REF_DIR:-build/ref}
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
+tokens "$tmp/train.tokens"
 mkdir -p "$tmp/nvme"
 held=1
 ldd "$Z" | grep -q libasan && held=0
@@ -32,7 +33,7 @@ cat > "$tmp/cfg.json" <<JSON
    "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme"},
    "offload_param": {"device": "nvme", "nvme_path": "$tmp/nvme", "max_in_cpu": 0}},
  "model": {"n_layer": 6, "n_head": 8, "n_embd": 512, "vocab_size": 50257, "block_size": 1024},
- "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 1024},
+ "data": {"path": "$tmp/train.tokens", "format": "tokens-u16", "seq_len": 1024},
  "device": {"backend": "sim"}}
 JSON
 

@@ -3,6 +3,7 @@
 # The Python package (python/): pip installs it from the tree into a folder of its own,
 # with this build's libzinf.so and zinf program, and pytest runs tests/python/ against
 # that installed copy in build/pyenv (torch, numpy, pytest).
+# without-cuda: libzinf.so links without the CUDA libraries; loading it is where a missing symbol shows
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh

@@ -11,10 +11,10 @@
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
-R=${ZINF_REF_DIR:-build/ref}
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
+tokens "$tmp/train.tokens"
 mkdir -p "$tmp/nvme"
 
 # cfg STAGE OPTIMIZER_TIER PARAM_TIER MICRO [SIM_JSON [N_EMBD]]: a 4-step run on a
@@ -28,7 +28,7 @@ cfg() {
    "offload_optimizer": {"device": "$2", "nvme_path": "$tmp/nvme"},
    "offload_param": {"device": "$3", "nvme_path": "$tmp/nvme"}},
  "model": {"n_layer": 2, "n_head": 4, "n_embd": ${6:-128}, "vocab_size": 256, "block_size": 64},
- "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 64},
+ "data": {"path": "$tmp/train.tokens", "format": "tokens-u16", "seq_len": 64},
  "checkpoint": {"dir": "$tmp/ckpt"},
  "device": {"backend": "sim", "sim": ${5:-{\}}}}
 JSON
@@ -119,7 +119,7 @@ cat > "$tmp/big.json" <<JSON
 {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 64, "steps": 1, "bf16": {"enabled": true},
  "zero_optimization": {"stage": 0},
  "model": {"n_layer": 2, "n_head": 8, "n_embd": 512, "vocab_size": 8192, "block_size": 1024},
- "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 1024},
+ "data": {"path": "$tmp/train.tokens", "format": "tokens-u16", "seq_len": 1024},
  "device": {"backend": "sim"}}
 JSON
 expect 0 "$Z" train "$tmp/big.json" --json

@@ -13,10 +13,10 @@
 # timeout: 600
 set -u
 Z=${ZINF_BUILD:-build}/zinf
-R=${ZINF_REF_DIR:-build/ref}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
+tokens "$tmp/train.tokens"
 backend=${ZINF_TEST_BACKEND:-host}
 
 cat > "$tmp/cfg.json" <<JSON
@@ -27,7 +27,7 @@ cat > "$tmp/cfg.json" <<JSON
  "zero_optimization": {"stage": 0, "reduce_bucket_size": 60000, "overlap_comm": true,
    "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 30000},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32},
- "data": {"path": "$R/train.tokens", "format": "tokens-u16", "seq_len": 32},
+ "data": {"path": "$tmp/train.tokens", "format": "tokens-u16", "seq_len": 32},
  "device": {"backend": "$backend"}}
 JSON
 

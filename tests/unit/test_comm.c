@@ -5,6 +5,7 @@
 // 4 ranks as 2 nodes of 2 (ZINF_RANKS_PER_NODE): the node map, communicators split
 // from it running the same suite, and the byte counts of every collective.
 // timeout: 180
+// without-cuda: the build has no NCCL, and a device communicator is refused naming it
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>

@@ -1,6 +1,7 @@
 // Every class of bad config input gives the right status and one message that names
 // the key path (and the value or rule): malformed JSON, unknown keys with the nearest
 // known key, wrong types, out of range, conflicts, paths, unsupported DeepSpeed keys.
+// without-cuda: device.backend "cuda" is refused at parse time
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -2,7 +2,8 @@
 // Adam, AdamW, Adagrad; Lion and uncorrected Adam in torch ops) replayed through
 // zinf_optim_step, each from torch's state before it, and compared after every step: weights and states within a
 // relative 1e-6 per element (see compare), the 16-bit copies equal to torch's conversion of torch's weights wherever
-// the fp32 weights agree bit for bit (and one unit apart at most elsewhere). timeout: 120
+// the fp32 weights agree bit for bit (and one unit apart at most elsewhere).
+// timeout: 120
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -8,7 +8,8 @@
 // zero (the key bias: softmax ignores a shift shared by a row's scores), where both
 // sides step on rounding noise, bounded by lr * |noise| / eps. Also: the same run as 2
 // micro-batches of 2 (accumulation, at stage 3) agrees with the 1 x 4 run to the same
-// bounds, and safe_get/set_full round-trip. timeout: 120
+// bounds, and safe_get/set_full round-trip.
+// timeout: 120
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -2,6 +2,7 @@
 // build say independently: /dev/nvidia0 (or ZINF_TEST_CUDA_EMU: the CPU emulation's
 // devices, tests/cuda_emu), config.h, ZINF_TEST_BACKEND; and the host
 // BLAS report against OpenBLAS's own name.
+// without-cuda: the runtime reports no CUDA backend, and device probes are refused
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

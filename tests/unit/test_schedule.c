@@ -2,7 +2,8 @@
 // recorded from DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR and DynamicLossScaler
 // (driven as its engine drives them, overflowed steps included) replayed through
 // zinf_lr_at and zinf_loss_scaler_update; the schedule params DeepSpeed refuses give
-// ZINF_ERR_INVAL naming the key, from a struct and from a parsed config. timeout: 60
+// ZINF_ERR_INVAL naming the key, from a struct and from a parsed config.
+// timeout: 60
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
