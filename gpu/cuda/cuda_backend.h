@@ -91,6 +91,12 @@ __device__ __forceinline__ void store_f32(__half *p, float x) { *p = __float2hal
 
 enum { EW_THREADS = 256, ROW_THREADS = 256 };
 
+// Norms give each row a warp, ROW_WARPS rows a block (llm.c's layernorm kernels): a
+// row's sums are the warp's shuffles alone, without shared memory or a barrier, and a
+// model's widths (768 to 8192) give each lane 24 to 256 elements.
+enum { ROW_WARPS = 8 };
+static inline unsigned row_blocks(size_t rows) { return (unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS); }
+
 // Blocks for a grid-stride loop over n elements (n > 0).
 static inline unsigned ew_blocks(size_t n) {
     size_t b = (n + EW_THREADS - 1) / EW_THREADS;
@@ -101,14 +107,19 @@ static inline unsigned ew_blocks(size_t n) {
 #define EW_LOOP(i, n)                                                                                                  \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-// ---- reductions over a one-dimensional block of NT threads ----
-// Lanes combine by xor butterfly (every lane ends with the same value), then every
-// thread adds the warps' results in warp order: a fixed order for a fixed NT, so
+// ---- reductions over a warp, and over a one-dimensional block of NT threads ----
+// Lanes combine by xor butterfly (every lane ends with the same value); a block's
+// threads then add the warps' results in warp order: a fixed order for a fixed NT, so
 // results never depend on scheduling. red: NT / 32 floats of shared memory.
 
-template <int NT> __device__ __forceinline__ float block_sum(float v, float *red) {
+__device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <int NT> __device__ __forceinline__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
     __syncthreads(); // red may still be read by the previous reduction
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
     __syncthreads();

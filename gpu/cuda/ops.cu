@@ -46,30 +46,31 @@ zinf_status cuda_bias_grad(cudaStream_t st, zinf_dtype dt, const op_elementwise 
 }
 
 // ---- layernorm ----
-// One block per row; biased variance, rstd = 1 / sqrtf(var + eps) (IEEE division and
+// A warp per row; biased variance, rstd = 1 / sqrtf(var + eps) (IEEE division and
 // square root: the build has no fast-math flags).
 
 template <typename T>
-static __global__ void __launch_bounds__(ROW_THREADS)
-    layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b, int C, float eps) {
-    __shared__ float red[ROW_THREADS / 32];
-    size_t r = blockIdx.x;
+static __global__ void __launch_bounds__(ROW_WARPS * 32) layernorm_fwd_kernel(T *out, float *mean, float *rstd,
+                                                                             const T *x, const T *w, const T *b,
+                                                                             size_t rows, int C, float eps) {
+    size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
+    if (r >= rows) return; // the whole warp: no lane is left waiting in a shuffle
     const T *xr = x + r * C;
     T *o = out + r * C;
     float s = 0.0f;
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS)
+    for (int i = threadIdx.x; i < C; i += 32)
         s += to_f32(xr[i]);
-    float m = block_sum<ROW_THREADS>(s, red) / (float)C;
+    float m = warp_sum(s) / (float)C;
     float v = 0.0f;
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+    for (int i = threadIdx.x; i < C; i += 32) {
         float d = to_f32(xr[i]) - m;
         v += d * d;
     }
-    v = block_sum<ROW_THREADS>(v, red) / (float)C;
+    v = warp_sum(v) / (float)C;
     float rs = 1.0f / sqrtf(v + eps);
-    // Each thread writes only the elements it reads, after every read of the row's
+    // Each lane writes only the elements it reads, after every read of the row's
     // statistics: out may be x.
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS)
+    for (int i = threadIdx.x; i < C; i += 32)
         store_f32(&o[i], (to_f32(xr[i]) - m) * rs * to_f32(w[i]) + to_f32(b[i]));
     if (threadIdx.x == 0) {
         mean[r] = m;
@@ -78,8 +79,9 @@ static __global__ void __launch_bounds__(ROW_THREADS)
 }
 
 template <typename T> static zinf_status layernorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
-    layernorm_fwd_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
-        (T *)a->out, a->mean, a->rstd, (const T *)a->x, (const T *)a->w, (const T *)a->b, a->C, a->eps);
+    layernorm_fwd_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
+        (T *)a->out, a->mean, a->rstd, (const T *)a->x, (const T *)a->w, (const T *)a->b, (size_t)a->rows, a->C,
+        a->eps);
     ZINF_CUDA_LAUNCHED("layernorm_fwd_kernel");
     return ZINF_OK;
 }
@@ -91,22 +93,23 @@ zinf_status cuda_layernorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernor
 
 // dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = w * dout.
 template <typename T>
-static __global__ void __launch_bounds__(ROW_THREADS)
-    layernorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *mean, const float *rstd, int C) {
-    __shared__ float red[ROW_THREADS / 32];
-    size_t r = blockIdx.x;
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+    layernorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *mean, const float *rstd,
+                            size_t rows, int C) {
+    size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
+    if (r >= rows) return;
     const T *xr = x + r * C, *dr = dout + r * C;
     T *dxr = dx + r * C;
     float m = mean[r], rs = rstd[r];
     float s1 = 0.0f, s2 = 0.0f;
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+    for (int i = threadIdx.x; i < C; i += 32) {
         float norm = (to_f32(xr[i]) - m) * rs, dnorm = to_f32(w[i]) * to_f32(dr[i]);
         s1 += dnorm;
         s2 += dnorm * norm;
     }
-    float dnorm_mean = block_sum<ROW_THREADS>(s1, red) / (float)C;
-    float dnorm_norm_mean = block_sum<ROW_THREADS>(s2, red) / (float)C;
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+    float dnorm_mean = warp_sum(s1) / (float)C;
+    float dnorm_norm_mean = warp_sum(s2) / (float)C;
+    for (int i = threadIdx.x; i < C; i += 32) {
         float norm = (to_f32(xr[i]) - m) * rs, dnorm = to_f32(w[i]) * to_f32(dr[i]);
         store_f32(&dxr[i], to_f32(dxr[i]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs);
     }
@@ -142,8 +145,8 @@ static __global__ void layernorm_bwd_dwdb_kernel(T *dw, T *db, const T *dout, co
 }
 
 template <typename T> static zinf_status layernorm_bwd_t(cudaStream_t st, const op_layernorm *a) {
-    layernorm_bwd_dx_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
-        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, a->C);
+    layernorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
+        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
     layernorm_bwd_dwdb_kernel<T> CUDA_LAUNCH(col_blocks(a->C), dim3(COL_X, COL_Y), 0, st)(
         (T *)a->dw, (T *)a->db, (const T *)a->dout, (const T *)a->x, a->mean, a->rstd, a->rows, a->C);
@@ -157,7 +160,7 @@ zinf_status cuda_layernorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernor
 }
 
 // ---- RMSNorm ----
-// One block per row as the layernorm; n = x * rstd is rounded to the storage type
+// A warp per row as the layernorm; n = x * rstd is rounded to the storage type
 // before the weight, as the host backend does.
 
 // v as T stores it, widened back.
@@ -168,37 +171,37 @@ template <typename T> static __device__ __forceinline__ float rounded(float v) {
 }
 
 template <typename T>
-static __global__ void __launch_bounds__(ROW_THREADS)
-    rmsnorm_fwd_kernel(T *out, float *rstd, const T *x, const T *w, int C, float eps) {
-    __shared__ float red[ROW_THREADS / 32];
-    size_t r = blockIdx.x;
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+    rmsnorm_fwd_kernel(T *out, float *rstd, const T *x, const T *w, size_t rows, int C, float eps) {
+    size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
+    if (r >= rows) return;
     const T *xr = x + r * C;
     T *o = out + r * C;
     float s = 0.0f;
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+    for (int i = threadIdx.x; i < C; i += 32) {
         float v = to_f32(xr[i]);
         s += v * v;
     }
-    float rs = 1.0f / sqrtf(block_sum<ROW_THREADS>(s, red) / (float)C + eps);
-    // As the layernorm: each thread writes only the elements it reads, so out may be x.
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS)
+    float rs = 1.0f / sqrtf(warp_sum(s) / (float)C + eps);
+    // As the layernorm: each lane writes only the elements it reads, so out may be x.
+    for (int i = threadIdx.x; i < C; i += 32)
         store_f32(&o[i], to_f32(w[i]) * rounded<T>(to_f32(xr[i]) * rs));
     if (threadIdx.x == 0) rstd[r] = rs;
 }
 
 // dx = rstd (dn - n mean(dn n)), dn = w dout, n = x rstd (written).
 template <typename T>
-static __global__ void __launch_bounds__(ROW_THREADS)
-    rmsnorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd, int C) {
-    __shared__ float red[ROW_THREADS / 32];
-    size_t r = blockIdx.x;
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+    rmsnorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd, size_t rows, int C) {
+    size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
+    if (r >= rows) return;
     const T *xr = x + r * C, *dr = dout + r * C;
     T *dxr = dx + r * C;
     float rs = rstd[r], s = 0.0f;
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS)
+    for (int i = threadIdx.x; i < C; i += 32)
         s += to_f32(w[i]) * to_f32(dr[i]) * (to_f32(xr[i]) * rs);
-    float dnn = block_sum<ROW_THREADS>(s, red) / (float)C;
-    for (int i = threadIdx.x; i < C; i += ROW_THREADS) {
+    float dnn = warp_sum(s) / (float)C;
+    for (int i = threadIdx.x; i < C; i += 32) {
         float n = to_f32(xr[i]) * rs;
         store_f32(&dxr[i], rs * (to_f32(w[i]) * to_f32(dr[i]) - n * dnn));
     }
@@ -227,15 +230,15 @@ static __global__ void rmsnorm_bwd_dw_kernel(T *dw, const T *dout, const T *x, c
 }
 
 template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
-    rmsnorm_fwd_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)((T *)a->out, a->rstd, (const T *)a->x,
-                                                                             (const T *)a->w, a->C, a->eps);
+    rmsnorm_fwd_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
+        (T *)a->out, a->rstd, (const T *)a->x, (const T *)a->w, (size_t)a->rows, a->C, a->eps);
     ZINF_CUDA_LAUNCHED("rmsnorm_fwd_kernel");
     return ZINF_OK;
 }
 
 template <typename T> static zinf_status rmsnorm_bwd_t(cudaStream_t st, const op_layernorm *a) {
-    rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
-        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, a->C);
+    rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
+        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
     rmsnorm_bwd_dw_kernel<T> CUDA_LAUNCH(col_blocks(a->C), dim3(COL_X, COL_Y), 0,
                                          st)((T *)a->dw, (const T *)a->dout, (const T *)a->x, a->rstd, a->rows, a->C);
