@@ -336,12 +336,11 @@ int zinf_aio_create(zinf_aio **out, const zinf_aio_params *cfg) {
     pthread_cond_init(&aio->cond, NULL);
     aio->uring = !c.use_threads;
     if (aio->uring) {
-        zinf_aio_caps caps;
-        zinf_aio_probe(&caps);
-        if (!caps.io_uring) {
+        int refused = zinf_aio_uring_errno();
+        if (refused) {
             // Kernels without io_uring, or containers whose seccomp filter refuses it.
-            ZINF_LOG_WARN("io_uring is not available (%s): aio runs on %u pread/pwrite thread(s)",
-                          strerror(caps.setup_errno), c.threads);
+            ZINF_LOG_WARN("io_uring is not available (%s): aio runs on %u pread/pwrite thread(s)", strerror(refused),
+                          c.threads);
             aio->uring = false;
         }
     }

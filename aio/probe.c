@@ -29,6 +29,8 @@ static int try_flags(unsigned flags) {
     return ret;
 }
 
+int zinf_aio_uring_errno(void) { return -try_flags(0); }
+
 void zinf_aio_probe(zinf_aio_caps *caps) {
     memset(caps, 0, sizeof *caps);
     struct io_uring ring;

@@ -30,6 +30,10 @@ typedef struct zinf_aio_caps {
 // Probe by setting up (and tearing down) small rings. Never fails: a refused ring is
 // reported in caps.
 void zinf_aio_probe(zinf_aio_caps *caps);
+// 0 when a plain ring can be set up, else the errno that refused it: what an engine
+// needs to know, without the probe's rings for each flag (an SQPOLL ring starts a
+// kernel thread that polls while it lives).
+int zinf_aio_uring_errno(void);
 
 // Names of the IORING_FEAT_* bits set in features, e.g. "single_mmap nodrop ...",
 // written to buf (space separated; bits zinf cannot name as "bitN"; a name that does

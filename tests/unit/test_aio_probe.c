@@ -60,6 +60,9 @@ static void test_ring(void) {
     printf("single_issuer %d defer_taskrun %d coop_taskrun %d sqpoll %d read %d write %d read_fixed %d fallocate %d\n",
            caps.single_issuer, caps.defer_taskrun, caps.coop_taskrun, caps.sqpoll, caps.op_read, caps.op_write,
            caps.op_read_fixed, caps.op_fallocate);
+    // What an engine asks: the probe's answer, without its rings for each flag.
+    CHECK(zinf_aio_uring_errno() == caps.setup_errno, "zinf_aio_uring_errno %d, the probe's errno %d",
+          zinf_aio_uring_errno(), caps.setup_errno);
     // CI has io_uring; a probe that says otherwise is a failure, not a skip.
     CHECK(caps.io_uring, "io_uring unavailable: %s", strerror(caps.setup_errno));
 
