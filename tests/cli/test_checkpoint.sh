@@ -44,37 +44,42 @@ print(" ".join(repr(s["loss"]) for s in lines[:-1] if s["step"] > k), lines[-1][
 PY
 }
 
-# resume NAME NP [--set ...]: 10 steps straight, then 6 saved and 4 resumed; the same.
+# resume NAME NP STRAIGHT [--set ...]: 6 steps saved and 4 resumed give the last 4 steps
+# of STRAIGHT, the output of the same 10 steps uninterrupted. One straight run serves
+# every stage, tier and world size of a dtype: they all give its bits (test_train).
 resume() {
-  local name=$1 np=$2; shift 2
+  local name=$1 np=$2 straight=$3; shift 3
   rm -rf "$tmp/ck"
-  run "$np" "$tmp/$name.full" "$@"
   run "$np" "$tmp/$name.a" --steps 6 --set checkpoint.dir="$tmp/ck" "$@"
   run "$np" "$tmp/$name.b" --set checkpoint.dir="$tmp/ck" --set checkpoint.load=latest "$@"
   local want got
-  want=$(after "$tmp/$name.full" 6) got=$(after "$tmp/$name.b" 6)
+  want=$(after "$straight" 6) got=$(after "$tmp/$name.b" 6)
   [ -n "$want" ] && [ "$got" = "$want" ] || fail "$name on $np ranks: resumed $got; straight $want"
   grep -q "resumed from $tmp/ck/global_step6 at step 6" "$tmp/$name.b.err" || fail "$name: no resume line"
 }
 
 before=$fails
+run 1 "$tmp/bf16.full"
 for np in 1 2; do
   for stage in 0 1 2; do
-    resume "s$stage" $np --set zero_optimization.stage=$stage
+    resume "s$stage" $np "$tmp/bf16.full" --set zero_optimization.stage=$stage
   done
   for stage in 1 2; do
-    resume "s$stage.cpu" $np --set zero_optimization.stage=$stage --set $OO.device=cpu
-    resume "s$stage.nvme" $np --set zero_optimization.stage=$stage --set $OO.device=nvme
+    resume "s$stage.cpu" $np "$tmp/bf16.full" --set zero_optimization.stage=$stage --set $OO.device=cpu
+    resume "s$stage.nvme" $np "$tmp/bf16.full" --set zero_optimization.stage=$stage --set $OO.device=nvme
   done
   for tiers in none/none cpu/cpu nvme/none none/nvme nvme/nvme; do
-    resume "s3.${tiers/\//.}" $np --set zero_optimization.stage=3 --set $OO.device=${tiers%/*} \
+    resume "s3.${tiers/\//.}" $np "$tmp/bf16.full" --set zero_optimization.stage=3 --set $OO.device=${tiers%/*} \
       --set $OP.device=${tiers#*/}
   done
 done
-resume fp32.s3 2 --set bf16.enabled=false --set zero_optimization.stage=3 --set $OP.device=nvme
-resume fp16.s2 1 --set bf16.enabled=false --set fp16.enabled=true --set fp16.initial_scale_power=24 \
-  --set zero_optimization.stage=2
-grep -q '"skipped":true' "$tmp/fp16.s2.full" || fail "fp16: no step overflowed, so the scaler's state went untested"
+fp32=(--set bf16.enabled=false --set zero_optimization.stage=3 --set $OP.device=nvme)
+run 2 "$tmp/fp32.full" "${fp32[@]}"
+resume fp32.s3 2 "$tmp/fp32.full" "${fp32[@]}"
+fp16=(--set bf16.enabled=false --set fp16.enabled=true --set fp16.initial_scale_power=24 --set zero_optimization.stage=2)
+run 1 "$tmp/fp16.full" "${fp16[@]}"
+resume fp16.s2 1 "$tmp/fp16.full" "${fp16[@]}"
+grep -q '"skipped":true' "$tmp/fp16.full" || fail "fp16: no step overflowed, so the scaler's state went untested"
 [ $fails = $before ] && echo "exact resume: stages 0-3 x every tier x 1, 2 ranks, bf16, fp32, fp16: bit-identical"
 
 # Another world size: 2 ranks save at step 6; 1 (stage 3) and 3 (stage 1) ranks load it
@@ -83,7 +88,6 @@ grep -q '"skipped":true' "$tmp/fp16.s2.full" || fail "fp16: no step overflowed, 
 before=$fails
 rm -rf "$tmp/ck"
 set2=(--set zero_optimization.stage=2 --set $OO.device=nvme)
-run 2 "$tmp/w.full" "${set2[@]}"
 run 2 "$tmp/w.a" --steps 6 --set checkpoint.dir="$tmp/ck" "${set2[@]}"
 for np in 1 3; do
   stage=$([ $np = 1 ] && echo 3 || echo 1)
@@ -92,8 +96,8 @@ for np in 1 3; do
     --set zero_optimization.stage=$stage --set train_micro_batch_size_per_gpu=$((np == 1 ? 4 : 1)) \
     --set train_batch_size=$((np == 1 ? 4 : 3))
   run 2 "$tmp/w$np.b" --set checkpoint.dir="$tmp/ck$np" --set checkpoint.load=latest "${set2[@]}"
-  [ "$(after "$tmp/w$np.b" 6)" = "$(after "$tmp/w.full" 6)" ] ||
-    fail "2 -> $np -> 2 ranks: $(after "$tmp/w$np.b" 6); straight $(after "$tmp/w.full" 6)"
+  [ "$(after "$tmp/w$np.b" 6)" = "$(after "$tmp/bf16.full" 6)" ] ||
+    fail "2 -> $np -> 2 ranks: $(after "$tmp/w$np.b" 6); straight $(after "$tmp/bf16.full" 6)"
   python3 - "$tmp/ck$np/global_step6/meta.json" $np <<'PY' || fail "2 -> $np ranks: meta.json"
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -103,7 +107,7 @@ done
 # The 1-rank load trains on too, close to the 2-rank run (another summation order).
 run 1 "$tmp/w1.c" --set checkpoint.load="$tmp/ck1/global_step6" --set zero_optimization.stage=3 \
   --set train_micro_batch_size_per_gpu=4
-python3 - "$tmp/w1.c" "$tmp/w.full" <<'PY' || fail "2 -> 1 ranks: the losses drift from the 2-rank run"
+python3 - "$tmp/w1.c" "$tmp/bf16.full" <<'PY' || fail "2 -> 1 ranks: the losses drift from the 2-rank run"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])][:-1]
 b = [json.loads(l) for l in open(sys.argv[2])][6:-1]

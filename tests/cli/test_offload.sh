@@ -37,13 +37,15 @@ JSON
 OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
 before=$fails
 for dt in fp32 bf16; do
+  dts=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false))
+  # 2 x 32 tokens a micro-batch: chunks of 24, 24 and 16.
+  [ $dt = fp32 ] && dts+=(--set memory.head_chunk_tokens=24)
+  # Everything on the device gives these bits at every stage on 1 and 2 ranks (test_train).
+  run 1 "$tmp/dev" "${dts[@]}"
+  want=$(summary "$tmp/dev")
   for stage in 1 2 3; do
     for np in 1 2; do
-      sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set zero_optimization.stage=$stage)
-      # 2 x 32 tokens a micro-batch: chunks of 24, 24 and 16.
-      [ $dt = fp32 ] && sets+=(--set memory.head_chunk_tokens=24)
-      run $np "$tmp/dev" "${sets[@]}"
-      want=$(summary "$tmp/dev")
+      sets=("${dts[@]}" --set zero_optimization.stage=$stage)
       tiers=("cpu none" "nvme none")
       [ $stage = 3 ] && tiers+=("none cpu" "cpu cpu" "nvme cpu" "none nvme" "cpu nvme" "nvme nvme")
       for t in "${tiers[@]}"; do
@@ -51,7 +53,7 @@ for dt in fp32 bf16; do
         run $np "$tmp/out" "${sets[@]}" --set $OO.device=$opt --set $OP.device=$par
         got=$(summary "$tmp/out")
         [ "$got" = "$want" ] ||
-          fail "$dt stage $stage on $np ranks, optimizer on $opt, parameters on $par: $got; on the device: $want"
+          fail "$dt stage $stage on $np ranks, optimizer on $opt, parameters on $par: $got; on the device (stage 1, 1 rank): $want"
       done
     done
   done
