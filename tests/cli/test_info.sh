@@ -2,6 +2,7 @@
 # `zinf info`: the --json contract (one line, the documented keys), the human table
 # naming the CPU as /proc/cpuinfo does, and exit code 2 for a bad --path or option.
 # without-cuda: zinf info reports CUDA and NCCL as not built
+# timeout: 10 san=10 cuda-emu=10
 set -u
 zinf=${ZINF_BUILD:-build}/zinf
 [ -x "$zinf" ] || { echo "FAIL: $zinf not built"; exit 1; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zinf io-tune: a small grid measured, the best aio section printed last in a form the
 # config loader accepts, and no test file left behind.
-# timeout: 120
+# timeout: 10 san=10 cuda-emu=10
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d /var/tmp/zinf-iotune-XXXXXX)

@@ -5,7 +5,7 @@
 // the bias epilogue, in-place products, row order, the heuristic and its test hook,
 // argument errors, several threads on one handle, and the fault of a product on memory
 // the device cannot reach. Exits 0 when everything passed.
-// timeout: 60
+// timeout: 10 cuda-emu=10 san-cuda-emu=10
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

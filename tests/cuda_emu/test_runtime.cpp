@@ -6,7 +6,7 @@
 // and pinned rules of cudaMemcpyAsync, and the 16-bit conversions against the CPU's
 // own (F16C) and a double-precision reference. Each fault uses a device of its own,
 // since a fault ends that device's context for the rest of the process.
-// timeout: 60
+// timeout: 10 cuda-emu=10 san-cuda-emu=10
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -1,6 +1,7 @@
 // zinf_aio_probe and zinf_aio_path_probe against independent sources: a ring set up
 // here, the kernel version, statvfs/statfs, sysfs block sizes and an O_DIRECT open
 // done here; and that the probe leaves no temporary files behind.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

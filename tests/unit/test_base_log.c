@@ -1,4 +1,5 @@
 // Logging: level filter, rank filter (rank 0 alone at INFO), callback, ZINF_LOG_LEVEL.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 
 #include "check.h"

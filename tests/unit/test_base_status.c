@@ -1,4 +1,5 @@
 // Status names, the per-thread error detail, errno mapping, and size parsing.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>

@@ -2,6 +2,7 @@
 // field for field, and damaged ones (among them what fuzzing found: a world size that
 // wrapped to int, a slice x world size that overflowed, a parameter shape whose element
 // count wrapped) refused as corrupt with a message naming the file and the key.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>

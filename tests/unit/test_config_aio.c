@@ -1,6 +1,7 @@
 // The aio section of a config drives the engine: DeepSpeed's spelling (thread_count)
 // and zinf's (intra_op_parallelism) give the same rings, the defaults are the
 // engine's, and an engine made from the section moves bytes.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -2,6 +2,7 @@
 // the key path (and the value or rule): malformed JSON, unknown keys with the nearest
 // known key, wrong types, out of range, conflicts, paths, unsupported DeepSpeed keys.
 // without-cuda: device.backend "cuda" is refused at parse time
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 #include <unistd.h>
 

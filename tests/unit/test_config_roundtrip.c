@@ -1,5 +1,6 @@
 // Good configs: DeepSpeed's documented examples and defaults, aliases, overrides, and
 // the normalized output parsing back to the identical config.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -5,7 +5,7 @@
 // gradient statistics against a long double sum, the same for every level and thread
 // count; the pool against the single-threaded kernels, and its gradient accumulation
 // against plain sums; bad arguments refused.
-// timeout: 120
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <float.h>
 #include <math.h>
 #include <stdint.h>

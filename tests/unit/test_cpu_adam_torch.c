@@ -3,7 +3,7 @@
 // zinf_optim_step, each from torch's state before it, and compared after every step: weights and states within a
 // relative 1e-6 per element (see compare), the 16-bit copies equal to torch's conversion of torch's weights wherever
 // the fp32 weights agree bit for bit (and one unit apart at most elsewhere).
-// timeout: 120
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
 // zinf_cpu_probe against the kernel's own view: the flags, processor lines and model
 // name in /proc/cpuinfo, the physical/core ids there, and the NUMA nodes in sysfs.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <ctype.h>
 #include <dirent.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 // every row names a schema key, aliases agree, and each default (JSON) equals the
 // schema's: the value for keys zinf reads, the only accepted value for keys it accepts
 // only "off". Sections and keys with no meaning in zinf have no default to compare.
-// timeout: 30
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>

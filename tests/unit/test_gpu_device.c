@@ -4,7 +4,7 @@
 // pinned memory, and stream/event ordering: a copy on one stream that another stream
 // waits on is seen complete, and without the wait it is not (on the host backend,
 // where the first stream is made slow on purpose).
-// timeout: 60
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <time.h>
 #include <unistd.h>
 

@@ -3,6 +3,7 @@
 // devices, tests/cuda_emu), config.h, ZINF_TEST_BACKEND; and the host
 // BLAS report against OpenBLAS's own name.
 // without-cuda: the runtime reports no CUDA backend, and device probes are refused
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

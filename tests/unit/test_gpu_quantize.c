@@ -6,7 +6,7 @@
 // sizes and lengths that leave a short last group, with outputs poisoned first. Named
 // cases: ties, the clipped +absmax, a zero group, groups holding inf or NaN, subnormal
 // absmax, accumulation, the error bound and the arguments the front end refuses.
-// timeout: 120
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <math.h>
 
 #include "check.h"

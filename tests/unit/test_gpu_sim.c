@@ -19,7 +19,7 @@
 // submitted; a second stream waits on an event recorded behind it), so no stream waits
 // on the submitting thread or on its own thread's wake-up, and the modeled times are
 // exact whatever the scheduler does. Only the wall-time bounds depend on it.
-// timeout: 60
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <math.h>
 #include <semaphore.h>
 #include <signal.h>

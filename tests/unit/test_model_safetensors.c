@@ -3,6 +3,7 @@
 // malformed or truncated file refused with an error that names the file and tensor;
 // files streamed in and out, with their checksums; model directories (shards and their
 // index) read as one set of tensors.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>

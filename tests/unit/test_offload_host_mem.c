@@ -1,5 +1,6 @@
 // zinf_host_mem_probe against /proc/meminfo read here with a different parser,
 // getrlimit, and the bracketed transparent huge page mode.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,6 +3,7 @@
 // named; buffers mapped before zinf_host_pool_pin are pinned then, later ones at once;
 // page alignment; the usage counts; freeing a buffer that is not the pool's; and the
 // budgets' rule (zinf_host_pool_budgets) on a made-up machine.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdint.h>
 #include <string.h>
 

@@ -4,7 +4,7 @@
 // cpu_adam's zinf_optim_step gives over the whole partition at once, in the master
 // weights, both moments and every 16-bit parameter handed to `store`. Also the
 // synchronous reads and writes, zeroing, the "updated" waits, and the errors.
-// timeout: 120
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -7,7 +7,7 @@
 // while more than one buffer is free, and the next pass reads exactly the rest from
 // disk. Also the synchronous writes and reads at an offset (a write drops the slice's
 // handoff), the stats, and reading with the pool exhausted.
-// timeout: 60
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -4,6 +4,7 @@
 // within the reuse distance; a departure stops every decision for the rest of the step
 // and its uses become the next step's trace; the live counts and their peak; a module
 // in tiles is a use that is never gathered and spans the window by its elements.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 
 #include "check.h"

@@ -2,6 +2,7 @@
 // every window exactly once per epoch, in an order that the seed and the epoch decide
 // (the same for every sampler built alike: every rank computes it itself), and that
 // differs between epochs and seeds. Bad arguments are errors.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 
 #include "check.h"

@@ -3,7 +3,7 @@
 // (driven as its engine drives them, overflowed steps included) replayed through
 // zinf_lr_at and zinf_loss_scaler_update; the schedule params DeepSpeed refuses give
 // ZINF_ERR_INVAL naming the key, from a struct and from a parsed config.
-// timeout: 60
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

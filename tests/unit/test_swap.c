@@ -5,7 +5,7 @@
 // file, on one directory and striped over two; and the errors: missing, unwritable and
 // repeated paths, bad names, out-of-range and unaligned IO, a file too big for the file
 // system, a stale file on disk; a file system without O_DIRECT said once.
-// timeout: 60
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
