@@ -296,13 +296,12 @@ $(PYENV)/.pytest-ok: tests/python/requirements.txt $(PYENV)/.ok
 
 tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(REF_BIN) $(PYENV)/.pytest-ok
 
-# Tests run side by side (tests/run -j, the core count unless TEST_JOBS says). A build
+# Tests run side by side (tests/run: the core count unless TEST_JOBS says). A build
 # without CUDA shares every other line with the default one, so NO_CUDA=1 runs the tests
 # whose code differs there (those that say `without-cuda:`). TEST_ARGS: more of
 # tests/run's options (--programs).
-TEST_JOBS ?= $(shell nproc)
 test: tests
-	$(Q)BUILD=$(B) BACKEND=$(BACKEND) SAN=$(SAN) tests/run -j $(TEST_JOBS) $(if $(NO_CUDA),--without-cuda) $(TEST_ARGS) $(TESTS)
+	$(Q)BUILD=$(B) BACKEND=$(BACKEND) SAN=$(SAN) tests/run $(if $(TEST_JOBS),-j $(TEST_JOBS)) $(if $(NO_CUDA),--without-cuda) $(TEST_ARGS) $(TESTS)
 
 $(PYENV)/.bench-ok: tests/bench/requirements.txt $(PYENV)/.ok
 	$(say) PYENV "$(PYENV) (DeepSpeed, first time only)"
