@@ -250,6 +250,13 @@ $(B)/tests/%: tests/unit/%.c $(B)/libzinf.a $(if $(EMU),$(EMU_LIB)) $(B)/config.
 	$(say) TEST $@
 	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) $< -o $@ $(B)/libzinf.a $(LDLIBS)
 
+# SAN=1: preloaded into every test's processes by tests/run (tests/mpi_keep_plugins.c says why).
+KEEP_PLUGINS := $(if $(SAN),$(B)/tests/mpi_keep_plugins.so)
+$(B)/tests/mpi_keep_plugins.so: tests/mpi_keep_plugins.c
+	@mkdir -p $(@D)
+	$(say) TEST $@
+	$(Q)$(CC) -shared -fPIC -O2 $< -o $@
+
 check-required: $(B)/config.mk
 	@for f in JANSSON LIBURING NUMA OPENBLAS; do \
 	  grep -q "^ZINF_HAVE_$$f=1" $(B)/config.mk || \
@@ -294,7 +301,7 @@ $(PYENV)/.pytest-ok: tests/python/requirements.txt $(PYENV)/.ok
 	$(say) PYENV "$(PYENV) (pytest, first time only)"
 	$(Q)$(PY) -m pip install -q --disable-pip-version-check -r $< && touch $@
 
-tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(REF_BIN) $(PYENV)/.pytest-ok
+tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(KEEP_PLUGINS) $(REF_BIN) $(PYENV)/.pytest-ok
 
 # Tests run side by side (tests/run: the core count unless TEST_JOBS says). A build
 # without CUDA shares every other line with the default one, so NO_CUDA=1 runs the tests
