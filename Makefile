@@ -57,7 +57,7 @@ probe_src_nccl := \#include <nccl.h>\nint main(void){int v; return ncclGetVersio
 
 mpi_cflags = $$($(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile-info 2>/dev/null | cut -d' ' -f2-)
 mpi_libs = $$($(MPICC) --showme:link 2>/dev/null || $(MPICC) -link-info 2>/dev/null | cut -d' ' -f2-)
-cuda_libs := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+cuda_libs := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
 
 # $(call probe,NAME,MACRO,compile command with $$src and $$out)
 define probe
@@ -181,6 +181,8 @@ ifneq ($(ZINF_HAVE_CUDA),1)
   LIB_CU :=
 else
   LIB_CU := $(wildcard gpu/cuda/*.cu)
+  # cuBLASLt loads when a device opens (gpu/cuda/cublaslt_load.c); the emulation is linked.
+  LIB_C += $(if $(EMU),,gpu/cuda/cublaslt_load.c)
 endif
 CLI_C := $(wildcard runtime/cli/*.c)
 LIB_O := $(LIB_C:%.c=$(B)/obj/%.o) $(LIB_CU:%.cu=$(B)/obj/%.o)
