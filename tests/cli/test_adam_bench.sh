@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zinf adam-bench: the --json contract for each gradient and copy dtype and optimizer,
 # the human table, and usage errors (exit 2). Speed is reported, never asserted.
-# timeout: 15 san=50 cuda-emu=10
+# timeout: 10 san=10 cuda-emu=10
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d)

@@ -8,7 +8,7 @@
 # broken meta.json) fails naming the file and the tensor. A process killed with
 # SIGKILL at random moments of saving always leaves a loadable latest checkpoint, and a
 # disk that fills during a save fails clearly and leaves the previous one whole.
-# timeout: 350 san=1190 cuda-emu=485
+# timeout: 245 san=420 cuda-emu=410
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

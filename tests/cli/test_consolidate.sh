@@ -10,7 +10,7 @@
 # zlib's CRC-32. Memory stays bounded: a model 400 times larger raises the peak RSS by
 # a few MiB of buffers, far less than its largest tensor. Bad input
 # fails clearly and leaves no output behind.
-# timeout: 110 san=225 cuda-emu=120
+# timeout: 105 san=115 cuda-emu=80
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 PY=${ZINF_PY:-build/pyenv/bin/python}

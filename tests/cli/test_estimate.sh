@@ -18,7 +18,7 @@
 # device is full, so how much freed memory is still held depends on timing. The
 # traffic over PCIe has no counter in the engine and is not checked here. Also: the
 # --params rows with their verdicts, --json, and usage errors (exit 2 naming the option).
-# timeout: 235 san=705 cuda-emu=150
+# timeout: 150 san=195 cuda-emu=160
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 EX=${ZINF_BUILD:-build}/examples/train_loop

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zinf io-bench: the JSON contract (one object per op), --validate, striping over two
 # directories, usage errors (exit 2), IO errors (exit 1), and no test file left behind.
-# timeout: 10 san=35 cuda-emu=10
+# timeout: 10 san=10 cuda-emu=10
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d /var/tmp/zinf-iobench-XXXXXX)

@@ -7,7 +7,7 @@
 # Then one host's link is cut mid-run: every rank ends within ZINF_COMM_TIMEOUT, naming
 # the collective it waited for (mpirun itself may wait on for the lost host: stopped).
 # Needs root (ip netns, unshare); CI runs as root.
-# timeout: 35 san=100 cuda-emu=45
+# timeout: 30 san=45 cuda-emu=35
 # alone: a cut link must end every rank within a timed window
 set -u
 Z=${ZINF_BUILD:-build}/zinf

@@ -9,7 +9,7 @@
 # parameter pool at one buffer. The swap store's files are gone after the run; the
 # plan says where everything lives; a missing nvme_path is made (its parent must
 # exist), offloading at stage 0 is refused, and so is a plan past the pinned budget.
-# timeout: 155 san=660 cuda-emu=285
+# timeout: 80 san=165 cuda-emu=260
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

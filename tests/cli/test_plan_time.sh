@@ -13,7 +13,7 @@
 # (SAN=1) host code slows unevenly (the measured kernels and the engine's differ), so
 # there the step is reported and not held; everything else is. The table marks the
 # fastest row that fits; bad --time arguments are refused by name.
-# timeout: 145 san=185 cuda-emu=155
+# timeout: 150 san=180 cuda-emu=175
 # alone: it times this machine's drive and CPU (--measure) against sim runs
 set -u
 Z=${ZINF_BUILD:-build}/zinf

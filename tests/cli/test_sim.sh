@@ -8,7 +8,7 @@
 # the modeled GPU; keys left out are chosen for it, given ones kept; bad device.sim
 # keys are refused by name; zinf device-bench and train --op-profile set each op beside
 # its model.
-# timeout: 55 san=140 cuda-emu=40
+# timeout: 45 san=40 cuda-emu=35
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

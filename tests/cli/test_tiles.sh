@@ -10,7 +10,7 @@
 # head in tiles, untied and tied, and the MLP in tiles (below). The MLPs here are narrow
 # enough (intermediate_size 16: 4096 elements padded) to stay whole under the bounds
 # used for the embedding and the head.
-# timeout: 240 san=1055 cuda-emu=330
+# timeout: 135 san=220 cuda-emu=310
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

@@ -10,7 +10,7 @@
 # per sum, carried through Adam. Buckets smaller than a module split it, with the same
 # bits. Also: the --json and log contracts, config and data errors, and that a killed
 # or stopped rank ends the job with an error within 60 s.
-# timeout: 100 san=455 cuda-emu=160
+# timeout: 105 san=130 cuda-emu=145
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d)

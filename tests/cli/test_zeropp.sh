@@ -13,7 +13,7 @@
 # its checkpoint (written by the first shard group) resumes exactly and loads at any
 # world size and stage; its hierarchical gathers give plain ZeRO-3's bits with fewer
 # bytes across nodes. The config errors.
-# timeout: 240 san=1295 cuda-emu=445
+# timeout: 175 san=370 cuda-emu=345
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d)

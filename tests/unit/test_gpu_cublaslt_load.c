@@ -3,7 +3,7 @@
 // directly; a missing entry point would show as the loader's message instead. Built
 // against the emulation's headers (BACKEND=cuda-emu) the names are the emulation's, and
 // only the texts' being told apart is held. Needs no GPU: the texts are host code.
-// timeout: 10
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
