@@ -132,7 +132,7 @@ endif
 
 # ---- flags ----
 MODULES := runtime runtime/base aio cpu_adam gpu offload
-CPPFLAGS := -I$(B) $(addprefix -I,$(MODULES)) -D_GNU_SOURCE
+CPPFLAGS := -I$(B) -Iinclude/zinf $(addprefix -I,$(MODULES)) -D_GNU_SOURCE
 # No floating-point contraction: kernels fuse exactly where they say so (fmaf,
 # _mm256_fmadd_ps), which is what makes every SIMD level round the same. -fPIC: the
 # same objects make libzinf.a and the libzinf.so the Python package loads.

@@ -1,6 +1,6 @@
 """libzinf through ctypes: where the library is (and the zinf CLI, always beside it),
 its failures as exceptions, and the C structs the package hands it (mirrors of
-aio/zinf_aio.h and cpu_adam/zinf_adam.h)."""
+include/zinf/zinf_aio.h and include/zinf/zinf_adam.h)."""
 import ctypes
 import os
 import pathlib

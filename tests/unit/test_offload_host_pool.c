@@ -1,4 +1,4 @@
-// The host pool (offload/zinf_offload.h): allocations held to the pinned budget and to
+// The host pool (include/zinf/zinf_offload.h): allocations held to the pinned budget and to
 // the host memory available, refused with the budget, the buffer and what to change
 // named; buffers mapped before zinf_host_pool_pin are pinned then, later ones at once;
 // page alignment; the usage counts; freeing a buffer that is not the pool's; and the

@@ -1,4 +1,4 @@
-// The optimizer tier (offload/zinf_offload.h) over a synthetic partition, no model: at
+// The optimizer tier (include/zinf/zinf_offload.h) over a synthetic partition, no model: at
 // cpu and nvme, for sub-groups of one segment, a few and all, with the pipelines on and
 // off, in the foreground and in the background, three updates give bit for bit what
 // cpu_adam's zinf_optim_step gives over the whole partition at once, in the master

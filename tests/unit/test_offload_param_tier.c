@@ -1,4 +1,4 @@
-// The parameter tier (offload/zinf_offload.h) with synthetic slices, no model, on one
+// The parameter tier (include/zinf/zinf_offload.h) with synthetic slices, no model, on one
 // rank (a gather is the slice itself): on the device, in host memory, and on nvme with
 // a resident prefix and a pool of three buffers. Along a trace with uses repeated, reads
 // run ahead while more than one buffer is free, never more than the pool holds, and

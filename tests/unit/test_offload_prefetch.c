@@ -1,4 +1,4 @@
-// The prefetcher (offload/zinf_offload.h) on synthetic traces, no model and no device:
+// The prefetcher (include/zinf/zinf_offload.h) on synthetic traces, no model and no device:
 // no decisions before a trace exists; along a recorded trace the gathers ahead stop at
 // the bucket and live budgets; a module stays gathered when it persists or is used again
 // within the reuse distance; a departure stops every decision for the rest of the step
