@@ -100,8 +100,9 @@ comma := ,
 # `make deps` installs what the build and tests need (Debian, as root) or prints the
 # command to run. The stamp makes a fresh build dir check once, not on every make.
 # libaio-dev: DeepSpeed's aio op, a peer of `make bench` (tests/bench/python_peers.py).
+# pkgconf: test_install builds a program against the installed zinf as users would.
 DEBIAN_PKGS := build-essential libjansson-dev zlib1g-dev liburing-dev libnuma-dev libopenblas-dev \
-  openmpi-bin libopenmpi-dev fio python3 python3-venv libaio-dev
+  openmpi-bin libopenmpi-dev fio python3 python3-venv libaio-dev pkgconf
 deps:
 	@missing=$$(for p in $(DEBIAN_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if ! command -v dpkg-query >/dev/null; then \
@@ -238,10 +239,14 @@ $(B)/libzinf.a: $(LIB_O)
 	$(say) AR $@
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-# The shared library for the Python package (python/), which loads it with ctypes.
-$(B)/libzinf.so: $(LIB_O) $(if $(EMU),$(EMU_LIB))
+# The shared library, for programs (make install) and the Python package (python/),
+# which loads it with ctypes. Its soname's number changes when a program built against
+# an older one would break.
+SOVERSION := 0
+$(B)/libzinf.so: $(LIB_O) $(if $(EMU),$(EMU_LIB)) runtime/libzinf.map
 	$(say) LINK $@
-	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $(LIB_O) $(LDLIBS)
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libzinf.so.$(SOVERSION) -Wl,--version-script=runtime/libzinf.map \
+	  -o $@ $(LIB_O) $(LDLIBS)
 
 $(B)/zinf: $(CLI_O) $(B)/libzinf.a $(if $(EMU),$(EMU_LIB))
 	$(say) LINK $@
@@ -359,6 +364,24 @@ fuzz-run: $(FUZZ_NAMES:%=fuzz-run-%)
 .PHONY: fuzz fuzz-run
 .PRECIOUS: $(B)/fuzz_%
 
+# make install PREFIX=DIR [DESTDIR=STAGING]: the public headers (include/zinf/),
+# libzinf.so by its soname and libzinf.a, the zinf program, and zinf.pc, with which
+# `pkg-config --cflags --libs zinf` builds a program against them.
+PREFIX ?= /usr/local
+VERSION := $(shell sed -n 's/^\#define ZINF_VERSION "\(.*\)"/\1/p' include/zinf/zinf_base.h)
+install: all
+	$(say) INSTALL "$(DESTDIR)$(PREFIX)"
+	$(Q)install -d $(DESTDIR)$(PREFIX)/include/zinf $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	$(Q)install -m 644 include/zinf/*.h $(DESTDIR)$(PREFIX)/include/zinf/
+	$(Q)install -m 755 $(B)/libzinf.so $(DESTDIR)$(PREFIX)/lib/libzinf.so.$(SOVERSION)
+	$(Q)ln -sf libzinf.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libzinf.so
+	$(Q)install -m 644 $(B)/libzinf.a $(DESTDIR)$(PREFIX)/lib/
+	$(Q)install -m 755 $(B)/zinf $(DESTDIR)$(PREFIX)/bin/
+	$(Q)printf '%s\n' 'prefix=$(PREFIX)' 'includedir=$${prefix}/include' 'libdir=$${prefix}/lib' '' \
+	  'Name: zinf' 'Description: ZeRO training with CPU and NVMe offload' 'Version: $(VERSION)' \
+	  'Cflags: -I$${includedir}/zinf' 'Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lzinf' \
+	  'Libs.private: $(LDLIBS)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/zinf.pc
+
 # The PyTorch environment (build/pyenv, gigabytes) outlives clean; distclean drops it.
 clean:
 	rm -rf $(filter-out build/pyenv,$(wildcard build/*))
@@ -366,7 +389,7 @@ clean:
 distclean:
 	rm -rf build
 
-.PHONY: all corpus deps test tests bench clean distclean check-required
+.PHONY: all corpus deps test tests bench install clean distclean check-required
 .DELETE_ON_ERROR:
 
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
