@@ -17,8 +17,8 @@ extern "C" {
 
 typedef enum zinf_simd {
     ZINF_SIMD_SCALAR = 0,
-    ZINF_SIMD_AVX2,   // AVX2 + FMA + F16C
-    ZINF_SIMD_AVX512, // AVX-512 F + BW + VL (and the AVX2 set)
+    ZINF_SIMD_AVX2 = 1,   // AVX2 + FMA + F16C
+    ZINF_SIMD_AVX512 = 2, // AVX-512 F + BW + VL (and the AVX2 set)
 } zinf_simd;
 
 typedef struct zinf_cpu_info {
@@ -43,10 +43,10 @@ zinf_simd zinf_simd_active(void);
 // ---- optimizer kernels ----
 
 typedef enum zinf_optimizer {
-    ZINF_OPTIM_ADAM,    // torch.optim.Adam: weight decay as L2 (added to the gradient)
-    ZINF_OPTIM_ADAMW,   // torch.optim.AdamW: decoupled weight decay
-    ZINF_OPTIM_ADAGRAD, // torch.optim.Adagrad (initial accumulator 0)
-    ZINF_OPTIM_LION,    // Lion (Chen et al. 2023): sign update, decoupled weight decay
+    ZINF_OPTIM_ADAM = 0,    // torch.optim.Adam: weight decay as L2 (added to the gradient)
+    ZINF_OPTIM_ADAMW = 1,   // torch.optim.AdamW: decoupled weight decay
+    ZINF_OPTIM_ADAGRAD = 2, // torch.optim.Adagrad (initial accumulator 0)
+    ZINF_OPTIM_LION = 3,    // Lion (Chen et al. 2023): sign update, decoupled weight decay
 } zinf_optimizer;
 
 typedef struct zinf_optim_hparams {

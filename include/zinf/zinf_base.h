@@ -17,15 +17,15 @@ extern "C" {
 // ---- status ----
 typedef enum zinf_status {
     ZINF_OK = 0,
-    ZINF_ERR_INVAL,       // bad argument, config value or command line
-    ZINF_ERR_NOMEM,       // host, pinned or device memory exhausted
-    ZINF_ERR_IO,          // a file or device operation failed
-    ZINF_ERR_NOSPC,       // no space left on a device
-    ZINF_ERR_CUDA,        // the CUDA runtime or a library reported an error
-    ZINF_ERR_COMM,        // MPI or NCCL failed, or a peer rank went away
-    ZINF_ERR_UNSUPPORTED, // valid request this build, machine or version cannot do
-    ZINF_ERR_CORRUPT,     // data on disk failed a size or checksum check
-    ZINF_ERR_INTERNAL,    // a broken invariant inside zinf
+    ZINF_ERR_INVAL = 1,       // bad argument, config value or command line
+    ZINF_ERR_NOMEM = 2,       // host, pinned or device memory exhausted
+    ZINF_ERR_IO = 3,          // a file or device operation failed
+    ZINF_ERR_NOSPC = 4,       // no space left on a device
+    ZINF_ERR_CUDA = 5,        // the CUDA runtime or a library reported an error
+    ZINF_ERR_COMM = 6,        // MPI or NCCL failed, or a peer rank went away
+    ZINF_ERR_UNSUPPORTED = 7, // valid request this build, machine or version cannot do
+    ZINF_ERR_CORRUPT = 8,     // data on disk failed a size or checksum check
+    ZINF_ERR_INTERNAL = 9,    // a broken invariant inside zinf
 } zinf_status;
 
 // Short name of a status ("invalid argument", "no space left", ...).
@@ -61,9 +61,9 @@ zinf_status zinf_latch_raise(zinf_latch *l);
 // ---- logging ----
 typedef enum zinf_log_level {
     ZINF_LOG_LEVEL_ERROR = 0,
-    ZINF_LOG_LEVEL_WARN,
-    ZINF_LOG_LEVEL_INFO,
-    ZINF_LOG_LEVEL_DEBUG,
+    ZINF_LOG_LEVEL_WARN = 1,
+    ZINF_LOG_LEVEL_INFO = 2,
+    ZINF_LOG_LEVEL_DEBUG = 3,
 } zinf_log_level;
 
 // Receives every message that passes the level and rank filters, without the prefix
@@ -93,11 +93,11 @@ int zinf_log_level_parse(const char *s);
 // ---- environment knobs ----
 // Every environment variable zinf reads is declared in one table and read once.
 typedef enum zinf_env_knob {
-    ZINF_ENV_LOG_LEVEL,
-    ZINF_ENV_SIMD,
-    ZINF_ENV_COMM_TIMEOUT,
-    ZINF_ENV_RANKS_PER_NODE,
-    ZINF_ENV_COUNT,
+    ZINF_ENV_LOG_LEVEL = 0,
+    ZINF_ENV_SIMD = 1,
+    ZINF_ENV_COMM_TIMEOUT = 2,
+    ZINF_ENV_RANKS_PER_NODE = 3,
+    ZINF_ENV_COUNT = 4,
 } zinf_env_knob;
 
 // The value seen at first use (NULL when unset).
@@ -112,9 +112,9 @@ void zinf_launcher_rank(int *rank, int *world_size);
 // ---- element types ----
 typedef enum zinf_dtype {
     ZINF_DTYPE_NONE = 0, // "no such buffer", e.g. no 16-bit copy wanted
-    ZINF_DTYPE_F32,
-    ZINF_DTYPE_BF16,
-    ZINF_DTYPE_F16,
+    ZINF_DTYPE_F32 = 1,
+    ZINF_DTYPE_BF16 = 2,
+    ZINF_DTYPE_F16 = 3,
 } zinf_dtype;
 
 const char *zinf_dtype_name(zinf_dtype t); // "none", "fp32", "bf16", "fp16"

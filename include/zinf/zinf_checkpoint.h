@@ -40,11 +40,11 @@ extern "C" {
 enum { ZINF_CKPT_VERSION = 1 };
 
 typedef enum zinf_ckpt_state {
-    ZINF_CKPT_MASTER,  // fp32 master weights
-    ZINF_CKPT_EXP_AVG, // Adam's moments
-    ZINF_CKPT_EXP_AVG_SQ,
-    ZINF_CKPT_PARAMS, // the 16-bit copy (16-bit models only)
-    ZINF_CKPT_NSTATES,
+    ZINF_CKPT_MASTER = 0,  // fp32 master weights
+    ZINF_CKPT_EXP_AVG = 1, // Adam's moments
+    ZINF_CKPT_EXP_AVG_SQ = 2,
+    ZINF_CKPT_PARAMS = 3, // the 16-bit copy (16-bit models only)
+    ZINF_CKPT_NSTATES = 4,
 } zinf_ckpt_state;
 
 typedef struct zinf_ckpt_module {

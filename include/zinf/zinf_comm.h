@@ -28,8 +28,8 @@ void zinf_comm_probe(zinf_comm_info *out);
 
 typedef enum zinf_comm_kind {
     ZINF_COMM_AUTO = 0, // mpi when an MPI launcher started more than one rank, else single
-    ZINF_COMM_SINGLE,
-    ZINF_COMM_MPI,
+    ZINF_COMM_SINGLE = 1,
+    ZINF_COMM_MPI = 2,
 } zinf_comm_kind;
 
 typedef struct zinf_comm zinf_comm;

@@ -78,7 +78,7 @@ typedef struct zinf_fp16_config {
     double min_loss_scale;
 } zinf_fp16_config;
 
-typedef enum zinf_optimizer_type { ZINF_OPT_ADAM = 0, ZINF_OPT_ADAMW } zinf_optimizer_type;
+typedef enum zinf_optimizer_type { ZINF_OPT_ADAM = 0, ZINF_OPT_ADAMW = 1 } zinf_optimizer_type;
 
 typedef struct zinf_optimizer_config {
     zinf_optimizer_type type;
@@ -92,12 +92,12 @@ typedef struct zinf_optimizer_config {
 
 typedef enum zinf_scheduler_type {
     ZINF_SCHED_NONE = 0, // constant lr
-    ZINF_SCHED_WARMUP_LR,
-    ZINF_SCHED_WARMUP_DECAY_LR,
-    ZINF_SCHED_WARMUP_COSINE_LR,
+    ZINF_SCHED_WARMUP_LR = 1,
+    ZINF_SCHED_WARMUP_DECAY_LR = 2,
+    ZINF_SCHED_WARMUP_COSINE_LR = 3,
 } zinf_scheduler_type;
 
-typedef enum zinf_warmup_type { ZINF_WARMUP_LOG = 0, ZINF_WARMUP_LINEAR } zinf_warmup_type;
+typedef enum zinf_warmup_type { ZINF_WARMUP_LOG = 0, ZINF_WARMUP_LINEAR = 1 } zinf_warmup_type;
 
 typedef struct zinf_scheduler_config {
     zinf_scheduler_type type;
@@ -128,34 +128,34 @@ typedef struct zinf_activation_checkpointing_config {
 
 typedef enum zinf_model_preset {
     ZINF_PRESET_NONE = 0,
-    ZINF_PRESET_GPT2,
-    ZINF_PRESET_GPT2_MEDIUM,
-    ZINF_PRESET_GPT2_LARGE,
-    ZINF_PRESET_GPT2_XL,
-    ZINF_PRESET_LLAMA_3_2_1B,
-    ZINF_PRESET_LLAMA_3_2_3B,
-    ZINF_PRESET_LLAMA_3_1_8B,
-    ZINF_PRESET_MISTRAL_7B,
-    ZINF_PRESET_QWEN2_5_0_5B,
-    ZINF_PRESET_QWEN2_5_7B,
-    ZINF_PRESET_SMOLLM2_135M,
+    ZINF_PRESET_GPT2 = 1,
+    ZINF_PRESET_GPT2_MEDIUM = 2,
+    ZINF_PRESET_GPT2_LARGE = 3,
+    ZINF_PRESET_GPT2_XL = 4,
+    ZINF_PRESET_LLAMA_3_2_1B = 5,
+    ZINF_PRESET_LLAMA_3_2_3B = 6,
+    ZINF_PRESET_LLAMA_3_1_8B = 7,
+    ZINF_PRESET_MISTRAL_7B = 8,
+    ZINF_PRESET_QWEN2_5_0_5B = 9,
+    ZINF_PRESET_QWEN2_5_7B = 10,
+    ZINF_PRESET_SMOLLM2_135M = 11,
 } zinf_model_preset;
 
 // The architecture, as Hugging Face's model_type names it: GPT-2, or the Llama family
 // (Llama, Mistral and Qwen2 compute alike; they differ in biases, window and names).
 typedef enum zinf_model_arch {
     ZINF_ARCH_GPT2 = 0,
-    ZINF_ARCH_LLAMA,
-    ZINF_ARCH_MISTRAL,
-    ZINF_ARCH_QWEN2,
+    ZINF_ARCH_LLAMA = 1,
+    ZINF_ARCH_MISTRAL = 2,
+    ZINF_ARCH_QWEN2 = 3,
 } zinf_model_arch;
 
 // Hugging Face's rope types zinf computes (rope_scaling.rope_type).
 typedef enum zinf_rope_type {
     ZINF_ROPE_DEFAULT = 0,
-    ZINF_ROPE_LINEAR,
-    ZINF_ROPE_DYNAMIC,
-    ZINF_ROPE_LLAMA3,
+    ZINF_ROPE_LINEAR = 1,
+    ZINF_ROPE_DYNAMIC = 2,
+    ZINF_ROPE_LLAMA3 = 3,
 } zinf_rope_type;
 
 typedef struct zinf_model_config {
@@ -188,11 +188,11 @@ zinf_status zinf_config_model_from_hf(const char *dir, zinf_model_config *m);
 
 typedef enum zinf_data_format {
     ZINF_DATA_TOKENS_U16 = 0,
-    ZINF_DATA_TEXT_BYTES,
-    ZINF_DATA_TOKENS_U32,
-    ZINF_DATA_MEGATRON, // path: the .bin or the prefix of a Megatron-LM .bin / .idx pair
+    ZINF_DATA_TEXT_BYTES = 1,
+    ZINF_DATA_TOKENS_U32 = 2,
+    ZINF_DATA_MEGATRON = 3, // path: the .bin or the prefix of a Megatron-LM .bin / .idx pair
 } zinf_data_format;
-typedef enum zinf_sampling { ZINF_SAMPLING_RANDOM = 0, ZINF_SAMPLING_SEQUENTIAL } zinf_sampling;
+typedef enum zinf_sampling { ZINF_SAMPLING_RANDOM = 0, ZINF_SAMPLING_SEQUENTIAL = 1 } zinf_sampling;
 
 typedef struct zinf_data_config {
     bool present;

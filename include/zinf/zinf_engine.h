@@ -79,10 +79,10 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info);
 double zinf_engine_loss_scale(const zinf_engine *e);
 
 typedef enum zinf_state_kind {
-    ZINF_STATE_PARAM,      // fp32 master weights
-    ZINF_STATE_GRAD,       // the gradient accumulated since the last step, unscaled
-    ZINF_STATE_EXP_AVG,    // Adam's first moment
-    ZINF_STATE_EXP_AVG_SQ, // Adam's second moment
+    ZINF_STATE_PARAM = 0,      // fp32 master weights
+    ZINF_STATE_GRAD = 1,       // the gradient accumulated since the last step, unscaled
+    ZINF_STATE_EXP_AVG = 2,    // Adam's first moment
+    ZINF_STATE_EXP_AVG_SQ = 3, // Adam's second moment
 } zinf_state_kind;
 
 // The full fp32 value of one parameter (Hugging Face name without `transformer.`,
@@ -190,9 +190,9 @@ typedef struct zinf_plan_budget {
 } zinf_plan_budget;
 
 typedef enum zinf_plan_fit {
-    ZINF_PLAN_FITS = 0,     // within every budget
-    ZINF_PLAN_EXCEEDS,      // past at least one budget: creation or the first step would fail
-    ZINF_PLAN_FITS_UNKNOWN, // within every known budget; the device's capacity is not known
+    ZINF_PLAN_FITS = 0,         // within every budget
+    ZINF_PLAN_EXCEEDS = 1,      // past at least one budget: creation or the first step would fail
+    ZINF_PLAN_FITS_UNKNOWN = 2, // within every known budget; the device's capacity is not known
 } zinf_plan_fit;
 
 // Keys the config left out that zinf chose for the machine instead of DeepSpeed's

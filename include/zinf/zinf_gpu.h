@@ -57,7 +57,12 @@ int zinf_gpu_host_blas_threads(void);
 
 // ---- devices ----
 
-typedef enum zinf_backend { ZINF_BACKEND_AUTO = 0, ZINF_BACKEND_HOST, ZINF_BACKEND_CUDA, ZINF_BACKEND_SIM } zinf_backend;
+typedef enum zinf_backend {
+    ZINF_BACKEND_AUTO = 0,
+    ZINF_BACKEND_HOST = 1,
+    ZINF_BACKEND_CUDA = 2,
+    ZINF_BACKEND_SIM = 3
+} zinf_backend;
 const char *zinf_backend_name(zinf_backend b); // "auto", "host", "cuda", "sim"
 
 // ---- the simulated device ----
@@ -68,7 +73,12 @@ const char *zinf_backend_name(zinf_backend b); // "auto", "host", "cuda", "sim"
 // meaningless and a touch from the host faults. Each engine (compute, PCIe each way)
 // runs one thing at a time; streams queue for it in the order their work arrives.
 
-typedef enum zinf_sim_gpu { ZINF_SIM_H100 = 0, ZINF_SIM_H200, ZINF_SIM_A100, ZINF_SIM_RTX4090 } zinf_sim_gpu;
+typedef enum zinf_sim_gpu {
+    ZINF_SIM_H100 = 0,
+    ZINF_SIM_H200 = 1,
+    ZINF_SIM_A100 = 2,
+    ZINF_SIM_RTX4090 = 3
+} zinf_sim_gpu;
 const char *zinf_sim_gpu_name(zinf_sim_gpu g); // "h100", "h200", "a100", "rtx4090"
 
 typedef struct zinf_sim_params {
@@ -238,7 +248,12 @@ bool zinf_event_done(zinf_event *e); // true also when never recorded
 zinf_status zinf_event_create_timed(zinf_device *d, zinf_event **out);
 zinf_status zinf_event_elapsed(zinf_event *start, zinf_event *end, double *seconds);
 
-typedef enum zinf_copy_kind { ZINF_COPY_H2D, ZINF_COPY_D2H, ZINF_COPY_D2D, ZINF_COPY_H2H } zinf_copy_kind;
+typedef enum zinf_copy_kind {
+    ZINF_COPY_H2D = 0,
+    ZINF_COPY_D2H = 1,
+    ZINF_COPY_D2D = 2,
+    ZINF_COPY_H2H = 3
+} zinf_copy_kind;
 // Async copy; host memory that is not pinned makes the copy synchronous on CUDA
 // (the runtime stages it), as cudaMemcpyAsync does.
 zinf_status zinf_copy_async(zinf_stream *s, void *dst, const void *src, size_t bytes, zinf_copy_kind kind);

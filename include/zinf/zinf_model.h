@@ -138,7 +138,7 @@ zinf_status zinf_model_hf_config(const zinf_model_shape *s, zinf_dtype dt, char 
 zinf_status zinf_model_shape_to_json(const zinf_model_shape *s, char **json);
 zinf_status zinf_model_shape_from_json(const char *json, const char *where, zinf_model_shape *out);
 
-typedef enum zinf_param_init { ZINF_INIT_NORMAL = 0, ZINF_INIT_ZERO, ZINF_INIT_ONE } zinf_param_init;
+typedef enum zinf_param_init { ZINF_INIT_NORMAL = 0, ZINF_INIT_ZERO = 1, ZINF_INIT_ONE = 2 } zinf_param_init;
 
 // One parameter inside its module's flat buffer; names and shapes as Hugging Face's
 // files have them (GPT-2's without the `transformer.` prefix, its Conv1D weights (in,
@@ -172,7 +172,7 @@ typedef struct zinf_module_info {
     size_t tile_first;
 } zinf_module_info;
 
-typedef enum zinf_pass { ZINF_PASS_FORWARD, ZINF_PASS_RECOMPUTE, ZINF_PASS_BACKWARD } zinf_pass;
+typedef enum zinf_pass { ZINF_PASS_FORWARD = 0, ZINF_PASS_RECOMPUTE = 1, ZINF_PASS_BACKWARD = 2 } zinf_pass;
 typedef struct zinf_model_op {
     int module;
     zinf_pass pass;

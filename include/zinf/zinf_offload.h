@@ -32,8 +32,8 @@ extern "C" {
 // Where a tier keeps its data: NONE is the device.
 typedef enum zinf_offload_device {
     ZINF_OFFLOAD_NONE = 0,
-    ZINF_OFFLOAD_CPU,
-    ZINF_OFFLOAD_NVME,
+    ZINF_OFFLOAD_CPU = 1,
+    ZINF_OFFLOAD_NVME = 2,
 } zinf_offload_device;
 
 // ---- host memory ----
@@ -176,10 +176,10 @@ void zinf_swap_close(zinf_swap *s);
 // segment's parameters are handed to `store` in the model's dtype.
 
 typedef enum zinf_tier_state {
-    ZINF_TIER_MASTER,
-    ZINF_TIER_EXP_AVG,
-    ZINF_TIER_EXP_AVG_SQ,
-    ZINF_TIER_GRAD, // the fp32 gradient partition
+    ZINF_TIER_MASTER = 0,
+    ZINF_TIER_EXP_AVG = 1,
+    ZINF_TIER_EXP_AVG_SQ = 2,
+    ZINF_TIER_GRAD = 3, // the fp32 gradient partition
 } zinf_tier_state;
 
 typedef struct zinf_optim_tier zinf_optim_tier;
