@@ -176,7 +176,7 @@ endif
 
 # ---- sources ----
 # Every module's C files; backend- and dependency-specific files are picked by name.
-LIB_C := $(wildcard runtime/base/*.c runtime/config/*.c runtime/comm/*.c runtime/models/*.c runtime/checkpoint/*.c runtime/engine/*.c \
+LIB_C := $(wildcard runtime/base/*.c runtime/config/*.c runtime/comm/*.c runtime/models/*.c runtime/checkpoint/*.c runtime/engine/*.c runtime/abi/*.c \
   aio/*.c cpu_adam/*.c gpu/*.c gpu/host/*.c gpu/sim/*.c offload/*.c)
 ifneq ($(ZINF_HAVE_CUDA),1)
   LIB_CU :=

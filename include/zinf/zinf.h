@@ -15,4 +15,10 @@
 #include "zinf_engine.h"
 #include "zinf_checkpoint.h"
 
+// The size of a public struct ("zinf_optim_tile"), the offset of one of its fields
+// ("zinf_optim_tile.grad_dtype") or the value of a public enum constant ("ZINF_DTYPE_BF16")
+// as this library was compiled; -1 for a name it does not list. For bindings that
+// mirror the structs (the Python package checks its ctypes copies at import).
+int64_t zinf_abi(const char *name);
+
 #endif

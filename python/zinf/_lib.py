@@ -32,6 +32,8 @@ c_ptr = ctypes.c_void_p
 
 # zinf_dtype
 DTYPE_NONE, DTYPE_F32, DTYPE_BF16, DTYPE_F16 = 0, 1, 2, 3
+# zinf_optimizer
+OPTIM_ADAM, OPTIM_ADAMW, OPTIM_ADAGRAD, OPTIM_LION = 0, 1, 2, 3
 
 
 def last_error():
@@ -76,6 +78,29 @@ class OptimHparams(ctypes.Structure):
 class OptimTile(ctypes.Structure):
     _fields_ = [("param", c_ptr), ("exp_avg", c_ptr), ("exp_avg_sq", c_ptr), ("grad", c_ptr), ("grad_dtype", ctypes.c_int),
                 ("out", c_ptr), ("out_dtype", ctypes.c_int), ("n", c_size)]
+
+
+def _check_mirrors():
+    """The structs and constants above against the library's own (zinf_abi): a package
+    and a library from different builds would otherwise pass fields at wrong offsets."""
+    lib.zinf_abi.restype, lib.zinf_abi.argtypes = ctypes.c_int64, [ctypes.c_char_p]
+    want = {"ZINF_OK": 0, "ZINF_DTYPE_NONE": DTYPE_NONE, "ZINF_DTYPE_F32": DTYPE_F32, "ZINF_DTYPE_BF16": DTYPE_BF16,
+            "ZINF_DTYPE_F16": DTYPE_F16, "ZINF_OPTIM_ADAM": OPTIM_ADAM, "ZINF_OPTIM_ADAMW": OPTIM_ADAMW,
+            "ZINF_OPTIM_ADAGRAD": OPTIM_ADAGRAD, "ZINF_OPTIM_LION": OPTIM_LION}
+    for struct, name in ((AioParams, "zinf_aio_params"), (AioFileConfig, "zinf_aio_file_config"),
+                         (AioStats, "zinf_aio_stats"), (OptimHparams, "zinf_optim_hparams"),
+                         (OptimTile, "zinf_optim_tile")):
+        want[name] = ctypes.sizeof(struct)
+        want.update((f"{name}.{field}", getattr(struct, field).offset) for field, _ in struct._fields_)
+    for name, value in want.items():
+        got = lib.zinf_abi(name.encode())
+        if got != value:
+            raise ImportError(f"zinf: {LIB_PATH} has {name} = {got} where this package has {value} "
+                              "(-1: the library does not know it): install the package and the library "
+                              "from the same build")
+
+
+_check_mirrors()
 
 
 def _sig(name, res, *args):

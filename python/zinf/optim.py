@@ -15,10 +15,9 @@ import mmap
 
 import torch
 
-from ._lib import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, DTYPE_NONE, OptimHparams, OptimTile, ZinfError, check_status,
-                   lib)
+from ._lib import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, DTYPE_NONE, OPTIM_ADAGRAD, OPTIM_ADAM, OPTIM_ADAMW, OPTIM_LION,
+                   OptimHparams, OptimTile, ZinfError, check_status, lib)
 
-ADAM, ADAMW, ADAGRAD, LION = 0, 1, 2, 3
 _DTYPES = {torch.float32: DTYPE_F32, torch.bfloat16: DTYPE_BF16, torch.float16: DTYPE_F16}
 
 
@@ -134,7 +133,7 @@ class CPUAdam(_Optimizer):
                                       bias_correction=bias_correction), threads)
 
     def _kind(self):
-        return ADAMW if self.adamw_mode else ADAM
+        return OPTIM_ADAMW if self.adamw_mode else OPTIM_ADAM
 
 
 class AdamW(CPUAdam):
@@ -153,7 +152,7 @@ class Adagrad(_Optimizer):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps), threads)
 
     def _kind(self):
-        return ADAGRAD
+        return OPTIM_ADAGRAD
 
 
 class Lion(_Optimizer):
@@ -165,4 +164,4 @@ class Lion(_Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay), threads)
 
     def _kind(self):
-        return LION
+        return OPTIM_LION
