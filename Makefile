@@ -169,15 +169,17 @@ ifeq ($(ZINF_HAVE_CUDA),1)
   CPPFLAGS += -isystem $(CUDA_HOME)/include
   LDLIBS += $(cuda_libs)
 endif
-ifeq ($(ZINF_HAVE_NCCL),1)
-  LDLIBS += -lnccl
-endif
 endif
 
 # ---- sources ----
 # Every module's C files; backend- and dependency-specific files are picked by name.
-LIB_C := $(wildcard runtime/base/*.c runtime/config/*.c runtime/comm/*.c runtime/models/*.c runtime/checkpoint/*.c runtime/engine/*.c runtime/abi/*.c \
-  aio/*.c cpu_adam/*.c gpu/*.c gpu/host/*.c gpu/sim/*.c offload/*.c)
+LIB_C := $(filter-out runtime/comm/nccl_load.c,$(wildcard runtime/base/*.c runtime/config/*.c runtime/comm/*.c \
+  runtime/models/*.c runtime/checkpoint/*.c runtime/engine/*.c runtime/abi/*.c aio/*.c cpu_adam/*.c gpu/*.c \
+  gpu/host/*.c gpu/sim/*.c offload/*.c))
+# NCCL loads when first called (runtime/comm/nccl_load.c); the emulation is linked.
+ifeq ($(ZINF_HAVE_NCCL)$(EMU),1)
+  LIB_C += runtime/comm/nccl_load.c
+endif
 ifneq ($(ZINF_HAVE_CUDA),1)
   LIB_CU :=
 else
