@@ -176,16 +176,16 @@ endif
 LIB_C := $(filter-out runtime/comm/nccl_load.c,$(wildcard runtime/base/*.c runtime/config/*.c runtime/comm/*.c \
   runtime/models/*.c runtime/checkpoint/*.c runtime/engine/*.c runtime/abi/*.c aio/*.c cpu_adam/*.c gpu/*.c \
   gpu/host/*.c gpu/sim/*.c offload/*.c))
-# NCCL loads when first called (runtime/comm/nccl_load.c); the emulation is linked.
-ifeq ($(ZINF_HAVE_NCCL)$(EMU),1)
-  LIB_C += runtime/comm/nccl_load.c
-endif
 ifneq ($(ZINF_HAVE_CUDA),1)
   LIB_CU :=
 else
   LIB_CU := $(wildcard gpu/cuda/*.cu)
-  # cuBLASLt loads when a device opens (gpu/cuda/cublaslt_load.c); the emulation is linked.
-  LIB_C += $(if $(EMU),,gpu/cuda/cublaslt_load.c)
+endif
+# cuBLASLt and NCCL load when first called (gpu/cuda/cublaslt_load.c,
+# runtime/comm/nccl_load.c); the emulation (BACKEND=cuda-emu) is linked in their place.
+ifeq ($(EMU),)
+  LIB_C += $(if $(filter 1,$(ZINF_HAVE_CUDA)),gpu/cuda/cublaslt_load.c)
+  LIB_C += $(if $(filter 1,$(ZINF_HAVE_NCCL)),runtime/comm/nccl_load.c)
 endif
 CLI_C := $(wildcard runtime/cli/*.c)
 LIB_O := $(LIB_C:%.c=$(B)/obj/%.o) $(LIB_CU:%.cu=$(B)/obj/%.o)
