@@ -9,6 +9,11 @@
 #include "zinf_internal.h"
 #include "zinf_config.h"
 
+// The largest integer a config holds: 2^53, below which every integer is exact in a
+// double (JSON numbers are read as doubles). A value zinf derives (train_batch_size)
+// stays within it too, so that the normalized config reads back.
+#define CONFIG_INT_MAX ((int64_t)1 << 53)
+
 typedef enum key_kind {
     K_SECTION, // a JSON object holding more keys
     K_BOOL,    // bool

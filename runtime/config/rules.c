@@ -332,9 +332,12 @@ static zinf_status batch_rules(zinf_config *c, const parse_ctx *ctx, int world) 
         mb = tb / micro;
     } else {
         if (ga < 0) ga = 1;
-        if (__builtin_mul_overflow(mb, ga, &tb) || __builtin_mul_overflow(tb, (int64_t)world, &tb))
-            return zinf_fail(ZINF_ERR_INVAL, "%s: train_micro_batch_size_per_gpu: %lld makes the batch too large", name,
-                             (long long)mb);
+        if (__builtin_mul_overflow(mb, ga, &tb) || __builtin_mul_overflow(tb, (int64_t)world, &tb) ||
+            tb > CONFIG_INT_MAX)
+            return zinf_fail(ZINF_ERR_INVAL,
+                             "%s: train_micro_batch_size_per_gpu (%lld) x gradient_accumulation_steps (%lld) x world "
+                             "size (%d) makes train_batch_size past 2^53; give smaller values",
+                             name, (long long)mb, (long long)ga, world);
     }
     int64_t prod;
     if (__builtin_mul_overflow(mb, ga, &prod) || __builtin_mul_overflow(prod, (int64_t)world, &prod) || prod != tb)

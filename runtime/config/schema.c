@@ -10,7 +10,7 @@
 
 #define OFF(field) ((ptrdiff_t)offsetof(zinf_config, field))
 #define NONE       ((ptrdiff_t)-1)
-#define BIG        9.007199254740992e15 // 2^53: every integer below is exact in a double
+#define BIG        ((double)CONFIG_INT_MAX)
 
 static const char *const offload_devices[] = {"none", "cpu", "nvme", NULL};
 static const char *const optimizer_types[] = {"Adam", "AdamW", NULL};

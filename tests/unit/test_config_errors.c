@@ -411,6 +411,19 @@ static const bad_case cases[] = {
      65536,
      ZINF_ERR_INVAL,
      {"train_batch_size: 8 is not a multiple of gradient_accumulation_steps (9007199254740992) x world size (65536)"}},
+    // 4 x 2^36 x 65536 ranks fits in int64 but is past 2^53: the normalized config held a
+    // train_batch_size it could not read back
+    {"{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 68719476736}",
+     NULL,
+     65536,
+     ZINF_ERR_INVAL,
+     {"train_micro_batch_size_per_gpu (4) x gradient_accumulation_steps (68719476736) x world size (65536) makes "
+      "train_batch_size past 2^53"}},
+    {"{\"train_micro_batch_size_per_gpu\": 9007199254740992}",
+     NULL,
+     2,
+     ZINF_ERR_INVAL,
+     {"train_micro_batch_size_per_gpu (9007199254740992) x gradient_accumulation_steps (1) x world size (2)"}},
     // ---- --set ----
     {"{" TB "\"steps\": 2}", "steps.max=3", 1, ZINF_ERR_INVAL, {"--set \"steps.max=3\"", "\"steps\" is a value"}},
     {"{" TB "\"steps\": 2}", "=3", 1, ZINF_ERR_INVAL, {"--set \"=3\": expected key.path=value"}},
