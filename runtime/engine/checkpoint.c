@@ -1,7 +1,7 @@
 // Checkpoints (zinf_checkpoint.h): every rank of the partition streams its slices of
 // every module from wherever they live (the device, host memory, the swap store) into
 // its own file of a temporary step directory (with MiCS the first shard group writes:
-// the other groups hold the same states, and the checkpoint is that of pw ranks); rank 0 adds meta.json, syncs, renames the directory into
+// the other groups hold the same states, and the checkpoint is that of part_ranks ranks); rank 0 adds meta.json, syncs, renames the directory into
 // place and only then replaces `latest`. Loading streams back, from whichever saved
 // ranks hold the elements this rank now owns, so any world size and stage can load it.
 #include <dirent.h>
@@ -67,7 +67,7 @@ static void saved_range(const zinf_engine *e, int i, int r, size_t *a, size_t *b
     *b = *a + l->slice < l->numel ? *a + l->slice : l->numel;
 }
 
-static int nstates(const zinf_engine *e) { return e->dt == ZINF_DTYPE_F32 ? ZINF_CKPT_PARAMS : ZINF_CKPT_NSTATES; }
+static int nstates(const zinf_engine *e) { return e->dtype == ZINF_DTYPE_F32 ? ZINF_CKPT_PARAMS : ZINF_CKPT_NSTATES; }
 
 // This rank's file: every module's slice of every state, streamed through buf.
 static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
@@ -80,31 +80,31 @@ static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
     }
     for (int i = 0; i < e->nmod; i++) {
         size_t a, b;
-        saved_range(e, i, e->pr, &a, &b);
+        saved_range(e, i, e->part_rank, &a, &b);
         for (int s = 0; s < ns; s++) {
             zinf_st_tensor *x = &t[i * ns + s];
-            snprintf(names[i * ns + s], sizeof names[0], "%s.%s", zinf_model_module(e->m, i)->name,
+            snprintf(names[i * ns + s], sizeof names[0], "%s.%s", zinf_model_module(e->model, i)->name,
                      zinf_ckpt_state_name(s));
             x->name = names[i * ns + s];
-            x->dtype = s == ZINF_CKPT_PARAMS ? e->dt : ZINF_DTYPE_F32;
+            x->dtype = s == ZINF_CKPT_PARAMS ? e->dtype : ZINF_DTYPE_F32;
             x->ndim = 1;
             x->shape[0] = (int64_t)(b - a);
             x->nbytes = (b - a) * zinf_dtype_size(x->dtype);
         }
     }
     char path[PATH_MAX + 32], rank[16], world[16];
-    snprintf(path, sizeof path, "%s/rank%d.safetensors", dir, e->pr);
-    snprintf(rank, sizeof rank, "%d", e->pr);
-    snprintf(world, sizeof world, "%d", e->pw);
+    snprintf(path, sizeof path, "%s/rank%d.safetensors", dir, e->part_rank);
+    snprintf(rank, sizeof rank, "%d", e->part_rank);
+    snprintf(world, sizeof world, "%d", e->part_ranks);
     const char *meta[] = {"zinf.rank", rank, "zinf.world_size", world};
     zinf_st_writer *w;
     zinf_status st = zinf_st_writer_open(&w, path, t, n, meta, 2);
     for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         size_t a, b;
-        saved_range(e, i, e->pr, &a, &b);
+        saved_range(e, i, e->part_rank, &a, &b);
         for (int s = 0; st == ZINF_OK && s < ns; s++) {
-            size_t es = s == ZINF_CKPT_PARAMS ? e->es : sizeof(float), step = CHUNK_BYTES / es;
+            size_t es = s == ZINF_CKPT_PARAMS ? e->elem_size : sizeof(float), step = CHUNK_BYTES / es;
             for (size_t x = a; st == ZINF_OK && x < b; x += step) {
                 size_t k = b - x < step ? b - x : step;
                 // ZINF_TIER_MASTER.. and ZINF_CKPT_MASTER.. are in the same order.
@@ -124,13 +124,13 @@ static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
 
 static json_t *meta_json(zinf_engine *e, int64_t data_position, int64_t seed) {
     char *text = NULL;
-    json_t *model = zinf_model_shape_to_json(&zinf_model_get_params(e->m)->shape, &text) == ZINF_OK
+    json_t *model = zinf_model_shape_to_json(&zinf_model_get_params(e->model)->shape, &text) == ZINF_OK
                       ? json_loads(text, 0, NULL)
                       : NULL;
     free(text);
     json_t *mods = json_array();
     for (int i = 0; mods && i < e->nmod; i++) {
-        const zinf_module_info *mi = zinf_model_module(e->m, i);
+        const zinf_module_info *mi = zinf_model_module(e->model, i);
         json_t *ps = json_array();
         for (int j = 0; ps && j < mi->nparams; j++) {
             const zinf_param_info *p = &mi->params[j];
@@ -150,8 +150,8 @@ static json_t *meta_json(zinf_engine *e, int64_t data_position, int64_t seed) {
     return json_pack("{s:s, s:i, s:I, s:I, s:i, s:i, s:s, s:o, s:o, s:{s:f, s:I, s:I, s:I}, "
                      "s:{s:I, s:f}, s:{s:I, s:I, s:s}, s:o}",
                      "format", "zinf-checkpoint", "version", ZINF_CKPT_VERSION, "step", (json_int_t)e->steps_taken,
-                     "steps_applied", (json_int_t)e->steps_applied, "world_size", e->pw, "zero_stage", e->stage,
-                     "dtype", zinf_dtype_name(e->dt), "model", model, "modules", mods,
+                     "steps_applied", (json_int_t)e->steps_applied, "world_size", e->part_ranks, "zero_stage", e->stage,
+                     "dtype", zinf_dtype_name(e->dtype), "model", model, "modules", mods,
                      "loss_scaler", "scale", ls->scale, "cur_iter", (json_int_t)ls->cur_iter, "last_overflow_iter",
                      (json_int_t)ls->last_overflow_iter, "cur_hysteresis", (json_int_t)ls->cur_hysteresis, "scheduler",
                      "steps_applied", (json_int_t)e->steps_applied, "next_lr",
@@ -189,7 +189,7 @@ static zinf_status write_model(zinf_engine *e, const char *tmp) {
     snprintf(p, sizeof p, "%s/hf", tmp);
     zinf_ckpt *ck;
     ZINF_CHECK(zinf_ckpt_open(&ck, tmp));
-    zinf_status s = zinf_ckpt_export_dir(ck, p, e->dt == ZINF_DTYPE_F32 ? ZINF_CKPT_MASTER : ZINF_CKPT_PARAMS, e->dt,
+    zinf_status s = zinf_ckpt_export_dir(ck, p, e->dtype == ZINF_DTYPE_F32 ? ZINF_CKPT_MASTER : ZINF_CKPT_PARAMS, e->dtype,
                                          5000000000ull); // save_pretrained's 5GB shards
     zinf_ckpt_close(ck);
     return s;
@@ -268,7 +268,7 @@ static zinf_status prune(const char *root, int64_t keep, int64_t current) {
 zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int64_t data_position, int64_t seed) {
     if (!e || !root) return zinf_fail(ZINF_ERR_INVAL, "engine save: e and root are required");
     ZINF_CHECK(between_steps(e, "save"));
-    zinf_optim_tier_join(e->ot);
+    zinf_optim_tier_join(e->optim_tier);
     ZINF_CHECK(engine_sync(e));
     char tag[64], tmp[PATH_MAX], what[96];
     snprintf(tag, sizeof tag, "global_step%lld", (long long)e->steps_taken);
@@ -280,7 +280,7 @@ zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int
     if (st == ZINF_OK) {
         buf = aligned_alloc(4096, CHUNK_BYTES);
         st = !buf ? zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory")
-             : e->rank < e->pw ? write_rank(e, tmp, buf)
+             : e->rank < e->part_ranks ? write_rank(e, tmp, buf)
                                : ZINF_OK;
         free(buf);
         st = agree(e, st, what);
@@ -307,7 +307,7 @@ zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int
 typedef struct sink_ctx {
     zinf_engine *e;
     int mod, state;  // ZINF_TIER_* for the optimizer's states, or -1 for the 16-bit copy
-    zinf_dtype from; // the checkpoint's dtype for the 16-bit copy: e->dt, or F32 (cast)
+    zinf_dtype from; // the checkpoint's dtype for the 16-bit copy: e->dtype, or F32 (cast)
     void *conv;      // CHUNK_BYTES for casting
 } sink_ctx;
 
@@ -316,16 +316,16 @@ static zinf_status to_engine(void *arg, size_t off, const void *p, size_t n) {
     zinf_engine *e = c->e;
     const mod_layout *l = &e->lay[c->mod];
     if (c->state >= 0) return states_write(e, (zinf_tier_state)c->state, l->part_off + (off - l->part_lo), n, p);
-    if (c->from == e->dt) return params_write(e, c->mod, off, n, p);
+    if (c->from == e->dtype) return params_write(e, c->mod, off, n, p);
     for (size_t i = 0; i < n; i++)
-        dt_store(c->conv, e->dt, i, ((const float *)p)[i]);
+        dt_store(c->conv, e->dtype, i, ((const float *)p)[i]);
     return params_write(e, c->mod, off, n, c->conv);
 }
 
 // The checkpoint's model must be this one: the same shape and modules.
 static zinf_status same_model(const zinf_engine *e, const zinf_ckpt *ck) {
     const zinf_ckpt_info *in = zinf_ckpt_info_of(ck);
-    const zinf_model_shape *a = &zinf_model_get_params(e->m)->shape, *b = &in->shape;
+    const zinf_model_shape *a = &zinf_model_get_params(e->model)->shape, *b = &in->shape;
     if (!zinf_model_shape_equal(a, b)) {
         char was[256], is[256];
         zinf_model_shape_describe(b, was, sizeof was);
@@ -337,11 +337,11 @@ static zinf_status same_model(const zinf_engine *e, const zinf_ckpt *ck) {
         return zinf_fail(ZINF_ERR_CORRUPT, "checkpoint %s: %d modules, this model has %d", zinf_ckpt_dir(ck), in->nmod,
                          e->nmod);
     for (int i = 0; i < e->nmod; i++)
-        if (strcmp(in->mods[i].name, zinf_model_module(e->m, i)->name) != 0 ||
+        if (strcmp(in->mods[i].name, zinf_model_module(e->model, i)->name) != 0 ||
             (size_t)in->mods[i].numel != e->lay[i].numel)
             return zinf_fail(ZINF_ERR_CORRUPT, "checkpoint %s: module %d is %s of %lld elements, here %s of %zu",
                              zinf_ckpt_dir(ck), i, in->mods[i].name, (long long)in->mods[i].numel,
-                             zinf_model_module(e->m, i)->name, e->lay[i].numel);
+                             zinf_model_module(e->model, i)->name, e->lay[i].numel);
     return ZINF_OK;
 }
 
@@ -359,18 +359,18 @@ static zinf_status load_states(zinf_engine *e, zinf_ckpt *ck, void *buf, void *c
         // from the master weights when the checkpoint's model was stored otherwise.
         size_t a = e->stage == 3 ? l->part_lo : 0, b = e->stage == 3 ? l->part_lo + l->slice : l->numel;
         b = b < l->numel ? b : l->numel;
-        bool same = in->dtype == e->dt && e->dt != ZINF_DTYPE_F32;
-        sink_ctx c = {e, i, -1, same ? e->dt : ZINF_DTYPE_F32, conv};
+        bool same = in->dtype == e->dtype && e->dtype != ZINF_DTYPE_F32;
+        sink_ctx c = {e, i, -1, same ? e->dtype : ZINF_DTYPE_F32, conv};
         ZINF_CHECK(
             zinf_ckpt_read(ck, i, same ? ZINF_CKPT_PARAMS : ZINF_CKPT_MASTER, a, b, buf, CHUNK_BYTES, to_engine, &c));
     }
-    return zinf_stream_sync(e->cs);
+    return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status zinf_engine_load(zinf_engine *e, const char *path, zinf_ckpt_resume *out) {
     if (!e || !path || !out) return zinf_fail(ZINF_ERR_INVAL, "engine load: e, path and out are required");
     ZINF_CHECK(between_steps(e, "load"));
-    zinf_optim_tier_join(e->ot);
+    zinf_optim_tier_join(e->optim_tier);
     ZINF_CHECK(engine_sync(e));
     double t0 = zinf_clock_s();
     zinf_ckpt *ck = NULL;
@@ -379,7 +379,7 @@ zinf_status zinf_engine_load(zinf_engine *e, const char *path, zinf_ckpt_resume 
     if (st == ZINF_OK && (!buf || !conv)) st = zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory");
     if (st == ZINF_OK) st = load_states(e, ck, buf, conv);
     free(buf), free(conv);
-    zinf_param_tier_forget_reads(e->pt);
+    zinf_param_tier_forget_reads(e->param_tier);
     if (st == ZINF_OK) {
         const zinf_ckpt_info *in = zinf_ckpt_info_of(ck);
         e->steps_taken = in->step;

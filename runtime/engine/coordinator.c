@@ -35,7 +35,7 @@ zinf_status coord_prefetcher(const zinf_engine *e, zinf_prefetch **out) {
 static zinf_status tiles_create(zinf_engine *e);
 
 zinf_status coord_create(zinf_engine *e) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     size_t n = (size_t)e->nmod;
     co->gathered = calloc(n, sizeof *co->gathered);
     co->landed = calloc(n, sizeof *co->landed);
@@ -47,11 +47,11 @@ zinf_status coord_create(zinf_engine *e) {
     for (int i = 0; i < e->nmod; i++)
         ZINF_CHECK(zinf_event_create(e->dev, &co->landed[i]));
     ZINF_CHECK(tiles_create(e));
-    return coord_prefetcher(e, &co->pf);
+    return coord_prefetcher(e, &co->prefetcher);
 }
 
 static void free_all(zinf_engine *e) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     // Gathers decided and never issued (execution departed from the trace) are dropped
     // on every rank alike.
     for (int i = 0; co->queued && i < e->nmod; i++)
@@ -67,7 +67,7 @@ static void free_all(zinf_engine *e) {
 }
 
 void coord_destroy(zinf_engine *e) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     free_all(e);
     for (int i = 0; co->landed && i < e->nmod; i++)
         zinf_event_destroy(co->landed[i]);
@@ -76,15 +76,15 @@ void coord_destroy(zinf_engine *e) {
     free(co->tiling);
     coord_free_waits(e);
     free(co->gathered), free(co->landed), free(co->queue), free(co->queued), free(co->ahead);
-    zinf_prefetch_destroy(co->pf);
+    zinf_prefetch_destroy(co->prefetcher);
 }
 
 // Gather module x, which the prefetcher counts as gathered: its buffer now, its gather
 // queued behind those decided before it. issue() sends them in that order, only later
 // when a background update has not yet written the module.
 static zinf_status gather(zinf_engine *e, int x) {
-    coordinator *co = &e->co;
-    zinf_status st = engine_alloc(e, e->lay[x].padded * e->es, "gathered parameters", &co->gathered[x]);
+    coordinator *co = &e->coord;
+    zinf_status st = engine_alloc(e, e->lay[x].padded * e->elem_size, "gathered parameters", &co->gathered[x]);
     if (st == ZINF_ERR_NOMEM)
         return zinf_fail(st,
                          "%s; lower zero_optimization.stage3_prefetch_bucket_size or stage3_max_live_parameters "
@@ -98,23 +98,23 @@ static zinf_status gather(zinf_engine *e, int x) {
 
 // Whether x's next gather reads its slice from NVMe (not from an hpZ secondary).
 static bool from_disk(const zinf_engine *e, int x) {
-    return zinf_param_tier_on_disk(e->pt, x) && !zeropp_has_secondary(e, x);
+    return zinf_param_tier_on_disk(e->param_tier, x) && !zeropp_has_secondary(e, x);
 }
 
 // Issue decided gathers in order: up to and including module `upto` (waiting for the
 // background update where it must), or with upto < 0 as many as are updated.
 static zinf_status issue(zinf_engine *e, int upto) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     while (co->qlen) {
         int x = co->queue[co->qhead];
-        if (upto < 0 && !zinf_optim_tier_updated(e->ot, x)) break;
+        if (upto < 0 && !zinf_optim_tier_updated(e->optim_tier, x)) break;
         co->qhead = (co->qhead + 1) % e->nmod, co->qlen--;
         co->queued[x] = false;
         // A slice in memory is written by then; one on disk is read after its write-back.
         bool disk = from_disk(e, x);
-        ZINF_CHECK(zinf_optim_tier_wait_updated(e->ot, x, disk ? NULL : e->xs));
+        ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim_tier, x, disk ? NULL : e->comm_stream));
         ZINF_CHECK(zeropp_gather(e, x, co->gathered[x]));
-        ZINF_CHECK(zinf_event_record(co->landed[x], e->xs));
+        ZINF_CHECK(zinf_event_record(co->landed[x], e->comm_stream));
         if (x == upto) break;
     }
     return ZINF_OK;
@@ -122,8 +122,8 @@ static zinf_status issue(zinf_engine *e, int upto) {
 
 // Gather what the prefetcher decides ahead.
 static zinf_status prefetch(zinf_engine *e) {
-    coordinator *co = &e->co;
-    int n = zinf_prefetch_ahead(co->pf, co->ahead);
+    coordinator *co = &e->coord;
+    int n = zinf_prefetch_ahead(co->prefetcher, co->ahead);
     for (int i = 0; i < n; i++)
         ZINF_CHECK(gather(e, co->ahead[i]));
     return ZINF_OK;
@@ -133,15 +133,15 @@ static zinf_status prefetch(zinf_engine *e) {
 // tier's pool goes; one buffer stays for a read on demand. Reads are local, so unlike
 // gathers they may depend on anything.
 static zinf_status read_ahead(zinf_engine *e) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     const int *uses;
-    int n = zinf_prefetch_upcoming(co->pf, &uses);
-    for (int i = 0; i < n && zinf_param_tier_free_buffers(e->pt) > 1; i++) {
+    int n = zinf_prefetch_upcoming(co->prefetcher, &uses);
+    for (int i = 0; i < n && zinf_param_tier_free_buffers(e->param_tier) > 1; i++) {
         int x = uses[i];
         bool issued = co->gathered[x] && !co->queued[x];
-        if (issued || e->lay[x].tile || !from_disk(e, x) || zinf_param_tier_has_read(e->pt, x)) continue;
-        if (!zinf_optim_tier_updated(e->ot, x)) break; // the background update has not written it yet
-        ZINF_CHECK(zinf_param_tier_read(e->pt, x));
+        if (issued || e->lay[x].tile || !from_disk(e, x) || zinf_param_tier_has_read(e->param_tier, x)) continue;
+        if (!zinf_optim_tier_updated(e->optim_tier, x)) break; // the background update has not written it yet
+        ZINF_CHECK(zinf_param_tier_read(e->param_tier, x));
     }
     return ZINF_OK;
 }
@@ -149,7 +149,7 @@ static zinf_status read_ahead(zinf_engine *e) {
 // A pair of timed events for one wait of the compute stream, for the caller to record
 // around it.
 static zinf_status new_wait(zinf_engine *e, wait_pair **out) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     if (co->nwaits == co->capwaits) {
         int cap = co->capwaits ? 2 * co->capwaits : 64;
         wait_pair *n = realloc(co->waits, (size_t)cap * sizeof *n);
@@ -166,7 +166,7 @@ static zinf_status new_wait(zinf_engine *e, wait_pair **out) {
 }
 
 void coord_free_waits(zinf_engine *e) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     for (int i = 0; i < co->capwaits; i++) {
         zinf_event_destroy(co->waits[i].before);
         zinf_event_destroy(co->waits[i].after);
@@ -178,34 +178,34 @@ void coord_free_waits(zinf_engine *e) {
 // The compute stream waits for x's gather; when the gather may not have landed yet,
 // timed events around the wait say for how long.
 static zinf_status wait_event_timed(zinf_engine *e, zinf_event *landed, bool disk) {
-    if (zinf_event_done(landed)) return zinf_stream_wait_event(e->cs, landed);
+    if (zinf_event_done(landed)) return zinf_stream_wait_event(e->compute_stream, landed);
     wait_pair *w;
     ZINF_CHECK(new_wait(e, &w));
     w->disk = disk;
-    ZINF_CHECK(zinf_event_record(w->before, e->cs));
-    ZINF_CHECK(zinf_stream_wait_event(e->cs, landed));
-    return zinf_event_record(w->after, e->cs);
+    ZINF_CHECK(zinf_event_record(w->before, e->compute_stream));
+    ZINF_CHECK(zinf_stream_wait_event(e->compute_stream, landed));
+    return zinf_event_record(w->after, e->compute_stream);
 }
 
-static zinf_status wait_landed(zinf_engine *e, int x) { return wait_event_timed(e, e->co.landed[x], from_disk(e, x)); }
+static zinf_status wait_landed(zinf_engine *e, int x) { return wait_event_timed(e, e->coord.landed[x], from_disk(e, x)); }
 
 zinf_status coord_timed_update_wait(zinf_engine *e, zinf_status (*fn)(zinf_engine *e, int x), int x) {
     wait_pair *w;
     ZINF_CHECK(new_wait(e, &w));
     w->update = true;
-    ZINF_CHECK(zinf_event_record(w->before, e->cs));
+    ZINF_CHECK(zinf_event_record(w->before, e->compute_stream));
     ZINF_CHECK(fn(e, x));
-    return zinf_event_record(w->after, e->cs);
+    return zinf_event_record(w->after, e->compute_stream);
 }
 
 // Issue the gathers decided up to x. When x is not updated yet this thread blocks
 // until it is: timed.
 static zinf_status issue_for_use(zinf_engine *e, int x) {
-    return zinf_optim_tier_updated(e->ot, x) ? issue(e, x) : coord_timed_update_wait(e, issue, x);
+    return zinf_optim_tier_updated(e->optim_tier, x) ? issue(e, x) : coord_timed_update_wait(e, issue, x);
 }
 
 zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *update) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     *all = *disk = *update = 0;
     for (int i = 0; i < co->nwaits; i++) {
         double s;
@@ -218,12 +218,12 @@ zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *
 }
 
 static zinf_status use(zinf_engine *e, int x, void **params) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     if (x < 0 || !e->lay[x].padded) return ZINF_OK;
-    ZINF_CHECK(zinf_prefetch_use(co->pf, x)); // a tiled module's too: its elements set reuse distances
+    ZINF_CHECK(zinf_prefetch_use(co->prefetcher, x)); // a tiled module's too: its elements set reuse distances
     if (e->lay[x].tile) return ZINF_OK;
     if (!co->gathered[x]) {
-        zinf_prefetch_gathered(co->pf, x);
+        zinf_prefetch_gathered(co->prefetcher, x);
         ZINF_CHECK(gather(e, x));
     }
     if (co->queued[x]) ZINF_CHECK(issue_for_use(e, x));
@@ -234,26 +234,26 @@ static zinf_status use(zinf_engine *e, int x, void **params) {
 
 zinf_status coord_fetch(zinf_engine *e, int mod, void **params) {
     ZINF_CHECK(use(e, mod, params));
-    return use(e, zinf_model_module(e->m, mod)->external, params);
+    return use(e, zinf_model_module(e->model, mod)->external, params);
 }
 
 static zinf_status release(zinf_engine *e, int x) {
-    coordinator *co = &e->co;
-    if (x >= 0 && e->lay[x].tile) return zinf_param_tier_release(e->pt, x); // its slice read for the op's tiles
-    if (x < 0 || !co->gathered[x] || zinf_prefetch_keep(co->pf, x)) return ZINF_OK;
-    ZINF_CHECK(engine_free_after(e, co->gathered[x], e->cs));
+    coordinator *co = &e->coord;
+    if (x >= 0 && e->lay[x].tile) return zinf_param_tier_release(e->param_tier, x); // its slice read for the op's tiles
+    if (x < 0 || !co->gathered[x] || zinf_prefetch_keep(co->prefetcher, x)) return ZINF_OK;
+    ZINF_CHECK(engine_free_after(e, co->gathered[x], e->compute_stream));
     co->gathered[x] = NULL;
-    zinf_prefetch_released(co->pf, x);
+    zinf_prefetch_released(co->prefetcher, x);
     return ZINF_OK;
 }
 
 // After the op is queued, so that waiting for a background update of a module ahead
 // never holds back the op at hand.
 zinf_status coord_done(zinf_engine *e, int mod) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     ZINF_CHECK(release(e, mod));
-    ZINF_CHECK(release(e, zinf_model_module(e->m, mod)->external));
-    if (!zinf_prefetch_following(co->pf)) return ZINF_OK;
+    ZINF_CHECK(release(e, zinf_model_module(e->model, mod)->external));
+    if (!zinf_prefetch_following(co->prefetcher)) return ZINF_OK;
     ZINF_CHECK(prefetch(e));
     ZINF_CHECK(issue(e, -1));
     return read_ahead(e);
@@ -263,8 +263,8 @@ zinf_status coord_done(zinf_engine *e, int mod) {
 // buffer and every read, and let the prefetcher adopt this step's uses.
 zinf_status coord_end_step(zinf_engine *e) {
     free_all(e);
-    zinf_param_tier_forget_reads(e->pt);
-    return zinf_prefetch_end_step(e->co.pf);
+    zinf_param_tier_forget_reads(e->param_tier);
+    return zinf_prefetch_end_step(e->coord.prefetcher);
 }
 
 // ---- tiled modules ----
@@ -279,7 +279,7 @@ zinf_status coord_end_step(zinf_engine *e) {
 // them.
 
 static zinf_status tile_wait_update(zinf_engine *e, int x) {
-    return zinf_optim_tier_wait_updated(e->ot, x, from_disk(e, x) ? NULL : e->xs);
+    return zinf_optim_tier_wait_updated(e->optim_tier, x, from_disk(e, x) ? NULL : e->comm_stream);
 }
 
 // The slot holding tile k of mod, or NULL.
@@ -290,11 +290,11 @@ static tile_slot *tile_held(coordinator *co, int mod, int k) {
 }
 
 static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     size_t n = zinf_tiling_len(&co->tiling[mod], (size_t)k);
     tile_slot *t = &co->tile[co->tile[0].buf != NULL];
     if (t->buf) return zinf_fail(ZINF_ERR_INTERNAL, "engine: a third tile of %s asked for", e->names[mod]);
-    zinf_status st = engine_alloc(e, (size_t)e->pw * n * e->es, "gathered parameter tiles", &t->buf);
+    zinf_status st = engine_alloc(e, (size_t)e->part_ranks * n * e->elem_size, "gathered parameter tiles", &t->buf);
     if (st == ZINF_ERR_NOMEM)
         return zinf_fail(st, "%s; lower memory.tile_bound", zinf_last_error());
     ZINF_CHECK(st);
@@ -302,17 +302,17 @@ static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     // Every rank issues its gathers in one order: the ones decided before this tile go
     // first, though their modules' background updates may hold it back.
     if (co->qlen) ZINF_CHECK(issue_for_use(e, co->queue[(co->qhead + co->qlen - 1) % e->nmod]));
-    ZINF_CHECK(zinf_optim_tier_updated(e->ot, mod) ? tile_wait_update(e, mod)
+    ZINF_CHECK(zinf_optim_tier_updated(e->optim_tier, mod) ? tile_wait_update(e, mod)
                                                    : coord_timed_update_wait(e, tile_wait_update, mod));
-    t->disk = from_disk(e, mod) && !zinf_param_tier_has_read(e->pt, mod); // the op's first tile reads the slice
-    ZINF_CHECK(zinf_param_tier_gather_part(e->pt, mod, (size_t)k * co->tiling[mod].tile, n, t->buf));
-    return zinf_event_record(t->landed, e->xs);
+    t->disk = from_disk(e, mod) && !zinf_param_tier_has_read(e->param_tier, mod); // the op's first tile reads the slice
+    ZINF_CHECK(zinf_param_tier_gather_part(e->param_tier, mod, (size_t)k * co->tiling[mod].tile, n, t->buf));
+    return zinf_event_record(t->landed, e->comm_stream);
 }
 
 static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, int next, bool grad, void **buf) {
     zinf_engine *e = ctx;
-    coordinator *co = &e->co;
-    size_t bytes = (size_t)e->pw * zinf_tiling_len(&co->tiling[mod], (size_t)k) * e->es;
+    coordinator *co = &e->coord;
+    size_t bytes = (size_t)e->part_ranks * zinf_tiling_len(&co->tiling[mod], (size_t)k) * e->elem_size;
     if (grad) {
         ZINF_CHECK(engine_alloc(e, bytes, "gradient tiles", &co->grad_tile));
         *buf = co->grad_tile;
@@ -328,7 +328,7 @@ static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, int next,
 
 static zinf_status tile_done(void *ctx, zinf_stream *s, int mod, int k, bool grad) {
     zinf_engine *e = ctx;
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     tile_slot *t = grad ? NULL : tile_held(co, mod, k);
     if (!grad && !t) return zinf_fail(ZINF_ERR_INTERNAL, "engine: tile %d of %s done but not held", k, e->names[mod]);
     void **buf = grad ? &co->grad_tile : &t->buf;
@@ -339,7 +339,7 @@ static zinf_status tile_done(void *ctx, zinf_stream *s, int mod, int k, bool gra
 }
 
 static zinf_status tiles_create(zinf_engine *e) {
-    coordinator *co = &e->co;
+    coordinator *co = &e->coord;
     bool any = false;
     co->tiling = calloc((size_t)e->nmod, sizeof *co->tiling);
     if (!co->tiling) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
@@ -351,5 +351,5 @@ static zinf_status tiles_create(zinf_engine *e) {
     for (int s = 0; s < 2; s++)
         ZINF_CHECK(zinf_event_create(e->dev, &co->tile[s].landed));
     co->src = (zinf_tile_source){.tiling = co->tiling, .get = tile_get, .done = tile_done, .ctx = e};
-    return zinf_model_lend_tiles(e->m, &co->src);
+    return zinf_model_lend_tiles(e->model, &co->src);
 }

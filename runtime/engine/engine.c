@@ -1,6 +1,6 @@
 // The engine: creation, forward and backward of a micro-batch, the full-value view of
-// a rank's partition (DeepSpeed's safe_get_full_* / safe_set_full_*), and the pieces
-// every engine file shares (deferred frees, collectives on the communication stream).
+// a rank's partition (DeepSpeed's safe_get_full_* / safe_set_full_*), and the sync of
+// every stream and thread.
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -8,164 +8,16 @@
 #include "internal.h"
 #include "zinf_half.h"
 
-// ---- collectives and synchronization ----
-
-typedef struct comm_job {
-    zinf_engine *e;
-    zinf_comm *c;
-    comm_op op;
-    void *in, *out;
-    size_t n;
-} comm_job;
-
-static void comm_job_run(void *arg) {
-    comm_job *j = arg;
-    zinf_engine *e = j->e;
-    // After a failure the ranks no longer agree on what comes next: run nothing more.
-    if (!zinf_latch_failed(e->failure)) {
-        zinf_status st = ZINF_OK;
-        switch (j->op) {
-        case COMM_ALLREDUCE: st = zinf_comm_allreduce_f32(j->c, j->in, j->n); break;
-        case COMM_REDUCE_SCATTER: st = zinf_comm_reduce_scatter_f32(j->c, j->in, j->out, j->n); break;
-        case COMM_ALLGATHER: st = zinf_comm_allgather(j->c, j->in, j->out, j->n); break;
-        case COMM_ALLTOALL: st = zinf_comm_alltoall(j->c, j->in, j->out, j->n); break;
-        }
-        if (st != ZINF_OK) zinf_latch_set(e->failure, st);
-    }
-    free(j);
-}
-
-zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void *out, size_t n) {
-    comm_job *j = malloc(sizeof *j);
-    if (!j) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    *j = (comm_job){e, c, op, in, out, n};
-    zinf_status st = zinf_stream_host_fn(e->xs, comm_job_run, j);
-    if (st != ZINF_OK) free(j);
-    return st;
-}
+// ---- synchronization ----
 
 zinf_status engine_sync(zinf_engine *e) {
-    zinf_optim_tier_join(e->ot);
+    zinf_optim_tier_join(e->optim_tier);
     // Stages 1-2: the all-gathers of the modules the forward has not used yet, in order
     // (every rank syncs at the same points). Before the streams are synced and the
     // update is marked settled, so that they still wait for its stores.
     zinf_status sh = share_finish(e);
-    zinf_status a = zinf_stream_sync(e->xs), b = zinf_stream_sync(e->cs);
-    zinf_status c = zinf_stream_sync(params_stream(e));
-    zinf_optim_tier_settled(e->ot);
-    ZINF_CHECK(zinf_latch_raise(e->failure));
-    if (e->nccl) ZINF_CHECK(zinf_comm_status(e->comm)); // an abort lets the streams pass
-    return sh != ZINF_OK ? sh : a != ZINF_OK ? a : b != ZINF_OK ? b : c;
-}
-
-zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, bool mine_host, void *full,
-                             size_t bytes) {
-    const size_t W = (size_t)zinf_comm_size(c), R = (size_t)zinf_comm_rank(c);
-    char *place = (char *)full + R * bytes;
-    if (W == 1 && mine == full) return ZINF_OK;
-    if (W == 1) return zinf_copy_async(e->xs, full, mine, bytes, mine_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
-    if (e->nccl && mine_host) { // NCCL takes device buffers: this rank's part first
-        ZINF_CHECK(zinf_copy_async(e->xs, place, mine, bytes, ZINF_COPY_H2D));
-        mine = place;
-    }
-    if (e->nccl) return zinf_comm_device_allgather(c, e->xs, mine, full, bytes);
-    char *h = (char *)e->h_comm + R * bytes;
-    ZINF_CHECK(zinf_copy_async(e->xs, h, mine, bytes, mine_host ? ZINF_COPY_H2H : ZINF_COPY_D2H));
-    ZINF_CHECK(engine_comm(e, c, COMM_ALLGATHER, h, e->h_comm, bytes));
-    return zinf_copy_async(e->xs, full, e->h_comm, W * bytes, ZINF_COPY_H2D);
-}
-
-zinf_status engine_alltoall(zinf_engine *e, zinf_comm *c, const void *in, void *out, size_t bytes) {
-    if (e->nccl) return zinf_comm_device_alltoall(c, e->xs, in, out, bytes);
-    size_t all = (size_t)zinf_comm_size(c) * bytes;
-    char *h = (char *)e->h_comm;
-    ZINF_CHECK(zinf_copy_async(e->xs, h, in, all, ZINF_COPY_D2H));
-    ZINF_CHECK(engine_comm(e, c, COMM_ALLTOALL, h, h + all, bytes));
-    return zinf_copy_async(e->xs, out, h + all, all, ZINF_COPY_H2D);
-}
-
-int engine_ranks_per_node(const zinf_engine *e) {
-    if (e->nodes < 1 || e->world % e->nodes) return 0;
-    int L = e->world / e->nodes;
-    for (int r = 0; !e->plan && r < e->world; r++)
-        if (zinf_comm_node_of(e->comm, r) != r / L) return 0;
-    return L;
-}
-
-void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64_t bytes, int64_t *h2d,
-                              int64_t *d2h) {
-    if (W == 1 || e->nccl) { // a part on the host goes up; NCCL gathers on the device
-        if (mine_host) *h2d += bytes;
-        return;
-    }
-    if (!mine_host) *d2h += bytes;
-    *h2d += W * bytes;
-}
-
-// ---- memory ----
-
-zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *pl) {
-    return (zinf_swap_config){
-        .paths = (const char *const *)pl->paths, .npaths = pl->count, .run = e->run, .rank = e->rank, .aio = e->aio};
-}
-
-zinf_status engine_reap(zinf_engine *e, bool wait) {
-    zinf_status st = ZINF_OK;
-    int kept = 0;
-    for (int i = 0; i < e->npend; i++) {
-        pending_free *p = &e->pend[i];
-        if (wait) {
-            zinf_status s = zinf_event_sync(p->ev);
-            if (st == ZINF_OK) st = s;
-        }
-        if (wait || zinf_event_done(p->ev)) {
-            zinf_device_free(e->dev, p->p);
-            zinf_event_destroy(p->ev);
-        } else {
-            e->pend[kept++] = *p;
-        }
-    }
-    e->npend = kept;
-    return st;
-}
-
-zinf_status engine_free_after(zinf_engine *e, void *p, zinf_stream *s) {
-    if (!p) return ZINF_OK;
-    if (e->npend == e->cappend) {
-        int cap = e->cappend ? 2 * e->cappend : 16;
-        pending_free *n = realloc(e->pend, (size_t)cap * sizeof *n);
-        if (!n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-        e->pend = n, e->cappend = cap;
-    }
-    zinf_event *ev;
-    ZINF_CHECK(zinf_event_create(e->dev, &ev));
-    zinf_status st = zinf_event_record(ev, s);
-    if (st != ZINF_OK) {
-        zinf_event_destroy(ev);
-        return st;
-    }
-    e->pend[e->npend++] = (pending_free){p, ev};
-    return ZINF_OK;
-}
-
-zinf_status engine_take_device(zinf_engine *e, size_t bytes, const char *what, void **p) {
-    if (!e->plan) return zinf_device_alloc(e->dev, bytes, what, p);
-    e->plan_device += (int64_t)zinf_device_account_bytes(bytes);
-    return ZINF_OK;
-}
-
-zinf_status engine_take_pinned(zinf_engine *e, size_t bytes, const char *what, void **p) {
-    if (!e->plan) return zinf_host_pool_alloc(e->host, bytes, true, what, p);
-    e->plan_pinned += (int64_t)bytes, e->plan_host += (int64_t)bytes;
-    return ZINF_OK;
-}
-
-zinf_status engine_alloc(zinf_engine *e, size_t bytes, const char *what, void **p) {
-    ZINF_CHECK(engine_reap(e, false));
-    if (zinf_device_alloc(e->dev, bytes, what, p) == ZINF_OK) return ZINF_OK;
-    if (e->npend == 0) return zinf_fail(ZINF_ERR_NOMEM, "%s", zinf_last_error());
-    ZINF_CHECK(engine_reap(e, true));
-    return zinf_device_alloc(e->dev, bytes, what, p);
+    zinf_status st = engine_wait_streams(e);
+    return st != ZINF_OK ? st : sh;
 }
 
 // ---- creation ----
@@ -179,96 +31,6 @@ static zinf_status check_config(const zinf_config *cfg, const zinf_comm *comm) {
                          "engine: the config's batch sizes were resolved for %d ranks but the communicator has %d",
                          cfg->world_size, zinf_comm_size(comm));
     return ZINF_OK;
-}
-
-// The aio engine and the run's name the swap stores share: every rank's files go under
-// one run directory, named by rank 0's process id.
-static zinf_status open_aio(zinf_engine *e) {
-    const zinf_aio_config *a = &e->cfg.aio;
-    zinf_aio_params ap = {.block_size = (uint32_t)a->block_size,
-                          .queue_depth = (uint32_t)a->queue_depth,
-                          .threads = (uint32_t)a->intra_op_parallelism};
-    if (zinf_aio_create(&e->aio, &ap) != 0) return zinf_fail(ZINF_ERR_IO, "engine: aio: %s", zinf_last_error());
-    int64_t run_id = (int64_t)getpid();
-    ZINF_CHECK(zinf_comm_broadcast(e->comm, &run_id, sizeof run_id, 0));
-    snprintf(e->run, sizeof e->run, "%lld", (long long)run_id);
-    return ZINF_OK;
-}
-
-static zinf_status alloc_states(zinf_engine *e) {
-    bool nvme =
-        e->cfg.zero.offload_optimizer.device == ZINF_OFFLOAD_NVME || (e->stage == 3 && e->ptier == ZINF_OFFLOAD_NVME);
-    if (e->plan) {
-        e->plan_pool_device = e->plan_device;
-    } else {
-        // The host budgets count what the device holds by now on the host backend.
-        zinf_host_pool_config hc = {.dev = e->dev,
-                                    .local_ranks = zinf_comm_local_size(e->comm),
-                                    .pinned_limit = e->cfg.device.pinned_memory_limit};
-        ZINF_CHECK(zinf_host_pool_create(&e->host, &hc));
-        if (nvme) ZINF_CHECK(open_aio(e));
-    }
-    ZINF_CHECK(params_create(e));
-    ZINF_CHECK(states_create(e));
-    return engine_take_device(e, (size_t)e->nmod * e->pw * 2 * sizeof(double), "gradient norms",
-                              (void **)&e->d_stats);
-}
-
-// With cpu_checkpointing the model's checkpoints live in pinned host memory from the
-// pool, held to the pinned budget with every other pinned buffer.
-static zinf_status lend_checkpoints(zinf_engine *e) {
-    size_t bytes = zinf_model_checkpoint_bytes(zinf_model_get_params(e->m));
-    if (!bytes) return ZINF_OK;
-    e->ckpt_host_bytes = (int64_t)bytes;
-    ZINF_CHECK(engine_take_pinned(e, bytes, "activation checkpoints (activation_checkpointing.cpu_checkpointing)",
-                                  &e->h_ckpt));
-    return e->plan ? ZINF_OK : zinf_model_lend_checkpoints(e->m, e->h_ckpt);
-}
-
-zinf_status engine_build(zinf_engine *e) {
-    e->nmod = zinf_model_module_count(e->m);
-    e->params16 = calloc((size_t)e->nmod, sizeof *e->params16);
-    e->grads16 = calloc((size_t)e->nmod, sizeof *e->grads16);
-    e->pview = calloc((size_t)e->nmod, sizeof *e->pview);
-    e->names = calloc((size_t)e->nmod, sizeof *e->names);
-    if (!e->params16 || !e->grads16 || !e->pview || !e->names)
-        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; i < e->nmod; i++)
-        e->names[i] = zinf_model_module(e->m, i)->name;
-    ZINF_CHECK(layout_build(e));
-    ZINF_CHECK(mics_create(e));
-    ZINF_CHECK(alloc_states(e));
-    ZINF_CHECK(lend_checkpoints(e));
-    ZINF_CHECK(reduce_create(e));
-    return zeropp_create(e);
-}
-
-zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_model_params *mp) {
-    *mp = (zinf_model_params){.dtype = dt,
-                              .batch = (int)cfg->train_micro_batch_size_per_gpu,
-                              .training = true,
-                              .checkpoint_activations = cfg->activation_checkpointing.enabled,
-                              .head_chunk = (int)(cfg->memory.head_chunk_tokens > 0 ? cfg->memory.head_chunk_tokens : 0),
-                              .host_checkpoints = cfg->activation_checkpointing.enabled &&
-                                                  cfg->activation_checkpointing.cpu_checkpointing};
-    ZINF_CHECK(zinf_model_shape_from_config(&cfg->model, &mp->shape));
-    mp->seq_len = cfg->data.present && cfg->data.seq_len > 0 ? (int)cfg->data.seq_len : mp->shape.block_size;
-    if (mp->seq_len > mp->shape.block_size)
-        return zinf_fail(ZINF_ERR_INVAL, "data.seq_len: %d is longer than the model's block_size %d", mp->seq_len,
-                         mp->shape.block_size);
-    return ZINF_OK;
-}
-
-// Each rank on a host takes its own GPU (local rank); with more ranks than GPUs they
-// share, and collectives stay on host memory, since NCCL refuses a GPU twice.
-void engine_device_params(const zinf_config *cfg, const zinf_comm *comm, zinf_device_params *dp, int *gpus) {
-    zinf_gpu_runtime_info ri;
-    zinf_gpu_runtime_probe(&ri);
-    *gpus = ri.device_count;
-    *dp = (zinf_device_params){.backend = cfg->device.backend,
-                               .memory_limit = cfg->device.memory_limit,
-                               .sim = cfg->device.sim,
-                               .index = ri.device_count > 0 ? zinf_comm_local_rank(comm) % ri.device_count : 0};
 }
 
 zinf_status zinf_engine_target(const zinf_config *cfg, const zinf_comm *comm, zinf_plan_target *out) {
@@ -326,14 +88,6 @@ static zinf_status check_plan(zinf_engine *e, const zinf_plan_target *t, uint64_
         (long long)p.host_total);
 }
 
-void engine_settings(zinf_engine *e, const zinf_config *cfg) {
-    e->cfg = *cfg;
-    e->stage = (int)cfg->zero.stage;
-    e->ptier = cfg->zero.offload_param.device; // the config allows it at stage 3 only
-    e->dt = cfg->bf16 ? ZINF_DTYPE_BF16 : cfg->fp16.enabled ? ZINF_DTYPE_F16 : ZINF_DTYPE_F32;
-    e->es = zinf_dtype_size(e->dt);
-}
-
 static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *comm) {
     ZINF_CHECK(check_config(cfg, comm));
     engine_settings(e, cfg);
@@ -349,14 +103,14 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(zinf_engine_target(cfg, comm, &t));
     zinf_plan_choice choice;
     ZINF_CHECK(engine_choose(&e->cfg, &t, &choice));
-    ZINF_CHECK(engine_model_params(&e->cfg, e->dt, &mp));
+    ZINF_CHECK(engine_model_params(&e->cfg, e->dtype, &mp));
     ZINF_CHECK(open_device(e, &t));
-    ZINF_CHECK(zinf_stream_create(e->dev, &e->cs));
-    ZINF_CHECK(zinf_stream_create(e->dev, &e->xs));
+    ZINF_CHECK(zinf_stream_create(e->dev, &e->compute_stream));
+    ZINF_CHECK(zinf_stream_create(e->dev, &e->comm_stream));
     ZINF_CHECK(zinf_event_create(e->dev, &e->ev_cs));
     zinf_device_mem before, after;
     zinf_device_get_mem(e->dev, &before);
-    ZINF_CHECK(zinf_model_create(&e->m, e->dev, &mp));
+    ZINF_CHECK(zinf_model_create(&e->model, e->dev, &mp));
     zinf_device_get_mem(e->dev, &after);
     e->act_bytes = (int64_t)(after.in_use - before.in_use);
     ZINF_CHECK(engine_build(e));
@@ -396,9 +150,9 @@ zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_c
 
 void zinf_engine_destroy(zinf_engine *e) {
     if (!e) return;
-    zinf_optim_tier_join(e->ot);
-    if (e->xs) zinf_stream_sync(e->xs);
-    if (e->cs) zinf_stream_sync(e->cs);
+    zinf_optim_tier_join(e->optim_tier);
+    if (e->comm_stream) zinf_stream_sync(e->comm_stream);
+    if (e->compute_stream) zinf_stream_sync(e->compute_stream);
     engine_reap(e, true);
     free(e->pend);
     if (e->stage == 3)
@@ -413,21 +167,21 @@ void zinf_engine_destroy(zinf_engine *e) {
     if (e->dev) zinf_device_free(e->dev, e->d_stats);
     params_destroy(e);
     states_destroy(e);
-    zinf_model_destroy(e->m); // its copies to and from h_ckpt end first
+    zinf_model_destroy(e->model); // its copies to and from h_ckpt end first
     if (e->host) zinf_host_pool_free(e->host, e->h_ckpt, true);
     zinf_host_pool_destroy(e->host);
     zinf_aio_destroy(e->aio);
     free(e->params16), free(e->grads16), free(e->pview), free(e->names), free(e->lay);
     zinf_event_destroy(e->ev_cs);
     if (e->nccl) zinf_comm_detach_device(e->comm);
-    zinf_stream_destroy(e->xs);
-    zinf_stream_destroy(e->cs);
+    zinf_stream_destroy(e->comm_stream);
+    zinf_stream_destroy(e->compute_stream);
     zinf_device_destroy(e->dev);
     zinf_latch_destroy(e->failure);
     free(e);
 }
 
-const zinf_model *zinf_engine_model(const zinf_engine *e) { return e ? e->m : NULL; }
+const zinf_model *zinf_engine_model(const zinf_engine *e) { return e ? e->model : NULL; }
 
 zinf_device *zinf_engine_device(const zinf_engine *e) { return e ? e->dev : NULL; }
 
@@ -440,9 +194,9 @@ static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
         ZINF_CHECK(coord_fetch(e, op->module, e->pview));
     } else {
         ZINF_CHECK(share_use(e, op->module));
-        ZINF_CHECK(share_use(e, zinf_model_module(e->m, op->module)->external));
+        ZINF_CHECK(share_use(e, zinf_model_module(e->model, op->module)->external));
     }
-    ZINF_CHECK(zinf_model_run(e->m, e->cs, op, e->pview, e->grads16));
+    ZINF_CHECK(zinf_model_run(e->model, e->compute_stream, op, e->pview, e->grads16));
     // After the op is queued, so that gathering ahead never holds back the op at hand.
     return e->stage == 3 ? coord_done(e, op->module) : share_ahead(e);
 }
@@ -454,14 +208,14 @@ zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int
     // The objective is the mean over every micro-batch of every rank; fp16 scales it.
     double scale = e->scaler.scale;
     float dloss = (float)(scale / ((double)e->cfg.gradient_accumulation_steps * e->world));
-    ZINF_CHECK(zinf_model_set_batch(e->m, e->cs, tokens, targets, n, dloss));
+    ZINF_CHECK(zinf_model_set_batch(e->model, e->compute_stream, tokens, targets, n, dloss));
     int nf;
-    const zinf_model_op *ops = zinf_model_schedule(e->m, false, &nf);
+    const zinf_model_op *ops = zinf_model_schedule(e->model, false, &nf);
     for (int i = 0; i < nf; i++)
         ZINF_CHECK(run_op(e, &ops[i]));
     double sum;
     int64_t count;
-    ZINF_CHECK(zinf_model_loss(e->m, e->cs, &sum, &count));
+    ZINF_CHECK(zinf_model_loss(e->model, e->compute_stream, &sum, &count));
     *loss = e->last_loss = sum / (double)count;
     e->have_forward = true;
     return ZINF_OK;
@@ -470,9 +224,9 @@ zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int
 // Module mod's 16-bit gradient buffer, zeroed, for the backward about to add to it.
 static zinf_status need_grad(zinf_engine *e, int mod) {
     if (mod < 0 || e->grads16[mod] || !e->lay[mod].padded || e->lay[mod].tile) return ZINF_OK; // tiles: coordinator.c
-    size_t bytes = e->lay[mod].padded * e->es;
+    size_t bytes = e->lay[mod].padded * e->elem_size;
     ZINF_CHECK(engine_alloc(e, bytes, "gradients", &e->grads16[mod]));
-    return zinf_memset_async(e->cs, e->grads16[mod], 0, bytes);
+    return zinf_memset_async(e->compute_stream, e->grads16[mod], 0, bytes);
 }
 
 zinf_status zinf_engine_backward(zinf_engine *e) {
@@ -481,19 +235,19 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     // The gradients are the background update's until it ends. At stages 1-2 the
     // modules the forward did not use are all-gathered now, in order, before the
     // buckets' collectives; the compute stream waits for every new buffer.
-    zinf_optim_tier_join(e->ot);
+    zinf_optim_tier_join(e->optim_tier);
     ZINF_CHECK(zinf_latch_raise(e->failure));
     ZINF_CHECK(share_finish(e));
-    ZINF_CHECK(zinf_optim_tier_preread(e->ot));
+    ZINF_CHECK(zinf_optim_tier_preread(e->optim_tier));
     int nf, nall;
-    zinf_model_schedule(e->m, false, &nf);
-    const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);
+    zinf_model_schedule(e->model, false, &nf);
+    const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
     for (int k = nf; k < nall; k++) {
         const zinf_model_op *op = &ops[k];
         e->cur_op = k;
         if (op->pass == ZINF_PASS_BACKWARD) {
             ZINF_CHECK(need_grad(e, op->module));
-            ZINF_CHECK(need_grad(e, zinf_model_module(e->m, op->module)->external));
+            ZINF_CHECK(need_grad(e, zinf_model_module(e->model, op->module)->external));
         }
         ZINF_CHECK(run_op(e, op));
         for (int i = 0; i < e->nmod; i++)
@@ -517,7 +271,7 @@ double zinf_engine_loss_scale(const zinf_engine *e) { return e ? e->scaler.scale
 
 // The parameter called name, or NULL after failing with a message naming it.
 static const zinf_param_info *find_param(const zinf_engine *e, const char *name, int *mod) {
-    const zinf_param_info *p = zinf_model_find_param(e->m, name, mod);
+    const zinf_param_info *p = zinf_model_find_param(e->model, name, mod);
     if (!p)
         zinf_fail(ZINF_ERR_INVAL, "engine: \"%s\" is not a parameter of this model (e.g. \"h.0.attn.c_attn.weight\")",
                   name ? name : "(null)");
@@ -558,7 +312,7 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
             states_read(e, (zinf_tier_state)s, l->part_off + (lo - l->part_lo), hi - lo, out + (lo - p->offset)));
     // Each element is held by one rank of the partition; the others add zeros, which
     // changes no bits.
-    if (e->stage > 0 && e->pw > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->pcomm, out, p->numel));
+    if (e->stage > 0 && e->part_ranks > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->part_comm, out, p->numel));
     if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
         for (size_t i = 0; i < p->numel; i++)
             out[i] = (float)(out[i] / e->scaler.scale);
@@ -586,22 +340,22 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
             a = a > l->part_lo ? a : l->part_lo;
             b = b < l->part_lo + l->slice ? b : l->part_lo + l->slice;
         }
-        void *tmp = a < b ? malloc((b - a) * e->es) : NULL;
+        void *tmp = a < b ? malloc((b - a) * e->elem_size) : NULL;
         if (a < b && !tmp) return zinf_fail(ZINF_ERR_NOMEM, "engine set_full: out of memory");
         for (size_t i = a; i < b; i++)
-            dt_store(tmp, e->dt, i - a, in[i - p->offset]);
+            dt_store(tmp, e->dtype, i - a, in[i - p->offset]);
         zinf_status st = a < b ? params_write(e, mod, a, b - a, tmp) : ZINF_OK;
         free(tmp);
         ZINF_CHECK(st);
     }
-    return zinf_stream_sync(e->cs);
+    return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]) {
     if (!e || !out) return zinf_fail(ZINF_ERR_INVAL, "engine digest: e and out are required");
     size_t most = 0;
     for (int i = 0; i < e->nmod; i++) {
-        const zinf_module_info *mi = zinf_model_module(e->m, i);
+        const zinf_module_info *mi = zinf_model_module(e->model, i);
         for (int j = 0; j < mi->nparams; j++)
             if (mi->params[j].numel > most) most = mi->params[j].numel;
     }
@@ -610,7 +364,7 @@ zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]) {
     uint64_t h = 0xcbf29ce484222325ull; // FNV-1a over the bytes, in model order
     zinf_status st = ZINF_OK;
     for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
-        const zinf_module_info *mi = zinf_model_module(e->m, i);
+        const zinf_module_info *mi = zinf_model_module(e->model, i);
         for (int j = 0; st == ZINF_OK && j < mi->nparams; j++) {
             st = zinf_engine_get_full(e, mi->params[j].name, ZINF_STATE_PARAM, buf);
             const unsigned char *b = (const unsigned char *)buf;
@@ -621,51 +375,4 @@ zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]) {
     free(buf);
     if (st == ZINF_OK) snprintf(out, 17, "%016llx", (unsigned long long)h);
     return st;
-}
-
-void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
-    memset(out, 0, sizeof *out);
-    if (!e) return;
-    size_t p16 = 0;
-    for (int i = 0; i < e->nmod; i++)
-        p16 += e->stage == 3 ? e->lay[i].slice : e->lay[i].padded;
-    out->params16 = (int64_t)(p16 * e->es);
-    out->gathered_max = e->co.pf ? zinf_prefetch_live_peak(e->co.pf) * (int64_t)e->es : 0;
-    out->hpz_ranks = e->hpz_k > 1 ? e->hpz_k : 1;
-    out->secondary = e->sec_bytes;
-    out->master = (int64_t)(e->npart * sizeof(float));
-    out->optim_states = 2 * out->master;
-    out->grads32 = out->master;
-    out->activations = e->act_bytes;
-    out->reduce_bufs = (int64_t)(2 * e->bucket_cap * sizeof(float));
-    out->optimizer_tier = e->otier;
-    out->staging = (int64_t)e->h_comm_bytes;
-    out->activation_host = e->ckpt_host_bytes;
-    const zinf_optim_tier_stats *os = &e->ostats;
-    const zinf_param_tier_stats *ps = &e->pstats;
-    out->host = os->host_bytes;
-    out->params_tier = e->ptier;
-    out->params_host = ps->host_bytes;
-    out->params_resident = ps->resident;
-    out->param_buffers = ps->buffers;
-    out->param_buffer_bytes = ps->buffer_bytes;
-    out->nvme = os->nvme_bytes + ps->nvme_bytes;
-    out->subgroups = os->subgroups;
-    out->subgroup_max = (int64_t)os->subgroup_max;
-    if (e->plan) { // the capacity and the budget are the target's: zinf_engine_plan's verdict
-        out->pinned = e->plan_pinned, out->host_total = e->plan_host;
-        out->pinned_budget = out->device_capacity = -1;
-        out->device_in_use = out->device_peak = e->plan_device;
-    } else {
-        zinf_host_pool_usage hu;
-        zinf_host_pool_get_usage(e->host, &hu);
-        out->pinned = hu.pinned, out->pinned_budget = hu.pinned_budget, out->host_total = hu.host;
-        zinf_device_mem mem;
-        zinf_device_get_mem(e->dev, &mem);
-        out->device_in_use = (int64_t)mem.in_use;
-        out->device_peak = (int64_t)mem.peak;
-        out->device_capacity = (int64_t)mem.capacity;
-    }
-    out->partition_numel = (int64_t)e->npart;
-    out->model_numel = e->model_numel;
 }

@@ -22,7 +22,7 @@ static double normal_at(uint64_t seed, int mod, size_t j) {
 // Flat elements [lo, lo + n) of module mod: from file (the module's numel values read
 // from init_from) or drawn; padding is zero.
 static void fill_range(const zinf_engine *e, int mod, const float *file, size_t lo, size_t n, float *out) {
-    const zinf_module_info *mi = zinf_model_module(e->m, mod);
+    const zinf_module_info *mi = zinf_model_module(e->model, mod);
     memset(out, 0, n * sizeof *out);
     for (int p = 0; p < mi->nparams; p++) {
         const zinf_param_info *pi = &mi->params[p];
@@ -59,15 +59,15 @@ zinf_status init_partition(zinf_engine *e) {
         if (!l->numel) continue;
         if (from) {
             bufs[i] = file;
-            st = zinf_model_read_weights(e->m, from, ZINF_DTYPE_F32, bufs);
+            st = zinf_model_read_weights(e->model, from, ZINF_DTYPE_F32, bufs);
             bufs[i] = NULL;
             if (st != ZINF_OK) break;
         }
         // Stages 0-2 keep the full 16-bit buffer; stage 3 only the slice.
-        size_t lo = e->stage == 3 ? (size_t)e->pr * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
+        size_t lo = e->stage == 3 ? (size_t)e->part_rank * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
         fill_range(e, i, file, lo, n, vals);
         for (size_t j = 0; j < n; j++)
-            dt_store(tmp, e->dt, j, vals[j]);
+            dt_store(tmp, e->dtype, j, vals[j]);
         st = params_write(e, i, lo, n, tmp);
         if (st == ZINF_OK) st = states_write(e, ZINF_TIER_MASTER, l->part_off, l->part_n, vals + (l->part_lo - lo));
     }

@@ -1,9 +1,14 @@
-// The engine's internals, shared by its files: the flat layout (layout.c), the
-// initialization (init.c), the stage-3 coordinator (coordinator.c), the parameters of
-// a stages-1-2 background update (share.c), the gradient buckets (reduce.c), the
-// 16-bit parameters (params.c) and the optimizer states (states.c) wherever their
-// offload tier keeps them, the optimizer step (step.c) and the rest (engine.c). The
-// tiers and the prefetcher are offload/'s (zinf_offload.h).
+// The engine's internals, shared by its files. From the bottom: memory as the engine
+// takes it (memory.c) and its collectives (collectives.c); the flat layout (layout.c);
+// MiCS's groups (mics.c) and ZeRO++'s gathers and reductions (zeropp.c); the 16-bit
+// parameters (params.c) and the optimizer states (states.c) wherever their offload tier
+// keeps them; the gradient buckets (reduce.c); the stage-3 coordinator (coordinator.c)
+// and a stages-1-2 background update's parameters (share.c); what creation and a plan
+// share (build.c); the initialization (init.c); the optimizer step (step.c); creation,
+// forward and backward (engine.c); checkpoints (checkpoint.c); the plan (plan.c,
+// choose.c, timing.c). A file calls those before it, and circles of calls stay within
+// three files (tests/cli/test_engine_calls.sh). The tiers and the prefetcher are
+// offload/'s (zinf_offload.h).
 #ifndef ZINF_ENGINE_INTERNAL_H
 #define ZINF_ENGINE_INTERNAL_H
 
@@ -21,11 +26,11 @@
 // dtypes (8 KiB in fp32), so a slice goes to disk with O_DIRECT in every dtype.
 enum { SLICE_ALIGN = 2048 };
 
-// Module i's place in the flat layout. Its flat buffer (padded numel) splits into pw
+// Module i's place in the flat layout. Its flat buffer (padded numel) splits into part_ranks
 // slices of `slice` elements; partition rank r owns [r * slice, (r + 1) * slice).
 typedef struct mod_layout {
     size_t numel;  // parameters (the model's flat buffer size)
-    size_t padded; // pw * slice
+    size_t padded; // part_ranks * slice
     size_t slice;
     size_t part_lo;  // start of this rank's optimizer part inside the flat buffer
     size_t part_n;   // its length: the whole buffer at stage 0, else the slice
@@ -74,7 +79,7 @@ typedef struct tile_slot {
 // The stage-3 coordinator's state: the gathered buffers and the gathers decided by the
 // prefetcher but not yet issued.
 typedef struct coordinator {
-    zinf_prefetch *pf;
+    zinf_prefetch *prefetcher;
     void **gathered;         // per module: its full 16-bit buffer on the device, or NULL
     zinf_event **landed;     // per module: recorded on the communication stream when its gather lands
     int *queue, qhead, qlen; // ring of modules whose gather is decided but not yet issued
@@ -97,7 +102,7 @@ typedef struct coordinator {
 typedef struct share {
     int *order;          // the modules with parameters, by first use in forward, then the rest
     int *pos;            // per module: its place in order
-    int n, next;         // modules in order; the next to all-gather (pw > 1)
+    int n, next;         // modules in order; the next to all-gather (part_ranks > 1)
     zinf_event **landed; // per module: recorded on the communication stream when its all-gather lands
     bool *waited;        // per module: the compute stream waits for its new buffer already
     bool active;         // an update started at the last step and not every module is waited for
@@ -116,22 +121,22 @@ struct zinf_engine {
     bool sim;  // the device is simulated: its values are meaningless, its time is modeled
     int rank, world, stage;
     // The ranks the model's states are partitioned over (mics.c): the world, or with
-    // MiCS this rank's shard group; pw of them, this one pr among them, replicated
-    // `replicas` times.
-    int pw, pr, replicas;
-    zinf_comm *pcomm;                   // the shard group (comm without MiCS)
+    // MiCS this rank's shard group; part_ranks of them, this one part_rank among them,
+    // replicated `replicas` times.
+    int part_ranks, part_rank, replicas;
+    zinf_comm *part_comm;               // the shard group (comm without MiCS)
     zinf_comm *mics_shard, *mics_repl;  // MiCS's groups: the shard group, the replication group
     int hier_nodes, hier_local;         // hierarchical gathers: the shard group's nodes and ranks on each (0: off)
     zinf_comm *hier_cross, *hier_node;  // its ranks with this local index; its ranks on this node
     void *d_hier;                       // a gather's slices in the order the two all-gathers leave them
     zinf_device *dev;
-    zinf_stream *cs; // compute
-    zinf_stream *xs; // communication and the copies around it
-    zinf_model *m;
+    zinf_stream *compute_stream;
+    zinf_stream *comm_stream; // communication and the copies around it
+    zinf_model *model;
     int nmod;
     const char **names; // per module, the model's
-    zinf_dtype dt;      // model storage: F32, BF16 or F16
-    size_t es;
+    zinf_dtype dtype;   // model storage: F32, BF16 or F16
+    size_t elem_size;   // its bytes
     mod_layout *lay;
     size_t npart; // N_r
     int64_t model_numel;
@@ -140,8 +145,8 @@ struct zinf_engine {
     // the 16-bit parameters (params.c)
     void **params16;           // stages 0-2: full buffers per module, on the device
     zinf_offload_device ptier; // stage 3: where the slices live
-    zinf_param_tier *pt;       // stage 3: the slices
-    zinf_stream *ss;           // stages 1-2, optimizer offloaded: the update stores this rank's parts on it
+    zinf_param_tier *param_tier; // stage 3: the slices
+    zinf_stream *store_stream;   // stages 1-2, optimizer offloaded: the update stores this rank's parts on it
 
     void **grads16; // per module during backward
     void **pview;   // what the model reads: params16, or the gathered buffers at stage 3
@@ -159,12 +164,12 @@ struct zinf_engine {
     size_t bucket_cap;  // elements of the largest bucket (world * block)
     float *d_bucket[2]; // device: the bucket being filled and the one being reduced
     zinf_event *bucket_free[2];
-    float *h_comm; // pinned: staging for every host collective on xs (xs runs them in order)
+    float *h_comm; // pinned: staging for every host collective on comm_stream (comm_stream runs them in order)
     size_t h_comm_bytes;
 
     // the optimizer states (states.c): on the device, or in the offload tier
     zinf_offload_device otier;
-    zinf_optim_tier *ot; // cpu and nvme
+    zinf_optim_tier *optim_tier; // cpu and nvme
     float *h_grads32;    // its gradient partition
     zinf_cpu_pool *pool; // cpu and nvme: CPU Adam and the host gradient norms
     // An offloaded optimizer (stages 1-3): the update runs on the tier's thread and the
@@ -180,8 +185,8 @@ struct zinf_engine {
     zinf_comm_bytes comm_seen; // the communicator's counts then
     zinf_device_busy busy_seen; // the device's busy times then
 
-    coordinator co; // stage 3; its timed waits also at stages 1-2 with a background update
-    share sh;       // stages 1-2 with a background update
+    coordinator coord; // stage 3; its timed waits also at stages 1-2 with a background update
+    share share;       // stages 1-2 with a background update
     zinf_event *fwd_done, *ev_cs;
 
     // ZeRO++ (zeropp.c)
@@ -224,10 +229,10 @@ struct zinf_engine {
     zinf_param_tier_stats pstats;
 };
 
-// Module mod's tiles over pw ranks (tile 0: gathered whole); zinf_tiling_count and
+// Module mod's tiles over part_ranks ranks (tile 0: gathered whole); zinf_tiling_count and
 // zinf_tiling_len read it.
 static inline zinf_tiling tiling_of(const zinf_engine *e, int mod) {
-    return (zinf_tiling){.ranks = e->pw, .slice = e->lay[mod].slice, .tile = e->lay[mod].tile};
+    return (zinf_tiling){.ranks = e->part_ranks, .slice = e->lay[mod].slice, .tile = e->lay[mod].tile};
 }
 
 // layout.c
@@ -298,13 +303,13 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src);
 zinf_status states_zero(zinf_engine *e); // moments and gradients
 zinf_status states_zero_grads(zinf_engine *e);
-// Add bucket b, reduced in pinned memory at src, into the host gradient partition (on xs).
+// Add bucket b, reduced in pinned memory at src, into the host gradient partition (on comm_stream).
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed);
 // mics.c
-void mics_settings(zinf_engine *e); // pw, pr and replicas from the config and the world
+void mics_settings(zinf_engine *e); // part_ranks, part_rank and replicas from the config and the world
 zinf_status mics_create(zinf_engine *e);
 void mics_destroy(zinf_engine *e);
-// A gather over the partition's ranks, as engine_allgather over pcomm (hierarchical
+// A gather over the partition's ranks, as engine_allgather over part_comm (hierarchical
 // with mics_hierarchical_params_gather).
 zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
 // Its copies between host and device, and the bytes rank 0 receives (from_group
@@ -346,40 +351,24 @@ void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_
 // step.c
 zinf_status step_run(zinf_engine *e, zinf_step_info *info);
 
-// engine.c
+// memory.c
 // What creation takes: device memory, and pinned host memory from the host pool; a plan
 // counts it instead (*p stays NULL).
 zinf_status engine_take_device(zinf_engine *e, size_t bytes, const char *what, void **p);
 zinf_status engine_take_pinned(zinf_engine *e, size_t bytes, const char *what, void **p);
-// What creation and a plan share, once the model is made: the flat layout, where every
-// state lives, the gradient buckets.
-zinf_status engine_build(zinf_engine *e);
-// The config and what follows from it alone: stage, where stage-3 parameters live, dtype.
-void engine_settings(zinf_engine *e, const zinf_config *cfg);
-// What to change when the device runs short.
-#define ENGINE_DEVICE_HINT                                                                                             \
-    "lower train_micro_batch_size_per_gpu or zero_optimization.reduce_bucket_size, turn on activation_checkpointing, " \
-    "raise zero_optimization.stage, offload (offload_optimizer, offload_param) or raise device.memory_limit"
-// The device creation opens for cfg on comm, and how many GPUs this host has.
-void engine_device_params(const zinf_config *cfg, const zinf_comm *comm, zinf_device_params *dp, int *gpus);
-// The memory figures of zinf_engine_plan, without its replay of the steps.
-zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out);
-// The model's parameters for cfg (shared by creation and the plan).
-zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_model_params *mp);
-// Fill in the keys cfg left at DeepSpeed's defaults that zinf chooses for t (choose.c),
-// marking them given, so that a plan and the engine made from it choose once and alike.
-zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out);
-// engine_choose's rule for memory.head_chunk_tokens alone, on a device of capacity
-// bytes: sets the key where it is null; *chosen is the chunk when it cuts the tokens.
-zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t *chosen);
 // Device memory that, when the account is full, first waits for deferred frees.
 zinf_status engine_alloc(zinf_engine *e, size_t bytes, const char *what, void **p);
 // Free p once the work submitted to s so far is done; engine_reap frees what is due
 // (all of it, waiting, when wait is set).
 zinf_status engine_free_after(zinf_engine *e, void *p, zinf_stream *s);
 zinf_status engine_reap(zinf_engine *e, bool wait);
+// Where a tier's swap store goes: paths, with the aio engine and the run's name the
+// tiers share.
+zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *paths);
+
+// collectives.c
 // Collectives queued on the communication stream, in the same order on every rank. A
-// failure is kept and raised by engine_sync.
+// failure is kept and raised by engine_wait_streams.
 typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALLGATHER, COMM_ALLTOALL } comm_op;
 zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void *out, size_t n);
 // On the communication stream: full (size(c) * bytes, device) = every rank of c's mine
@@ -396,10 +385,39 @@ int engine_ranks_per_node(const zinf_engine *e);
 // What engine_allgather copies between host and device for W ranks, added to *h2d and *d2h.
 void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64_t bytes, int64_t *h2d,
                               int64_t *d2h);
-// Where a tier's swap store goes: paths, with the aio engine and the run's name the
-// tiers share.
-zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *paths);
-// Wait for every stream and raise a failure of the work on them.
+// Wait for every stream and the update's thread, and raise a failure of the work on them.
+zinf_status engine_wait_streams(zinf_engine *e);
+
+// build.c
+// The config and what follows from it alone: stage, where stage-3 parameters live, dtype.
+void engine_settings(zinf_engine *e, const zinf_config *cfg);
+// The model's parameters for cfg (shared by creation and the plan).
+zinf_status engine_model_params(const zinf_config *cfg, zinf_dtype dt, zinf_model_params *mp);
+// The device creation opens for cfg on comm, and how many GPUs this host has.
+void engine_device_params(const zinf_config *cfg, const zinf_comm *comm, zinf_device_params *dp, int *gpus);
+// What creation and a plan share, once the model is made: the flat layout, where every
+// state lives, the gradient buckets.
+zinf_status engine_build(zinf_engine *e);
+
+// choose.c
+// Fill in the keys cfg left at DeepSpeed's defaults that zinf chooses for t, marking
+// them given, so that a plan and the engine made from it choose once and alike.
+zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out);
+// engine_choose's rule for memory.head_chunk_tokens alone, on a device of capacity
+// bytes: sets the key where it is null; *chosen is the chunk when it cuts the tokens.
+zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t *chosen);
+
+// plan.c
+// The memory figures of zinf_engine_plan, without its replay of the steps.
+zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out);
+
+// engine.c
+// What to change when the device runs short.
+#define ENGINE_DEVICE_HINT                                                                                             \
+    "lower train_micro_batch_size_per_gpu or zero_optimization.reduce_bucket_size, turn on activation_checkpointing, " \
+    "raise zero_optimization.stage, offload (offload_optimizer, offload_param) or raise device.memory_limit"
+// engine_wait_streams once stages 1-2 have all-gathered every module a background update
+// changed: the parameters are all in place.
 zinf_status engine_sync(zinf_engine *e);
 
 #endif

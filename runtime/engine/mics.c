@@ -1,7 +1,7 @@
 // MiCS (Zhang et al. 2022): the model's states are partitioned within shard groups of
 // S consecutive ranks and replicated across the W / S groups. Everything the engine
 // partitions (the flat layout, the gathers, the gradient buckets' reduce-scatter, the
-// optimizer's part) runs over the shard group: pw ranks, this one pr among them. At the
+// optimizer's part) runs over the shard group: part_ranks ranks, this one part_rank among them. At the
 // accumulation boundary the gradient partition is all-reduced across the replication
 // group (the ranks with the same place in every shard group), so the replicas step the
 // same gradients to the same weights. Without MiCS the shard group is the world.
@@ -17,42 +17,42 @@ static bool mics_on(const zinf_engine *e) {
 }
 
 void mics_settings(zinf_engine *e) {
-    e->pw = mics_on(e) ? (int)e->cfg.zero.mics_shard_size : e->world;
-    e->pr = e->rank % e->pw;
-    e->replicas = e->world / e->pw;
+    e->part_ranks = mics_on(e) ? (int)e->cfg.zero.mics_shard_size : e->world;
+    e->part_rank = e->rank % e->part_ranks;
+    e->replicas = e->world / e->part_ranks;
 }
 
 // The hierarchical gather's shape: the shard group spans hier_nodes whole nodes of
 // hier_local consecutive ranks.
 static bool hier_shape(zinf_engine *e) {
     int L = engine_ranks_per_node(e);
-    bool whole = L > 0 && L < e->pw && e->pw % L == 0;
+    bool whole = L > 0 && L < e->part_ranks && e->part_ranks % L == 0;
     e->hier_local = whole ? L : 0;
-    e->hier_nodes = whole ? e->pw / L : 0;
+    e->hier_nodes = whole ? e->part_ranks / L : 0;
     return whole;
 }
 
 zinf_status mics_create(zinf_engine *e) {
-    e->pcomm = e->comm;
+    e->part_comm = e->comm;
     if (!mics_on(e)) return ZINF_OK;
     if (e->cfg.zero.mics_hierarchical_params_gather && !hier_shape(e) && !e->plan)
         ZINF_LOG_INFO("engine: mics_hierarchical_params_gather needs shard groups of whole nodes (of the same number "
                       "of consecutive ranks): %d-rank groups over %d node%s here gather in one step",
-                      e->pw, e->nodes, e->nodes == 1 ? "" : "s");
+                      e->part_ranks, e->nodes, e->nodes == 1 ? "" : "s");
     size_t most = 0;
     for (int i = 0; e->hier_nodes && i < e->nmod; i++)
-        if (e->lay[i].padded * e->es > most) most = e->lay[i].padded * e->es;
+        if (e->lay[i].padded * e->elem_size > most) most = e->lay[i].padded * e->elem_size;
     // qwZ's wire is smaller than the 16-bit buffer (a byte and a little per element).
     if (e->hier_nodes) ZINF_CHECK(engine_take_device(e, most, "hierarchical gathers", &e->d_hier));
     if (e->plan) return ZINF_OK;
     if (e->replicas > 1) {
-        ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->pw, &e->mics_shard));
-        ZINF_CHECK(zinf_comm_split(e->comm, e->pr, &e->mics_repl));
-        e->pcomm = e->mics_shard;
+        ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->part_ranks, &e->mics_shard));
+        ZINF_CHECK(zinf_comm_split(e->comm, e->part_rank, &e->mics_repl));
+        e->part_comm = e->mics_shard;
     }
     if (e->hier_nodes) {
-        ZINF_CHECK(zinf_comm_split(e->pcomm, e->pr % e->hier_local, &e->hier_cross));
-        ZINF_CHECK(zinf_comm_split(e->pcomm, e->pr / e->hier_local, &e->hier_node));
+        ZINF_CHECK(zinf_comm_split(e->part_comm, e->part_rank % e->hier_local, &e->hier_cross));
+        ZINF_CHECK(zinf_comm_split(e->part_comm, e->part_rank / e->hier_local, &e->hier_node));
     }
     zinf_comm *groups[] = {e->mics_shard, e->mics_repl, e->hier_cross, e->hier_node};
     for (size_t i = 0; e->nccl && i < ZINF_ARRAY_LEN(groups); i++)
@@ -61,14 +61,14 @@ zinf_status mics_create(zinf_engine *e) {
 }
 
 zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
-    if (!e->hier_nodes) return engine_allgather(e, e->pcomm, mine, mine_host, full, bytes);
-    const size_t N = (size_t)e->hier_nodes, L = (size_t)e->hier_local, l = (size_t)e->pr % L;
+    if (!e->hier_nodes) return engine_allgather(e, e->part_comm, mine, mine_host, full, bytes);
+    const size_t N = (size_t)e->hier_nodes, L = (size_t)e->hier_local, l = (size_t)e->part_rank % L;
     char *t = e->d_hier; // chunk l' (N slices): the slices of ranks (n, l') of the group, n = 0..N-1
     ZINF_CHECK(engine_allgather(e, e->hier_cross, mine, mine_host, t + l * N * bytes, bytes));
     ZINF_CHECK(engine_allgather(e, e->hier_node, t + l * N * bytes, false, t, N * bytes));
     for (size_t j = 0; j < L; j++)
         for (size_t n = 0; n < N; n++)
-            ZINF_CHECK(zinf_copy_async(e->xs, (char *)full + (n * L + j) * bytes, t + (j * N + n) * bytes, bytes,
+            ZINF_CHECK(zinf_copy_async(e->comm_stream, (char *)full + (n * L + j) * bytes, t + (j * N + n) * bytes, bytes,
                                        ZINF_COPY_D2D));
     return ZINF_OK;
 }
@@ -83,13 +83,13 @@ void mics_destroy(zinf_engine *e) {
 }
 
 void mics_allgather_traffic(const zinf_engine *e, bool mine_host, int64_t bytes, int64_t *h2d, int64_t *d2h) {
-    if (!e->hier_nodes) return engine_allgather_traffic(e, e->pw, mine_host, bytes, h2d, d2h);
+    if (!e->hier_nodes) return engine_allgather_traffic(e, e->part_ranks, mine_host, bytes, h2d, d2h);
     engine_allgather_traffic(e, e->hier_nodes, mine_host, bytes, h2d, d2h);
     engine_allgather_traffic(e, e->hier_local, false, e->hier_nodes * bytes, h2d, d2h);
 }
 
 void mics_allgather_comm(const zinf_engine *e, int64_t bytes, group_fn from_group, void *ctx) {
-    if (!e->hier_nodes) return from_group(ctx, 0, e->pw, 1, bytes);
+    if (!e->hier_nodes) return from_group(ctx, 0, e->part_ranks, 1, bytes);
     from_group(ctx, 0, e->hier_nodes, e->hier_local, bytes);
     from_group(ctx, 0, e->hier_local, 1, e->hier_nodes * bytes);
 }
@@ -99,19 +99,19 @@ void mics_allgather_comm(const zinf_engine *e, int64_t bytes, group_fn from_grou
 // offloaded optimizer keeps it. Every bucket has been added (the streams are idle).
 zinf_status mics_reduce_grads(zinf_engine *e) {
     if (e->replicas == 1) return ZINF_OK;
-    if (e->ot) return zinf_comm_allreduce_f32(e->mics_repl, e->h_grads32, e->npart);
+    if (e->optim_tier) return zinf_comm_allreduce_f32(e->mics_repl, e->h_grads32, e->npart);
     if (e->nccl) {
-        ZINF_CHECK(zinf_comm_device_allreduce_f32(e->mics_repl, e->xs, e->grads32, e->npart));
-        return engine_sync(e);
+        ZINF_CHECK(zinf_comm_device_allreduce_f32(e->mics_repl, e->comm_stream, e->grads32, e->npart));
+        return engine_wait_streams(e);
     }
     size_t most = e->h_comm_bytes / sizeof(float);
     for (size_t o = 0, n; o < e->npart; o += n) {
         n = e->npart - o < most ? e->npart - o : most;
-        ZINF_CHECK(zinf_copy_async(e->xs, e->h_comm, e->grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
+        ZINF_CHECK(zinf_copy_async(e->comm_stream, e->h_comm, e->grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
         ZINF_CHECK(engine_comm(e, e->mics_repl, COMM_ALLREDUCE, e->h_comm, NULL, n));
-        ZINF_CHECK(zinf_copy_async(e->xs, e->grads32 + o, e->h_comm, n * sizeof(float), ZINF_COPY_H2D));
+        ZINF_CHECK(zinf_copy_async(e->comm_stream, e->grads32 + o, e->h_comm, n * sizeof(float), ZINF_COPY_H2D));
     }
-    return engine_sync(e);
+    return engine_wait_streams(e);
 }
 
 // What mics_reduce_grads receives from each other replica: the host path's all-reduce

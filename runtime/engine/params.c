@@ -14,13 +14,13 @@ zinf_status params_create(zinf_engine *e) {
     if (e->stage < 3) {
         for (int i = 0; i < e->nmod; i++)
             if (e->lay[i].padded)
-                ZINF_CHECK(engine_take_device(e, e->lay[i].padded * e->es, "parameters", &e->params16[i]));
+                ZINF_CHECK(engine_take_device(e, e->lay[i].padded * e->elem_size, "parameters", &e->params16[i]));
         // An offloaded update runs under the next forward (share.c) and stores on a
         // stream of its own: on the compute stream a store would queue behind the
         // forward's ops, and the update's output buffers, reused once their stores pass,
         // would wait for the forward.
         if (!e->plan && e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE)
-            ZINF_CHECK(zinf_stream_create(e->dev, &e->ss));
+            ZINF_CHECK(zinf_stream_create(e->dev, &e->store_stream));
         return ZINF_OK;
     }
     const zinf_offload_param_config *pc = &e->cfg.zero.offload_param;
@@ -33,7 +33,7 @@ zinf_status params_create(zinf_engine *e) {
                                  .slice = slice,
                                  .names = e->names,
                                  .nmod = e->nmod,
-                                 .dtype = e->dt,
+                                 .dtype = e->dtype,
                                  .pin_memory = pc->pin_memory,
                                  .max_in_cpu = pc->max_in_cpu,
                                  .buffer_size = pc->buffer_size,
@@ -41,18 +41,18 @@ zinf_status params_create(zinf_engine *e) {
                                  .own_stream = e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE,
                                  .swap = engine_swap_config(e, &pc->nvme_path),
                                  .dev = e->dev,
-                                 .compute = e->cs,
-                                 .comm = e->xs,
+                                 .compute = e->compute_stream,
+                                 .comm = e->comm_stream,
                                  .host = e->host,
                                  .failure = e->failure,
                                  .gather = gather,
                                  .gather_ctx = e};
     zinf_status st = e->plan ? zinf_param_tier_plan(&tc, (uint64_t)e->cfg.aio.block_size, &e->pstats)
-                             : zinf_param_tier_create(&e->pt, &tc);
+                             : zinf_param_tier_create(&e->param_tier, &tc);
     free(slice);
     if (st != ZINF_OK) return st;
     if (!e->plan) {
-        zinf_param_tier_get_stats(e->pt, &e->pstats);
+        zinf_param_tier_get_stats(e->param_tier, &e->pstats);
         return ZINF_OK;
     }
     const zinf_param_tier_stats *ps = &e->pstats;
@@ -64,35 +64,35 @@ zinf_status params_create(zinf_engine *e) {
 }
 
 void params_destroy(zinf_engine *e) {
-    zinf_param_tier_destroy(e->pt);
-    zinf_stream_destroy(e->ss); // its stores end first
+    zinf_param_tier_destroy(e->param_tier);
+    zinf_stream_destroy(e->store_stream); // its stores end first
     for (int i = 0; e->params16 && e->dev && i < e->nmod; i++)
         zinf_device_free(e->dev, e->params16[i]);
 }
 
-zinf_stream *params_stream(zinf_engine *e) { return e->pt ? zinf_param_tier_stream(e->pt) : e->ss ? e->ss : e->cs; }
+zinf_stream *params_stream(zinf_engine *e) { return e->param_tier ? zinf_param_tier_stream(e->param_tier) : e->store_stream ? e->store_stream : e->compute_stream; }
 
 void *params_device_part(zinf_engine *e, int mod) {
-    if (e->stage < 3) return (char *)e->params16[mod] + e->lay[mod].part_lo * e->es;
-    return zinf_param_tier_device_slice(e->pt, mod);
+    if (e->stage < 3) return (char *)e->params16[mod] + e->lay[mod].part_lo * e->elem_size;
+    return zinf_param_tier_device_slice(e->param_tier, mod);
 }
 
 zinf_status params_store(zinf_engine *e, int mod, const void *src, bool src_host) {
     const mod_layout *l = &e->lay[mod];
-    if (e->stage == 3) return zinf_param_tier_store(e->pt, mod, src, src_host);
-    return zinf_copy_async(params_stream(e), (char *)e->params16[mod] + l->part_lo * e->es, src, l->part_n * e->es,
+    if (e->stage == 3) return zinf_param_tier_store(e->param_tier, mod, src, src_host);
+    return zinf_copy_async(params_stream(e), (char *)e->params16[mod] + l->part_lo * e->elem_size, src, l->part_n * e->elem_size,
                            src_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
 }
 
 zinf_status params_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src) {
     zeropp_invalidate(e);
-    if (e->stage == 3) return zinf_param_tier_write(e->pt, mod, a - e->lay[mod].part_lo, n, src);
-    ZINF_CHECK(zinf_copy_async(e->cs, (char *)e->params16[mod] + a * e->es, src, n * e->es, ZINF_COPY_H2D));
-    return zinf_stream_sync(e->cs);
+    if (e->stage == 3) return zinf_param_tier_write(e->param_tier, mod, a - e->lay[mod].part_lo, n, src);
+    ZINF_CHECK(zinf_copy_async(e->compute_stream, (char *)e->params16[mod] + a * e->elem_size, src, n * e->elem_size, ZINF_COPY_H2D));
+    return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status params_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst) {
-    if (e->stage == 3) return zinf_param_tier_copy_out(e->pt, mod, a - e->lay[mod].part_lo, n, dst);
-    ZINF_CHECK(zinf_copy_async(e->cs, dst, (const char *)e->params16[mod] + a * e->es, n * e->es, ZINF_COPY_D2H));
-    return zinf_stream_sync(e->cs);
+    if (e->stage == 3) return zinf_param_tier_copy_out(e->param_tier, mod, a - e->lay[mod].part_lo, n, dst);
+    ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, (const char *)e->params16[mod] + a * e->elem_size, n * e->elem_size, ZINF_COPY_D2H));
+    return zinf_stream_sync(e->compute_stream);
 }

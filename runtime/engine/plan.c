@@ -17,7 +17,7 @@ static int64_t dev_bytes(size_t bytes) { return (int64_t)zinf_device_account_byt
 // runs.
 typedef struct replay {
     zinf_engine *e;
-    zinf_prefetch *pf; // stage 3
+    zinf_prefetch *prefetcher; // stage 3
     bool *grad;
     int *ahead;
     int64_t dev, peak;
@@ -32,23 +32,23 @@ static void take(replay *r, size_t bytes) {
 
 static void gather(replay *r, int x) {
     r->gathers[x]++;
-    take(r, r->e->lay[x].padded * r->e->es);
+    take(r, r->e->lay[x].padded * r->e->elem_size);
 }
 
 static zinf_status use(replay *r, int x) {
     if (x < 0 || !r->e->lay[x].padded) return ZINF_OK;
-    ZINF_CHECK(zinf_prefetch_use(r->pf, x));
+    ZINF_CHECK(zinf_prefetch_use(r->prefetcher, x));
     if (r->e->lay[x].tile) return ZINF_OK;
-    if (zinf_prefetch_is_gathered(r->pf, x)) return ZINF_OK;
-    zinf_prefetch_gathered(r->pf, x);
+    if (zinf_prefetch_is_gathered(r->prefetcher, x)) return ZINF_OK;
+    zinf_prefetch_gathered(r->prefetcher, x);
     gather(r, x);
     return ZINF_OK;
 }
 
 static void release(replay *r, int x) {
-    if (x < 0 || !zinf_prefetch_is_gathered(r->pf, x) || zinf_prefetch_keep(r->pf, x)) return;
-    zinf_prefetch_released(r->pf, x);
-    r->dev -= dev_bytes(r->e->lay[x].padded * r->e->es);
+    if (x < 0 || !zinf_prefetch_is_gathered(r->prefetcher, x) || zinf_prefetch_keep(r->prefetcher, x)) return;
+    zinf_prefetch_released(r->prefetcher, x);
+    r->dev -= dev_bytes(r->e->lay[x].padded * r->e->elem_size);
 }
 
 // coordinator.c's tiles of module x during op, as often as the model sweeps them: a
@@ -57,8 +57,8 @@ static void release(replay *r, int x) {
 static void tiles(replay *r, const zinf_model_op *op, int x) {
     if (x < 0 || !r->e->lay[x].tile) return;
     bool grad;
-    int sweeps = zinf_model_tile_sweeps(r->e->m, op, x, &grad);
-    size_t tile = (size_t)r->e->pw * r->e->lay[x].tile * r->e->es;
+    int sweeps = zinf_model_tile_sweeps(r->e->model, op, x, &grad);
+    size_t tile = (size_t)r->e->part_ranks * r->e->lay[x].tile * r->e->elem_size;
     int n = (sweeps ? 2 : 0) + grad;
     r->gathers[x] += sweeps, r->tile_ops[x] += sweeps > 0;
     for (int i = 0; i < n; i++)
@@ -69,12 +69,12 @@ static void tiles(replay *r, const zinf_model_op *op, int x) {
 // coordinator.c: coord_fetch, then coord_done.
 static zinf_status run_op(replay *r, const zinf_model_op *op) {
     if (r->e->stage < 3) return ZINF_OK;
-    int ext = zinf_model_module(r->e->m, op->module)->external;
+    int ext = zinf_model_module(r->e->model, op->module)->external;
     tiles(r, op, op->module), tiles(r, op, ext);
     ZINF_CHECK(use(r, op->module));
     ZINF_CHECK(use(r, ext));
     release(r, op->module), release(r, ext);
-    int n = zinf_prefetch_ahead(r->pf, r->ahead);
+    int n = zinf_prefetch_ahead(r->prefetcher, r->ahead);
     for (int i = 0; i < n; i++)
         gather(r, r->ahead[i]);
     return ZINF_OK;
@@ -84,22 +84,22 @@ static zinf_status run_op(replay *r, const zinf_model_op *op) {
 static void need_grad(replay *r, int x) {
     if (x < 0 || r->grad[x] || !r->e->lay[x].padded || r->e->lay[x].tile) return;
     r->grad[x] = true;
-    take(r, r->e->lay[x].padded * r->e->es);
+    take(r, r->e->lay[x].padded * r->e->elem_size);
 }
 
 static zinf_status micro_batch(replay *r) {
     zinf_engine *e = r->e;
     int nall;
-    const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);
+    const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
     for (int k = 0; k < nall; k++) {
         const zinf_model_op *op = &ops[k];
         if (op->pass == ZINF_PASS_BACKWARD)
-            need_grad(r, op->module), need_grad(r, zinf_model_module(e->m, op->module)->external);
+            need_grad(r, op->module), need_grad(r, zinf_model_module(e->model, op->module)->external);
         ZINF_CHECK(run_op(r, op));
         for (int i = 0; i < e->nmod; i++) // reduce.c: reduced once its last backward use ran
             if (e->last_bwd[i] == k && r->grad[i]) {
                 r->grad[i] = false;
-                r->dev -= dev_bytes(e->lay[i].padded * e->es);
+                r->dev -= dev_bytes(e->lay[i].padded * e->elem_size);
             }
     }
     return ZINF_OK;
@@ -110,13 +110,13 @@ static zinf_status micro_batch(replay *r) {
 static zinf_status end_step(replay *r) {
     zinf_engine *e = r->e;
     bool scratch =
-        e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE && e->otier == ZINF_OFFLOAD_NONE && e->dt != ZINF_DTYPE_F32;
+        e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE && e->otier == ZINF_OFFLOAD_NONE && e->dtype != ZINF_DTYPE_F32;
     for (int i = 0; scratch && i < e->nmod; i++)
-        if (e->lay[i].padded) take(r, e->lay[i].part_n * e->es), r->dev -= dev_bytes(e->lay[i].part_n * e->es);
+        if (e->lay[i].padded) take(r, e->lay[i].part_n * e->elem_size), r->dev -= dev_bytes(e->lay[i].part_n * e->elem_size);
     if (e->stage < 3) return ZINF_OK;
     for (int i = 0; i < e->nmod; i++)
-        if (zinf_prefetch_is_gathered(r->pf, i)) r->dev -= dev_bytes(e->lay[i].padded * e->es);
-    return zinf_prefetch_end_step(r->pf);
+        if (zinf_prefetch_is_gathered(r->prefetcher, i)) r->dev -= dev_bytes(e->lay[i].padded * e->elem_size);
+    return zinf_prefetch_end_step(r->prefetcher);
 }
 
 // Two steps: the first gathers on demand and records the trace, the second (like every
@@ -126,7 +126,7 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
     replay r = {.e = e, .gathers = gathers, .tile_ops = tile_ops, .dev = e->plan_device, .peak = e->plan_device};
     r.grad = calloc(n, sizeof *r.grad), r.ahead = calloc(n, sizeof *r.ahead);
     zinf_status st = r.grad && r.ahead ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "plan: out of memory");
-    if (st == ZINF_OK && e->stage == 3) st = coord_prefetcher(e, &r.pf);
+    if (st == ZINF_OK && e->stage == 3) st = coord_prefetcher(e, &r.prefetcher);
     for (int step = 0; st == ZINF_OK && step < 2; step++) {
         memset(gathers, 0, n * sizeof *gathers), memset(tile_ops, 0, n * sizeof *tile_ops);
         for (int k = 0; st == ZINF_OK && k < e->cfg.gradient_accumulation_steps; k++)
@@ -134,8 +134,8 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
         if (st == ZINF_OK) st = end_step(&r);
     }
     out->device_peak = r.peak;
-    out->gathered_peak = r.pf ? zinf_prefetch_live_peak(r.pf) * (int64_t)e->es : 0;
-    zinf_prefetch_destroy(r.pf);
+    out->gathered_peak = r.prefetcher ? zinf_prefetch_live_peak(r.prefetcher) * (int64_t)e->elem_size : 0;
+    zinf_prefetch_destroy(r.prefetcher);
     free(r.grad), free(r.ahead);
     return st;
 }
@@ -155,7 +155,7 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, const int64_t 
     bool staged = W > 1 && !e->nccl, offloaded = e->otier != ZINF_OFFLOAD_NONE;
     for (int i = 0; i < e->nmod; i++) {
         const mod_layout *x = &e->lay[i];
-        size_t sb = x->slice * e->es;
+        size_t sb = x->slice * e->elem_size;
         bool disk = e->stage == 3 && e->ptier == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
         pad4 += x->padded * sizeof(float), slice4 += x->slice * sizeof(float);
         // A step's first gather of a module is from every rank; with hpZ the rest are
@@ -185,13 +185,13 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, const int64_t 
     if (e->replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
         out->d2h += (int64_t)(e->npart * sizeof(float)), out->h2d += (int64_t)(e->npart * sizeof(float));
     if (e->ckpt_host_bytes) { // every checkpoint out, and back in but the three left in the slots
-        const zinf_model_params *mp = zinf_model_get_params(e->m);
+        const zinf_model_params *mp = zinf_model_get_params(e->model);
         int64_t one = e->ckpt_host_bytes / (mp->shape.n_layer + 1), back = mp->shape.n_layer - 2;
         out->d2h += e->ckpt_host_bytes * ga, out->h2d += (back > 0 ? back : 0) * one * ga;
     }
     bool host_params = e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE;
-    if (offloaded && !host_params) out->h2d += (int64_t)(e->npart * e->es);
-    if (!offloaded && host_params) out->d2h += (int64_t)(e->npart * e->es);
+    if (offloaded && !host_params) out->h2d += (int64_t)(e->npart * e->elem_size);
+    if (!offloaded && host_params) out->d2h += (int64_t)(e->npart * e->elem_size);
     if (e->otier == ZINF_OFFLOAD_NVME) {
         out->nvme_read += (int64_t)(3 * e->npart * sizeof(float));
         out->nvme_write += (int64_t)(3 * e->npart * sizeof(float));
@@ -224,7 +224,7 @@ static void from_group(void *ctx, int64_t first, int64_t size, int64_t stride, i
 // Over the world: the loss and micro-batch count. With MiCS, over the replication group: the
 // gradient partition's all-reduce (mics.c).
 static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const int64_t *gathers, zinf_plan *out) {
-    int64_t W = e->world, P = e->pw, part = 0, gathered = 0, group = 0, slices = 0;
+    int64_t W = e->world, P = e->part_ranks, part = 0, gathered = 0, group = 0, slices = 0;
     counts c = {out, t->nodes > 1 ? W / t->nodes : W};
     if (W == 1) return;
     for (int i = 0; i < e->nmod; i++) {
@@ -238,7 +238,7 @@ static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const 
             else
                 gathered += later * (int64_t)zeropp_gather_bytes(e, i);
         }
-        if (e->stage == 1 || e->stage == 2) part += (int64_t)(e->lay[i].slice * e->es);
+        if (e->stage == 1 || e->stage == 2) part += (int64_t)(e->lay[i].slice * e->elem_size);
     }
     int64_t ga = e->cfg.gradient_accumulation_steps;
     if (e->qgz) { // zeropp_reduce_scatter: an all-to-all in rank 0's node, one among its peers on every node
@@ -282,14 +282,14 @@ static void tiled(const zinf_engine *e, zinf_plan *out) {
         if (count > 1) snprintf(kind, sizeof kind, " to %s (%d modules)", e->names[last], count);
         size_t n = strlen(out->tiled);
         snprintf(out->tiled + n, sizeof out->tiled - n, "%s%s%s in %zu tiles of %s", n ? ", " : "", e->names[i], kind,
-                 zinf_tiling_count(&t), zinf_size_format((uint64_t)((size_t)e->pw * t.tile * e->es), b, sizeof b));
+                 zinf_tiling_count(&t), zinf_size_format((uint64_t)((size_t)e->part_ranks * t.tile * e->elem_size), b, sizeof b));
     }
 }
 
 static void plan_free(zinf_engine *e) {
     free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->buckets), free(e->sec), free(e->sec_valid);
     free(e->params16), free(e->grads16), free(e->pview), free(e->names), free(e->lay);
-    zinf_model_destroy(e->m);
+    zinf_model_destroy(e->model);
     free(e);
 }
 
@@ -303,8 +303,8 @@ static zinf_status plan_engine(const zinf_config *cfg, const zinf_plan_target *t
     e->plan = true, e->world = t->world, e->nccl = t->nccl && t->world > 1, e->nodes = t->nodes > 1 ? t->nodes : 1;
     mics_settings(e);
     zinf_model_params mp;
-    zinf_status st = engine_model_params(cfg, e->dt, &mp);
-    if (st == ZINF_OK) st = zinf_model_plan(&e->m, t->backend, &mp, &e->act_bytes);
+    zinf_status st = engine_model_params(cfg, e->dtype, &mp);
+    if (st == ZINF_OK) st = zinf_model_plan(&e->model, t->backend, &mp, &e->act_bytes);
     e->plan_device = e->act_bytes;
     if (st == ZINF_OK) st = engine_build(e);
     if (st != ZINF_OK) {

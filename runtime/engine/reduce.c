@@ -10,14 +10,14 @@
 
 static zinf_status plan_buckets(zinf_engine *e) {
     int nf, nall;
-    zinf_model_schedule(e->m, false, &nf);
-    const zinf_model_op *ops = zinf_model_schedule(e->m, true, &nall);
+    zinf_model_schedule(e->model, false, &nf);
+    const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
     for (int i = 0; i < e->nmod; i++)
         e->last_bwd[i] = e->first_piece[i] = -1;
     for (int k = nf; k < nall; k++) {
         if (ops[k].pass != ZINF_PASS_BACKWARD) continue;
         e->last_bwd[ops[k].module] = k;
-        int ext = zinf_model_module(e->m, ops[k].module)->external;
+        int ext = zinf_model_module(e->model, ops[k].module)->external;
         if (ext >= 0) e->last_bwd[ext] = k > e->last_bwd[ext] ? k : e->last_bwd[ext];
     }
     // Buckets of reduce_bucket_size elements (world blocks of `per`), filled in the order
@@ -25,7 +25,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
     // ceil(total / per) of them, and a bucket's end splits at most one module, so there
     // are at most modules + buckets pieces, and one more for each tile a tiled module has;
     // a tiled module is counted twice, for a tied embedding's two reductions.
-    size_t W = (size_t)e->pw, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0, tiles = 0;
+    size_t W = (size_t)e->part_ranks, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0, tiles = 0;
     if (per == 0) per = 1;
     for (int i = 0; i < e->nmod; i++) {
         total += e->lay[i].slice * (e->lay[i].tile ? 2 : 1);
@@ -42,7 +42,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
         for (int j = 0; j < 2 * e->nmod; j++) {
             int i = j % e->nmod;
             bool tiled = e->lay[i].tile > 0, grad = false;
-            if (tiled) zinf_model_tile_sweeps(e->m, &ops[k], i, &grad);
+            if (tiled) zinf_model_tile_sweeps(e->model, &ops[k], i, &grad);
             if (!e->lay[i].padded || (j < e->nmod) != tiled || (tiled ? !grad : e->last_bwd[i] != k)) continue;
             e->first_piece[i] = e->npieces;
             // A tiled module's gradient comes tile by tile, the last first (zinf_tile_source):
@@ -85,9 +85,9 @@ zinf_status reduce_create(zinf_engine *e) {
     // One pinned staging buffer serves every collective and the gradients' way to the
     // host: the communication stream runs them one after another. A reduce-scatter
     // needs its input and one block of output; a gather one module's 16-bit buffer.
-    size_t bytes = 0, block = e->bucket_cap / (size_t)e->pw;
+    size_t bytes = 0, block = e->bucket_cap / (size_t)e->part_ranks;
     for (int i = 0; host_comm && i < e->nmod; i++)
-        if (e->lay[i].padded * e->es > bytes) bytes = e->lay[i].padded * e->es;
+        if (e->lay[i].padded * e->elem_size > bytes) bytes = e->lay[i].padded * e->elem_size;
     if ((e->bucket_cap + block) * sizeof(float) > bytes) bytes = (e->bucket_cap + block) * sizeof(float);
     ZINF_CHECK(engine_take_pinned(e, bytes, "communication staging", (void **)&e->h_comm));
     e->h_comm_bytes = bytes;
@@ -107,9 +107,9 @@ void reduce_destroy(zinf_engine *e) {
 static zinf_status flush(zinf_engine *e, int b) {
     const bucket *bk = &e->buckets[b];
     float *d = e->d_bucket[b & 1], *h = e->h_comm;
-    size_t blk = bk->block, W = (size_t)e->pw, R = (size_t)e->pr;
-    ZINF_CHECK(zinf_event_record(e->ev_cs, e->cs));
-    ZINF_CHECK(zinf_stream_wait_event(e->xs, e->ev_cs));
+    size_t blk = bk->block, W = (size_t)e->part_ranks, R = (size_t)e->part_rank;
+    ZINF_CHECK(zinf_event_record(e->ev_cs, e->compute_stream));
+    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->ev_cs));
     bool scattered = e->stage >= 2 && W > 1;
     // With NCCL or qgZ a rank's reduced block stays on the device where its block was.
     bool in_place = e->nccl || e->qgz;
@@ -118,25 +118,25 @@ static zinf_status flush(zinf_engine *e, int b) {
         ZINF_CHECK(zeropp_reduce_scatter(e, d, blk));
     } else if (W > 1 && e->nccl) {
         if (scattered)
-            ZINF_CHECK(zinf_comm_device_reduce_scatter_f32(e->pcomm, e->xs, d, d + R * blk, blk));
+            ZINF_CHECK(zinf_comm_device_reduce_scatter_f32(e->part_comm, e->comm_stream, d, d + R * blk, blk));
         else
-            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->pcomm, e->xs, d, W * blk));
+            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->part_comm, e->comm_stream, d, W * blk));
     } else if (W > 1) {
-        ZINF_CHECK(zinf_copy_async(e->xs, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
+        ZINF_CHECK(zinf_copy_async(e->comm_stream, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
         bool back = e->otier == ZINF_OFFLOAD_NONE; // the sums are added on the device
         if (scattered) {
-            ZINF_CHECK(engine_comm(e, e->pcomm, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
-            if (back) ZINF_CHECK(zinf_copy_async(e->xs, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
+            ZINF_CHECK(engine_comm(e, e->part_comm, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
+            if (back) ZINF_CHECK(zinf_copy_async(e->comm_stream, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
         } else {
-            ZINF_CHECK(engine_comm(e, e->pcomm, COMM_ALLREDUCE, h, NULL, W * blk));
-            if (back) ZINF_CHECK(zinf_copy_async(e->xs, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
+            ZINF_CHECK(engine_comm(e, e->part_comm, COMM_ALLREDUCE, h, NULL, W * blk));
+            if (back) ZINF_CHECK(zinf_copy_async(e->comm_stream, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
         }
     }
     if (e->otier != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
         if (W == 1 || in_place) {
             // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
             bool mine = e->stage > 0 && W > 1;
-            ZINF_CHECK(zinf_copy_async(e->xs, h, d + (mine ? R * blk : 0),
+            ZINF_CHECK(zinf_copy_async(e->comm_stream, h, d + (mine ? R * blk : 0),
                                        (mine ? blk : W * blk) * sizeof *d, ZINF_COPY_D2H));
             ZINF_CHECK(states_add_grads(e, b, h, mine));
         } else {
@@ -150,12 +150,12 @@ static zinf_status flush(zinf_engine *e, int b) {
                 if (e->stage > 0 && r != R) continue; // not this rank's part
                 const float *src = d + (packed ? 0 : r * blk) + p->off;
                 float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
-                ZINF_CHECK(zinf_add(e->xs, ZINF_DTYPE_F32, dst, dst, src, p->n));
+                ZINF_CHECK(zinf_add(e->comm_stream, ZINF_DTYPE_F32, dst, dst, src, p->n));
             }
         }
     }
-    ZINF_CHECK(zinf_event_record(e->bucket_free[b & 1], e->xs));
-    return e->cfg.zero.overlap_comm ? ZINF_OK : engine_sync(e);
+    ZINF_CHECK(zinf_event_record(e->bucket_free[b & 1], e->comm_stream));
+    return e->cfg.zero.overlap_comm ? ZINF_OK : engine_wait_streams(e);
 }
 
 // Widen one reduction's pieces (consecutive from first: one module, one op) whose run
@@ -170,10 +170,10 @@ static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const 
         const bucket *bk = &e->buckets[b];
         float *d = e->d_bucket[b & 1];
         // The bucket's buffer is reused once the communication stream is done with it.
-        if (k == bk->first) ZINF_CHECK(zinf_stream_wait_event(e->cs, e->bucket_free[b & 1]));
-        for (int r = 0; r < e->pw; r++)
-            ZINF_CHECK(zinf_cast(e->cs, d + (size_t)r * bk->block + p->off, ZINF_DTYPE_F32,
-                                 (const char *)grad + ((size_t)r * stride + p->lo - lo) * e->es, e->dt, p->n));
+        if (k == bk->first) ZINF_CHECK(zinf_stream_wait_event(e->compute_stream, e->bucket_free[b & 1]));
+        for (int r = 0; r < e->part_ranks; r++)
+            ZINF_CHECK(zinf_cast(e->compute_stream, d + (size_t)r * bk->block + p->off, ZINF_DTYPE_F32,
+                                 (const char *)grad + ((size_t)r * stride + p->lo - lo) * e->elem_size, e->dtype, p->n));
         if (k == bk->first + bk->count - 1) ZINF_CHECK(flush(e, b));
     }
     return ZINF_OK;
@@ -183,7 +183,7 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod) {
     const mod_layout *l = &e->lay[mod];
     if (!l->padded || l->tile) return ZINF_OK; // a tiled module's tiles went as the model finished them
     ZINF_CHECK(widen(e, e->first_piece[mod], 0, l->slice, e->grads16[mod], l->slice));
-    ZINF_CHECK(engine_free_after(e, e->grads16[mod], e->cs));
+    ZINF_CHECK(engine_free_after(e, e->grads16[mod], e->compute_stream));
     e->grads16[mod] = NULL;
     return ZINF_OK;
 }

@@ -1,8 +1,8 @@
 // Stages 1-2 with an offloaded optimizer: the step hands the update to the optimizer
 // tier's thread and returns, and the next forward runs under it. The tier stores each
-// sub-group's new 16-bit parts (this rank's slice of each module) on the store stream
-// e->ss; before a module's first op the compute stream waits for that module's store
-// and, with more than one rank, for its all-gather from the owners' slices on the
+// sub-group's new 16-bit parts (this rank's slice of each module) on the store stream;
+// before a module's first op the compute stream waits for that module's store and,
+// with more than one rank, for its all-gather from the owners' slices on the
 // communication stream. The forward never reads a module before its update, so the
 // bits are those of an update inside the step (ZeRO-Offload's delayed parameter update
 // overlaps the same work by letting the forward read weights one step old).
@@ -11,7 +11,7 @@
 #include "internal.h"
 
 static void add(zinf_engine *e, int x) {
-    share *s = &e->sh;
+    share *s = &e->share;
     if (x < 0 || !e->lay[x].padded || s->pos[x] >= 0) return;
     s->pos[x] = s->n;
     s->order[s->n++] = x;
@@ -23,19 +23,19 @@ static void add(zinf_engine *e, int x) {
 // order whatever the timing.
 static void build_order(zinf_engine *e) {
     int nf;
-    const zinf_model_op *ops = zinf_model_schedule(e->m, false, &nf);
+    const zinf_model_op *ops = zinf_model_schedule(e->model, false, &nf);
     for (int i = 0; i < e->nmod; i++)
-        e->sh.pos[i] = -1;
+        e->share.pos[i] = -1;
     for (int k = 0; k < nf; k++) {
         add(e, ops[k].module);
-        add(e, zinf_model_module(e->m, ops[k].module)->external);
+        add(e, zinf_model_module(e->model, ops[k].module)->external);
     }
     for (int i = 0; i < e->nmod; i++)
         add(e, i);
 }
 
 zinf_status share_create(zinf_engine *e) {
-    share *s = &e->sh;
+    share *s = &e->share;
     if (!e->background || e->stage == 3) return ZINF_OK;
     size_t n = (size_t)e->nmod + 1;
     s->order = malloc(n * sizeof *s->order);
@@ -43,14 +43,14 @@ zinf_status share_create(zinf_engine *e) {
     s->waited = calloc(n, sizeof *s->waited);
     s->landed = calloc(n, sizeof *s->landed);
     if (!s->order || !s->pos || !s->waited || !s->landed) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; e->pw > 1 && i < e->nmod; i++)
+    for (int i = 0; e->part_ranks > 1 && i < e->nmod; i++)
         ZINF_CHECK(zinf_event_create(e->dev, &s->landed[i]));
     build_order(e);
     return ZINF_OK;
 }
 
 void share_destroy(zinf_engine *e) {
-    share *s = &e->sh;
+    share *s = &e->share;
     for (int i = 0; s->landed && i < e->nmod; i++)
         zinf_event_destroy(s->landed[i]);
     free(s->order), free(s->pos), free(s->waited), free(s->landed);
@@ -58,7 +58,7 @@ void share_destroy(zinf_engine *e) {
 }
 
 void share_start(zinf_engine *e) {
-    share *s = &e->sh;
+    share *s = &e->share;
     if (!s->order) return;
     s->active = true;
     s->next = 0;
@@ -72,17 +72,17 @@ void share_start(zinf_engine *e) {
 // says it was recorded), so the gather reads this rank's new slice; the gather then
 // writes the whole buffer, and `landed` tells the compute stream when.
 static zinf_status gather_upto(zinf_engine *e, int upto) {
-    share *s = &e->sh;
+    share *s = &e->share;
     while (s->next < s->n) {
         int x = s->order[s->next];
-        if (upto < 0 && !zinf_optim_tier_updated(e->ot, x)) break;
+        if (upto < 0 && !zinf_optim_tier_updated(e->optim_tier, x)) break;
         s->next++;
-        ZINF_CHECK(zinf_optim_tier_wait_updated(e->ot, x, e->xs));
-        size_t sb = e->lay[x].slice * e->es;
+        ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim_tier, x, e->comm_stream));
+        size_t sb = e->lay[x].slice * e->elem_size;
         // After a failure the update's bits mean nothing; engine_sync raises it.
         if (!zinf_latch_failed(e->failure))
-            ZINF_CHECK(engine_allgather(e, e->pcomm, (char *)e->params16[x] + e->pr * sb, false, e->params16[x], sb));
-        ZINF_CHECK(zinf_event_record(s->landed[x], e->xs));
+            ZINF_CHECK(engine_allgather(e, e->part_comm, (char *)e->params16[x] + e->part_rank * sb, false, e->params16[x], sb));
+        ZINF_CHECK(zinf_event_record(s->landed[x], e->comm_stream));
         if (x == upto) break;
     }
     return ZINF_OK;
@@ -91,30 +91,30 @@ static zinf_status gather_upto(zinf_engine *e, int upto) {
 // The compute stream waits for module x's new buffer: with one rank the tier's store
 // (its sub-group event on the store stream), else the all-gather's landing.
 static zinf_status wait_for(zinf_engine *e, int x) {
-    share *s = &e->sh;
+    share *s = &e->share;
     s->waited[x] = true;
-    if (e->pw == 1) return zinf_optim_tier_wait_updated(e->ot, x, e->cs);
+    if (e->part_ranks == 1) return zinf_optim_tier_wait_updated(e->optim_tier, x, e->compute_stream);
     if (s->pos[x] >= s->next) ZINF_CHECK(gather_upto(e, x));
-    return zinf_stream_wait_event(e->cs, s->landed[x]);
+    return zinf_stream_wait_event(e->compute_stream, s->landed[x]);
 }
 
 zinf_status share_use(zinf_engine *e, int x) {
-    share *s = &e->sh;
+    share *s = &e->share;
     if (!s->active || x < 0 || !e->lay[x].padded || s->waited[x]) return ZINF_OK;
     // Whether the compute stream may run dry here: the update has not stored x yet, or
     // x's all-gather is not known to have landed. Then the wait is timed.
     bool pending =
-        !zinf_optim_tier_updated(e->ot, x) || (e->pw > 1 && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
+        !zinf_optim_tier_updated(e->optim_tier, x) || (e->part_ranks > 1 && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
     return pending ? coord_timed_update_wait(e, wait_for, x) : wait_for(e, x);
 }
 
 zinf_status share_ahead(zinf_engine *e) {
-    if (!e->sh.active || e->pw == 1) return ZINF_OK;
+    if (!e->share.active || e->part_ranks == 1) return ZINF_OK;
     return gather_upto(e, -1);
 }
 
 zinf_status share_finish(zinf_engine *e) {
-    share *s = &e->sh;
+    share *s = &e->share;
     if (!s->active) return ZINF_OK;
     for (int i = 0; i < s->n; i++)
         if (!s->waited[s->order[i]]) ZINF_CHECK(wait_for(e, s->order[i]));

@@ -40,7 +40,7 @@ zinf_status states_create(zinf_engine *e) {
                                  .seg_n = part_n,
                                  .nseg = e->nmod,
                                  .sub_group_size = e->cfg.zero.sub_group_size,
-                                 .param_dtype = e->dt,
+                                 .param_dtype = e->dtype,
                                  .pin_memory = oc->pin_memory,
                                  .pipeline_read = oc->pipeline_read,
                                  .pipeline_write = oc->pipeline_write,
@@ -56,12 +56,12 @@ zinf_status states_create(zinf_engine *e) {
     if (st == ZINF_OK && e->plan)
         st = zinf_optim_tier_plan(&tc, (uint64_t)e->cfg.aio.block_size, &e->ostats);
     else if (st == ZINF_OK)
-        st = zinf_optim_tier_create(&e->ot, &tc);
+        st = zinf_optim_tier_create(&e->optim_tier, &tc);
     free(part_n);
     if (st != ZINF_OK) return st;
     if (!e->plan) {
-        e->h_grads32 = zinf_optim_tier_grads(e->ot);
-        zinf_optim_tier_get_stats(e->ot, &e->ostats);
+        e->h_grads32 = zinf_optim_tier_grads(e->optim_tier);
+        zinf_optim_tier_get_stats(e->optim_tier, &e->ostats);
         return ZINF_OK;
     }
     e->plan_host += e->ostats.host_bytes;
@@ -70,36 +70,36 @@ zinf_status states_create(zinf_engine *e) {
 }
 
 void states_destroy(zinf_engine *e) {
-    zinf_optim_tier_destroy(e->ot);
+    zinf_optim_tier_destroy(e->optim_tier);
     zinf_cpu_pool_destroy(e->pool);
     for (int s = ZINF_TIER_MASTER; e->dev && s <= ZINF_TIER_GRAD; s++)
         zinf_device_free(e->dev, *dev_state(e, s));
 }
 
 zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, float *dst) {
-    if (e->ot) return zinf_optim_tier_read(e->ot, s, off, n, dst);
-    ZINF_CHECK(zinf_copy_async(e->cs, dst, *dev_state(e, s) + off, n * sizeof *dst, ZINF_COPY_D2H));
-    return zinf_stream_sync(e->cs);
+    if (e->optim_tier) return zinf_optim_tier_read(e->optim_tier, s, off, n, dst);
+    ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, *dev_state(e, s) + off, n * sizeof *dst, ZINF_COPY_D2H));
+    return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src) {
-    if (e->ot) return zinf_optim_tier_write(e->ot, s, off, n, src);
-    ZINF_CHECK(zinf_copy_async(e->cs, *dev_state(e, s) + off, src, n * sizeof *src, ZINF_COPY_H2D));
-    return zinf_stream_sync(e->cs);
+    if (e->optim_tier) return zinf_optim_tier_write(e->optim_tier, s, off, n, src);
+    ZINF_CHECK(zinf_copy_async(e->compute_stream, *dev_state(e, s) + off, src, n * sizeof *src, ZINF_COPY_H2D));
+    return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status states_zero(zinf_engine *e) {
-    if (e->ot) return zinf_optim_tier_zero_states(e->ot);
+    if (e->optim_tier) return zinf_optim_tier_zero_states(e->optim_tier);
     size_t bytes = e->npart * sizeof(float);
-    ZINF_CHECK(zinf_memset_async(e->cs, e->exp_avg, 0, bytes));
-    ZINF_CHECK(zinf_memset_async(e->cs, e->exp_avg_sq, 0, bytes));
-    ZINF_CHECK(zinf_memset_async(e->cs, e->grads32, 0, bytes));
-    return zinf_stream_sync(e->cs);
+    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->exp_avg, 0, bytes));
+    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->exp_avg_sq, 0, bytes));
+    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->grads32, 0, bytes));
+    return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status states_zero_grads(zinf_engine *e) {
-    if (!e->ot) return zinf_memset_async(e->cs, e->grads32, 0, e->npart * sizeof(float));
-    zinf_optim_tier_zero_grads(e->ot);
+    if (!e->optim_tier) return zinf_memset_async(e->compute_stream, e->grads32, 0, e->npart * sizeof(float));
+    zinf_optim_tier_zero_grads(e->optim_tier);
     return ZINF_OK;
 }
 
@@ -117,12 +117,12 @@ static void grad_add_run(void *arg) {
     grad_add_job *j = arg;
     zinf_engine *e = j->e;
     const bucket *bk = &e->buckets[j->bucket];
-    size_t W = (size_t)e->pw;
+    size_t W = (size_t)e->part_ranks;
     for (int k = bk->first; k < bk->first + bk->count; k++) {
         const piece *p = &e->pieces[k];
         const mod_layout *l = &e->lay[p->mod];
         for (size_t r = 0; r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->pr) continue;
+            if (e->stage > 0 && r != (size_t)e->part_rank) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
             zinf_cpu_add(e->pool, e->h_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src, p->n);
         }
@@ -134,7 +134,7 @@ zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packe
     grad_add_job *j = malloc(sizeof *j);
     if (!j) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     *j = (grad_add_job){e, src, b, packed};
-    zinf_status st = zinf_stream_host_fn(e->xs, grad_add_run, j);
+    zinf_status st = zinf_stream_host_fn(e->comm_stream, grad_add_run, j);
     if (st != ZINF_OK) free(j);
     return st;
 }

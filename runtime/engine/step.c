@@ -12,20 +12,20 @@
 // module and rank by rank: the same pieces in the same order whatever the stage, so
 // the clip coefficient (and so the update) is the same bits at every stage.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
-    size_t W = (size_t)e->pw, np = (size_t)e->nmod * W;
+    size_t W = (size_t)e->part_ranks, np = (size_t)e->nmod * W;
     bool dev = e->otier == ZINF_OFFLOAD_NONE;
     const float *g = dev ? e->grads32 : e->h_grads32;
     double *h = calloc(2 * np, sizeof *h);
     if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
-    zinf_status st = dev ? zinf_memset_async(e->cs, e->d_stats, 0, 2 * np * sizeof *h) : ZINF_OK;
+    zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->d_stats, 0, 2 * np * sizeof *h) : ZINF_OK;
     for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->pr) continue;
+            if (e->stage > 0 && r != (size_t)e->part_rank) continue;
             const float *slice_g = g + l->part_off + (r * l->slice - l->part_lo);
             size_t k = 2 * (i * W + r);
             if (dev) {
-                st = zinf_sumsq(e->cs, ZINF_DTYPE_F32, slice_g, l->slice, e->d_stats + k);
+                st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32, slice_g, l->slice, e->d_stats + k);
             } else { // the kernel the host device runs for zinf_sumsq: the same bits
                 zinf_grad_stats gs;
                 st = zinf_grad_stats_pool(e->pool, slice_g, ZINF_DTYPE_F32, l->slice, &gs);
@@ -33,12 +33,12 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
             }
         }
     }
-    if (st == ZINF_OK && dev) st = zinf_copy_async(e->cs, h, e->d_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
-    if (st == ZINF_OK) st = zinf_stream_sync(e->cs);
+    if (st == ZINF_OK && dev) st = zinf_copy_async(e->compute_stream, h, e->d_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
+    if (st == ZINF_OK) st = zinf_stream_sync(e->compute_stream);
     // Each piece lives on one rank of the partition (or on all, at stage 0); adding the
     // others' zeros keeps its bits. MiCS's replicas hold the same pieces: each shard
     // group sums its own.
-    if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->pcomm, h, 2 * np);
+    if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->part_comm, h, 2 * np);
     *sumsq = 0, *nonfinite = false;
     for (size_t k = 0; st == ZINF_OK && !e->sim && k < np; k++) { // a simulated device's values mean nothing
         *sumsq += h[2 * k];
@@ -64,15 +64,15 @@ static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_sc
 }
 
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
-    if (e->ot) return zinf_optim_tier_update(e->ot, h);
-    bool f32 = e->dt == ZINF_DTYPE_F32;
+    if (e->optim_tier) return zinf_optim_tier_update(e->optim_tier, h);
+    bool f32 = e->dtype == ZINF_DTYPE_F32;
     for (int i = 0; i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
         if (!l->padded) continue;
         // The kernel writes the 16-bit part in place where it lives on the device, else
         // into scratch the parameter tier takes it from.
         void *dst = params_device_part(e, i), *tmp = NULL;
-        if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->es, "16-bit parameters", &tmp));
+        if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->elem_size, "16-bit parameters", &tmp));
         zinf_optim_tile t = {.param = e->master + l->part_off,
                              .exp_avg = e->exp_avg + l->part_off,
                              .exp_avg_sq = e->exp_avg_sq + l->part_off,
@@ -81,11 +81,11 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
                              .out = f32   ? NULL
                                     : dst ? dst
                                           : tmp,
-                             .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dt,
+                             .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dtype,
                              .n = l->part_n};
-        ZINF_CHECK(zinf_device_optim(e->cs, h, &t));
+        ZINF_CHECK(zinf_device_optim(e->compute_stream, h, &t));
         if (f32 || !dst) ZINF_CHECK(params_store(e, i, f32 ? t.param : tmp, false));
-        ZINF_CHECK(engine_free_after(e, tmp, e->cs));
+        ZINF_CHECK(engine_free_after(e, tmp, e->compute_stream));
     }
     return ZINF_OK;
 }
@@ -93,13 +93,13 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
 // Stages 1-2, optimizer on the device: every rank updated its slices; gather the full
 // 16-bit buffers (an offloaded update's are gathered module by module, share.c).
 static zinf_status share_params(zinf_engine *e) {
-    ZINF_CHECK(zinf_event_record(e->ev_cs, e->cs));
-    ZINF_CHECK(zinf_stream_wait_event(e->xs, e->ev_cs));
+    ZINF_CHECK(zinf_event_record(e->ev_cs, e->compute_stream));
+    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->ev_cs));
     for (int i = 0; i < e->nmod; i++) {
         const mod_layout *l = &e->lay[i];
-        size_t sb = l->slice * e->es;
+        size_t sb = l->slice * e->elem_size;
         if (!sb) continue;
-        ZINF_CHECK(engine_allgather(e, e->pcomm, (char *)e->params16[i] + e->pr * sb, false, e->params16[i], sb));
+        ZINF_CHECK(engine_allgather(e, e->part_comm, (char *)e->params16[i] + e->part_rank * sb, false, e->params16[i], sb));
     }
     return ZINF_OK;
 }
@@ -109,7 +109,7 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     if (e->stage == 3 || e->background)
         ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s, &info->wait_optim_s));
     int64_t update_ns, io_wait_ns;
-    zinf_optim_tier_take_times(e->ot, &update_ns, &io_wait_ns);
+    zinf_optim_tier_take_times(e->optim_tier, &update_ns, &io_wait_ns);
     info->optim_s = 1e-9 * (double)update_ns;
     info->optim_io_wait_s = 1e-9 * (double)io_wait_ns;
     zinf_comm_bytes cb;
@@ -125,9 +125,9 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     info->pcie_d2h_s = busy.d2h_s - e->busy_seen.d2h_s;
     info->gpu_link_s = busy.link_s - e->busy_seen.link_s;
     e->busy_seen = busy;
-    if (e->pt) {
+    if (e->param_tier) {
         zinf_param_tier_stats ps;
-        zinf_param_tier_get_stats(e->pt, &ps);
+        zinf_param_tier_get_stats(e->param_tier, &ps);
         info->param_handoff_bytes = ps.handoff_bytes - e->handoff_seen;
         e->handoff_seen = ps.handoff_bytes;
     }
@@ -180,12 +180,12 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
             // The step's reads are forgotten before the update hands its slices over.
             ZINF_CHECK(step_times(e, info));
             if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
-            ZINF_CHECK(zinf_optim_tier_start(e->ot, &h));
+            ZINF_CHECK(zinf_optim_tier_start(e->optim_tier, &h));
             share_start(e);
             return finish(e);
         }
         ZINF_CHECK(update(e, &h));
-        if (e->stage > 0 && e->stage < 3 && e->pw > 1) ZINF_CHECK(share_params(e));
+        if (e->stage > 0 && e->stage < 3 && e->part_ranks > 1) ZINF_CHECK(share_params(e));
     }
     ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are where they live
     ZINF_CHECK(step_times(e, info));

@@ -18,7 +18,7 @@ zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes
     if (busy_s) *busy_s = 0;
     zinf_engine e0; // the settings creation derives from cfg
     engine_settings(&e0, cfg);
-    zinf_dtype dt = e0.dt;
+    zinf_dtype dt = e0.dtype;
     int64_t chunk;
     ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, (int64_t)zinf_device_get_caps(dev)->capacity, &chunk));
     zinf_model_params mp;
@@ -103,7 +103,7 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, t->device_capacity, &chunk));
     ZINF_CHECK(model_seconds(&e0.cfg, &micro));
     const zinf_engine_memory *m = &p->mem;
-    double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.es;
+    double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.elem_size;
     double numel = (double)m->model_numel, part = (double)m->partition_numel;
     // Per micro-batch the 16-bit gradients are widened into fp32 buckets; at stage 3 every
     // module is gathered for forward and again for backward.

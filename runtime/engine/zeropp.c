@@ -29,7 +29,7 @@ static size_t qw_bytes(size_t n) { return n + n / QW_GROUP * sizeof(float); }
 
 size_t zeropp_gather_bytes(const zinf_engine *e, int mod) {
     size_t n = e->lay[mod].slice;
-    return e->qwz ? qw_bytes(n) : n * e->es;
+    return e->qwz ? qw_bytes(n) : n * e->elem_size;
 }
 
 // A rank's secondary partition of module mod: the wire of world / k ranks' slices.
@@ -85,7 +85,7 @@ zinf_status zeropp_create(zinf_engine *e) {
     if (e->qwz) {
         size_t most = 0;
         for (int i = 0; i < e->nmod; i++) { // a tiled module's gathers are of a tile
-            size_t n = (size_t)e->pw * qw_bytes(e->lay[i].tile ? e->lay[i].tile : e->lay[i].slice);
+            size_t n = (size_t)e->part_ranks * qw_bytes(e->lay[i].tile ? e->lay[i].tile : e->lay[i].slice);
             if (n > most) most = n;
         }
         // The communication stream runs the gathers one after another: one buffer serves all.
@@ -135,10 +135,10 @@ static char *wire_of(zinf_engine *e, void *full) { return e->qwz ? e->d_qw : ful
 
 // full = every rank's slice dequantized from the quantized wire.
 static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
-    const size_t qb = qw_bytes(n), bytes = n * e->es;
-    for (size_t r = 0; r < (size_t)e->pw; r++) {
+    const size_t qb = qw_bytes(n), bytes = n * e->elem_size;
+    for (size_t r = 0; r < (size_t)e->part_ranks; r++) {
         const char *qr = (const char *)e->d_qw + r * qb;
-        ZINF_CHECK(zinf_dequantize(e->xs, 8, qr, (const float *)(qr + n), n, QW_GROUP, e->dt, (char *)full + r * bytes,
+        ZINF_CHECK(zinf_dequantize(e->comm_stream, 8, qr, (const float *)(qr + n), n, QW_GROUP, e->dtype, (char *)full + r * bytes,
                                    false));
     }
     return ZINF_OK;
@@ -146,14 +146,14 @@ static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
 
 zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
     if (!e->qwz) return mics_allgather(e, mine, mine_host, full, bytes);
-    const size_t n = bytes / e->es, qb = qw_bytes(n);
-    char *qmine = (char *)e->d_qw + (size_t)e->pr * qb;
+    const size_t n = bytes / e->elem_size, qb = qw_bytes(n);
+    char *qmine = (char *)e->d_qw + (size_t)e->part_rank * qb;
     if (mine_host) { // quantized on the device: this rank's part goes up first, into its place
-        char *place = (char *)full + (size_t)e->pr * bytes;
-        ZINF_CHECK(zinf_copy_async(e->xs, place, mine, bytes, ZINF_COPY_H2D));
+        char *place = (char *)full + (size_t)e->part_rank * bytes;
+        ZINF_CHECK(zinf_copy_async(e->comm_stream, place, mine, bytes, ZINF_COPY_H2D));
         mine = place;
     }
-    ZINF_CHECK(zinf_quantize(e->xs, 8, e->dt, mine, n, QW_GROUP, qmine, (float *)(qmine + n)));
+    ZINF_CHECK(zinf_quantize(e->comm_stream, 8, e->dtype, mine, n, QW_GROUP, qmine, (float *)(qmine + n)));
     ZINF_CHECK(mics_allgather(e, qmine, false, e->d_qw, qb));
     return dequantize_all(e, full, n);
 }
@@ -167,11 +167,11 @@ zinf_status zeropp_gather(zinf_engine *e, int mod, void *full) {
         ZINF_CHECK(engine_allgather(e, e->hpz, e->sec[mod], e->sec_host, wire, seg));
         return e->qwz ? dequantize_all(e, full, e->lay[mod].slice) : ZINF_OK;
     }
-    ZINF_CHECK(zinf_param_tier_gather(e->pt, mod, full));
+    ZINF_CHECK(zinf_param_tier_gather(e->param_tier, mod, full));
     if (e->hpz_k == 1) return ZINF_OK;
     // Keep this rank's segment of the wire before the next gather reuses it.
     size_t j = (size_t)(e->rank % e->hpz_k);
-    ZINF_CHECK(zinf_copy_async(e->xs, e->sec[mod], wire + j * seg, seg, e->sec_host ? ZINF_COPY_D2H : ZINF_COPY_D2D));
+    ZINF_CHECK(zinf_copy_async(e->comm_stream, e->sec[mod], wire + j * seg, seg, e->sec_host ? ZINF_COPY_D2H : ZINF_COPY_D2D));
     e->sec_valid[mod] = true;
     return ZINF_OK;
 }
@@ -182,7 +182,7 @@ void zeropp_invalidate(zinf_engine *e) {
 }
 
 void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_t *h2d, int64_t *d2h) {
-    const int64_t sb = (int64_t)(e->lay[mod].slice * e->es), wb = (int64_t)zeropp_gather_bytes(e, mod);
+    const int64_t sb = (int64_t)(e->lay[mod].slice * e->elem_size), wb = (int64_t)zeropp_gather_bytes(e, mod);
     const bool host = e->ptier != ZINF_OFFLOAD_NONE;
     if (secondary) return engine_allgather_traffic(e, e->hpz_k, e->sec_host, (int64_t)seg_bytes(e, mod), h2d, d2h);
     if (e->qwz && host) *h2d += sb; // quantized on the device: a slice in host memory goes up first
@@ -194,12 +194,12 @@ void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_
 
 // n floats at x, quantized into a slot: the int4 codes, then the scales.
 static zinf_status qg_quantize(zinf_engine *e, const float *x, size_t n, char *slot) {
-    return zinf_quantize(e->xs, 4, ZINF_DTYPE_F32, x, n, QG_GROUP, slot, (float *)(slot + qg_codes(n)));
+    return zinf_quantize(e->comm_stream, 4, ZINF_DTYPE_F32, x, n, QG_GROUP, slot, (float *)(slot + qg_codes(n)));
 }
 
 // out (+)= slot dequantized.
 static zinf_status qg_dequantize(zinf_engine *e, const char *slot, size_t n, float *out, bool add) {
-    return zinf_dequantize(e->xs, 4, slot, (const float *)(slot + qg_codes(n)), n, QG_GROUP, ZINF_DTYPE_F32, out,
+    return zinf_dequantize(e->comm_stream, 4, slot, (const float *)(slot + qg_codes(n)), n, QG_GROUP, ZINF_DTYPE_F32, out,
                            add);
 }
 

@@ -1,0 +1,93 @@
+// The engine's collectives: queued on the communication stream in the same order on
+// every rank, by NCCL on device buffers or through the pinned staging (h_comm) with the
+// host communicator; the bytes they move, for the plan; and the wait for every stream.
+#include "internal.h"
+
+typedef struct comm_job {
+    zinf_engine *e;
+    zinf_comm *c;
+    comm_op op;
+    void *in, *out;
+    size_t n;
+} comm_job;
+
+static void comm_job_run(void *arg) {
+    comm_job *j = arg;
+    zinf_engine *e = j->e;
+    // After a failure the ranks no longer agree on what comes next: run nothing more.
+    if (!zinf_latch_failed(e->failure)) {
+        zinf_status st = ZINF_OK;
+        switch (j->op) {
+        case COMM_ALLREDUCE: st = zinf_comm_allreduce_f32(j->c, j->in, j->n); break;
+        case COMM_REDUCE_SCATTER: st = zinf_comm_reduce_scatter_f32(j->c, j->in, j->out, j->n); break;
+        case COMM_ALLGATHER: st = zinf_comm_allgather(j->c, j->in, j->out, j->n); break;
+        case COMM_ALLTOALL: st = zinf_comm_alltoall(j->c, j->in, j->out, j->n); break;
+        }
+        if (st != ZINF_OK) zinf_latch_set(e->failure, st);
+    }
+    free(j);
+}
+
+zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void *out, size_t n) {
+    comm_job *j = malloc(sizeof *j);
+    if (!j) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    *j = (comm_job){e, c, op, in, out, n};
+    zinf_status st = zinf_stream_host_fn(e->comm_stream, comm_job_run, j);
+    if (st != ZINF_OK) free(j);
+    return st;
+}
+
+zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, bool mine_host, void *full,
+                             size_t bytes) {
+    const size_t W = (size_t)zinf_comm_size(c), R = (size_t)zinf_comm_rank(c);
+    char *place = (char *)full + R * bytes;
+    if (W == 1 && mine == full) return ZINF_OK;
+    if (W == 1) return zinf_copy_async(e->comm_stream, full, mine, bytes, mine_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
+    if (e->nccl && mine_host) { // NCCL takes device buffers: this rank's part first
+        ZINF_CHECK(zinf_copy_async(e->comm_stream, place, mine, bytes, ZINF_COPY_H2D));
+        mine = place;
+    }
+    if (e->nccl) return zinf_comm_device_allgather(c, e->comm_stream, mine, full, bytes);
+    char *h = (char *)e->h_comm + R * bytes;
+    ZINF_CHECK(zinf_copy_async(e->comm_stream, h, mine, bytes, mine_host ? ZINF_COPY_H2H : ZINF_COPY_D2H));
+    ZINF_CHECK(engine_comm(e, c, COMM_ALLGATHER, h, e->h_comm, bytes));
+    return zinf_copy_async(e->comm_stream, full, e->h_comm, W * bytes, ZINF_COPY_H2D);
+}
+
+zinf_status engine_alltoall(zinf_engine *e, zinf_comm *c, const void *in, void *out, size_t bytes) {
+    if (e->nccl) return zinf_comm_device_alltoall(c, e->comm_stream, in, out, bytes);
+    size_t all = (size_t)zinf_comm_size(c) * bytes;
+    char *h = (char *)e->h_comm;
+    ZINF_CHECK(zinf_copy_async(e->comm_stream, h, in, all, ZINF_COPY_D2H));
+    ZINF_CHECK(engine_comm(e, c, COMM_ALLTOALL, h, h + all, bytes));
+    return zinf_copy_async(e->comm_stream, out, h + all, all, ZINF_COPY_H2D);
+}
+
+int engine_ranks_per_node(const zinf_engine *e) {
+    if (e->nodes < 1 || e->world % e->nodes) return 0;
+    int L = e->world / e->nodes;
+    for (int r = 0; !e->plan && r < e->world; r++)
+        if (zinf_comm_node_of(e->comm, r) != r / L) return 0;
+    return L;
+}
+
+void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64_t bytes, int64_t *h2d,
+                              int64_t *d2h) {
+    if (W == 1 || e->nccl) { // a part on the host goes up; NCCL gathers on the device
+        if (mine_host) *h2d += bytes;
+        return;
+    }
+    if (!mine_host) *d2h += bytes;
+    *h2d += W * bytes;
+}
+
+zinf_status engine_wait_streams(zinf_engine *e) {
+    zinf_optim_tier_join(e->optim_tier);
+    zinf_status a = zinf_stream_sync(e->comm_stream), b = zinf_stream_sync(e->compute_stream);
+    zinf_status c = e->store_stream ? zinf_stream_sync(e->store_stream) : ZINF_OK;
+    zinf_status d = e->param_tier ? zinf_stream_sync(zinf_param_tier_stream(e->param_tier)) : ZINF_OK;
+    zinf_optim_tier_settled(e->optim_tier);
+    ZINF_CHECK(zinf_latch_raise(e->failure));
+    if (e->nccl) ZINF_CHECK(zinf_comm_status(e->comm)); // an abort lets the streams pass
+    return a != ZINF_OK ? a : b != ZINF_OK ? b : c != ZINF_OK ? c : d;
+}
