@@ -13,6 +13,7 @@ void engine_settings(zinf_engine *e, const zinf_config *cfg) {
     e->ptier = cfg->zero.offload_param.device; // the config allows it at stage 3 only
     e->dtype = cfg->bf16 ? ZINF_DTYPE_BF16 : cfg->fp16.enabled ? ZINF_DTYPE_F16 : ZINF_DTYPE_F32;
     e->elem_size = zinf_dtype_size(e->dtype);
+    policy_choose(e);
 }
 
 // The aio engine and the run's name the swap stores share: every rank's files go under

@@ -1,6 +1,6 @@
 // The engine's collectives: queued on the communication stream in the same order on
 // every rank, by NCCL on device buffers or through the pinned staging (h_comm) with the
-// host communicator; the bytes they move, for the plan; and the wait for every stream.
+// host communicator; the bytes they move, for the plan; and the waits for every stream.
 #include "internal.h"
 
 typedef struct comm_job {
@@ -90,4 +90,14 @@ zinf_status engine_wait_streams(zinf_engine *e) {
     ZINF_CHECK(zinf_latch_raise(e->failure));
     if (e->nccl) ZINF_CHECK(zinf_comm_status(e->comm)); // an abort lets the streams pass
     return a != ZINF_OK ? a : b != ZINF_OK ? b : c != ZINF_OK ? c : d;
+}
+
+zinf_status engine_sync(zinf_engine *e) {
+    zinf_optim_tier_join(e->optim_tier);
+    // Stages 1-2: the all-gathers of the modules the forward has not used yet, in order
+    // (every rank syncs at the same points). Before the streams are synced and the
+    // update is marked settled, so that they still wait for its stores.
+    zinf_status settled = e->param_ops->settle(e);
+    zinf_status st = engine_wait_streams(e);
+    return st != ZINF_OK ? st : settled;
 }

@@ -1,24 +1,11 @@
 // The engine: creation, forward and backward of a micro-batch, the full-value view of
-// a rank's partition (DeepSpeed's safe_get_full_* / safe_set_full_*), and the sync of
-// every stream and thread.
+// a rank's partition (DeepSpeed's safe_get_full_* / safe_set_full_*).
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "zinf_half.h"
-
-// ---- synchronization ----
-
-zinf_status engine_sync(zinf_engine *e) {
-    zinf_optim_tier_join(e->optim_tier);
-    // Stages 1-2: the all-gathers of the modules the forward has not used yet, in order
-    // (every rank syncs at the same points). Before the streams are synced and the
-    // update is marked settled, so that they still wait for its stores.
-    zinf_status sh = share_finish(e);
-    zinf_status st = engine_wait_streams(e);
-    return st != ZINF_OK ? st : sh;
-}
 
 // ---- creation ----
 
@@ -116,12 +103,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(engine_build(e));
     ZINF_CHECK(check_plan(e, &t, before.in_use));
     ZINF_CHECK(zinf_host_pool_pin(e->host));
-    if (e->stage == 3) {
-        ZINF_CHECK(coord_create(e));
-    } else {
-        memcpy(e->pview, e->params16, (size_t)e->nmod * sizeof *e->pview);
-        ZINF_CHECK(share_create(e));
-    }
+    ZINF_CHECK(e->param_ops->create(e));
     ZINF_CHECK(init_partition(e));
     if (e->aio) zinf_aio_get_stats(e->aio, &e->aio_seen); // steps count their own IO and traffic
     zinf_comm_get_bytes(e->comm, &e->comm_seen);
@@ -155,10 +137,7 @@ void zinf_engine_destroy(zinf_engine *e) {
     if (e->compute_stream) zinf_stream_sync(e->compute_stream);
     engine_reap(e, true);
     free(e->pend);
-    if (e->stage == 3)
-        coord_destroy(e);
-    else
-        share_destroy(e);
+    if (e->param_ops) e->param_ops->destroy(e);
     reduce_destroy(e);
     zeropp_destroy(e);
     mics_destroy(e);
@@ -190,15 +169,10 @@ zinf_device *zinf_engine_device(const zinf_engine *e) { return e ? e->dev : NULL
 // Make op's modules available (stage 3 gathers them; at stages 1-2 a background
 // update's new buffers are waited for) and run it.
 static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
-    if (e->stage == 3) {
-        ZINF_CHECK(coord_fetch(e, op->module, e->pview));
-    } else {
-        ZINF_CHECK(share_use(e, op->module));
-        ZINF_CHECK(share_use(e, zinf_model_module(e->model, op->module)->external));
-    }
+    ZINF_CHECK(e->param_ops->before_op(e, op));
     ZINF_CHECK(zinf_model_run(e->model, e->compute_stream, op, e->pview, e->grads16));
     // After the op is queued, so that gathering ahead never holds back the op at hand.
-    return e->stage == 3 ? coord_done(e, op->module) : share_ahead(e);
+    return e->param_ops->after_op(e, op);
 }
 
 zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss) {
@@ -237,7 +211,7 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     // buckets' collectives; the compute stream waits for every new buffer.
     zinf_optim_tier_join(e->optim_tier);
     ZINF_CHECK(zinf_latch_raise(e->failure));
-    ZINF_CHECK(share_finish(e));
+    ZINF_CHECK(e->param_ops->settle(e));
     ZINF_CHECK(zinf_optim_tier_preread(e->optim_tier));
     int nf, nall;
     zinf_model_schedule(e->model, false, &nf);

@@ -108,6 +108,26 @@ typedef struct share {
     bool active;         // an update started at the last step and not every module is waited for
 } share;
 
+// How the ops of a pass get their modules' 16-bit parameters, chosen once at creation
+// from the stage (policy.c): whole on the device at stages 0-2, where a background
+// update's new parts reach the forward through share.c; this rank's slices at stage 3,
+// gathered by the coordinator (coordinator.c).
+typedef struct param_ops {
+    zinf_status (*create)(zinf_engine *e); // once the states are built
+    void (*destroy)(zinf_engine *e);
+    // Before op runs: its modules' parameters in pview; after it is queued: what follows
+    // it (gathers ahead, releases).
+    zinf_status (*before_op)(zinf_engine *e, const zinf_model_op *op);
+    zinf_status (*after_op)(zinf_engine *e, const zinf_model_op *op);
+    // Every module's parameters as the last update left them, for the backward and
+    // whatever reads them outside a pass.
+    zinf_status (*settle)(zinf_engine *e);
+    // After an update in the step: the ranks' new parts handed to every rank.
+    zinf_status (*after_update)(zinf_engine *e);
+    // The step's end: the gathered buffers go, this step's uses become the trace.
+    zinf_status (*end_step)(zinf_engine *e);
+} param_ops;
+
 // A device buffer freed once the stream work recorded in ev has passed it.
 typedef struct pending_free {
     void *p;
@@ -185,6 +205,7 @@ struct zinf_engine {
     zinf_comm_bytes comm_seen; // the communicator's counts then
     zinf_device_busy busy_seen; // the device's busy times then
 
+    const param_ops *param_ops; // the stage's (policy.c)
     coordinator coord; // stage 3; its timed waits also at stages 1-2 with a background update
     share share;       // stages 1-2 with a background update
     zinf_event *fwd_done, *ev_cs;
@@ -269,6 +290,9 @@ zinf_status share_ahead(zinf_engine *e);
 // Every module's new buffer, for the backward and whatever follows the step: the rest
 // of the all-gathers in order, and the compute stream waits for them all.
 zinf_status share_finish(zinf_engine *e);
+// Stages 1-2, optimizer on the device: every rank updated its slices; the full 16-bit
+// buffers all-gathered from them.
+zinf_status share_gather_all(zinf_engine *e);
 // reduce.c
 zinf_status reduce_create(zinf_engine *e);
 void reduce_destroy(zinf_engine *e);
@@ -387,6 +411,9 @@ void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64
                               int64_t *d2h);
 // Wait for every stream and the update's thread, and raise a failure of the work on them.
 zinf_status engine_wait_streams(zinf_engine *e);
+// engine_wait_streams once the parameters are settled (param_ops): every module as the
+// last update left it, where the forward and the checkpoints read it.
+zinf_status engine_sync(zinf_engine *e);
 
 // build.c
 // The config and what follows from it alone: stage, where stage-3 parameters live, dtype.
@@ -411,13 +438,14 @@ zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t
 // The memory figures of zinf_engine_plan, without its replay of the steps.
 zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out);
 
+// policy.c
+// The stage's tables of operations (param_ops), once engine_settings has read the config.
+void policy_choose(zinf_engine *e);
+
 // engine.c
 // What to change when the device runs short.
 #define ENGINE_DEVICE_HINT                                                                                             \
     "lower train_micro_batch_size_per_gpu or zero_optimization.reduce_bucket_size, turn on activation_checkpointing, " \
     "raise zero_optimization.stage, offload (offload_optimizer, offload_param) or raise device.memory_limit"
-// engine_wait_streams once stages 1-2 have all-gathered every module a background update
-// changed: the parameters are all in place.
-zinf_status engine_sync(zinf_engine *e);
 
 #endif

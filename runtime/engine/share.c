@@ -121,3 +121,17 @@ zinf_status share_finish(zinf_engine *e) {
     s->active = false;
     return ZINF_OK;
 }
+
+// An offloaded update's buffers are all-gathered module by module, above.
+zinf_status share_gather_all(zinf_engine *e) {
+    if (e->part_ranks == 1) return ZINF_OK;
+    ZINF_CHECK(zinf_event_record(e->ev_cs, e->compute_stream));
+    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->ev_cs));
+    for (int i = 0; i < e->nmod; i++) {
+        const mod_layout *l = &e->lay[i];
+        size_t sb = l->slice * e->elem_size;
+        if (!sb) continue;
+        ZINF_CHECK(engine_allgather(e, e->part_comm, (char *)e->params16[i] + e->part_rank * sb, false, e->params16[i], sb));
+    }
+    return ZINF_OK;
+}

@@ -90,24 +90,10 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
     return ZINF_OK;
 }
 
-// Stages 1-2, optimizer on the device: every rank updated its slices; gather the full
-// 16-bit buffers (an offloaded update's are gathered module by module, share.c).
-static zinf_status share_params(zinf_engine *e) {
-    ZINF_CHECK(zinf_event_record(e->ev_cs, e->compute_stream));
-    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->ev_cs));
-    for (int i = 0; i < e->nmod; i++) {
-        const mod_layout *l = &e->lay[i];
-        size_t sb = l->slice * e->elem_size;
-        if (!sb) continue;
-        ZINF_CHECK(engine_allgather(e, e->part_comm, (char *)e->params16[i] + e->part_rank * sb, false, e->params16[i], sb));
-    }
-    return ZINF_OK;
-}
-
 // Where the time since the last step went (both streams idle).
 static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
-    if (e->stage == 3 || e->background)
-        ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s, &info->wait_optim_s));
+    // Timed waits are recorded at stage 3 and with a background update; none otherwise.
+    ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s, &info->wait_optim_s));
     int64_t update_ns, io_wait_ns;
     zinf_optim_tier_take_times(e->optim_tier, &update_ns, &io_wait_ns);
     info->optim_s = 1e-9 * (double)update_ns;
@@ -179,17 +165,17 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
             // reports the last update, which ran under this step's forward.
             // The step's reads are forgotten before the update hands its slices over.
             ZINF_CHECK(step_times(e, info));
-            if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
+            ZINF_CHECK(e->param_ops->end_step(e));
             ZINF_CHECK(zinf_optim_tier_start(e->optim_tier, &h));
             share_start(e);
             return finish(e);
         }
         ZINF_CHECK(update(e, &h));
-        if (e->stage > 0 && e->stage < 3 && e->part_ranks > 1) ZINF_CHECK(share_params(e));
+        ZINF_CHECK(e->param_ops->after_update(e));
     }
     ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are where they live
     ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(states_zero_grads(e));
-    if (e->stage == 3) ZINF_CHECK(coord_end_step(e));
+    ZINF_CHECK(e->param_ops->end_step(e));
     return finish(e);
 }

@@ -1,0 +1,69 @@
+// The policies, chosen once at creation: for each part of the engine whose work differs
+// with the stage, a table of its operations. The rest of the engine calls through the
+// tables and never asks which stage it runs.
+#include <string.h>
+
+#include "internal.h"
+
+static zinf_status nothing(zinf_engine *e) {
+    (void)e;
+    return ZINF_OK;
+}
+
+// ---- parameters whole on the device (stages 0-2) ----
+
+static zinf_status whole_create(zinf_engine *e) {
+    memcpy(e->pview, e->params16, (size_t)e->nmod * sizeof *e->pview);
+    return share_create(e);
+}
+
+// A background update's new buffers of op's modules are waited for.
+static zinf_status whole_before_op(zinf_engine *e, const zinf_model_op *op) {
+    ZINF_CHECK(share_use(e, op->module));
+    return share_use(e, zinf_model_module(e->model, op->module)->external);
+}
+
+static zinf_status whole_after_op(zinf_engine *e, const zinf_model_op *op) {
+    (void)op;
+    return share_ahead(e);
+}
+
+static const param_ops replicated = {
+    .create = whole_create,
+    .destroy = share_destroy,
+    .before_op = whole_before_op,
+    .after_op = whole_after_op,
+    .settle = share_finish,
+    .after_update = nothing, // every rank updated the whole buffers
+    .end_step = nothing,
+};
+
+static const param_ops partitioned = {
+    .create = whole_create,
+    .destroy = share_destroy,
+    .before_op = whole_before_op,
+    .after_op = whole_after_op,
+    .settle = share_finish,
+    .after_update = share_gather_all, // each rank updated its own part
+    .end_step = nothing,
+};
+
+// ---- parameters as slices, gathered for each op (stage 3) ----
+
+static zinf_status sliced_before_op(zinf_engine *e, const zinf_model_op *op) {
+    return coord_fetch(e, op->module, e->pview);
+}
+
+static zinf_status sliced_after_op(zinf_engine *e, const zinf_model_op *op) { return coord_done(e, op->module); }
+
+static const param_ops sliced = {
+    .create = coord_create,
+    .destroy = coord_destroy,
+    .before_op = sliced_before_op,
+    .after_op = sliced_after_op,
+    .settle = nothing, // an op waits for its own gather
+    .after_update = nothing, // the update stored each slice where it lives
+    .end_step = coord_end_step,
+};
+
+void policy_choose(zinf_engine *e) { e->param_ops = e->stage == 3 ? &sliced : e->stage > 0 ? &partitioned : &replicated; }
