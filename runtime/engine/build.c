@@ -43,7 +43,7 @@ static zinf_status alloc_states(zinf_engine *e) {
         ZINF_CHECK(zinf_host_pool_create(&e->host, &hc));
         if (nvme) ZINF_CHECK(open_aio(e));
     }
-    ZINF_CHECK(params_create(e));
+    ZINF_CHECK(e->param_storage->create(e));
     ZINF_CHECK(states_create(e));
     return engine_take_device(e, (size_t)e->nmod * e->part_ranks * 2 * sizeof(double), "gradient norms",
                               (void **)&e->d_stats);

@@ -108,7 +108,7 @@ static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
             for (size_t x = a; st == ZINF_OK && x < b; x += step) {
                 size_t k = b - x < step ? b - x : step;
                 // ZINF_TIER_MASTER.. and ZINF_CKPT_MASTER.. are in the same order.
-                st = s == ZINF_CKPT_PARAMS ? params_copy_out(e, i, x, k, buf)
+                st = s == ZINF_CKPT_PARAMS ? e->param_storage->copy_out(e, i, x, k, buf)
                                            : states_read(e, (zinf_tier_state)s, l->part_off + (x - l->part_lo), k, buf);
                 if (st == ZINF_OK) st = zinf_st_writer_append(w, buf, k * es);
             }
@@ -316,10 +316,10 @@ static zinf_status to_engine(void *arg, size_t off, const void *p, size_t n) {
     zinf_engine *e = c->e;
     const mod_layout *l = &e->lay[c->mod];
     if (c->state >= 0) return states_write(e, (zinf_tier_state)c->state, l->part_off + (off - l->part_lo), n, p);
-    if (c->from == e->dtype) return params_write(e, c->mod, off, n, p);
+    if (c->from == e->dtype) return e->param_storage->write(e, c->mod, off, n, p);
     for (size_t i = 0; i < n; i++)
         dt_store(c->conv, e->dtype, i, ((const float *)p)[i]);
-    return params_write(e, c->mod, off, n, c->conv);
+    return e->param_storage->write(e, c->mod, off, n, c->conv);
 }
 
 // The checkpoint's model must be this one: the same shape and modules.

@@ -318,7 +318,7 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
         if (a < b && !tmp) return zinf_fail(ZINF_ERR_NOMEM, "engine set_full: out of memory");
         for (size_t i = a; i < b; i++)
             dt_store(tmp, e->dtype, i - a, in[i - p->offset]);
-        zinf_status st = a < b ? params_write(e, mod, a, b - a, tmp) : ZINF_OK;
+        zinf_status st = a < b ? e->param_storage->write(e, mod, a, b - a, tmp) : ZINF_OK;
         free(tmp);
         ZINF_CHECK(st);
     }

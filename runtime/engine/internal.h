@@ -108,6 +108,26 @@ typedef struct share {
     bool active;         // an update started at the last step and not every module is waited for
 } share;
 
+// Where the 16-bit parameters live, chosen once at creation from the stage (params.c):
+// params_whole keeps every module's buffer on the device (stages 0-2), params_sliced
+// this rank's slices in the parameter tier (stage 3: device, host memory or swap store).
+typedef struct param_storage {
+    zinf_status (*create)(zinf_engine *e); // or count, in a plan
+    // The device address of module mod's 16-bit part, or NULL where it lives in host
+    // memory or on disk.
+    void *(*device_part)(zinf_engine *e, int mod);
+    // Queue storing module mod's new 16-bit part (part_n elements at src, host memory
+    // that stays untouched until params_stream passes, or the device) where it lives.
+    zinf_status (*store)(zinf_engine *e, int mod, const void *src, bool src_host);
+    // Synchronously write elements [a, a + n) of module mod's flat buffer (this rank's
+    // part of it at stage 3) from host memory.
+    zinf_status (*write)(zinf_engine *e, int mod, size_t a, size_t n, const void *src);
+    // Synchronously read elements [a, a + n) of module mod's 16-bit buffer (this rank's
+    // part of it at stage 3) into host memory.
+    zinf_status (*copy_out)(zinf_engine *e, int mod, size_t a, size_t n, void *dst);
+} param_storage;
+extern const param_storage params_whole, params_sliced;
+
 // How the ops of a pass get their modules' 16-bit parameters, chosen once at creation
 // from the stage (policy.c): whole on the device at stages 0-2, where a background
 // update's new parts reach the forward through share.c; this rank's slices at stage 3,
@@ -205,7 +225,8 @@ struct zinf_engine {
     zinf_comm_bytes comm_seen; // the communicator's counts then
     zinf_device_busy busy_seen; // the device's busy times then
 
-    const param_ops *param_ops; // the stage's (policy.c)
+    const param_storage *param_storage; // the stage's (policy.c)
+    const param_ops *param_ops;
     coordinator coord; // stage 3; its timed waits also at stages 1-2 with a background update
     share share;       // stages 1-2 with a background update
     zinf_event *fwd_done, *ev_cs;
@@ -300,24 +321,11 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod);
 // Tile k of tiled module mod is done in the backward's op cur_op: its gradient (every
 // rank's part of the tile, rank after rank, on the device) goes to the buckets.
 zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad);
-// params.c: the 16-bit parameters, on the device at stages 0-2, in the parameter tier at 3
-zinf_status params_create(zinf_engine *e);
+// params.c: the 16-bit parameters (param_storage: params_whole, params_sliced)
 void params_destroy(zinf_engine *e);
 // Where the optimizer tier's stores run: the parameter tier's stream (stage 3), the
 // store stream (stages 1-2), or the compute stream (an optimizer on the device).
 zinf_stream *params_stream(zinf_engine *e);
-// The device address of module mod's 16-bit part, or NULL where it lives in host memory
-// or on disk.
-void *params_device_part(zinf_engine *e, int mod);
-// Queue storing module mod's new 16-bit part (part_n elements at src, host memory that
-// stays untouched until params_stream passes, or the device) where it lives.
-zinf_status params_store(zinf_engine *e, int mod, const void *src, bool src_host);
-// Synchronously write elements [a, a + n) of module mod's flat buffer (this rank's part
-// of it) from host memory.
-zinf_status params_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src);
-// Synchronously read elements [a, a + n) of module mod's 16-bit buffer (this rank's
-// part of it at stage 3) into host memory.
-zinf_status params_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst);
 // states.c: the optimizer states, on the device or in the optimizer tier.
 zinf_status states_create(zinf_engine *e);
 void states_destroy(zinf_engine *e);
@@ -439,7 +447,8 @@ zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t
 zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out);
 
 // policy.c
-// The stage's tables of operations (param_ops), once engine_settings has read the config.
+// The stage's tables of operations (param_storage, param_ops), once engine_settings has
+// read the config.
 void policy_choose(zinf_engine *e);
 
 // engine.c

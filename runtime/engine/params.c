@@ -10,19 +10,55 @@ static zinf_status gather(void *ctx, const void *mine, bool mine_host, void *ful
     return engine_gather_params(ctx, mine, mine_host, full, bytes);
 }
 
-zinf_status params_create(zinf_engine *e) {
-    if (e->stage < 3) {
-        for (int i = 0; i < e->nmod; i++)
-            if (e->lay[i].padded)
-                ZINF_CHECK(engine_take_device(e, e->lay[i].padded * e->elem_size, "parameters", &e->params16[i]));
-        // An offloaded update runs under the next forward (share.c) and stores on a
-        // stream of its own: on the compute stream a store would queue behind the
-        // forward's ops, and the update's output buffers, reused once their stores pass,
-        // would wait for the forward.
-        if (!e->plan && e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE)
-            ZINF_CHECK(zinf_stream_create(e->dev, &e->store_stream));
-        return ZINF_OK;
-    }
+// ---- stages 0-2: every module's buffer whole on the device ----
+
+static zinf_status whole_create(zinf_engine *e) {
+    for (int i = 0; i < e->nmod; i++)
+        if (e->lay[i].padded)
+            ZINF_CHECK(engine_take_device(e, e->lay[i].padded * e->elem_size, "parameters", &e->params16[i]));
+    // An offloaded update runs under the next forward (share.c) and stores on a
+    // stream of its own: on the compute stream a store would queue behind the
+    // forward's ops, and the update's output buffers, reused once their stores pass,
+    // would wait for the forward.
+    if (!e->plan && e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE)
+        ZINF_CHECK(zinf_stream_create(e->dev, &e->store_stream));
+    return ZINF_OK;
+}
+
+static void *whole_device_part(zinf_engine *e, int mod) {
+    return (char *)e->params16[mod] + e->lay[mod].part_lo * e->elem_size;
+}
+
+static zinf_status whole_store(zinf_engine *e, int mod, const void *src, bool src_host) {
+    const mod_layout *l = &e->lay[mod];
+    return zinf_copy_async(params_stream(e), (char *)e->params16[mod] + l->part_lo * e->elem_size, src,
+                           l->part_n * e->elem_size, src_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
+}
+
+static zinf_status whole_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src) {
+    zeropp_invalidate(e);
+    ZINF_CHECK(zinf_copy_async(e->compute_stream, (char *)e->params16[mod] + a * e->elem_size, src, n * e->elem_size,
+                               ZINF_COPY_H2D));
+    return zinf_stream_sync(e->compute_stream);
+}
+
+static zinf_status whole_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst) {
+    ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, (const char *)e->params16[mod] + a * e->elem_size,
+                               n * e->elem_size, ZINF_COPY_D2H));
+    return zinf_stream_sync(e->compute_stream);
+}
+
+const param_storage params_whole = {
+    .create = whole_create,
+    .device_part = whole_device_part,
+    .store = whole_store,
+    .write = whole_write,
+    .copy_out = whole_copy_out,
+};
+
+// ---- stage 3: this rank's slices in the parameter tier ----
+
+static zinf_status sliced_create(zinf_engine *e) {
     const zinf_offload_param_config *pc = &e->cfg.zero.offload_param;
     size_t *slice = malloc(((size_t)e->nmod + 1) * sizeof *slice);
     if (!slice) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
@@ -63,6 +99,31 @@ zinf_status params_create(zinf_engine *e) {
     return ZINF_OK;
 }
 
+static void *sliced_device_part(zinf_engine *e, int mod) { return zinf_param_tier_device_slice(e->param_tier, mod); }
+
+static zinf_status sliced_store(zinf_engine *e, int mod, const void *src, bool src_host) {
+    return zinf_param_tier_store(e->param_tier, mod, src, src_host);
+}
+
+static zinf_status sliced_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src) {
+    zeropp_invalidate(e);
+    return zinf_param_tier_write(e->param_tier, mod, a - e->lay[mod].part_lo, n, src);
+}
+
+static zinf_status sliced_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst) {
+    return zinf_param_tier_copy_out(e->param_tier, mod, a - e->lay[mod].part_lo, n, dst);
+}
+
+const param_storage params_sliced = {
+    .create = sliced_create,
+    .device_part = sliced_device_part,
+    .store = sliced_store,
+    .write = sliced_write,
+    .copy_out = sliced_copy_out,
+};
+
+// ---- both ----
+
 void params_destroy(zinf_engine *e) {
     zinf_param_tier_destroy(e->param_tier);
     zinf_stream_destroy(e->store_stream); // its stores end first
@@ -70,29 +131,6 @@ void params_destroy(zinf_engine *e) {
         zinf_device_free(e->dev, e->params16[i]);
 }
 
-zinf_stream *params_stream(zinf_engine *e) { return e->param_tier ? zinf_param_tier_stream(e->param_tier) : e->store_stream ? e->store_stream : e->compute_stream; }
-
-void *params_device_part(zinf_engine *e, int mod) {
-    if (e->stage < 3) return (char *)e->params16[mod] + e->lay[mod].part_lo * e->elem_size;
-    return zinf_param_tier_device_slice(e->param_tier, mod);
-}
-
-zinf_status params_store(zinf_engine *e, int mod, const void *src, bool src_host) {
-    const mod_layout *l = &e->lay[mod];
-    if (e->stage == 3) return zinf_param_tier_store(e->param_tier, mod, src, src_host);
-    return zinf_copy_async(params_stream(e), (char *)e->params16[mod] + l->part_lo * e->elem_size, src, l->part_n * e->elem_size,
-                           src_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
-}
-
-zinf_status params_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src) {
-    zeropp_invalidate(e);
-    if (e->stage == 3) return zinf_param_tier_write(e->param_tier, mod, a - e->lay[mod].part_lo, n, src);
-    ZINF_CHECK(zinf_copy_async(e->compute_stream, (char *)e->params16[mod] + a * e->elem_size, src, n * e->elem_size, ZINF_COPY_H2D));
-    return zinf_stream_sync(e->compute_stream);
-}
-
-zinf_status params_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst) {
-    if (e->stage == 3) return zinf_param_tier_copy_out(e->param_tier, mod, a - e->lay[mod].part_lo, n, dst);
-    ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, (const char *)e->params16[mod] + a * e->elem_size, n * e->elem_size, ZINF_COPY_D2H));
-    return zinf_stream_sync(e->compute_stream);
+zinf_stream *params_stream(zinf_engine *e) {
+    return e->param_tier ? zinf_param_tier_stream(e->param_tier) : e->store_stream ? e->store_stream : e->compute_stream;
 }

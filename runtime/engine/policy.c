@@ -66,4 +66,7 @@ static const param_ops sliced = {
     .end_step = coord_end_step,
 };
 
-void policy_choose(zinf_engine *e) { e->param_ops = e->stage == 3 ? &sliced : e->stage > 0 ? &partitioned : &replicated; }
+void policy_choose(zinf_engine *e) {
+    e->param_storage = e->stage == 3 ? &params_sliced : &params_whole;
+    e->param_ops = e->stage == 3 ? &sliced : e->stage > 0 ? &partitioned : &replicated;
+}

@@ -19,7 +19,10 @@ static float **dev_state(zinf_engine *e, zinf_tier_state s) {
 }
 
 // The optimizer tier hands each updated module part to the parameters.
-static zinf_status store_part(void *ctx, int mod, const void *src) { return params_store(ctx, mod, src, true); }
+static zinf_status store_part(void *ctx, int mod, const void *src) {
+    zinf_engine *e = ctx;
+    return e->param_storage->store(e, mod, src, true);
+}
 
 zinf_status states_create(zinf_engine *e) {
     const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;

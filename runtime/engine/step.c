@@ -71,7 +71,7 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
         if (!l->padded) continue;
         // The kernel writes the 16-bit part in place where it lives on the device, else
         // into scratch the parameter tier takes it from.
-        void *dst = params_device_part(e, i), *tmp = NULL;
+        void *dst = e->param_storage->device_part(e, i), *tmp = NULL;
         if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->elem_size, "16-bit parameters", &tmp));
         zinf_optim_tile t = {.param = e->master + l->part_off,
                              .exp_avg = e->exp_avg + l->part_off,
@@ -84,7 +84,7 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
                              .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dtype,
                              .n = l->part_n};
         ZINF_CHECK(zinf_device_optim(e->compute_stream, h, &t));
-        if (f32 || !dst) ZINF_CHECK(params_store(e, i, f32 ? t.param : tmp, false));
+        if (f32 || !dst) ZINF_CHECK(e->param_storage->store(e, i, f32 ? t.param : tmp, false));
         ZINF_CHECK(engine_free_after(e, tmp, e->compute_stream));
     }
     return ZINF_OK;
