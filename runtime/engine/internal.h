@@ -3,8 +3,8 @@
 // MiCS's groups (mics.c) and ZeRO++'s gathers and reductions (zeropp.c); the 16-bit
 // parameters (params.c) and the optimizer states (states.c) wherever their offload tier
 // keeps them; the gradient buckets (reduce.c); the stage-3 coordinator (coordinator.c)
-// and a stages-1-2 background update's parameters (share.c); what creation and a plan
-// share (build.c); the initialization (init.c); the optimizer step (step.c); creation,
+// and a stages-1-2 background update's parameters (share.c); the tables chosen once
+// from the stage (policy.c); what creation and a plan share (build.c); the initialization (init.c); the optimizer step (step.c); creation,
 // forward and backward (engine.c); checkpoints (checkpoint.c); the plan (plan.c,
 // choose.c, timing.c). A file calls those before it, and circles of calls stay within
 // three files (tests/cli/test_engine_calls.sh). The tiers and the prefetcher are
