@@ -10,7 +10,7 @@
 void engine_settings(zinf_engine *e, const zinf_config *cfg) {
     e->cfg = *cfg;
     e->stage = (int)cfg->zero.stage;
-    e->ptier = cfg->zero.offload_param.device; // the config allows it at stage 3 only
+    e->param_offload = cfg->zero.offload_param.device; // the config allows it at stage 3 only
     e->dtype = cfg->bf16 ? ZINF_DTYPE_BF16 : cfg->fp16.enabled ? ZINF_DTYPE_F16 : ZINF_DTYPE_F32;
     e->elem_size = zinf_dtype_size(e->dtype);
     policy_choose(e);
@@ -31,8 +31,8 @@ static zinf_status open_aio(zinf_engine *e) {
 }
 
 static zinf_status alloc_states(zinf_engine *e) {
-    bool nvme =
-        e->cfg.zero.offload_optimizer.device == ZINF_OFFLOAD_NVME || (e->stage == 3 && e->ptier == ZINF_OFFLOAD_NVME);
+    bool nvme = e->cfg.zero.offload_optimizer.device == ZINF_OFFLOAD_NVME ||
+                (e->stage == 3 && e->param_offload == ZINF_OFFLOAD_NVME);
     if (e->plan) {
         e->plan_pool_device = e->plan_device;
     } else {
@@ -45,8 +45,8 @@ static zinf_status alloc_states(zinf_engine *e) {
     }
     ZINF_CHECK(e->param_storage->create(e));
     ZINF_CHECK(states_create(e));
-    return engine_take_device(e, (size_t)e->nmod * e->part_ranks * 2 * sizeof(double), "gradient norms",
-                              (void **)&e->d_stats);
+    return engine_take_device(e, (size_t)e->module_count * e->partition.ranks * 2 * sizeof(double), "gradient norms",
+                              (void **)&e->device_grad_stats);
 }
 
 // With cpu_checkpointing the model's checkpoints live in pinned host memory from the
@@ -61,14 +61,14 @@ static zinf_status lend_checkpoints(zinf_engine *e) {
 }
 
 zinf_status engine_build(zinf_engine *e) {
-    e->nmod = zinf_model_module_count(e->model);
-    e->params16 = calloc((size_t)e->nmod, sizeof *e->params16);
-    e->grads16 = calloc((size_t)e->nmod, sizeof *e->grads16);
-    e->pview = calloc((size_t)e->nmod, sizeof *e->pview);
-    e->names = calloc((size_t)e->nmod, sizeof *e->names);
-    if (!e->params16 || !e->grads16 || !e->pview || !e->names)
+    e->module_count = zinf_model_module_count(e->model);
+    e->params16 = calloc((size_t)e->module_count, sizeof *e->params16);
+    e->grads.buffers16 = calloc((size_t)e->module_count, sizeof *e->grads.buffers16);
+    e->param_view = calloc((size_t)e->module_count, sizeof *e->param_view);
+    e->names = calloc((size_t)e->module_count, sizeof *e->names);
+    if (!e->params16 || !e->grads.buffers16 || !e->param_view || !e->names)
         return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; i < e->nmod; i++)
+    for (int i = 0; i < e->module_count; i++)
         e->names[i] = zinf_model_module(e->model, i)->name;
     ZINF_CHECK(layout_build(e));
     ZINF_CHECK(mics_create(e));

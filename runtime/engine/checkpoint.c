@@ -1,8 +1,8 @@
 // Checkpoints (zinf_checkpoint.h): every rank of the partition streams its slices of
 // every module from wherever they live (the device, host memory, the swap store) into
 // its own file of a temporary step directory (with MiCS the first shard group writes:
-// the other groups hold the same states, and the checkpoint is that of part_ranks ranks); rank 0 adds meta.json, syncs, renames the directory into
-// place and only then replaces `latest`. Loading streams back, from whichever saved
+// the other groups hold the same states, and the checkpoint is that of partition.ranks ranks); rank 0 adds meta.json,
+// syncs, renames the directory into place and only then replaces `latest`. Loading streams back, from whichever saved
 // ranks hold the elements this rank now owns, so any world size and stage can load it.
 #include <dirent.h>
 #include <errno.h>
@@ -35,9 +35,9 @@ static zinf_status agree(zinf_engine *e, zinf_status st, const char *what) {
 }
 
 static zinf_status between_steps(const zinf_engine *e, const char *what) {
-    if (e->micro || e->have_forward)
+    if (e->step.micro_batches || e->step.have_forward)
         return zinf_fail(ZINF_ERR_INVAL, "engine %s: only between steps (%d micro-batches since the last step)", what,
-                         e->micro);
+                         e->step.micro_batches);
     return ZINF_OK;
 }
 
@@ -62,7 +62,7 @@ static void latest_tag(const char *root, char *tag, size_t len) {
 
 // Rank r's slice of module i: elements [*a, *b) of its flat buffer (padding left out).
 static void saved_range(const zinf_engine *e, int i, int r, size_t *a, size_t *b) {
-    const mod_layout *l = &e->lay[i];
+    const mod_layout *l = &e->layout[i];
     *a = (size_t)r * l->slice < l->numel ? (size_t)r * l->slice : l->numel;
     *b = *a + l->slice < l->numel ? *a + l->slice : l->numel;
 }
@@ -71,16 +71,16 @@ static int nstates(const zinf_engine *e) { return e->dtype == ZINF_DTYPE_F32 ? Z
 
 // This rank's file: every module's slice of every state, streamed through buf.
 static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
-    int ns = nstates(e), n = e->nmod * ns;
+    int ns = nstates(e), n = e->module_count * ns;
     zinf_st_tensor *t = calloc((size_t)n, sizeof *t);
     char(*names)[64] = calloc((size_t)n, sizeof *names);
     if (!t || !names) {
         free(t), free(names);
         return zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory");
     }
-    for (int i = 0; i < e->nmod; i++) {
+    for (int i = 0; i < e->module_count; i++) {
         size_t a, b;
-        saved_range(e, i, e->part_rank, &a, &b);
+        saved_range(e, i, e->partition.rank, &a, &b);
         for (int s = 0; s < ns; s++) {
             zinf_st_tensor *x = &t[i * ns + s];
             snprintf(names[i * ns + s], sizeof names[0], "%s.%s", zinf_model_module(e->model, i)->name,
@@ -93,16 +93,16 @@ static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
         }
     }
     char path[PATH_MAX + 32], rank[16], world[16];
-    snprintf(path, sizeof path, "%s/rank%d.safetensors", dir, e->part_rank);
-    snprintf(rank, sizeof rank, "%d", e->part_rank);
-    snprintf(world, sizeof world, "%d", e->part_ranks);
+    snprintf(path, sizeof path, "%s/rank%d.safetensors", dir, e->partition.rank);
+    snprintf(rank, sizeof rank, "%d", e->partition.rank);
+    snprintf(world, sizeof world, "%d", e->partition.ranks);
     const char *meta[] = {"zinf.rank", rank, "zinf.world_size", world};
     zinf_st_writer *w;
     zinf_status st = zinf_st_writer_open(&w, path, t, n, meta, 2);
-    for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
-        const mod_layout *l = &e->lay[i];
+    for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
+        const mod_layout *l = &e->layout[i];
         size_t a, b;
-        saved_range(e, i, e->part_rank, &a, &b);
+        saved_range(e, i, e->partition.rank, &a, &b);
         for (int s = 0; st == ZINF_OK && s < ns; s++) {
             size_t es = s == ZINF_CKPT_PARAMS ? e->elem_size : sizeof(float), step = CHUNK_BYTES / es;
             for (size_t x = a; st == ZINF_OK && x < b; x += step) {
@@ -129,7 +129,7 @@ static json_t *meta_json(zinf_engine *e, int64_t data_position, int64_t seed) {
                       : NULL;
     free(text);
     json_t *mods = json_array();
-    for (int i = 0; mods && i < e->nmod; i++) {
+    for (int i = 0; mods && i < e->module_count; i++) {
         const zinf_module_info *mi = zinf_model_module(e->model, i);
         json_t *ps = json_array();
         for (int j = 0; ps && j < mi->nparams; j++) {
@@ -139,23 +139,23 @@ static json_t *meta_json(zinf_engine *e, int64_t data_position, int64_t seed) {
             json_array_append_new(
                 ps, json_pack("{s:s, s:o, s:I}", "name", p->name, "shape", shape, "offset", (json_int_t)p->offset));
         }
-        json_array_append_new(mods,
-                              json_pack("{s:s, s:I, s:I, s:o}", "name", mi->name, "numel", (json_int_t)e->lay[i].numel,
-                                        "slice", (json_int_t)e->lay[i].slice, "params", ps));
+        json_array_append_new(mods, json_pack("{s:s, s:I, s:I, s:o}", "name", mi->name, "numel",
+                                              (json_int_t)e->layout[i].numel, "slice", (json_int_t)e->layout[i].slice,
+                                              "params", ps));
     }
     char *cfg = NULL;
     json_t *config = zinf_config_to_json(&e->cfg, &cfg) == ZINF_OK ? json_loads(cfg, 0, NULL) : NULL;
     free(cfg);
-    const zinf_loss_scaler *ls = &e->scaler;
+    const zinf_loss_scaler *ls = &e->step.scaler;
     return json_pack("{s:s, s:i, s:I, s:I, s:i, s:i, s:s, s:o, s:o, s:{s:f, s:I, s:I, s:I}, "
                      "s:{s:I, s:f}, s:{s:I, s:I, s:s}, s:o}",
-                     "format", "zinf-checkpoint", "version", ZINF_CKPT_VERSION, "step", (json_int_t)e->steps_taken,
-                     "steps_applied", (json_int_t)e->steps_applied, "world_size", e->part_ranks, "zero_stage", e->stage,
-                     "dtype", zinf_dtype_name(e->dtype), "model", model, "modules", mods,
-                     "loss_scaler", "scale", ls->scale, "cur_iter", (json_int_t)ls->cur_iter, "last_overflow_iter",
+                     "format", "zinf-checkpoint", "version", ZINF_CKPT_VERSION, "step", (json_int_t)e->step.steps_taken,
+                     "steps_applied", (json_int_t)e->step.steps_applied, "world_size", e->partition.ranks, "zero_stage",
+                     e->stage, "dtype", zinf_dtype_name(e->dtype), "model", model, "modules", mods, "loss_scaler",
+                     "scale", ls->scale, "cur_iter", (json_int_t)ls->cur_iter, "last_overflow_iter",
                      (json_int_t)ls->last_overflow_iter, "cur_hysteresis", (json_int_t)ls->cur_hysteresis, "scheduler",
-                     "steps_applied", (json_int_t)e->steps_applied, "next_lr",
-                     zinf_lr_at(&e->cfg.optimizer, &e->cfg.scheduler, e->steps_applied + 1), "data", "position",
+                     "steps_applied", (json_int_t)e->step.steps_applied, "next_lr",
+                     zinf_lr_at(&e->cfg.optimizer, &e->cfg.scheduler, e->step.steps_applied + 1), "data", "position",
                      (json_int_t)data_position, "seed", (json_int_t)seed, "sampling",
                      e->cfg.data.sampling == ZINF_SAMPLING_SEQUENTIAL ? "sequential" : "random", "config",
                      config ? config : json_null());
@@ -271,7 +271,7 @@ zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int
     zinf_optim_tier_join(e->optim_tier);
     ZINF_CHECK(engine_sync(e));
     char tag[64], tmp[PATH_MAX], what[96];
-    snprintf(tag, sizeof tag, "global_step%lld", (long long)e->steps_taken);
+    snprintf(tag, sizeof tag, "global_step%lld", (long long)e->step.steps_taken);
     snprintf(tmp, sizeof tmp, "%s/%s%s", root, tmp_prefix, tag);
     snprintf(what, sizeof what, "checkpoint %s", tag);
     double t0 = zinf_clock_s();
@@ -279,9 +279,9 @@ zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int
     void *buf = NULL;
     if (st == ZINF_OK) {
         buf = aligned_alloc(4096, CHUNK_BYTES);
-        st = !buf ? zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory")
-             : e->rank < e->part_ranks ? write_rank(e, tmp, buf)
-                               : ZINF_OK;
+        st = !buf                           ? zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory")
+             : e->rank < e->partition.ranks ? write_rank(e, tmp, buf)
+                                            : ZINF_OK;
         free(buf);
         st = agree(e, st, what);
     }
@@ -295,7 +295,7 @@ zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int
         return zinf_fail(st, "%s was not saved: %s; %s/latest still names %s, which is whole", tag, msg, root, prev);
     }
     if (e->rank == 0) {
-        if (prune(root, keep, e->steps_taken) != ZINF_OK)
+        if (prune(root, keep, e->step.steps_taken) != ZINF_OK)
             ZINF_LOG_WARN("checkpoint.keep: %s (the new checkpoint is saved)", zinf_last_error());
         ZINF_LOG_INFO("checkpoint %s/%s saved in %.2f s", root, tag, zinf_clock_s() - t0);
     }
@@ -314,7 +314,7 @@ typedef struct sink_ctx {
 static zinf_status to_engine(void *arg, size_t off, const void *p, size_t n) {
     sink_ctx *c = arg;
     zinf_engine *e = c->e;
-    const mod_layout *l = &e->lay[c->mod];
+    const mod_layout *l = &e->layout[c->mod];
     if (c->state >= 0) return states_write(e, (zinf_tier_state)c->state, l->part_off + (off - l->part_lo), n, p);
     if (c->from == e->dtype) return e->param_storage->write(e, c->mod, off, n, p);
     for (size_t i = 0; i < n; i++)
@@ -333,23 +333,23 @@ static zinf_status same_model(const zinf_engine *e, const zinf_ckpt *ck) {
         return zinf_fail(ZINF_ERR_INVAL, "checkpoint %s: saved from a %s block %d, but this run's model is a %s block %d",
                          zinf_ckpt_dir(ck), was, b->block_size, is, a->block_size);
     }
-    if (in->nmod != e->nmod)
+    if (in->nmod != e->module_count)
         return zinf_fail(ZINF_ERR_CORRUPT, "checkpoint %s: %d modules, this model has %d", zinf_ckpt_dir(ck), in->nmod,
-                         e->nmod);
-    for (int i = 0; i < e->nmod; i++)
+                         e->module_count);
+    for (int i = 0; i < e->module_count; i++)
         if (strcmp(in->mods[i].name, zinf_model_module(e->model, i)->name) != 0 ||
-            (size_t)in->mods[i].numel != e->lay[i].numel)
+            (size_t)in->mods[i].numel != e->layout[i].numel)
             return zinf_fail(ZINF_ERR_CORRUPT, "checkpoint %s: module %d is %s of %lld elements, here %s of %zu",
                              zinf_ckpt_dir(ck), i, in->mods[i].name, (long long)in->mods[i].numel,
-                             zinf_model_module(e->model, i)->name, e->lay[i].numel);
+                             zinf_model_module(e->model, i)->name, e->layout[i].numel);
     return ZINF_OK;
 }
 
 static zinf_status load_states(zinf_engine *e, zinf_ckpt *ck, void *buf, void *conv) {
     const zinf_ckpt_info *in = zinf_ckpt_info_of(ck);
     ZINF_CHECK(same_model(e, ck));
-    for (int i = 0; i < e->nmod; i++) {
-        const mod_layout *l = &e->lay[i];
+    for (int i = 0; i < e->module_count; i++) {
+        const mod_layout *l = &e->layout[i];
         size_t lo = l->part_lo, hi = l->part_lo + l->part_n < l->numel ? l->part_lo + l->part_n : l->numel;
         for (int s = 0; s <= ZINF_TIER_EXP_AVG_SQ; s++) {
             sink_ctx c = {e, i, s, ZINF_DTYPE_F32, conv};
@@ -382,12 +382,12 @@ zinf_status zinf_engine_load(zinf_engine *e, const char *path, zinf_ckpt_resume 
     zinf_param_tier_forget_reads(e->param_tier);
     if (st == ZINF_OK) {
         const zinf_ckpt_info *in = zinf_ckpt_info_of(ck);
-        e->steps_taken = in->step;
-        e->steps_applied = in->steps_applied;
-        e->scaler.scale = in->scale;
-        e->scaler.cur_iter = in->cur_iter;
-        e->scaler.last_overflow_iter = in->last_overflow_iter;
-        e->scaler.cur_hysteresis = in->cur_hysteresis;
+        e->step.steps_taken = in->step;
+        e->step.steps_applied = in->steps_applied;
+        e->step.scaler.scale = in->scale;
+        e->step.scaler.cur_iter = in->cur_iter;
+        e->step.scaler.last_overflow_iter = in->last_overflow_iter;
+        e->step.scaler.cur_hysteresis = in->cur_hysteresis;
         *out = (zinf_ckpt_resume){
             .step = in->step, .data_position = in->data_position, .seed = in->seed, .world_size = in->world_size};
         snprintf(out->dir, sizeof out->dir, "%s", zinf_ckpt_dir(ck));

@@ -1,5 +1,5 @@
 // The engine's collectives: queued on the communication stream in the same order on
-// every rank, by NCCL on device buffers or through the pinned staging (h_comm) with the
+// every rank, by NCCL on device buffers or through the pinned staging (staging) with the
 // host communicator; the bytes they move, for the plan; and the waits for every stream.
 #include "internal.h"
 
@@ -48,16 +48,16 @@ zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, boo
         mine = place;
     }
     if (e->nccl) return zinf_comm_device_allgather(c, e->comm_stream, mine, full, bytes);
-    char *h = (char *)e->h_comm + R * bytes;
+    char *h = (char *)e->staging + R * bytes;
     ZINF_CHECK(zinf_copy_async(e->comm_stream, h, mine, bytes, mine_host ? ZINF_COPY_H2H : ZINF_COPY_D2H));
-    ZINF_CHECK(engine_comm(e, c, COMM_ALLGATHER, h, e->h_comm, bytes));
-    return zinf_copy_async(e->comm_stream, full, e->h_comm, W * bytes, ZINF_COPY_H2D);
+    ZINF_CHECK(engine_comm(e, c, COMM_ALLGATHER, h, e->staging, bytes));
+    return zinf_copy_async(e->comm_stream, full, e->staging, W * bytes, ZINF_COPY_H2D);
 }
 
 zinf_status engine_alltoall(zinf_engine *e, zinf_comm *c, const void *in, void *out, size_t bytes) {
     if (e->nccl) return zinf_comm_device_alltoall(c, e->comm_stream, in, out, bytes);
     size_t all = (size_t)zinf_comm_size(c) * bytes;
-    char *h = (char *)e->h_comm;
+    char *h = (char *)e->staging;
     ZINF_CHECK(zinf_copy_async(e->comm_stream, h, in, all, ZINF_COPY_D2H));
     ZINF_CHECK(engine_comm(e, c, COMM_ALLTOALL, h, h + all, bytes));
     return zinf_copy_async(e->comm_stream, out, h + all, all, ZINF_COPY_H2D);

@@ -13,13 +13,13 @@
 #include "internal.h"
 
 zinf_status coord_prefetcher(const zinf_engine *e, zinf_prefetch **out) {
-    size_t n = (size_t)e->nmod;
+    size_t n = (size_t)e->module_count;
     size_t *numel = malloc(n * sizeof *numel), *padded = malloc(n * sizeof *padded);
     zinf_status st = numel && padded ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; st == ZINF_OK && i < e->nmod; i++)
-        numel[i] = e->lay[i].numel, padded[i] = e->lay[i].tile ? 0 : e->lay[i].padded; // tiles: below
+    for (int i = 0; st == ZINF_OK && i < e->module_count; i++)
+        numel[i] = e->layout[i].numel, padded[i] = e->layout[i].tile ? 0 : e->layout[i].padded; // tiles: below
     const zinf_zero_config *z = &e->cfg.zero;
-    zinf_prefetch_config pc = {.nmod = e->nmod,
+    zinf_prefetch_config pc = {.nmod = e->module_count,
                                .numel = numel,
                                .padded = padded,
                                .names = e->names,
@@ -36,7 +36,7 @@ static zinf_status tiles_create(zinf_engine *e);
 
 zinf_status coord_create(zinf_engine *e) {
     coordinator *co = &e->coord;
-    size_t n = (size_t)e->nmod;
+    size_t n = (size_t)e->module_count;
     co->gathered = calloc(n, sizeof *co->gathered);
     co->landed = calloc(n, sizeof *co->landed);
     co->queue = malloc(n * sizeof *co->queue);
@@ -44,7 +44,7 @@ zinf_status coord_create(zinf_engine *e) {
     co->ahead = malloc(n * sizeof *co->ahead);
     if (!co->gathered || !co->landed || !co->queue || !co->queued || !co->ahead)
         return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; i < e->nmod; i++)
+    for (int i = 0; i < e->module_count; i++)
         ZINF_CHECK(zinf_event_create(e->dev, &co->landed[i]));
     ZINF_CHECK(tiles_create(e));
     return coord_prefetcher(e, &co->prefetcher);
@@ -54,10 +54,10 @@ static void free_all(zinf_engine *e) {
     coordinator *co = &e->coord;
     // Gathers decided and never issued (execution departed from the trace) are dropped
     // on every rank alike.
-    for (int i = 0; co->queued && i < e->nmod; i++)
+    for (int i = 0; co->queued && i < e->module_count; i++)
         co->queued[i] = false;
     co->qhead = co->qlen = 0;
-    for (int i = 0; co->gathered && i < e->nmod; i++) {
+    for (int i = 0; co->gathered && i < e->module_count; i++) {
         zinf_device_free(e->dev, co->gathered[i]);
         co->gathered[i] = NULL;
     }
@@ -69,7 +69,7 @@ static void free_all(zinf_engine *e) {
 void coord_destroy(zinf_engine *e) {
     coordinator *co = &e->coord;
     free_all(e);
-    for (int i = 0; co->landed && i < e->nmod; i++)
+    for (int i = 0; co->landed && i < e->module_count; i++)
         zinf_event_destroy(co->landed[i]);
     for (int s = 0; s < 2; s++)
         zinf_event_destroy(co->tile[s].landed);
@@ -84,14 +84,14 @@ void coord_destroy(zinf_engine *e) {
 // when a background update has not yet written the module.
 static zinf_status gather(zinf_engine *e, int x) {
     coordinator *co = &e->coord;
-    zinf_status st = engine_alloc(e, e->lay[x].padded * e->elem_size, "gathered parameters", &co->gathered[x]);
+    zinf_status st = engine_alloc(e, e->layout[x].padded * e->elem_size, "gathered parameters", &co->gathered[x]);
     if (st == ZINF_ERR_NOMEM)
         return zinf_fail(st,
                          "%s; lower zero_optimization.stage3_prefetch_bucket_size or stage3_max_live_parameters "
                          "(or reduce_bucket_size), or raise device.memory_limit",
                          zinf_last_error());
     ZINF_CHECK(st);
-    co->queue[(co->qhead + co->qlen++) % e->nmod] = x;
+    co->queue[(co->qhead + co->qlen++) % e->module_count] = x;
     co->queued[x] = true;
     return ZINF_OK;
 }
@@ -108,7 +108,7 @@ static zinf_status issue(zinf_engine *e, int upto) {
     while (co->qlen) {
         int x = co->queue[co->qhead];
         if (upto < 0 && !zinf_optim_tier_updated(e->optim_tier, x)) break;
-        co->qhead = (co->qhead + 1) % e->nmod, co->qlen--;
+        co->qhead = (co->qhead + 1) % e->module_count, co->qlen--;
         co->queued[x] = false;
         // A slice in memory is written by then; one on disk is read after its write-back.
         bool disk = from_disk(e, x);
@@ -139,7 +139,7 @@ static zinf_status read_ahead(zinf_engine *e) {
     for (int i = 0; i < n && zinf_param_tier_free_buffers(e->param_tier) > 1; i++) {
         int x = uses[i];
         bool issued = co->gathered[x] && !co->queued[x];
-        if (issued || e->lay[x].tile || !from_disk(e, x) || zinf_param_tier_has_read(e->param_tier, x)) continue;
+        if (issued || e->layout[x].tile || !from_disk(e, x) || zinf_param_tier_has_read(e->param_tier, x)) continue;
         if (!zinf_optim_tier_updated(e->optim_tier, x)) break; // the background update has not written it yet
         ZINF_CHECK(zinf_param_tier_read(e->param_tier, x));
     }
@@ -219,9 +219,9 @@ zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *
 
 static zinf_status use(zinf_engine *e, int x, void **params) {
     coordinator *co = &e->coord;
-    if (x < 0 || !e->lay[x].padded) return ZINF_OK;
+    if (x < 0 || !e->layout[x].padded) return ZINF_OK;
     ZINF_CHECK(zinf_prefetch_use(co->prefetcher, x)); // a tiled module's too: its elements set reuse distances
-    if (e->lay[x].tile) return ZINF_OK;
+    if (e->layout[x].tile) return ZINF_OK;
     if (!co->gathered[x]) {
         zinf_prefetch_gathered(co->prefetcher, x);
         ZINF_CHECK(gather(e, x));
@@ -239,7 +239,8 @@ zinf_status coord_fetch(zinf_engine *e, int mod, void **params) {
 
 static zinf_status release(zinf_engine *e, int x) {
     coordinator *co = &e->coord;
-    if (x >= 0 && e->lay[x].tile) return zinf_param_tier_release(e->param_tier, x); // its slice read for the op's tiles
+    if (x >= 0 && e->layout[x].tile)
+        return zinf_param_tier_release(e->param_tier, x); // its slice read for the op's tiles
     if (x < 0 || !co->gathered[x] || zinf_prefetch_keep(co->prefetcher, x)) return ZINF_OK;
     ZINF_CHECK(engine_free_after(e, co->gathered[x], e->compute_stream));
     co->gathered[x] = NULL;
@@ -294,14 +295,15 @@ static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     size_t n = zinf_tiling_len(&co->tiling[mod], (size_t)k);
     tile_slot *t = &co->tile[co->tile[0].buf != NULL];
     if (t->buf) return zinf_fail(ZINF_ERR_INTERNAL, "engine: a third tile of %s asked for", e->names[mod]);
-    zinf_status st = engine_alloc(e, (size_t)e->part_ranks * n * e->elem_size, "gathered parameter tiles", &t->buf);
+    zinf_status st =
+        engine_alloc(e, (size_t)e->partition.ranks * n * e->elem_size, "gathered parameter tiles", &t->buf);
     if (st == ZINF_ERR_NOMEM)
         return zinf_fail(st, "%s; lower memory.tile_bound", zinf_last_error());
     ZINF_CHECK(st);
     t->mod = mod, t->k = k;
     // Every rank issues its gathers in one order: the ones decided before this tile go
     // first, though their modules' background updates may hold it back.
-    if (co->qlen) ZINF_CHECK(issue_for_use(e, co->queue[(co->qhead + co->qlen - 1) % e->nmod]));
+    if (co->qlen) ZINF_CHECK(issue_for_use(e, co->queue[(co->qhead + co->qlen - 1) % e->module_count]));
     ZINF_CHECK(zinf_optim_tier_updated(e->optim_tier, mod) ? tile_wait_update(e, mod)
                                                    : coord_timed_update_wait(e, tile_wait_update, mod));
     t->disk = from_disk(e, mod) && !zinf_param_tier_has_read(e->param_tier, mod); // the op's first tile reads the slice
@@ -312,7 +314,7 @@ static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
 static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, int next, bool grad, void **buf) {
     zinf_engine *e = ctx;
     coordinator *co = &e->coord;
-    size_t bytes = (size_t)e->part_ranks * zinf_tiling_len(&co->tiling[mod], (size_t)k) * e->elem_size;
+    size_t bytes = (size_t)e->partition.ranks * zinf_tiling_len(&co->tiling[mod], (size_t)k) * e->elem_size;
     if (grad) {
         ZINF_CHECK(engine_alloc(e, bytes, "gradient tiles", &co->grad_tile));
         *buf = co->grad_tile;
@@ -341,11 +343,11 @@ static zinf_status tile_done(void *ctx, zinf_stream *s, int mod, int k, bool gra
 static zinf_status tiles_create(zinf_engine *e) {
     coordinator *co = &e->coord;
     bool any = false;
-    co->tiling = calloc((size_t)e->nmod, sizeof *co->tiling);
+    co->tiling = calloc((size_t)e->module_count, sizeof *co->tiling);
     if (!co->tiling) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; i < e->nmod; i++) {
+    for (int i = 0; i < e->module_count; i++) {
         co->tiling[i] = tiling_of(e, i);
-        any |= e->lay[i].tile > 0;
+        any |= e->layout[i].tile > 0;
     }
     if (!any) return ZINF_OK;
     for (int s = 0; s < 2; s++)

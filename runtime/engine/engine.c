@@ -83,7 +83,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     e->world = zinf_comm_size(comm);
     e->nodes = zinf_comm_nodes(comm);
     mics_settings(e);
-    zinf_loss_scaler_init(&e->scaler, &cfg->fp16);
+    zinf_loss_scaler_init(&e->step.scaler, &cfg->fp16);
 
     zinf_model_params mp;
     zinf_plan_target t;
@@ -94,12 +94,12 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(open_device(e, &t));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->compute_stream));
     ZINF_CHECK(zinf_stream_create(e->dev, &e->comm_stream));
-    ZINF_CHECK(zinf_event_create(e->dev, &e->ev_cs));
+    ZINF_CHECK(zinf_event_create(e->dev, &e->compute_mark));
     zinf_device_mem before, after;
     zinf_device_get_mem(e->dev, &before);
     ZINF_CHECK(zinf_model_create(&e->model, e->dev, &mp));
     zinf_device_get_mem(e->dev, &after);
-    e->act_bytes = (int64_t)(after.in_use - before.in_use);
+    e->activation_bytes = (int64_t)(after.in_use - before.in_use);
     ZINF_CHECK(engine_build(e));
     ZINF_CHECK(check_plan(e, &t, before.in_use));
     ZINF_CHECK(zinf_host_pool_pin(e->host));
@@ -136,22 +136,22 @@ void zinf_engine_destroy(zinf_engine *e) {
     if (e->comm_stream) zinf_stream_sync(e->comm_stream);
     if (e->compute_stream) zinf_stream_sync(e->compute_stream);
     engine_reap(e, true);
-    free(e->pend);
+    free(e->pending.items);
     if (e->param_ops) e->param_ops->destroy(e);
     reduce_destroy(e);
     zeropp_destroy(e);
     mics_destroy(e);
-    for (int i = 0; e->grads16 && i < e->nmod; i++)
-        zinf_device_free(e->dev, e->grads16[i]);
-    if (e->dev) zinf_device_free(e->dev, e->d_stats);
+    for (int i = 0; e->grads.buffers16 && i < e->module_count; i++)
+        zinf_device_free(e->dev, e->grads.buffers16[i]);
+    if (e->dev) zinf_device_free(e->dev, e->device_grad_stats);
     params_destroy(e);
     states_destroy(e);
     zinf_model_destroy(e->model); // its copies to and from h_ckpt end first
     if (e->host) zinf_host_pool_free(e->host, e->h_ckpt, true);
     zinf_host_pool_destroy(e->host);
     zinf_aio_destroy(e->aio);
-    free(e->params16), free(e->grads16), free(e->pview), free(e->names), free(e->lay);
-    zinf_event_destroy(e->ev_cs);
+    free(e->params16), free(e->grads.buffers16), free(e->param_view), free(e->names), free(e->layout);
+    zinf_event_destroy(e->compute_mark);
     if (e->nccl) zinf_comm_detach_device(e->comm);
     zinf_stream_destroy(e->comm_stream);
     zinf_stream_destroy(e->compute_stream);
@@ -170,7 +170,7 @@ zinf_device *zinf_engine_device(const zinf_engine *e) { return e ? e->dev : NULL
 // update's new buffers are waited for) and run it.
 static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
     ZINF_CHECK(e->param_ops->before_op(e, op));
-    ZINF_CHECK(zinf_model_run(e->model, e->compute_stream, op, e->pview, e->grads16));
+    ZINF_CHECK(zinf_model_run(e->model, e->compute_stream, op, e->param_view, e->grads.buffers16));
     // After the op is queued, so that gathering ahead never holds back the op at hand.
     return e->param_ops->after_op(e, op);
 }
@@ -180,7 +180,7 @@ zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int
         return zinf_fail(ZINF_ERR_INVAL, "engine forward: a required argument is NULL");
     ZINF_CHECK(zinf_latch_raise(e->failure));
     // The objective is the mean over every micro-batch of every rank; fp16 scales it.
-    double scale = e->scaler.scale;
+    double scale = e->step.scaler.scale;
     float dloss = (float)(scale / ((double)e->cfg.gradient_accumulation_steps * e->world));
     ZINF_CHECK(zinf_model_set_batch(e->model, e->compute_stream, tokens, targets, n, dloss));
     int nf;
@@ -190,22 +190,23 @@ zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int
     double sum;
     int64_t count;
     ZINF_CHECK(zinf_model_loss(e->model, e->compute_stream, &sum, &count));
-    *loss = e->last_loss = sum / (double)count;
-    e->have_forward = true;
+    *loss = e->step.last_loss = sum / (double)count;
+    e->step.have_forward = true;
     return ZINF_OK;
 }
 
 // Module mod's 16-bit gradient buffer, zeroed, for the backward about to add to it.
 static zinf_status need_grad(zinf_engine *e, int mod) {
-    if (mod < 0 || e->grads16[mod] || !e->lay[mod].padded || e->lay[mod].tile) return ZINF_OK; // tiles: coordinator.c
-    size_t bytes = e->lay[mod].padded * e->elem_size;
-    ZINF_CHECK(engine_alloc(e, bytes, "gradients", &e->grads16[mod]));
-    return zinf_memset_async(e->compute_stream, e->grads16[mod], 0, bytes);
+    if (mod < 0 || e->grads.buffers16[mod] || !e->layout[mod].padded || e->layout[mod].tile)
+        return ZINF_OK; // tiles: coordinator.c
+    size_t bytes = e->layout[mod].padded * e->elem_size;
+    ZINF_CHECK(engine_alloc(e, bytes, "gradients", &e->grads.buffers16[mod]));
+    return zinf_memset_async(e->compute_stream, e->grads.buffers16[mod], 0, bytes);
 }
 
 zinf_status zinf_engine_backward(zinf_engine *e) {
     if (!e) return zinf_fail(ZINF_ERR_INVAL, "engine backward: e is NULL");
-    if (!e->have_forward) return zinf_fail(ZINF_ERR_INVAL, "engine backward: no forward to take the backward of");
+    if (!e->step.have_forward) return zinf_fail(ZINF_ERR_INVAL, "engine backward: no forward to take the backward of");
     // The gradients are the background update's until it ends. At stages 1-2 the
     // modules the forward did not use are all-gathered now, in order, before the
     // buckets' collectives; the compute stream waits for every new buffer.
@@ -218,28 +219,28 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
     for (int k = nf; k < nall; k++) {
         const zinf_model_op *op = &ops[k];
-        e->cur_op = k;
+        e->grads.current_op = k;
         if (op->pass == ZINF_PASS_BACKWARD) {
             ZINF_CHECK(need_grad(e, op->module));
             ZINF_CHECK(need_grad(e, zinf_model_module(e->model, op->module)->external));
         }
         ZINF_CHECK(run_op(e, op));
-        for (int i = 0; i < e->nmod; i++)
-            if (e->last_bwd[i] == k) ZINF_CHECK(reduce_module_ready(e, i));
+        for (int i = 0; i < e->module_count; i++)
+            if (e->grads.last_backward_op[i] == k) ZINF_CHECK(reduce_module_ready(e, i));
     }
-    e->have_forward = false;
-    e->micro++;
-    e->loss_sum += e->last_loss;
+    e->step.have_forward = false;
+    e->step.micro_batches++;
+    e->step.loss_sum += e->step.last_loss;
     return ZINF_OK;
 }
 
 zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     if (!e || !info) return zinf_fail(ZINF_ERR_INVAL, "engine step: e and info are required");
-    if (e->micro == 0) return zinf_fail(ZINF_ERR_INVAL, "engine step: no backward since the last step");
+    if (e->step.micro_batches == 0) return zinf_fail(ZINF_ERR_INVAL, "engine step: no backward since the last step");
     return step_run(e, info);
 }
 
-double zinf_engine_loss_scale(const zinf_engine *e) { return e ? e->scaler.scale : 1.0; }
+double zinf_engine_loss_scale(const zinf_engine *e) { return e ? e->step.scaler.scale : 1.0; }
 
 // ---- full values ----
 
@@ -265,7 +266,7 @@ static int state_index(zinf_state_kind kind) {
 
 // The part of parameter p (elements [a, b) of its module) this rank holds: [*lo, *hi).
 static bool owned(const zinf_engine *e, int mod, const zinf_param_info *p, size_t *lo, size_t *hi) {
-    const mod_layout *l = &e->lay[mod];
+    const mod_layout *l = &e->layout[mod];
     *lo = p->offset > l->part_lo ? p->offset : l->part_lo;
     *hi = p->offset + p->numel < l->part_lo + l->part_n ? p->offset + p->numel : l->part_lo + l->part_n;
     return *lo < *hi;
@@ -278,7 +279,7 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
     int s = state_index(kind);
     if (s < 0) return zinf_fail(ZINF_ERR_INVAL, "engine get_full: unknown state kind %d", (int)kind);
     ZINF_CHECK(engine_sync(e));
-    const mod_layout *l = &e->lay[mod];
+    const mod_layout *l = &e->layout[mod];
     size_t lo, hi;
     memset(out, 0, p->numel * sizeof *out);
     if (owned(e, mod, p, &lo, &hi))
@@ -286,10 +287,10 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
             states_read(e, (zinf_tier_state)s, l->part_off + (lo - l->part_lo), hi - lo, out + (lo - p->offset)));
     // Each element is held by one rank of the partition; the others add zeros, which
     // changes no bits.
-    if (e->stage > 0 && e->part_ranks > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->part_comm, out, p->numel));
-    if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
+    if (e->stage > 0 && e->partition.ranks > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->partition.comm, out, p->numel));
+    if (kind == ZINF_STATE_GRAD && e->step.scaler.scale != 1.0)
         for (size_t i = 0; i < p->numel; i++)
-            out[i] = (float)(out[i] / e->scaler.scale);
+            out[i] = (float)(out[i] / e->step.scaler.scale);
     return ZINF_OK;
 }
 
@@ -299,10 +300,10 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
     if (!p) return e && in ? ZINF_ERR_INVAL : zinf_fail(ZINF_ERR_INVAL, "engine set_full: e and in are required");
     int s = state_index(kind);
     if (s < 0) return zinf_fail(ZINF_ERR_INVAL, "engine set_full: unknown state kind %d", (int)kind);
-    if (kind == ZINF_STATE_GRAD && e->scaler.scale != 1.0)
+    if (kind == ZINF_STATE_GRAD && e->step.scaler.scale != 1.0)
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "engine set_full: setting gradients under fp16 loss scaling");
     ZINF_CHECK(engine_sync(e));
-    const mod_layout *l = &e->lay[mod];
+    const mod_layout *l = &e->layout[mod];
     size_t lo, hi;
     if (owned(e, mod, p, &lo, &hi))
         ZINF_CHECK(
@@ -328,7 +329,7 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
 zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]) {
     if (!e || !out) return zinf_fail(ZINF_ERR_INVAL, "engine digest: e and out are required");
     size_t most = 0;
-    for (int i = 0; i < e->nmod; i++) {
+    for (int i = 0; i < e->module_count; i++) {
         const zinf_module_info *mi = zinf_model_module(e->model, i);
         for (int j = 0; j < mi->nparams; j++)
             if (mi->params[j].numel > most) most = mi->params[j].numel;
@@ -337,7 +338,7 @@ zinf_status zinf_engine_weights_digest(zinf_engine *e, char out[17]) {
     if (!buf) return zinf_fail(ZINF_ERR_NOMEM, "engine digest: out of memory");
     uint64_t h = 0xcbf29ce484222325ull; // FNV-1a over the bytes, in model order
     zinf_status st = ZINF_OK;
-    for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
+    for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
         const zinf_module_info *mi = zinf_model_module(e->model, i);
         for (int j = 0; st == ZINF_OK && j < mi->nparams; j++) {
             st = zinf_engine_get_full(e, mi->params[j].name, ZINF_STATE_PARAM, buf);

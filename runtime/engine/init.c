@@ -47,15 +47,15 @@ static void fill_range(const zinf_engine *e, int mod, const float *file, size_t 
 zinf_status init_partition(zinf_engine *e) {
     const char *from = e->cfg.model.init_from;
     size_t most = 0;
-    for (int i = 0; i < e->nmod; i++)
-        if (e->lay[i].padded > most) most = e->lay[i].padded;
+    for (int i = 0; i < e->module_count; i++)
+        if (e->layout[i].padded > most) most = e->layout[i].padded;
     float *file = NULL, *vals = malloc(most * sizeof *vals);
-    void *tmp = malloc(most * 4), **bufs = calloc((size_t)e->nmod, sizeof *bufs);
+    void *tmp = malloc(most * 4), **bufs = calloc((size_t)e->module_count, sizeof *bufs);
     if (from) file = malloc(most * sizeof *file);
     zinf_status st =
         vals && tmp && bufs && (file || !from) ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "engine init: out of memory");
-    for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
-        const mod_layout *l = &e->lay[i];
+    for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
+        const mod_layout *l = &e->layout[i];
         if (!l->numel) continue;
         if (from) {
             bufs[i] = file;
@@ -64,7 +64,7 @@ zinf_status init_partition(zinf_engine *e) {
             if (st != ZINF_OK) break;
         }
         // Stages 0-2 keep the full 16-bit buffer; stage 3 only the slice.
-        size_t lo = e->stage == 3 ? (size_t)e->part_rank * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
+        size_t lo = e->stage == 3 ? (size_t)e->partition.rank * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
         fill_range(e, i, file, lo, n, vals);
         for (size_t j = 0; j < n; j++)
             dt_store(tmp, e->dtype, j, vals[j]);

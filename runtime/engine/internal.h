@@ -26,11 +26,11 @@
 // dtypes (8 KiB in fp32), so a slice goes to disk with O_DIRECT in every dtype.
 enum { SLICE_ALIGN = 2048 };
 
-// Module i's place in the flat layout. Its flat buffer (padded numel) splits into part_ranks
+// Module i's place in the flat layout. Its flat buffer (padded numel) splits into partition.ranks
 // slices of `slice` elements; partition rank r owns [r * slice, (r + 1) * slice).
 typedef struct mod_layout {
     size_t numel;  // parameters (the model's flat buffer size)
-    size_t padded; // part_ranks * slice
+    size_t padded; // partition.ranks * slice
     size_t slice;
     size_t part_lo;  // start of this rank's optimizer part inside the flat buffer
     size_t part_n;   // its length: the whole buffer at stage 0, else the slice
@@ -102,7 +102,7 @@ typedef struct coordinator {
 typedef struct share {
     int *order;          // the modules with parameters, by first use in forward, then the rest
     int *pos;            // per module: its place in order
-    int n, next;         // modules in order; the next to all-gather (part_ranks > 1)
+    int n, next;         // modules in order; the next to all-gather (partition.ranks > 1)
     zinf_event **landed; // per module: recorded on the communication stream when its all-gather lands
     bool *waited;        // per module: the compute stream waits for its new buffer already
     bool active;         // an update started at the last step and not every module is waited for
@@ -135,7 +135,7 @@ extern const param_storage params_whole, params_sliced;
 typedef struct param_ops {
     zinf_status (*create)(zinf_engine *e); // once the states are built
     void (*destroy)(zinf_engine *e);
-    // Before op runs: its modules' parameters in pview; after it is queued: what follows
+    // Before op runs: its modules' parameters in param_view; after it is queued: what follows
     // it (gathers ahead, releases).
     zinf_status (*before_op)(zinf_engine *e, const zinf_model_op *op);
     zinf_status (*after_op)(zinf_engine *e, const zinf_model_op *op);
@@ -154,64 +154,111 @@ typedef struct pending_free {
     zinf_event *ev;
 } pending_free;
 
+// The ranks the model's states are partitioned over (mics.c): the world, or with MiCS
+// this rank's shard group; `ranks` of them, this one `rank` among them, replicated
+// `replicas` times.
+typedef struct partition {
+    int ranks, rank, replicas;
+    zinf_comm *comm;                      // the shard group (the engine's comm without MiCS)
+    zinf_comm *shard_comm, *replica_comm; // MiCS's groups: the shard group, the replication group
+    int hier_nodes, hier_local;           // hierarchical gathers: the shard group's nodes and ranks on each (0: off)
+    zinf_comm *hier_cross_comm, *hier_node_comm; // its ranks with this local index; its ranks on this node
+    void *hier_buffer;                           // a gather's slices in the order the two all-gathers leave them
+    size_t numel;                                // this rank's partition: N_r elements
+} partition;
+
+// The gradients (reduce.c): the 16-bit buffers the backward adds to, and their buckets.
+typedef struct gradients {
+    void **buffers16;      // per module during backward
+    int *last_backward_op; // per module: index in the schedule of its last backward use, or -1
+    int current_op;        // the backward's op running now (its index in the schedule)
+    piece *pieces;         // in the order backward finishes their modules
+    int piece_count;
+    int *first_piece; // per module: the first piece of its last reduction (consecutive pieces), or -1
+    bucket *buckets;
+    int bucket_count;
+    size_t bucket_capacity;   // elements of the largest bucket (world * block)
+    float *device_buckets[2]; // the bucket being filled and the one being reduced
+    zinf_event *bucket_free[2];
+} gradients;
+
+// ZeRO++ (zeropp.c).
+typedef struct zeropp_state {
+    bool qwz;                                  // stage-3 gathers move int8 weights
+    void *quantized;                           // the quantized slices of one gather, every rank's
+    int hpz_ranks;                             // hpZ: ranks per secondary group (1: off)
+    zinf_comm *hpz_comm;                       // this rank's group
+    void **secondary;                          // per module: this rank's secondary partition
+    bool *secondary_valid;                     // per module: it holds the parameters as they are now
+    bool secondary_host;                       // in pinned host memory (parameters offloaded), else on the device
+    int64_t secondary_bytes;                   // all of them
+    bool qgz;                                  // stage-3 gradient buckets reduce as int4 (when the node layout allows)
+    zinf_comm *qgz_node_comm, *qgz_cross_comm; // this rank's node; the ranks with its local index on every node
+    void *qgz_send, *qgz_recv;                 // qgZ's send and receive buffers: world slots
+    float *qgz_node_sums;                      // one block per node
+} zeropp_state;
+
+// The step under way (engine.c, step.c).
+typedef struct step_state {
+    int micro_batches;   // since the last step
+    double loss_sum;     // their mean losses, summed in order
+    double last_loss;    // of the last forward
+    bool have_forward;   // a forward waits for its backward
+    int64_t steps_taken; // optimizer steps so far (skipped included)
+    int64_t steps_applied;
+    zinf_loss_scaler scaler;
+} step_state;
+
+// Device buffers freed once the stream work recorded with them has passed (memory.c).
+typedef struct pending_frees {
+    pending_free *items;
+    int count, capacity;
+} pending_frees;
+
 struct zinf_engine {
     zinf_config cfg; // the caller's config (pointer members borrowed)
     zinf_comm *comm;
     bool nccl; // collectives on device buffers (the comm is attached to dev)
     bool sim;  // the device is simulated: its values are meaningless, its time is modeled
     int rank, world, stage;
-    // The ranks the model's states are partitioned over (mics.c): the world, or with
-    // MiCS this rank's shard group; part_ranks of them, this one part_rank among them,
-    // replicated `replicas` times.
-    int part_ranks, part_rank, replicas;
-    zinf_comm *part_comm;               // the shard group (comm without MiCS)
-    zinf_comm *mics_shard, *mics_repl;  // MiCS's groups: the shard group, the replication group
-    int hier_nodes, hier_local;         // hierarchical gathers: the shard group's nodes and ranks on each (0: off)
-    zinf_comm *hier_cross, *hier_node;  // its ranks with this local index; its ranks on this node
-    void *d_hier;                       // a gather's slices in the order the two all-gathers leave them
+    int nodes; // of the ranks (the target's, in a plan)
+    partition partition;
     zinf_device *dev;
     zinf_stream *compute_stream;
     zinf_stream *comm_stream; // communication and the copies around it
+    zinf_event *compute_mark; // recorded on the compute stream for another stream to wait for
     zinf_model *model;
-    int nmod;
+    int module_count;
     const char **names; // per module, the model's
     zinf_dtype dtype;   // model storage: F32, BF16 or F16
     size_t elem_size;   // its bytes
-    mod_layout *lay;
-    size_t npart; // N_r
+    mod_layout *layout; // per module
     int64_t model_numel;
-    int64_t act_bytes; // the model's activations and scratch on the device
+    int64_t activation_bytes; // the model's activations and scratch on the device
+    float *staging;           // pinned: staging for every host collective on comm_stream (which runs them in order)
+    size_t staging_bytes;
+    pending_frees pending;
 
     // the 16-bit parameters (params.c)
-    void **params16;           // stages 0-2: full buffers per module, on the device
-    zinf_offload_device ptier; // stage 3: where the slices live
-    zinf_param_tier *param_tier; // stage 3: the slices
-    zinf_stream *store_stream;   // stages 1-2, optimizer offloaded: the update stores this rank's parts on it
+    void **params16;                    // stages 0-2: full buffers per module, on the device
+    zinf_offload_device param_offload;  // stage 3: where the slices live
+    zinf_param_tier *param_tier;        // stage 3: the slices
+    zinf_stream *store_stream;          // stages 1-2, optimizer offloaded: the update stores this rank's parts on it
+    void **param_view;                  // what the model reads: params16, or the gathered buffers at stage 3
+    const param_storage *param_storage; // the stage's (policy.c)
+    const param_ops *param_ops;
+    coordinator coord; // stage 3; its timed waits also at stages 1-2 with a background update
+    share share;       // stages 1-2 with a background update
 
-    void **grads16; // per module during backward
-    void **pview;   // what the model reads: params16, or the gathered buffers at stage 3
-    float *master, *exp_avg, *exp_avg_sq, *grads32; // optimizer states on the device
-    double *d_stats;                                // zinf_sumsq output per module part (2 doubles each)
-
-    // gradient reduction
-    int *last_bwd; // per module: index in the schedule of its last backward use, or -1
-    int cur_op;    // the backward's op running now (its index in the schedule)
-    piece *pieces; // in the order backward finishes their modules
-    int npieces;
-    int *first_piece; // per module: the first piece of its last reduction (consecutive pieces), or -1
-    bucket *buckets;
-    int nbuckets;
-    size_t bucket_cap;  // elements of the largest bucket (world * block)
-    float *d_bucket[2]; // device: the bucket being filled and the one being reduced
-    zinf_event *bucket_free[2];
-    float *h_comm; // pinned: staging for every host collective on comm_stream (comm_stream runs them in order)
-    size_t h_comm_bytes;
+    gradients grads;
+    double *device_grad_stats; // zinf_sumsq output per module part (2 doubles each)
 
     // the optimizer states (states.c): on the device, or in the offload tier
-    zinf_offload_device otier;
-    zinf_optim_tier *optim_tier; // cpu and nvme
-    float *h_grads32;    // its gradient partition
-    zinf_cpu_pool *pool; // cpu and nvme: CPU Adam and the host gradient norms
+    zinf_offload_device optim_offload;
+    float *master, *exp_avg, *exp_avg_sq, *grads32; // on the device
+    zinf_optim_tier *optim_tier;                    // cpu and nvme
+    float *host_grads32;                            // its gradient partition
+    zinf_cpu_pool *pool;                            // cpu and nvme: CPU Adam and the host gradient norms
     // An offloaded optimizer (stages 1-3): the update runs on the tier's thread and the
     // next step's forward starts at once; a module waits only for its own sub-group (at
     // stage 3 its gather, at stages 1-2 share.c).
@@ -222,43 +269,14 @@ struct zinf_engine {
     char run[24];            // names the swap stores' directory (rank 0's pid)
     zinf_aio_stats aio_seen; // the aio counters at the last step's end
     int64_t handoff_seen;    // the parameter tier's handoff_bytes then
-    zinf_comm_bytes comm_seen; // the communicator's counts then
+    zinf_comm_bytes comm_seen;  // the communicator's counts then
     zinf_device_busy busy_seen; // the device's busy times then
 
-    const param_storage *param_storage; // the stage's (policy.c)
-    const param_ops *param_ops;
-    coordinator coord; // stage 3; its timed waits also at stages 1-2 with a background update
-    share share;       // stages 1-2 with a background update
-    zinf_event *fwd_done, *ev_cs;
-
-    // ZeRO++ (zeropp.c)
-    bool qwz;          // stage-3 gathers move int8 weights
-    void *d_qw;        // the quantized slices of one gather, every rank's
-    int hpz_k;         // hpZ: ranks per secondary group (1: off)
-    zinf_comm *hpz;    // this rank's group
-    void **sec;        // per module: this rank's secondary partition
-    bool *sec_valid;   // per module: it holds the parameters as they are now
-    bool sec_host;     // in pinned host memory (parameters offloaded), else on the device
-    int64_t sec_bytes; // all of them
-    void *h_ckpt;             // cpu_checkpointing: the model's checkpoints, pinned (lent to the model)
+    zeropp_state zeropp;
+    void *h_ckpt; // cpu_checkpointing: the model's checkpoints, pinned (lent to the model)
     int64_t ckpt_host_bytes;
-    bool qgz;                       // stage-3 gradient buckets reduce as int4 (when the node layout allows)
-    int nodes;                      // of the ranks (the target's, in a plan)
-    zinf_comm *qg_node, *qg_cross;  // this rank's node; the ranks with its local index on every node
-    void *d_qgs, *d_qgr;            // qgZ's send and receive buffers: world slots
-    float *d_qgp;                   // qgZ's node sums: one block per node
 
-    // the current step
-    int micro;        // micro-batches since the last step
-    double loss_sum;  // their mean losses, summed in order
-    double last_loss; // of the last forward
-    bool have_forward;
-    int64_t steps_taken; // optimizer steps so far (skipped included)
-    int64_t steps_applied;
-    zinf_loss_scaler scaler;
-
-    pending_free *pend;
-    int npend, cappend;
+    step_state step;
 
     zinf_latch *failure; // of work on the streams' threads and the background update
 
@@ -271,10 +289,10 @@ struct zinf_engine {
     zinf_param_tier_stats pstats;
 };
 
-// Module mod's tiles over part_ranks ranks (tile 0: gathered whole); zinf_tiling_count and
+// Module mod's tiles over partition.ranks ranks (tile 0: gathered whole); zinf_tiling_count and
 // zinf_tiling_len read it.
 static inline zinf_tiling tiling_of(const zinf_engine *e, int mod) {
-    return (zinf_tiling){.ranks = e->part_ranks, .slice = e->lay[mod].slice, .tile = e->lay[mod].tile};
+    return (zinf_tiling){.ranks = e->partition.ranks, .slice = e->layout[mod].slice, .tile = e->layout[mod].tile};
 }
 
 // layout.c
@@ -318,7 +336,7 @@ zinf_status share_gather_all(zinf_engine *e);
 zinf_status reduce_create(zinf_engine *e);
 void reduce_destroy(zinf_engine *e);
 zinf_status reduce_module_ready(zinf_engine *e, int mod);
-// Tile k of tiled module mod is done in the backward's op cur_op: its gradient (every
+// Tile k of tiled module mod is done in the backward's op grads.current_op: its gradient (every
 // rank's part of the tile, rank after rank, on the device) goes to the buckets.
 zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad);
 // params.c: the 16-bit parameters (param_storage: params_whole, params_sliced)
@@ -338,10 +356,10 @@ zinf_status states_zero_grads(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on comm_stream).
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed);
 // mics.c
-void mics_settings(zinf_engine *e); // part_ranks, part_rank and replicas from the config and the world
+void mics_settings(zinf_engine *e); // partition.ranks, partition.rank and replicas from the config and the world
 zinf_status mics_create(zinf_engine *e);
 void mics_destroy(zinf_engine *e);
-// A gather over the partition's ranks, as engine_allgather over part_comm (hierarchical
+// A gather over the partition's ranks, as engine_allgather over partition.comm (hierarchical
 // with mics_hierarchical_params_gather).
 zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
 // Its copies between host and device, and the bytes rank 0 receives (from_group

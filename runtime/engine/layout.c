@@ -1,5 +1,5 @@
 // The flat layout: each module's parameters are one buffer, padded so it splits into
-// part_ranks (the partition's ranks: the world, or MiCS's shard group) equal slices of a
+// partition.ranks (the partition's ranks: the world, or MiCS's shard group) equal slices of a
 // multiple of SLICE_ALIGN elements (for a module in tiles, of its tile unit too). Rank
 // r's optimizer part of a module is its slice (stages 1-3) or the whole buffer (stage
 // 0, where every rank steps the whole model); its partition is those parts in module
@@ -28,31 +28,32 @@ static void tile_layout(const zinf_engine *e, const zinf_module_info *mi, mod_la
     int64_t bound = e->cfg.memory.tile_bound;
     if (e->stage != 3 || bound <= 0 || !mi->tile_unit || l->padded <= (size_t)bound) return;
     size_t g = SLICE_ALIGN / gcd(SLICE_ALIGN, mi->tile_unit) * mi->tile_unit;
-    size_t slice = round_up(l->numel, (size_t)e->part_ranks * g) / (size_t)e->part_ranks, t = (size_t)bound / (size_t)e->part_ranks / g * g;
+    size_t slice = round_up(l->numel, (size_t)e->partition.ranks * g) / (size_t)e->partition.ranks,
+           t = (size_t)bound / (size_t)e->partition.ranks / g * g;
     if (t < mi->tile_first || t == 0) t = round_up(mi->tile_first ? mi->tile_first : 1, g);
     if (t >= slice) return;
-    l->slice = slice, l->padded = slice * (size_t)e->part_ranks, l->tile = t;
+    l->slice = slice, l->padded = slice * (size_t)e->partition.ranks, l->tile = t;
 }
 
 zinf_status layout_build(zinf_engine *e) {
-    e->lay = calloc((size_t)e->nmod, sizeof *e->lay);
-    if (!e->lay) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory for the layout");
+    e->layout = calloc((size_t)e->module_count, sizeof *e->layout);
+    if (!e->layout) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory for the layout");
     size_t off = 0;
     e->model_numel = 0;
-    for (int i = 0; i < e->nmod; i++) {
-        mod_layout *l = &e->lay[i];
+    for (int i = 0; i < e->module_count; i++) {
+        mod_layout *l = &e->layout[i];
         const zinf_module_info *mi = zinf_model_module(e->model, i);
         l->numel = mi->numel;
-        l->padded = round_up(l->numel, (size_t)e->part_ranks * SLICE_ALIGN);
-        l->slice = l->padded / (size_t)e->part_ranks;
+        l->padded = round_up(l->numel, (size_t)e->partition.ranks * SLICE_ALIGN);
+        l->slice = l->padded / (size_t)e->partition.ranks;
         tile_layout(e, mi, l);
-        l->part_lo = e->stage == 0 ? 0 : (size_t)e->part_rank * l->slice;
+        l->part_lo = e->stage == 0 ? 0 : (size_t)e->partition.rank * l->slice;
         l->part_n = e->stage == 0 ? l->padded : l->slice;
         l->part_off = off;
         off += l->part_n;
         for (int j = 0; j < mi->nparams; j++)
             e->model_numel += (int64_t)mi->params[j].numel;
     }
-    e->npart = off;
+    e->partition.numel = off;
     return ZINF_OK;
 }

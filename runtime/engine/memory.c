@@ -13,8 +13,8 @@ zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *pl) {
 zinf_status engine_reap(zinf_engine *e, bool wait) {
     zinf_status st = ZINF_OK;
     int kept = 0;
-    for (int i = 0; i < e->npend; i++) {
-        pending_free *p = &e->pend[i];
+    for (int i = 0; i < e->pending.count; i++) {
+        pending_free *p = &e->pending.items[i];
         if (wait) {
             zinf_status s = zinf_event_sync(p->ev);
             if (st == ZINF_OK) st = s;
@@ -23,20 +23,20 @@ zinf_status engine_reap(zinf_engine *e, bool wait) {
             zinf_device_free(e->dev, p->p);
             zinf_event_destroy(p->ev);
         } else {
-            e->pend[kept++] = *p;
+            e->pending.items[kept++] = *p;
         }
     }
-    e->npend = kept;
+    e->pending.count = kept;
     return st;
 }
 
 zinf_status engine_free_after(zinf_engine *e, void *p, zinf_stream *s) {
     if (!p) return ZINF_OK;
-    if (e->npend == e->cappend) {
-        int cap = e->cappend ? 2 * e->cappend : 16;
-        pending_free *n = realloc(e->pend, (size_t)cap * sizeof *n);
+    if (e->pending.count == e->pending.capacity) {
+        int cap = e->pending.capacity ? 2 * e->pending.capacity : 16;
+        pending_free *n = realloc(e->pending.items, (size_t)cap * sizeof *n);
         if (!n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-        e->pend = n, e->cappend = cap;
+        e->pending.items = n, e->pending.capacity = cap;
     }
     zinf_event *ev;
     ZINF_CHECK(zinf_event_create(e->dev, &ev));
@@ -45,7 +45,7 @@ zinf_status engine_free_after(zinf_engine *e, void *p, zinf_stream *s) {
         zinf_event_destroy(ev);
         return st;
     }
-    e->pend[e->npend++] = (pending_free){p, ev};
+    e->pending.items[e->pending.count++] = (pending_free){p, ev};
     return ZINF_OK;
 }
 
@@ -64,7 +64,7 @@ zinf_status engine_take_pinned(zinf_engine *e, size_t bytes, const char *what, v
 zinf_status engine_alloc(zinf_engine *e, size_t bytes, const char *what, void **p) {
     ZINF_CHECK(engine_reap(e, false));
     if (zinf_device_alloc(e->dev, bytes, what, p) == ZINF_OK) return ZINF_OK;
-    if (e->npend == 0) return zinf_fail(ZINF_ERR_NOMEM, "%s", zinf_last_error());
+    if (e->pending.count == 0) return zinf_fail(ZINF_ERR_NOMEM, "%s", zinf_last_error());
     ZINF_CHECK(engine_reap(e, true));
     return zinf_device_alloc(e->dev, bytes, what, p);
 }
@@ -73,24 +73,24 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     memset(out, 0, sizeof *out);
     if (!e) return;
     size_t p16 = 0;
-    for (int i = 0; i < e->nmod; i++)
-        p16 += e->stage == 3 ? e->lay[i].slice : e->lay[i].padded;
+    for (int i = 0; i < e->module_count; i++)
+        p16 += e->stage == 3 ? e->layout[i].slice : e->layout[i].padded;
     out->params16 = (int64_t)(p16 * e->elem_size);
     out->gathered_max = e->coord.prefetcher ? zinf_prefetch_live_peak(e->coord.prefetcher) * (int64_t)e->elem_size : 0;
-    out->hpz_ranks = e->hpz_k > 1 ? e->hpz_k : 1;
-    out->secondary = e->sec_bytes;
-    out->master = (int64_t)(e->npart * sizeof(float));
+    out->hpz_ranks = e->zeropp.hpz_ranks > 1 ? e->zeropp.hpz_ranks : 1;
+    out->secondary = e->zeropp.secondary_bytes;
+    out->master = (int64_t)(e->partition.numel * sizeof(float));
     out->optim_states = 2 * out->master;
     out->grads32 = out->master;
-    out->activations = e->act_bytes;
-    out->reduce_bufs = (int64_t)(2 * e->bucket_cap * sizeof(float));
-    out->optimizer_tier = e->otier;
-    out->staging = (int64_t)e->h_comm_bytes;
+    out->activations = e->activation_bytes;
+    out->reduce_bufs = (int64_t)(2 * e->grads.bucket_capacity * sizeof(float));
+    out->optimizer_tier = e->optim_offload;
+    out->staging = (int64_t)e->staging_bytes;
     out->activation_host = e->ckpt_host_bytes;
     const zinf_optim_tier_stats *os = &e->ostats;
     const zinf_param_tier_stats *ps = &e->pstats;
     out->host = os->host_bytes;
-    out->params_tier = e->ptier;
+    out->params_tier = e->param_offload;
     out->params_host = ps->host_bytes;
     out->params_resident = ps->resident;
     out->param_buffers = ps->buffers;
@@ -112,6 +112,6 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
         out->device_peak = (int64_t)mem.peak;
         out->device_capacity = (int64_t)mem.capacity;
     }
-    out->partition_numel = (int64_t)e->npart;
+    out->partition_numel = (int64_t)e->partition.numel;
     out->model_numel = e->model_numel;
 }

@@ -1,7 +1,7 @@
 // MiCS (Zhang et al. 2022): the model's states are partitioned within shard groups of
 // S consecutive ranks and replicated across the W / S groups. Everything the engine
 // partitions (the flat layout, the gathers, the gradient buckets' reduce-scatter, the
-// optimizer's part) runs over the shard group: part_ranks ranks, this one part_rank among them. At the
+// optimizer's part) runs over the shard group: partition.ranks ranks, this one partition.rank among them. At the
 // accumulation boundary the gradient partition is all-reduced across the replication
 // group (the ranks with the same place in every shard group), so the replicas step the
 // same gradients to the same weights. Without MiCS the shard group is the world.
@@ -17,55 +17,60 @@ static bool mics_on(const zinf_engine *e) {
 }
 
 void mics_settings(zinf_engine *e) {
-    e->part_ranks = mics_on(e) ? (int)e->cfg.zero.mics_shard_size : e->world;
-    e->part_rank = e->rank % e->part_ranks;
-    e->replicas = e->world / e->part_ranks;
+    e->partition.ranks = mics_on(e) ? (int)e->cfg.zero.mics_shard_size : e->world;
+    e->partition.rank = e->rank % e->partition.ranks;
+    e->partition.replicas = e->world / e->partition.ranks;
 }
 
 // The hierarchical gather's shape: the shard group spans hier_nodes whole nodes of
 // hier_local consecutive ranks.
 static bool hier_shape(zinf_engine *e) {
     int L = engine_ranks_per_node(e);
-    bool whole = L > 0 && L < e->part_ranks && e->part_ranks % L == 0;
-    e->hier_local = whole ? L : 0;
-    e->hier_nodes = whole ? e->part_ranks / L : 0;
+    bool whole = L > 0 && L < e->partition.ranks && e->partition.ranks % L == 0;
+    e->partition.hier_local = whole ? L : 0;
+    e->partition.hier_nodes = whole ? e->partition.ranks / L : 0;
     return whole;
 }
 
 zinf_status mics_create(zinf_engine *e) {
-    e->part_comm = e->comm;
+    e->partition.comm = e->comm;
     if (!mics_on(e)) return ZINF_OK;
     if (e->cfg.zero.mics_hierarchical_params_gather && !hier_shape(e) && !e->plan)
         ZINF_LOG_INFO("engine: mics_hierarchical_params_gather needs shard groups of whole nodes (of the same number "
                       "of consecutive ranks): %d-rank groups over %d node%s here gather in one step",
-                      e->part_ranks, e->nodes, e->nodes == 1 ? "" : "s");
+                      e->partition.ranks, e->nodes, e->nodes == 1 ? "" : "s");
     size_t most = 0;
-    for (int i = 0; e->hier_nodes && i < e->nmod; i++)
-        if (e->lay[i].padded * e->elem_size > most) most = e->lay[i].padded * e->elem_size;
+    for (int i = 0; e->partition.hier_nodes && i < e->module_count; i++)
+        if (e->layout[i].padded * e->elem_size > most) most = e->layout[i].padded * e->elem_size;
     // qwZ's wire is smaller than the 16-bit buffer (a byte and a little per element).
-    if (e->hier_nodes) ZINF_CHECK(engine_take_device(e, most, "hierarchical gathers", &e->d_hier));
+    if (e->partition.hier_nodes)
+        ZINF_CHECK(engine_take_device(e, most, "hierarchical gathers", &e->partition.hier_buffer));
     if (e->plan) return ZINF_OK;
-    if (e->replicas > 1) {
-        ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->part_ranks, &e->mics_shard));
-        ZINF_CHECK(zinf_comm_split(e->comm, e->part_rank, &e->mics_repl));
-        e->part_comm = e->mics_shard;
+    if (e->partition.replicas > 1) {
+        ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->partition.ranks, &e->partition.shard_comm));
+        ZINF_CHECK(zinf_comm_split(e->comm, e->partition.rank, &e->partition.replica_comm));
+        e->partition.comm = e->partition.shard_comm;
     }
-    if (e->hier_nodes) {
-        ZINF_CHECK(zinf_comm_split(e->part_comm, e->part_rank % e->hier_local, &e->hier_cross));
-        ZINF_CHECK(zinf_comm_split(e->part_comm, e->part_rank / e->hier_local, &e->hier_node));
+    if (e->partition.hier_nodes) {
+        ZINF_CHECK(zinf_comm_split(e->partition.comm, e->partition.rank % e->partition.hier_local,
+                                   &e->partition.hier_cross_comm));
+        ZINF_CHECK(zinf_comm_split(e->partition.comm, e->partition.rank / e->partition.hier_local,
+                                   &e->partition.hier_node_comm));
     }
-    zinf_comm *groups[] = {e->mics_shard, e->mics_repl, e->hier_cross, e->hier_node};
+    zinf_comm *groups[] = {e->partition.shard_comm, e->partition.replica_comm, e->partition.hier_cross_comm,
+                           e->partition.hier_node_comm};
     for (size_t i = 0; e->nccl && i < ZINF_ARRAY_LEN(groups); i++)
         if (groups[i]) ZINF_CHECK(zinf_comm_attach_device(groups[i], e->dev));
     return ZINF_OK;
 }
 
 zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
-    if (!e->hier_nodes) return engine_allgather(e, e->part_comm, mine, mine_host, full, bytes);
-    const size_t N = (size_t)e->hier_nodes, L = (size_t)e->hier_local, l = (size_t)e->part_rank % L;
-    char *t = e->d_hier; // chunk l' (N slices): the slices of ranks (n, l') of the group, n = 0..N-1
-    ZINF_CHECK(engine_allgather(e, e->hier_cross, mine, mine_host, t + l * N * bytes, bytes));
-    ZINF_CHECK(engine_allgather(e, e->hier_node, t + l * N * bytes, false, t, N * bytes));
+    if (!e->partition.hier_nodes) return engine_allgather(e, e->partition.comm, mine, mine_host, full, bytes);
+    const size_t N = (size_t)e->partition.hier_nodes, L = (size_t)e->partition.hier_local,
+                 l = (size_t)e->partition.rank % L;
+    char *t = e->partition.hier_buffer; // chunk l' (N slices): the slices of ranks (n, l') of the group, n = 0..N-1
+    ZINF_CHECK(engine_allgather(e, e->partition.hier_cross_comm, mine, mine_host, t + l * N * bytes, bytes));
+    ZINF_CHECK(engine_allgather(e, e->partition.hier_node_comm, t + l * N * bytes, false, t, N * bytes));
     for (size_t j = 0; j < L; j++)
         for (size_t n = 0; n < N; n++)
             ZINF_CHECK(zinf_copy_async(e->comm_stream, (char *)full + (n * L + j) * bytes, t + (j * N + n) * bytes, bytes,
@@ -74,8 +79,9 @@ zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, voi
 }
 
 void mics_destroy(zinf_engine *e) {
-    if (e->dev) zinf_device_free(e->dev, e->d_hier);
-    zinf_comm *groups[] = {e->hier_cross, e->hier_node, e->mics_shard, e->mics_repl};
+    if (e->dev) zinf_device_free(e->dev, e->partition.hier_buffer);
+    zinf_comm *groups[] = {e->partition.hier_cross_comm, e->partition.hier_node_comm, e->partition.shard_comm,
+                           e->partition.replica_comm};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(groups); i++) {
         zinf_comm_detach_device(groups[i]);
         zinf_comm_destroy(groups[i]);
@@ -83,33 +89,34 @@ void mics_destroy(zinf_engine *e) {
 }
 
 void mics_allgather_traffic(const zinf_engine *e, bool mine_host, int64_t bytes, int64_t *h2d, int64_t *d2h) {
-    if (!e->hier_nodes) return engine_allgather_traffic(e, e->part_ranks, mine_host, bytes, h2d, d2h);
-    engine_allgather_traffic(e, e->hier_nodes, mine_host, bytes, h2d, d2h);
-    engine_allgather_traffic(e, e->hier_local, false, e->hier_nodes * bytes, h2d, d2h);
+    if (!e->partition.hier_nodes) return engine_allgather_traffic(e, e->partition.ranks, mine_host, bytes, h2d, d2h);
+    engine_allgather_traffic(e, e->partition.hier_nodes, mine_host, bytes, h2d, d2h);
+    engine_allgather_traffic(e, e->partition.hier_local, false, e->partition.hier_nodes * bytes, h2d, d2h);
 }
 
 void mics_allgather_comm(const zinf_engine *e, int64_t bytes, group_fn from_group, void *ctx) {
-    if (!e->hier_nodes) return from_group(ctx, 0, e->part_ranks, 1, bytes);
-    from_group(ctx, 0, e->hier_nodes, e->hier_local, bytes);
-    from_group(ctx, 0, e->hier_local, 1, e->hier_nodes * bytes);
+    if (!e->partition.hier_nodes) return from_group(ctx, 0, e->partition.ranks, 1, bytes);
+    from_group(ctx, 0, e->partition.hier_nodes, e->partition.hier_local, bytes);
+    from_group(ctx, 0, e->partition.hier_local, 1, e->partition.hier_nodes * bytes);
 }
 
 // The gradient partition, device or host, summed over the replication group: on the
 // device by NCCL, else through the staging in pieces, or in host memory where the
 // offloaded optimizer keeps it. Every bucket has been added (the streams are idle).
 zinf_status mics_reduce_grads(zinf_engine *e) {
-    if (e->replicas == 1) return ZINF_OK;
-    if (e->optim_tier) return zinf_comm_allreduce_f32(e->mics_repl, e->h_grads32, e->npart);
+    if (e->partition.replicas == 1) return ZINF_OK;
+    if (e->optim_tier) return zinf_comm_allreduce_f32(e->partition.replica_comm, e->host_grads32, e->partition.numel);
     if (e->nccl) {
-        ZINF_CHECK(zinf_comm_device_allreduce_f32(e->mics_repl, e->comm_stream, e->grads32, e->npart));
+        ZINF_CHECK(
+            zinf_comm_device_allreduce_f32(e->partition.replica_comm, e->comm_stream, e->grads32, e->partition.numel));
         return engine_wait_streams(e);
     }
-    size_t most = e->h_comm_bytes / sizeof(float);
-    for (size_t o = 0, n; o < e->npart; o += n) {
-        n = e->npart - o < most ? e->npart - o : most;
-        ZINF_CHECK(zinf_copy_async(e->comm_stream, e->h_comm, e->grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
-        ZINF_CHECK(engine_comm(e, e->mics_repl, COMM_ALLREDUCE, e->h_comm, NULL, n));
-        ZINF_CHECK(zinf_copy_async(e->comm_stream, e->grads32 + o, e->h_comm, n * sizeof(float), ZINF_COPY_H2D));
+    size_t most = e->staging_bytes / sizeof(float);
+    for (size_t o = 0, n; o < e->partition.numel; o += n) {
+        n = e->partition.numel - o < most ? e->partition.numel - o : most;
+        ZINF_CHECK(zinf_copy_async(e->comm_stream, e->staging, e->grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
+        ZINF_CHECK(engine_comm(e, e->partition.replica_comm, COMM_ALLREDUCE, e->staging, NULL, n));
+        ZINF_CHECK(zinf_copy_async(e->comm_stream, e->grads32 + o, e->staging, n * sizeof(float), ZINF_COPY_H2D));
     }
     return engine_wait_streams(e);
 }
@@ -120,10 +127,10 @@ zinf_status mics_reduce_grads(zinf_engine *e) {
 static int64_t allreduce_bytes(int64_t n, int64_t R) { return (2 * (n / R) + n % R) * (int64_t)sizeof(float); }
 
 int64_t mics_grads_bytes(const zinf_engine *e) {
-    const int64_t n = (int64_t)e->npart, R = e->replicas;
-    if (e->otier != ZINF_OFFLOAD_NONE) return allreduce_bytes(n, R);
+    const int64_t n = (int64_t)e->partition.numel, R = e->partition.replicas;
+    if (e->optim_offload != ZINF_OFFLOAD_NONE) return allreduce_bytes(n, R);
     if (e->nccl) return 2 * (n * (int64_t)sizeof(float) / R);
-    int64_t most = (int64_t)(e->h_comm_bytes / sizeof(float)), sum = 0;
+    int64_t most = (int64_t)(e->staging_bytes / sizeof(float)), sum = 0;
     for (int64_t o = 0; o < n; o += most)
         sum += allreduce_bytes(n - o < most ? n - o : most, R);
     return sum;

@@ -13,9 +13,9 @@ static zinf_status gather(void *ctx, const void *mine, bool mine_host, void *ful
 // ---- stages 0-2: every module's buffer whole on the device ----
 
 static zinf_status whole_create(zinf_engine *e) {
-    for (int i = 0; i < e->nmod; i++)
-        if (e->lay[i].padded)
-            ZINF_CHECK(engine_take_device(e, e->lay[i].padded * e->elem_size, "parameters", &e->params16[i]));
+    for (int i = 0; i < e->module_count; i++)
+        if (e->layout[i].padded)
+            ZINF_CHECK(engine_take_device(e, e->layout[i].padded * e->elem_size, "parameters", &e->params16[i]));
     // An offloaded update runs under the next forward (share.c) and stores on a
     // stream of its own: on the compute stream a store would queue behind the
     // forward's ops, and the update's output buffers, reused once their stores pass,
@@ -26,11 +26,11 @@ static zinf_status whole_create(zinf_engine *e) {
 }
 
 static void *whole_device_part(zinf_engine *e, int mod) {
-    return (char *)e->params16[mod] + e->lay[mod].part_lo * e->elem_size;
+    return (char *)e->params16[mod] + e->layout[mod].part_lo * e->elem_size;
 }
 
 static zinf_status whole_store(zinf_engine *e, int mod, const void *src, bool src_host) {
-    const mod_layout *l = &e->lay[mod];
+    const mod_layout *l = &e->layout[mod];
     return zinf_copy_async(params_stream(e), (char *)e->params16[mod] + l->part_lo * e->elem_size, src,
                            l->part_n * e->elem_size, src_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
 }
@@ -60,15 +60,15 @@ const param_storage params_whole = {
 
 static zinf_status sliced_create(zinf_engine *e) {
     const zinf_offload_param_config *pc = &e->cfg.zero.offload_param;
-    size_t *slice = malloc(((size_t)e->nmod + 1) * sizeof *slice);
+    size_t *slice = malloc(((size_t)e->module_count + 1) * sizeof *slice);
     if (!slice) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; i < e->nmod; i++)
-        slice[i] = e->lay[i].slice;
+    for (int i = 0; i < e->module_count; i++)
+        slice[i] = e->layout[i].slice;
     // A background update stores on the tier's stream, so that a gather waits only for its sub-group.
-    zinf_param_tier_config tc = {.device = e->ptier,
+    zinf_param_tier_config tc = {.device = e->param_offload,
                                  .slice = slice,
                                  .names = e->names,
-                                 .nmod = e->nmod,
+                                 .nmod = e->module_count,
                                  .dtype = e->dtype,
                                  .pin_memory = pc->pin_memory,
                                  .max_in_cpu = pc->max_in_cpu,
@@ -107,11 +107,11 @@ static zinf_status sliced_store(zinf_engine *e, int mod, const void *src, bool s
 
 static zinf_status sliced_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src) {
     zeropp_invalidate(e);
-    return zinf_param_tier_write(e->param_tier, mod, a - e->lay[mod].part_lo, n, src);
+    return zinf_param_tier_write(e->param_tier, mod, a - e->layout[mod].part_lo, n, src);
 }
 
 static zinf_status sliced_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst) {
-    return zinf_param_tier_copy_out(e->param_tier, mod, a - e->lay[mod].part_lo, n, dst);
+    return zinf_param_tier_copy_out(e->param_tier, mod, a - e->layout[mod].part_lo, n, dst);
 }
 
 const param_storage params_sliced = {
@@ -127,7 +127,7 @@ const param_storage params_sliced = {
 void params_destroy(zinf_engine *e) {
     zinf_param_tier_destroy(e->param_tier);
     zinf_stream_destroy(e->store_stream); // its stores end first
-    for (int i = 0; e->params16 && e->dev && i < e->nmod; i++)
+    for (int i = 0; e->params16 && e->dev && i < e->module_count; i++)
         zinf_device_free(e->dev, e->params16[i]);
 }
 

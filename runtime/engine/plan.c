@@ -32,13 +32,13 @@ static void take(replay *r, size_t bytes) {
 
 static void gather(replay *r, int x) {
     r->gathers[x]++;
-    take(r, r->e->lay[x].padded * r->e->elem_size);
+    take(r, r->e->layout[x].padded * r->e->elem_size);
 }
 
 static zinf_status use(replay *r, int x) {
-    if (x < 0 || !r->e->lay[x].padded) return ZINF_OK;
+    if (x < 0 || !r->e->layout[x].padded) return ZINF_OK;
     ZINF_CHECK(zinf_prefetch_use(r->prefetcher, x));
-    if (r->e->lay[x].tile) return ZINF_OK;
+    if (r->e->layout[x].tile) return ZINF_OK;
     if (zinf_prefetch_is_gathered(r->prefetcher, x)) return ZINF_OK;
     zinf_prefetch_gathered(r->prefetcher, x);
     gather(r, x);
@@ -48,17 +48,17 @@ static zinf_status use(replay *r, int x) {
 static void release(replay *r, int x) {
     if (x < 0 || !zinf_prefetch_is_gathered(r->prefetcher, x) || zinf_prefetch_keep(r->prefetcher, x)) return;
     zinf_prefetch_released(r->prefetcher, x);
-    r->dev -= dev_bytes(r->e->lay[x].padded * r->e->elem_size);
+    r->dev -= dev_bytes(r->e->layout[x].padded * r->e->elem_size);
 }
 
 // coordinator.c's tiles of module x during op, as often as the model sweeps them: a
 // tile of parameters and the next one's gather (tile 0 is the largest), and where the op
 // takes them a gradient tile.
 static void tiles(replay *r, const zinf_model_op *op, int x) {
-    if (x < 0 || !r->e->lay[x].tile) return;
+    if (x < 0 || !r->e->layout[x].tile) return;
     bool grad;
     int sweeps = zinf_model_tile_sweeps(r->e->model, op, x, &grad);
-    size_t tile = (size_t)r->e->part_ranks * r->e->lay[x].tile * r->e->elem_size;
+    size_t tile = (size_t)r->e->partition.ranks * r->e->layout[x].tile * r->e->elem_size;
     int n = (sweeps ? 2 : 0) + grad;
     r->gathers[x] += sweeps, r->tile_ops[x] += sweeps > 0;
     for (int i = 0; i < n; i++)
@@ -82,9 +82,9 @@ static zinf_status run_op(replay *r, const zinf_model_op *op) {
 
 // engine.c need_grad: a module's 16-bit gradient from its first backward use.
 static void need_grad(replay *r, int x) {
-    if (x < 0 || r->grad[x] || !r->e->lay[x].padded || r->e->lay[x].tile) return;
+    if (x < 0 || r->grad[x] || !r->e->layout[x].padded || r->e->layout[x].tile) return;
     r->grad[x] = true;
-    take(r, r->e->lay[x].padded * r->e->elem_size);
+    take(r, r->e->layout[x].padded * r->e->elem_size);
 }
 
 static zinf_status micro_batch(replay *r) {
@@ -96,10 +96,10 @@ static zinf_status micro_batch(replay *r) {
         if (op->pass == ZINF_PASS_BACKWARD)
             need_grad(r, op->module), need_grad(r, zinf_model_module(e->model, op->module)->external);
         ZINF_CHECK(run_op(r, op));
-        for (int i = 0; i < e->nmod; i++) // reduce.c: reduced once its last backward use ran
-            if (e->last_bwd[i] == k && r->grad[i]) {
+        for (int i = 0; i < e->module_count; i++) // reduce.c: reduced once its last backward use ran
+            if (e->grads.last_backward_op[i] == k && r->grad[i]) {
                 r->grad[i] = false;
-                r->dev -= dev_bytes(e->lay[i].padded * e->elem_size);
+                r->dev -= dev_bytes(e->layout[i].padded * e->elem_size);
             }
     }
     return ZINF_OK;
@@ -109,20 +109,21 @@ static zinf_status micro_batch(replay *r) {
 // memory), then coord_end_step: every gathered buffer goes, the uses become the trace.
 static zinf_status end_step(replay *r) {
     zinf_engine *e = r->e;
-    bool scratch =
-        e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE && e->otier == ZINF_OFFLOAD_NONE && e->dtype != ZINF_DTYPE_F32;
-    for (int i = 0; scratch && i < e->nmod; i++)
-        if (e->lay[i].padded) take(r, e->lay[i].part_n * e->elem_size), r->dev -= dev_bytes(e->lay[i].part_n * e->elem_size);
+    bool scratch = e->stage == 3 && e->param_offload != ZINF_OFFLOAD_NONE && e->optim_offload == ZINF_OFFLOAD_NONE &&
+                   e->dtype != ZINF_DTYPE_F32;
+    for (int i = 0; scratch && i < e->module_count; i++)
+        if (e->layout[i].padded)
+            take(r, e->layout[i].part_n * e->elem_size), r->dev -= dev_bytes(e->layout[i].part_n * e->elem_size);
     if (e->stage < 3) return ZINF_OK;
-    for (int i = 0; i < e->nmod; i++)
-        if (zinf_prefetch_is_gathered(r->prefetcher, i)) r->dev -= dev_bytes(e->lay[i].padded * e->elem_size);
+    for (int i = 0; i < e->module_count; i++)
+        if (zinf_prefetch_is_gathered(r->prefetcher, i)) r->dev -= dev_bytes(e->layout[i].padded * e->elem_size);
     return zinf_prefetch_end_step(r->prefetcher);
 }
 
 // Two steps: the first gathers on demand and records the trace, the second (like every
 // later one) follows it; gathers[] ends with the second step's gathers per module.
 static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_ops, zinf_plan *out) {
-    size_t n = (size_t)e->nmod;
+    size_t n = (size_t)e->module_count;
     replay r = {.e = e, .gathers = gathers, .tile_ops = tile_ops, .dev = e->plan_device, .peak = e->plan_device};
     r.grad = calloc(n, sizeof *r.grad), r.ahead = calloc(n, sizeof *r.ahead);
     zinf_status st = r.grad && r.ahead ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "plan: out of memory");
@@ -146,21 +147,21 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
 // host (reduce.c flush: the whole bucket, every rank's block, where a host collective
 // needs it or at stage 0; with NCCL at stages 1-3 this rank's block), the new 16-bit
 // parameters (the optimizer tier's stores, step.c update), the stage-1/2 all-gather
-// without NCCL (step.c share_params, or share.c under the next forward), and on NVMe the three optimizer states read and
-// written once, each gather of a slice on disk read once, and every slice on disk
-// written once. The batch's tokens and losses (a few bytes per token) are left out.
+// without NCCL (share.c, after the step or under the next forward), and on NVMe the
+// three optimizer states read and written once, each gather of a slice on disk read
+// once, and every slice on disk written once. The batch's tokens and losses (a few bytes per token) are left out.
 static void traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
     size_t W = (size_t)e->world, pad4 = 0, slice4 = 0;
     int64_t ga = e->cfg.gradient_accumulation_steps;
-    bool staged = W > 1 && !e->nccl, offloaded = e->otier != ZINF_OFFLOAD_NONE;
-    for (int i = 0; i < e->nmod; i++) {
-        const mod_layout *x = &e->lay[i];
+    bool staged = W > 1 && !e->nccl, offloaded = e->optim_offload != ZINF_OFFLOAD_NONE;
+    for (int i = 0; i < e->module_count; i++) {
+        const mod_layout *x = &e->layout[i];
         size_t sb = x->slice * e->elem_size;
-        bool disk = e->stage == 3 && e->ptier == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
+        bool disk = e->stage == 3 && e->param_offload == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
         pad4 += x->padded * sizeof(float), slice4 += x->slice * sizeof(float);
         // A step's first gather of a module is from every rank; with hpZ the rest are
         // secondary (and read no NVMe), but for a tiled module's.
-        bool hpz = e->hpz_k > 1 && !x->tile;
+        bool hpz = e->zeropp.hpz_ranks > 1 && !x->tile;
         int64_t first = gathers[i] > 0, later = gathers[i] - first, reads = x->tile ? tile_ops[i] : hpz ? first : gathers[i];
         if (e->stage == 3) {
             for (int64_t g = 0; g < first; g++)
@@ -171,30 +172,31 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, const int64_t 
         if (disk) out->nvme_read += reads * (int64_t)sb, out->nvme_write += (int64_t)sb;
         if (e->stage >= 1 && e->stage <= 2 && staged && sb) out->d2h += (int64_t)sb, out->h2d += (int64_t)(W * sb);
     }
-    if (e->qgz) { // reduce.c flush with zeropp_reduce_scatter: the sums land on the device
+    if (e->zeropp.qgz) { // reduce.c flush with zeropp_reduce_scatter: the sums land on the device
         int64_t intra = 0, inter = 0, pcie = 0;
-        for (int b = 0; b < e->nbuckets; b++)
-            zeropp_reduce_traffic(e, (int64_t)e->buckets[b].block, &intra, &inter, &pcie);
+        for (int b = 0; b < e->grads.bucket_count; b++)
+            zeropp_reduce_traffic(e, (int64_t)e->grads.buckets[b].block, &intra, &inter, &pcie);
         out->d2h += (pcie + (offloaded ? (int64_t)slice4 : 0)) * ga, out->h2d += pcie * ga;
     } else if (staged) {
         out->d2h += (int64_t)pad4 * ga;
     } else if (offloaded) {
         out->d2h += (int64_t)(e->stage > 0 && W > 1 ? slice4 : pad4) * ga;
     }
-    if (staged && !offloaded && !e->qgz) out->h2d += (int64_t)(e->stage >= 2 ? slice4 : pad4) * ga;
-    if (e->replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
-        out->d2h += (int64_t)(e->npart * sizeof(float)), out->h2d += (int64_t)(e->npart * sizeof(float));
+    if (staged && !offloaded && !e->zeropp.qgz) out->h2d += (int64_t)(e->stage >= 2 ? slice4 : pad4) * ga;
+    if (e->partition.replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
+        out->d2h += (int64_t)(e->partition.numel * sizeof(float)),
+            out->h2d += (int64_t)(e->partition.numel * sizeof(float));
     if (e->ckpt_host_bytes) { // every checkpoint out, and back in but the three left in the slots
         const zinf_model_params *mp = zinf_model_get_params(e->model);
         int64_t one = e->ckpt_host_bytes / (mp->shape.n_layer + 1), back = mp->shape.n_layer - 2;
         out->d2h += e->ckpt_host_bytes * ga, out->h2d += (back > 0 ? back : 0) * one * ga;
     }
-    bool host_params = e->stage == 3 && e->ptier != ZINF_OFFLOAD_NONE;
-    if (offloaded && !host_params) out->h2d += (int64_t)(e->npart * e->elem_size);
-    if (!offloaded && host_params) out->d2h += (int64_t)(e->npart * e->elem_size);
-    if (e->otier == ZINF_OFFLOAD_NVME) {
-        out->nvme_read += (int64_t)(3 * e->npart * sizeof(float));
-        out->nvme_write += (int64_t)(3 * e->npart * sizeof(float));
+    bool host_params = e->stage == 3 && e->param_offload != ZINF_OFFLOAD_NONE;
+    if (offloaded && !host_params) out->h2d += (int64_t)(e->partition.numel * e->elem_size);
+    if (!offloaded && host_params) out->d2h += (int64_t)(e->partition.numel * e->elem_size);
+    if (e->optim_offload == ZINF_OFFLOAD_NVME) {
+        out->nvme_read += (int64_t)(3 * e->partition.numel * sizeof(float));
+        out->nvme_write += (int64_t)(3 * e->partition.numel * sizeof(float));
     }
 }
 
@@ -224,38 +226,38 @@ static void from_group(void *ctx, int64_t first, int64_t size, int64_t stride, i
 // Over the world: the loss and micro-batch count. With MiCS, over the replication group: the
 // gradient partition's all-reduce (mics.c).
 static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const int64_t *gathers, zinf_plan *out) {
-    int64_t W = e->world, P = e->part_ranks, part = 0, gathered = 0, group = 0, slices = 0;
+    int64_t W = e->world, P = e->partition.ranks, part = 0, gathered = 0, group = 0, slices = 0;
     counts c = {out, t->nodes > 1 ? W / t->nodes : W};
     if (W == 1) return;
-    for (int i = 0; i < e->nmod; i++) {
-        if (!e->lay[i].padded) continue;
-        slices += (int64_t)e->lay[i].slice;
+    for (int i = 0; i < e->module_count; i++) {
+        if (!e->layout[i].padded) continue;
+        slices += (int64_t)e->layout[i].slice;
         if (e->stage == 3) {
             int64_t first = gathers[i] > 0, later = gathers[i] - first;
             gathered += first * (int64_t)zeropp_gather_bytes(e, i);
-            if (e->hpz_k > 1 && !e->lay[i].tile)
+            if (e->zeropp.hpz_ranks > 1 && !e->layout[i].tile)
                 group += later * (int64_t)zeropp_secondary_bytes(e, i);
             else
                 gathered += later * (int64_t)zeropp_gather_bytes(e, i);
         }
-        if (e->stage == 1 || e->stage == 2) part += (int64_t)(e->lay[i].slice * e->elem_size);
+        if (e->stage == 1 || e->stage == 2) part += (int64_t)(e->layout[i].slice * e->elem_size);
     }
     int64_t ga = e->cfg.gradient_accumulation_steps;
-    if (e->qgz) { // zeropp_reduce_scatter: an all-to-all in rank 0's node, one among its peers on every node
+    if (e->zeropp.qgz) { // zeropp_reduce_scatter: an all-to-all in rank 0's node, one among its peers on every node
         int64_t intra = 0, inter = 0, pcie = 0;
-        for (int b = 0; b < e->nbuckets; b++)
-            zeropp_reduce_traffic(e, (int64_t)e->buckets[b].block, &intra, &inter, &pcie);
+        for (int b = 0; b < e->grads.bucket_count; b++)
+            zeropp_reduce_traffic(e, (int64_t)e->grads.buckets[b].block, &intra, &inter, &pcie);
         from_group(&c, 0, W / e->nodes, 1, ga * intra);
         from_group(&c, 0, e->nodes, W / e->nodes, ga * inter);
     } else {
         part += ga * slices * (int64_t)sizeof(float) * (e->stage >= 2 ? 1 : 2);
     }
-    if (e->stage > 0) part += 2 * (int64_t)e->nmod * P * (int64_t)sizeof(double);
+    if (e->stage > 0) part += 2 * (int64_t)e->module_count * P * (int64_t)sizeof(double);
     from_group(&c, 0, P, 1, part);
     if (gathered) mics_allgather_comm(e, gathered, from_group, &c);
     from_group(&c, 0, W, 1, 2 * (int64_t)sizeof(double));
-    if (group) from_group(&c, 0, e->hpz_k, 1, group);
-    if (e->replicas > 1) from_group(&c, 0, e->replicas, P, mics_grads_bytes(e));
+    if (group) from_group(&c, 0, e->zeropp.hpz_ranks, 1, group);
+    if (e->partition.replicas > 1) from_group(&c, 0, e->partition.replicas, P, mics_grads_bytes(e));
 }
 
 // Modules i and j come in the same tiles and are the same kind of module ("mlp").
@@ -269,26 +271,28 @@ static bool same_tiles(const zinf_engine *e, int i, int j) {
 // Each kind once: "embedding in 9 tiles of 125 MiB, layers.0.mlp to layers.31.mlp (32
 // modules) in 3 tiles of 125 MiB".
 static void tiled(const zinf_engine *e, zinf_plan *out) {
-    for (int i = 0; i < e->nmod; i++) {
+    for (int i = 0; i < e->module_count; i++) {
         zinf_tiling t = tiling_of(e, i);
         bool said = false;
         for (int j = 0; j < i && !said; j++)
             said = same_tiles(e, j, i);
         if (!t.tile || said) continue;
         int count = 1, last = i;
-        for (int j = i + 1; j < e->nmod; j++)
+        for (int j = i + 1; j < e->module_count; j++)
             if (same_tiles(e, i, j)) count++, last = j;
         char b[32], kind[96] = "";
         if (count > 1) snprintf(kind, sizeof kind, " to %s (%d modules)", e->names[last], count);
         size_t n = strlen(out->tiled);
         snprintf(out->tiled + n, sizeof out->tiled - n, "%s%s%s in %zu tiles of %s", n ? ", " : "", e->names[i], kind,
-                 zinf_tiling_count(&t), zinf_size_format((uint64_t)((size_t)e->part_ranks * t.tile * e->elem_size), b, sizeof b));
+                 zinf_tiling_count(&t),
+                 zinf_size_format((uint64_t)((size_t)e->partition.ranks * t.tile * e->elem_size), b, sizeof b));
     }
 }
 
 static void plan_free(zinf_engine *e) {
-    free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->buckets), free(e->sec), free(e->sec_valid);
-    free(e->params16), free(e->grads16), free(e->pview), free(e->names), free(e->lay);
+    free(e->grads.last_backward_op), free(e->grads.first_piece), free(e->grads.pieces), free(e->grads.buckets),
+        free(e->zeropp.secondary), free(e->zeropp.secondary_valid);
+    free(e->params16), free(e->grads.buffers16), free(e->param_view), free(e->names), free(e->layout);
     zinf_model_destroy(e->model);
     free(e);
 }
@@ -304,8 +308,8 @@ static zinf_status plan_engine(const zinf_config *cfg, const zinf_plan_target *t
     mics_settings(e);
     zinf_model_params mp;
     zinf_status st = engine_model_params(cfg, e->dtype, &mp);
-    if (st == ZINF_OK) st = zinf_model_plan(&e->model, t->backend, &mp, &e->act_bytes);
-    e->plan_device = e->act_bytes;
+    if (st == ZINF_OK) st = zinf_model_plan(&e->model, t->backend, &mp, &e->activation_bytes);
+    e->plan_device = e->activation_bytes;
     if (st == ZINF_OK) st = engine_build(e);
     if (st != ZINF_OK) {
         plan_free(e);
@@ -347,7 +351,8 @@ zinf_status zinf_engine_plan(const zinf_config *given, const zinf_plan_target *t
     ZINF_CHECK(plan_engine(&cfg, t, &e));
     out->choice = choice;
     zinf_engine_memory_get(e, &out->mem);
-    int64_t *gathers = calloc((size_t)e->nmod + 1, sizeof *gathers), *tile_ops = calloc((size_t)e->nmod + 1, sizeof *tile_ops);
+    int64_t *gathers = calloc((size_t)e->module_count + 1, sizeof *gathers),
+            *tile_ops = calloc((size_t)e->module_count + 1, sizeof *tile_ops);
     zinf_status st = gathers && tile_ops ? replay_steps(e, gathers, tile_ops, out)
                                          : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
     if (st == ZINF_OK) traffic(e, gathers, tile_ops, out), comm_traffic(e, t, gathers, out), judge(e, t, out), tiled(e, out);

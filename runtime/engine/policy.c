@@ -13,7 +13,7 @@ static zinf_status nothing(zinf_engine *e) {
 // ---- parameters whole on the device (stages 0-2) ----
 
 static zinf_status whole_create(zinf_engine *e) {
-    memcpy(e->pview, e->params16, (size_t)e->nmod * sizeof *e->pview);
+    memcpy(e->param_view, e->params16, (size_t)e->module_count * sizeof *e->param_view);
     return share_create(e);
 }
 
@@ -51,7 +51,7 @@ static const param_ops partitioned = {
 // ---- parameters as slices, gathered for each op (stage 3) ----
 
 static zinf_status sliced_before_op(zinf_engine *e, const zinf_model_op *op) {
-    return coord_fetch(e, op->module, e->pview);
+    return coord_fetch(e, op->module, e->param_view);
 }
 
 static zinf_status sliced_after_op(zinf_engine *e, const zinf_model_op *op) { return coord_done(e, op->module); }

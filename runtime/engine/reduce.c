@@ -12,57 +12,60 @@ static zinf_status plan_buckets(zinf_engine *e) {
     int nf, nall;
     zinf_model_schedule(e->model, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
-    for (int i = 0; i < e->nmod; i++)
-        e->last_bwd[i] = e->first_piece[i] = -1;
+    for (int i = 0; i < e->module_count; i++)
+        e->grads.last_backward_op[i] = e->grads.first_piece[i] = -1;
     for (int k = nf; k < nall; k++) {
         if (ops[k].pass != ZINF_PASS_BACKWARD) continue;
-        e->last_bwd[ops[k].module] = k;
+        e->grads.last_backward_op[ops[k].module] = k;
         int ext = zinf_model_module(e->model, ops[k].module)->external;
-        if (ext >= 0) e->last_bwd[ext] = k > e->last_bwd[ext] ? k : e->last_bwd[ext];
+        if (ext >= 0)
+            e->grads.last_backward_op[ext] = k > e->grads.last_backward_op[ext] ? k : e->grads.last_backward_op[ext];
     }
     // Buckets of reduce_bucket_size elements (world blocks of `per`), filled in the order
     // backward finishes the modules; every bucket but the last is full, so there are
     // ceil(total / per) of them, and a bucket's end splits at most one module, so there
     // are at most modules + buckets pieces, and one more for each tile a tiled module has;
     // a tiled module is counted twice, for a tied embedding's two reductions.
-    size_t W = (size_t)e->part_ranks, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0, tiles = 0;
+    size_t W = (size_t)e->partition.ranks, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0, tiles = 0;
     if (per == 0) per = 1;
-    for (int i = 0; i < e->nmod; i++) {
-        total += e->lay[i].slice * (e->lay[i].tile ? 2 : 1);
+    for (int i = 0; i < e->module_count; i++) {
+        total += e->layout[i].slice * (e->layout[i].tile ? 2 : 1);
         zinf_tiling t = tiling_of(e, i);
         if (t.tile) tiles += 2 * zinf_tiling_count(&t) + 1;
     }
-    size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->nmod + maxb + tiles;
-    e->buckets = calloc(maxb, sizeof *e->buckets);
-    e->pieces = calloc(maxp, sizeof *e->pieces);
-    if (!e->buckets || !e->pieces) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->module_count + maxb + tiles;
+    e->grads.buckets = calloc(maxb, sizeof *e->grads.buckets);
+    e->grads.pieces = calloc(maxp, sizeof *e->grads.pieces);
+    if (!e->grads.buckets || !e->grads.pieces) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     // At each op, first the tiled modules whose gradient tiles it reduces as it runs, then
     // the modules it finishes.
     for (int k = nf; k < nall; k++) {
-        for (int j = 0; j < 2 * e->nmod; j++) {
-            int i = j % e->nmod;
-            bool tiled = e->lay[i].tile > 0, grad = false;
+        for (int j = 0; j < 2 * e->module_count; j++) {
+            int i = j % e->module_count;
+            bool tiled = e->layout[i].tile > 0, grad = false;
             if (tiled) zinf_model_tile_sweeps(e->model, &ops[k], i, &grad);
-            if (!e->lay[i].padded || (j < e->nmod) != tiled || (tiled ? !grad : e->last_bwd[i] != k)) continue;
-            e->first_piece[i] = e->npieces;
+            if (!e->layout[i].padded || (j < e->module_count) != tiled ||
+                (tiled ? !grad : e->grads.last_backward_op[i] != k))
+                continue;
+            e->grads.first_piece[i] = e->grads.piece_count;
             // A tiled module's gradient comes tile by tile, the last first (zinf_tile_source):
             // its pieces are planned in that order, and none crosses a tile.
             zinf_tiling t = tiling_of(e, i);
             for (size_t s = tiled ? zinf_tiling_count(&t) : 1; s-- > 0;) {
-                size_t lo = tiled ? s * t.tile : 0, end = tiled ? lo + zinf_tiling_len(&t, s) : e->lay[i].slice;
+                size_t lo = tiled ? s * t.tile : 0, end = tiled ? lo + zinf_tiling_len(&t, s) : e->layout[i].slice;
                 while (lo < end) {
-                    bucket *b = e->nbuckets ? &e->buckets[e->nbuckets - 1] : NULL;
+                    bucket *b = e->grads.bucket_count ? &e->grads.buckets[e->grads.bucket_count - 1] : NULL;
                     if (!b || b->block == per) {
-                        b = &e->buckets[e->nbuckets++];
-                        *b = (bucket){.first = e->npieces};
+                        b = &e->grads.buckets[e->grads.bucket_count++];
+                        *b = (bucket){.first = e->grads.piece_count};
                     }
                     size_t n = end - lo < per - b->block ? end - lo : per - b->block;
-                    e->pieces[e->npieces++] =
-                        (piece){.mod = i, .bucket = (int)(b - e->buckets), .op = k, .lo = lo, .n = n, .off = b->block};
+                    e->grads.pieces[e->grads.piece_count++] = (piece){
+                        .mod = i, .bucket = (int)(b - e->grads.buckets), .op = k, .lo = lo, .n = n, .off = b->block};
                     b->count++;
                     b->block += n;
                     lo += n;
-                    if (W * b->block > e->bucket_cap) e->bucket_cap = W * b->block;
+                    if (W * b->block > e->grads.bucket_capacity) e->grads.bucket_capacity = W * b->block;
                 }
             }
         }
@@ -71,68 +74,70 @@ static zinf_status plan_buckets(zinf_engine *e) {
 }
 
 zinf_status reduce_create(zinf_engine *e) {
-    size_t nm = (size_t)e->nmod;
-    e->last_bwd = malloc(nm * sizeof *e->last_bwd);
-    e->first_piece = malloc(nm * sizeof *e->first_piece);
-    if (!e->last_bwd || !e->first_piece) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    size_t nm = (size_t)e->module_count;
+    e->grads.last_backward_op = malloc(nm * sizeof *e->grads.last_backward_op);
+    e->grads.first_piece = malloc(nm * sizeof *e->grads.first_piece);
+    if (!e->grads.last_backward_op || !e->grads.first_piece) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     ZINF_CHECK(plan_buckets(e));
     for (int s = 0; s < 2; s++) {
-        ZINF_CHECK(engine_take_device(e, e->bucket_cap * sizeof(float), "gradient buckets", (void **)&e->d_bucket[s]));
-        if (!e->plan) ZINF_CHECK(zinf_event_create(e->dev, &e->bucket_free[s]));
+        ZINF_CHECK(engine_take_device(e, e->grads.bucket_capacity * sizeof(float), "gradient buckets",
+                                      (void **)&e->grads.device_buckets[s]));
+        if (!e->plan) ZINF_CHECK(zinf_event_create(e->dev, &e->grads.bucket_free[s]));
     }
-    bool host_grads = e->otier != ZINF_OFFLOAD_NONE, host_comm = e->world > 1 && !e->nccl;
+    bool host_grads = e->optim_offload != ZINF_OFFLOAD_NONE, host_comm = e->world > 1 && !e->nccl;
     if (!host_grads && !host_comm) return ZINF_OK;
     // One pinned staging buffer serves every collective and the gradients' way to the
     // host: the communication stream runs them one after another. A reduce-scatter
     // needs its input and one block of output; a gather one module's 16-bit buffer.
-    size_t bytes = 0, block = e->bucket_cap / (size_t)e->part_ranks;
-    for (int i = 0; host_comm && i < e->nmod; i++)
-        if (e->lay[i].padded * e->elem_size > bytes) bytes = e->lay[i].padded * e->elem_size;
-    if ((e->bucket_cap + block) * sizeof(float) > bytes) bytes = (e->bucket_cap + block) * sizeof(float);
-    ZINF_CHECK(engine_take_pinned(e, bytes, "communication staging", (void **)&e->h_comm));
-    e->h_comm_bytes = bytes;
+    size_t bytes = 0, block = e->grads.bucket_capacity / (size_t)e->partition.ranks;
+    for (int i = 0; host_comm && i < e->module_count; i++)
+        if (e->layout[i].padded * e->elem_size > bytes) bytes = e->layout[i].padded * e->elem_size;
+    if ((e->grads.bucket_capacity + block) * sizeof(float) > bytes)
+        bytes = (e->grads.bucket_capacity + block) * sizeof(float);
+    ZINF_CHECK(engine_take_pinned(e, bytes, "communication staging", (void **)&e->staging));
+    e->staging_bytes = bytes;
     return ZINF_OK;
 }
 
 void reduce_destroy(zinf_engine *e) {
     for (int s = 0; s < 2; s++) {
-        if (e->dev) zinf_device_free(e->dev, e->d_bucket[s]);
-        zinf_event_destroy(e->bucket_free[s]);
+        if (e->dev) zinf_device_free(e->dev, e->grads.device_buckets[s]);
+        zinf_event_destroy(e->grads.bucket_free[s]);
     }
-    if (e->host) zinf_host_pool_free(e->host, e->h_comm, true);
-    free(e->last_bwd), free(e->first_piece), free(e->pieces), free(e->buckets);
+    if (e->host) zinf_host_pool_free(e->host, e->staging, true);
+    free(e->grads.last_backward_op), free(e->grads.first_piece), free(e->grads.pieces), free(e->grads.buckets);
 }
 
 // Sum bucket b over the ranks and add this rank's parts to its gradient partition.
 static zinf_status flush(zinf_engine *e, int b) {
-    const bucket *bk = &e->buckets[b];
-    float *d = e->d_bucket[b & 1], *h = e->h_comm;
-    size_t blk = bk->block, W = (size_t)e->part_ranks, R = (size_t)e->part_rank;
-    ZINF_CHECK(zinf_event_record(e->ev_cs, e->compute_stream));
-    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->ev_cs));
+    const bucket *bk = &e->grads.buckets[b];
+    float *d = e->grads.device_buckets[b & 1], *h = e->staging;
+    size_t blk = bk->block, W = (size_t)e->partition.ranks, R = (size_t)e->partition.rank;
+    ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
+    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->compute_mark));
     bool scattered = e->stage >= 2 && W > 1;
     // With NCCL or qgZ a rank's reduced block stays on the device where its block was.
-    bool in_place = e->nccl || e->qgz;
+    bool in_place = e->nccl || e->zeropp.qgz;
     bool packed = scattered && !in_place; // the reduce-scatter's output holds this rank's block alone
-    if (W > 1 && e->qgz) {
+    if (W > 1 && e->zeropp.qgz) {
         ZINF_CHECK(zeropp_reduce_scatter(e, d, blk));
     } else if (W > 1 && e->nccl) {
         if (scattered)
-            ZINF_CHECK(zinf_comm_device_reduce_scatter_f32(e->part_comm, e->comm_stream, d, d + R * blk, blk));
+            ZINF_CHECK(zinf_comm_device_reduce_scatter_f32(e->partition.comm, e->comm_stream, d, d + R * blk, blk));
         else
-            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->part_comm, e->comm_stream, d, W * blk));
+            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.comm, e->comm_stream, d, W * blk));
     } else if (W > 1) {
         ZINF_CHECK(zinf_copy_async(e->comm_stream, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
-        bool back = e->otier == ZINF_OFFLOAD_NONE; // the sums are added on the device
+        bool back = e->optim_offload == ZINF_OFFLOAD_NONE; // the sums are added on the device
         if (scattered) {
-            ZINF_CHECK(engine_comm(e, e->part_comm, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
+            ZINF_CHECK(engine_comm(e, e->partition.comm, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
             if (back) ZINF_CHECK(zinf_copy_async(e->comm_stream, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
         } else {
-            ZINF_CHECK(engine_comm(e, e->part_comm, COMM_ALLREDUCE, h, NULL, W * blk));
+            ZINF_CHECK(engine_comm(e, e->partition.comm, COMM_ALLREDUCE, h, NULL, W * blk));
             if (back) ZINF_CHECK(zinf_copy_async(e->comm_stream, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
         }
     }
-    if (e->otier != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
+    if (e->optim_offload != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
         if (W == 1 || in_place) {
             // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
             bool mine = e->stage > 0 && W > 1;
@@ -144,8 +149,8 @@ static zinf_status flush(zinf_engine *e, int b) {
         }
     } else {
         for (int k = bk->first; k < bk->first + bk->count; k++) {
-            const piece *p = &e->pieces[k];
-            const mod_layout *l = &e->lay[p->mod];
+            const piece *p = &e->grads.pieces[k];
+            const mod_layout *l = &e->layout[p->mod];
             for (size_t r = 0; r < W; r++) {
                 if (e->stage > 0 && r != R) continue; // not this rank's part
                 const float *src = d + (packed ? 0 : r * blk) + p->off;
@@ -154,7 +159,7 @@ static zinf_status flush(zinf_engine *e, int b) {
             }
         }
     }
-    ZINF_CHECK(zinf_event_record(e->bucket_free[b & 1], e->comm_stream));
+    ZINF_CHECK(zinf_event_record(e->grads.bucket_free[b & 1], e->comm_stream));
     return e->cfg.zero.overlap_comm ? ZINF_OK : engine_wait_streams(e);
 }
 
@@ -162,16 +167,17 @@ static zinf_status flush(zinf_engine *e, int b) {
 // starts in [lo, hi) of every slice into their buckets, from grad, where rank r's run
 // [lo, hi) starts at element r stride; flush each bucket its last piece fills.
 static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const void *grad, size_t stride) {
-    const piece *f = &e->pieces[first];
-    for (int k = first; k < e->npieces && e->pieces[k].mod == f->mod && e->pieces[k].op == f->op; k++) {
-        const piece *p = &e->pieces[k];
+    const piece *f = &e->grads.pieces[first];
+    for (int k = first; k < e->grads.piece_count && e->grads.pieces[k].mod == f->mod && e->grads.pieces[k].op == f->op;
+         k++) {
+        const piece *p = &e->grads.pieces[k];
         if (p->lo < lo || p->lo >= hi) continue;
         int b = p->bucket;
-        const bucket *bk = &e->buckets[b];
-        float *d = e->d_bucket[b & 1];
+        const bucket *bk = &e->grads.buckets[b];
+        float *d = e->grads.device_buckets[b & 1];
         // The bucket's buffer is reused once the communication stream is done with it.
-        if (k == bk->first) ZINF_CHECK(zinf_stream_wait_event(e->compute_stream, e->bucket_free[b & 1]));
-        for (int r = 0; r < e->part_ranks; r++)
+        if (k == bk->first) ZINF_CHECK(zinf_stream_wait_event(e->compute_stream, e->grads.bucket_free[b & 1]));
+        for (int r = 0; r < e->partition.ranks; r++)
             ZINF_CHECK(zinf_cast(e->compute_stream, d + (size_t)r * bk->block + p->off, ZINF_DTYPE_F32,
                                  (const char *)grad + ((size_t)r * stride + p->lo - lo) * e->elem_size, e->dtype, p->n));
         if (k == bk->first + bk->count - 1) ZINF_CHECK(flush(e, b));
@@ -180,11 +186,11 @@ static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const 
 }
 
 zinf_status reduce_module_ready(zinf_engine *e, int mod) {
-    const mod_layout *l = &e->lay[mod];
+    const mod_layout *l = &e->layout[mod];
     if (!l->padded || l->tile) return ZINF_OK; // a tiled module's tiles went as the model finished them
-    ZINF_CHECK(widen(e, e->first_piece[mod], 0, l->slice, e->grads16[mod], l->slice));
-    ZINF_CHECK(engine_free_after(e, e->grads16[mod], e->compute_stream));
-    e->grads16[mod] = NULL;
+    ZINF_CHECK(widen(e, e->grads.first_piece[mod], 0, l->slice, e->grads.buffers16[mod], l->slice));
+    ZINF_CHECK(engine_free_after(e, e->grads.buffers16[mod], e->compute_stream));
+    e->grads.buffers16[mod] = NULL;
     return ZINF_OK;
 }
 
@@ -192,10 +198,11 @@ zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad) 
     zinf_tiling t = tiling_of(e, mod);
     size_t a = (size_t)k * t.tile, n = zinf_tiling_len(&t, (size_t)k);
     int first = 0; // this op's reduction of mod
-    while (first < e->npieces && (e->pieces[first].mod != mod || e->pieces[first].op != e->cur_op))
+    while (first < e->grads.piece_count &&
+           (e->grads.pieces[first].mod != mod || e->grads.pieces[first].op != e->grads.current_op))
         first++;
-    if (first == e->npieces)
+    if (first == e->grads.piece_count)
         return zinf_fail(ZINF_ERR_INTERNAL, "engine: no reduction of %s's gradient tiles at op %d", e->names[mod],
-                         e->cur_op);
+                         e->grads.current_op);
     return widen(e, first, a, a + n, grad, n);
 }

@@ -12,7 +12,7 @@
 
 static void add(zinf_engine *e, int x) {
     share *s = &e->share;
-    if (x < 0 || !e->lay[x].padded || s->pos[x] >= 0) return;
+    if (x < 0 || !e->layout[x].padded || s->pos[x] >= 0) return;
     s->pos[x] = s->n;
     s->order[s->n++] = x;
 }
@@ -24,26 +24,26 @@ static void add(zinf_engine *e, int x) {
 static void build_order(zinf_engine *e) {
     int nf;
     const zinf_model_op *ops = zinf_model_schedule(e->model, false, &nf);
-    for (int i = 0; i < e->nmod; i++)
+    for (int i = 0; i < e->module_count; i++)
         e->share.pos[i] = -1;
     for (int k = 0; k < nf; k++) {
         add(e, ops[k].module);
         add(e, zinf_model_module(e->model, ops[k].module)->external);
     }
-    for (int i = 0; i < e->nmod; i++)
+    for (int i = 0; i < e->module_count; i++)
         add(e, i);
 }
 
 zinf_status share_create(zinf_engine *e) {
     share *s = &e->share;
     if (!e->background || e->stage == 3) return ZINF_OK;
-    size_t n = (size_t)e->nmod + 1;
+    size_t n = (size_t)e->module_count + 1;
     s->order = malloc(n * sizeof *s->order);
     s->pos = malloc(n * sizeof *s->pos);
     s->waited = calloc(n, sizeof *s->waited);
     s->landed = calloc(n, sizeof *s->landed);
     if (!s->order || !s->pos || !s->waited || !s->landed) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; e->part_ranks > 1 && i < e->nmod; i++)
+    for (int i = 0; e->partition.ranks > 1 && i < e->module_count; i++)
         ZINF_CHECK(zinf_event_create(e->dev, &s->landed[i]));
     build_order(e);
     return ZINF_OK;
@@ -51,7 +51,7 @@ zinf_status share_create(zinf_engine *e) {
 
 void share_destroy(zinf_engine *e) {
     share *s = &e->share;
-    for (int i = 0; s->landed && i < e->nmod; i++)
+    for (int i = 0; s->landed && i < e->module_count; i++)
         zinf_event_destroy(s->landed[i]);
     free(s->order), free(s->pos), free(s->waited), free(s->landed);
     coord_free_waits(e);
@@ -62,7 +62,7 @@ void share_start(zinf_engine *e) {
     if (!s->order) return;
     s->active = true;
     s->next = 0;
-    memset(s->waited, 0, (size_t)e->nmod * sizeof *s->waited);
+    memset(s->waited, 0, (size_t)e->module_count * sizeof *s->waited);
 }
 
 // All-gather the modules in order from s->next: up to and including upto (blocking
@@ -78,10 +78,11 @@ static zinf_status gather_upto(zinf_engine *e, int upto) {
         if (upto < 0 && !zinf_optim_tier_updated(e->optim_tier, x)) break;
         s->next++;
         ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim_tier, x, e->comm_stream));
-        size_t sb = e->lay[x].slice * e->elem_size;
+        size_t sb = e->layout[x].slice * e->elem_size;
         // After a failure the update's bits mean nothing; engine_sync raises it.
         if (!zinf_latch_failed(e->failure))
-            ZINF_CHECK(engine_allgather(e, e->part_comm, (char *)e->params16[x] + e->part_rank * sb, false, e->params16[x], sb));
+            ZINF_CHECK(engine_allgather(e, e->partition.comm, (char *)e->params16[x] + e->partition.rank * sb, false,
+                                        e->params16[x], sb));
         ZINF_CHECK(zinf_event_record(s->landed[x], e->comm_stream));
         if (x == upto) break;
     }
@@ -93,23 +94,23 @@ static zinf_status gather_upto(zinf_engine *e, int upto) {
 static zinf_status wait_for(zinf_engine *e, int x) {
     share *s = &e->share;
     s->waited[x] = true;
-    if (e->part_ranks == 1) return zinf_optim_tier_wait_updated(e->optim_tier, x, e->compute_stream);
+    if (e->partition.ranks == 1) return zinf_optim_tier_wait_updated(e->optim_tier, x, e->compute_stream);
     if (s->pos[x] >= s->next) ZINF_CHECK(gather_upto(e, x));
     return zinf_stream_wait_event(e->compute_stream, s->landed[x]);
 }
 
 zinf_status share_use(zinf_engine *e, int x) {
     share *s = &e->share;
-    if (!s->active || x < 0 || !e->lay[x].padded || s->waited[x]) return ZINF_OK;
+    if (!s->active || x < 0 || !e->layout[x].padded || s->waited[x]) return ZINF_OK;
     // Whether the compute stream may run dry here: the update has not stored x yet, or
     // x's all-gather is not known to have landed. Then the wait is timed.
-    bool pending =
-        !zinf_optim_tier_updated(e->optim_tier, x) || (e->part_ranks > 1 && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
+    bool pending = !zinf_optim_tier_updated(e->optim_tier, x) ||
+                   (e->partition.ranks > 1 && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
     return pending ? coord_timed_update_wait(e, wait_for, x) : wait_for(e, x);
 }
 
 zinf_status share_ahead(zinf_engine *e) {
-    if (!e->share.active || e->part_ranks == 1) return ZINF_OK;
+    if (!e->share.active || e->partition.ranks == 1) return ZINF_OK;
     return gather_upto(e, -1);
 }
 
@@ -124,14 +125,15 @@ zinf_status share_finish(zinf_engine *e) {
 
 // An offloaded update's buffers are all-gathered module by module, above.
 zinf_status share_gather_all(zinf_engine *e) {
-    if (e->part_ranks == 1) return ZINF_OK;
-    ZINF_CHECK(zinf_event_record(e->ev_cs, e->compute_stream));
-    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->ev_cs));
-    for (int i = 0; i < e->nmod; i++) {
-        const mod_layout *l = &e->lay[i];
+    if (e->partition.ranks == 1) return ZINF_OK;
+    ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
+    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->compute_mark));
+    for (int i = 0; i < e->module_count; i++) {
+        const mod_layout *l = &e->layout[i];
         size_t sb = l->slice * e->elem_size;
         if (!sb) continue;
-        ZINF_CHECK(engine_allgather(e, e->part_comm, (char *)e->params16[i] + e->part_rank * sb, false, e->params16[i], sb));
+        ZINF_CHECK(engine_allgather(e, e->partition.comm, (char *)e->params16[i] + e->partition.rank * sb, false,
+                                    e->params16[i], sb));
     }
     return ZINF_OK;
 }

@@ -26,22 +26,23 @@ static zinf_status store_part(void *ctx, int mod, const void *src) {
 
 zinf_status states_create(zinf_engine *e) {
     const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;
-    e->otier = oc->device;
-    if (e->otier == ZINF_OFFLOAD_NONE) {
+    e->optim_offload = oc->device;
+    if (e->optim_offload == ZINF_OFFLOAD_NONE) {
         for (int s = ZINF_TIER_MASTER; s <= ZINF_TIER_GRAD; s++)
-            ZINF_CHECK(engine_take_device(e, e->npart * sizeof(float), device_name[s], (void **)dev_state(e, s)));
+            ZINF_CHECK(
+                engine_take_device(e, e->partition.numel * sizeof(float), device_name[s], (void **)dev_state(e, s)));
         return ZINF_OK;
     }
-    size_t *part_n = malloc(((size_t)e->nmod + 1) * sizeof *part_n);
+    size_t *part_n = malloc(((size_t)e->module_count + 1) * sizeof *part_n);
     if (!part_n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; i < e->nmod; i++)
-        part_n[i] = e->lay[i].part_n;
+    for (int i = 0; i < e->module_count; i++)
+        part_n[i] = e->layout[i].part_n;
     zinf_status st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->pool, 0);
     // The update runs under the next forward at every stage that offloads it (1-3).
     e->background = true;
-    zinf_optim_tier_config tc = {.device = e->otier,
+    zinf_optim_tier_config tc = {.device = e->optim_offload,
                                  .seg_n = part_n,
-                                 .nseg = e->nmod,
+                                 .nseg = e->module_count,
                                  .sub_group_size = e->cfg.zero.sub_group_size,
                                  .param_dtype = e->dtype,
                                  .pin_memory = oc->pin_memory,
@@ -63,7 +64,7 @@ zinf_status states_create(zinf_engine *e) {
     free(part_n);
     if (st != ZINF_OK) return st;
     if (!e->plan) {
-        e->h_grads32 = zinf_optim_tier_grads(e->optim_tier);
+        e->host_grads32 = zinf_optim_tier_grads(e->optim_tier);
         zinf_optim_tier_get_stats(e->optim_tier, &e->ostats);
         return ZINF_OK;
     }
@@ -93,7 +94,7 @@ zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n
 
 zinf_status states_zero(zinf_engine *e) {
     if (e->optim_tier) return zinf_optim_tier_zero_states(e->optim_tier);
-    size_t bytes = e->npart * sizeof(float);
+    size_t bytes = e->partition.numel * sizeof(float);
     ZINF_CHECK(zinf_memset_async(e->compute_stream, e->exp_avg, 0, bytes));
     ZINF_CHECK(zinf_memset_async(e->compute_stream, e->exp_avg_sq, 0, bytes));
     ZINF_CHECK(zinf_memset_async(e->compute_stream, e->grads32, 0, bytes));
@@ -101,7 +102,7 @@ zinf_status states_zero(zinf_engine *e) {
 }
 
 zinf_status states_zero_grads(zinf_engine *e) {
-    if (!e->optim_tier) return zinf_memset_async(e->compute_stream, e->grads32, 0, e->npart * sizeof(float));
+    if (!e->optim_tier) return zinf_memset_async(e->compute_stream, e->grads32, 0, e->partition.numel * sizeof(float));
     zinf_optim_tier_zero_grads(e->optim_tier);
     return ZINF_OK;
 }
@@ -119,15 +120,15 @@ typedef struct grad_add_job {
 static void grad_add_run(void *arg) {
     grad_add_job *j = arg;
     zinf_engine *e = j->e;
-    const bucket *bk = &e->buckets[j->bucket];
-    size_t W = (size_t)e->part_ranks;
+    const bucket *bk = &e->grads.buckets[j->bucket];
+    size_t W = (size_t)e->partition.ranks;
     for (int k = bk->first; k < bk->first + bk->count; k++) {
-        const piece *p = &e->pieces[k];
-        const mod_layout *l = &e->lay[p->mod];
+        const piece *p = &e->grads.pieces[k];
+        const mod_layout *l = &e->layout[p->mod];
         for (size_t r = 0; r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->part_rank) continue;
+            if (e->stage > 0 && r != (size_t)e->partition.rank) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
-            zinf_cpu_add(e->pool, e->h_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src, p->n);
+            zinf_cpu_add(e->pool, e->host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src, p->n);
         }
     }
     free(j);

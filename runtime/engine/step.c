@@ -12,20 +12,20 @@
 // module and rank by rank: the same pieces in the same order whatever the stage, so
 // the clip coefficient (and so the update) is the same bits at every stage.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
-    size_t W = (size_t)e->part_ranks, np = (size_t)e->nmod * W;
-    bool dev = e->otier == ZINF_OFFLOAD_NONE;
-    const float *g = dev ? e->grads32 : e->h_grads32;
+    size_t W = (size_t)e->partition.ranks, np = (size_t)e->module_count * W;
+    bool dev = e->optim_offload == ZINF_OFFLOAD_NONE;
+    const float *g = dev ? e->grads32 : e->host_grads32;
     double *h = calloc(2 * np, sizeof *h);
     if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
-    zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->d_stats, 0, 2 * np * sizeof *h) : ZINF_OK;
-    for (int i = 0; st == ZINF_OK && i < e->nmod; i++) {
-        const mod_layout *l = &e->lay[i];
+    zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->device_grad_stats, 0, 2 * np * sizeof *h) : ZINF_OK;
+    for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
+        const mod_layout *l = &e->layout[i];
         for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->part_rank) continue;
+            if (e->stage > 0 && r != (size_t)e->partition.rank) continue;
             const float *slice_g = g + l->part_off + (r * l->slice - l->part_lo);
             size_t k = 2 * (i * W + r);
             if (dev) {
-                st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32, slice_g, l->slice, e->d_stats + k);
+                st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32, slice_g, l->slice, e->device_grad_stats + k);
             } else { // the kernel the host device runs for zinf_sumsq: the same bits
                 zinf_grad_stats gs;
                 st = zinf_grad_stats_pool(e->pool, slice_g, ZINF_DTYPE_F32, l->slice, &gs);
@@ -33,12 +33,13 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
             }
         }
     }
-    if (st == ZINF_OK && dev) st = zinf_copy_async(e->compute_stream, h, e->d_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
+    if (st == ZINF_OK && dev)
+        st = zinf_copy_async(e->compute_stream, h, e->device_grad_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
     if (st == ZINF_OK) st = zinf_stream_sync(e->compute_stream);
     // Each piece lives on one rank of the partition (or on all, at stage 0); adding the
     // others' zeros keeps its bits. MiCS's replicas hold the same pieces: each shard
     // group sums its own.
-    if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->part_comm, h, 2 * np);
+    if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->partition.comm, h, 2 * np);
     *sumsq = 0, *nonfinite = false;
     for (size_t k = 0; st == ZINF_OK && !e->sim && k < np; k++) { // a simulated device's values mean nothing
         *sumsq += h[2 * k];
@@ -59,15 +60,15 @@ static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_sc
                                 .eps = o->eps,
                                 .weight_decay = o->weight_decay,
                                 .bias_correction = o->bias_correction,
-                                .step = e->steps_applied + 1,
+                                .step = e->step.steps_applied + 1,
                                 .grad_scale = grad_scale};
 }
 
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
     if (e->optim_tier) return zinf_optim_tier_update(e->optim_tier, h);
     bool f32 = e->dtype == ZINF_DTYPE_F32;
-    for (int i = 0; i < e->nmod; i++) {
-        const mod_layout *l = &e->lay[i];
+    for (int i = 0; i < e->module_count; i++) {
+        const mod_layout *l = &e->layout[i];
         if (!l->padded) continue;
         // The kernel writes the 16-bit part in place where it lives on the device, else
         // into scratch the parameter tier takes it from.
@@ -129,9 +130,9 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
 }
 
 static zinf_status finish(zinf_engine *e) {
-    e->steps_taken++;
-    e->micro = 0;
-    e->loss_sum = 0;
+    e->step.steps_taken++;
+    e->step.micro_batches = 0;
+    e->step.loss_sum = 0;
     return ZINF_OK;
 }
 
@@ -141,23 +142,23 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
     double sumsq = 0;
     bool nonfinite = false;
     ZINF_CHECK(grad_stats(e, &sumsq, &nonfinite));
-    double lm[2] = {e->loss_sum, (double)e->micro};
+    double lm[2] = {e->step.loss_sum, (double)e->step.micro_batches};
     if (e->world > 1) ZINF_CHECK(zinf_comm_allreduce_f64(e->comm, lm, 2));
 
-    double scale = e->scaler.scale;
+    double scale = e->step.scaler.scale;
     *info = (zinf_step_info){
-        .step = e->steps_taken + 1, .loss = lm[0] / lm[1], .loss_scale = scale, .grad_norm = sqrt(sumsq) / scale};
-    info->lr = zinf_lr_at(&e->cfg.optimizer, &e->cfg.scheduler, e->steps_applied + 1);
+        .step = e->step.steps_taken + 1, .loss = lm[0] / lm[1], .loss_scale = scale, .grad_norm = sqrt(sumsq) / scale};
+    info->lr = zinf_lr_at(&e->cfg.optimizer, &e->cfg.scheduler, e->step.steps_applied + 1);
     // A gradient with inf or NaN skips the step, as DeepSpeed's ZeRO optimizers do in
     // every precision; under fp16 the dynamic scaler also lowers the scale.
-    ZINF_CHECK(zinf_loss_scaler_update(&e->scaler, nonfinite, &info->skipped));
+    ZINF_CHECK(zinf_loss_scaler_update(&e->step.scaler, nonfinite, &info->skipped));
     if (!info->skipped) {
         // DeepSpeed's clipping: one multiplier unscales and clips, applied when
         // (norm + 1e-6) / gradient_clipping exceeds 1.
         double combined = scale, clip = e->cfg.gradient_clipping;
         if (clip > 0 && (info->grad_norm + 1e-6) / clip > 1) combined = scale * (info->grad_norm + 1e-6) / clip;
         zinf_optim_hparams h = hparams(e, info->lr, (float)(1.0 / combined));
-        e->steps_applied++;
+        e->step.steps_applied++;
         zeropp_invalidate(e); // before the next forward's gathers, which the update may run under
         if (e->background) {
             // The next forward starts now; each module waits for its sub-group (stage

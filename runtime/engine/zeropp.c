@@ -28,13 +28,13 @@ enum { QW_GROUP = SLICE_ALIGN };
 static size_t qw_bytes(size_t n) { return n + n / QW_GROUP * sizeof(float); }
 
 size_t zeropp_gather_bytes(const zinf_engine *e, int mod) {
-    size_t n = e->lay[mod].slice;
-    return e->qwz ? qw_bytes(n) : n * e->elem_size;
+    size_t n = e->layout[mod].slice;
+    return e->zeropp.qwz ? qw_bytes(n) : n * e->elem_size;
 }
 
 // A rank's secondary partition of module mod: the wire of world / k ranks' slices.
 static size_t seg_bytes(const zinf_engine *e, int mod) {
-    return (size_t)(e->world / e->hpz_k) * zeropp_gather_bytes(e, mod);
+    return (size_t)(e->world / e->zeropp.hpz_ranks) * zeropp_gather_bytes(e, mod);
 }
 
 size_t zeropp_secondary_bytes(const zinf_engine *e, int mod) { return seg_bytes(e, mod); }
@@ -53,91 +53,94 @@ static size_t qg_slot(size_t n) { return qg_codes(n) + (n + QG_GROUP - 1) / QG_G
 // local index names its peer on every node.
 static zinf_status qg_create(zinf_engine *e) {
     if (e->nodes < 2 || !engine_ranks_per_node(e)) {
-        e->qgz = false;
+        e->zeropp.qgz = false;
         if (!e->plan)
             ZINF_LOG_INFO("engine: zero_quantized_gradients needs more than one node, each of the same number of "
                           "consecutive ranks (%d node%s here): gradients take the plain reduce-scatter",
                           e->nodes, e->nodes == 1 ? "" : "s");
         return ZINF_OK;
     }
-    const size_t W = (size_t)e->world, N = (size_t)e->nodes, L = W / N, blk = e->bucket_cap / W;
-    ZINF_CHECK(engine_take_device(e, W * qg_slot(blk), "qgZ buffers", &e->d_qgs));
-    ZINF_CHECK(engine_take_device(e, W * qg_slot(blk), "qgZ buffers", &e->d_qgr));
-    ZINF_CHECK(engine_take_device(e, N * blk * sizeof(float), "qgZ buffers", (void **)&e->d_qgp));
+    const size_t W = (size_t)e->world, N = (size_t)e->nodes, L = W / N, blk = e->grads.bucket_capacity / W;
+    ZINF_CHECK(engine_take_device(e, W * qg_slot(blk), "qgZ buffers", &e->zeropp.qgz_send));
+    ZINF_CHECK(engine_take_device(e, W * qg_slot(blk), "qgZ buffers", &e->zeropp.qgz_recv));
+    ZINF_CHECK(engine_take_device(e, N * blk * sizeof(float), "qgZ buffers", (void **)&e->zeropp.qgz_node_sums));
     if (e->plan) return ZINF_OK;
-    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank / L), &e->qg_node));
-    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank % L), &e->qg_cross));
-    if (e->nccl) ZINF_CHECK(zinf_comm_attach_device(e->qg_node, e->dev));
-    return e->nccl ? zinf_comm_attach_device(e->qg_cross, e->dev) : ZINF_OK;
+    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank / L), &e->zeropp.qgz_node_comm));
+    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank % L), &e->zeropp.qgz_cross_comm));
+    if (e->nccl) ZINF_CHECK(zinf_comm_attach_device(e->zeropp.qgz_node_comm, e->dev));
+    return e->nccl ? zinf_comm_attach_device(e->zeropp.qgz_cross_comm, e->dev) : ZINF_OK;
 }
 
 zinf_status zeropp_create(zinf_engine *e) {
     const zinf_zero_config *z = &e->cfg.zero;
     bool three = e->stage == 3 && e->world > 1;
-    e->qwz = three && z->quantized_weights;
-    e->qgz = three && z->quantized_gradients;
-    if (e->qgz) ZINF_CHECK(qg_create(e));
-    e->hpz_k = three && z->hpz_partition_size > 1 ? (int)z->hpz_partition_size : 1;
+    e->zeropp.qwz = three && z->quantized_weights;
+    e->zeropp.qgz = three && z->quantized_gradients;
+    if (e->zeropp.qgz) ZINF_CHECK(qg_create(e));
+    e->zeropp.hpz_ranks = three && z->hpz_partition_size > 1 ? (int)z->hpz_partition_size : 1;
     if (!e->plan && e->world == 1 && e->stage == 3 &&
         (z->quantized_weights || z->quantized_gradients || z->hpz_partition_size > 1))
         ZINF_LOG_INFO("engine: ZeRO++ (zero_quantized_weights, zero_quantized_gradients, zero_hpz_partition_size) "
                       "has no effect on one rank: nothing is gathered from or reduced with others");
-    if (e->qwz) {
+    if (e->zeropp.qwz) {
         size_t most = 0;
-        for (int i = 0; i < e->nmod; i++) { // a tiled module's gathers are of a tile
-            size_t n = (size_t)e->part_ranks * qw_bytes(e->lay[i].tile ? e->lay[i].tile : e->lay[i].slice);
+        for (int i = 0; i < e->module_count; i++) { // a tiled module's gathers are of a tile
+            size_t n =
+                (size_t)e->partition.ranks * qw_bytes(e->layout[i].tile ? e->layout[i].tile : e->layout[i].slice);
             if (n > most) most = n;
         }
         // The communication stream runs the gathers one after another: one buffer serves all.
-        ZINF_CHECK(engine_take_device(e, most, "quantized gathers", &e->d_qw));
+        ZINF_CHECK(engine_take_device(e, most, "quantized gathers", &e->zeropp.quantized));
     }
-    if (e->hpz_k == 1) return ZINF_OK;
+    if (e->zeropp.hpz_ranks == 1) return ZINF_OK;
     // Beside parameters offloaded to host memory or NVMe the secondary partition stays
     // in pinned host memory: the device has no room to spare there, and a later gather
     // then reads no NVMe.
-    e->sec_host = e->ptier != ZINF_OFFLOAD_NONE;
-    e->sec = calloc((size_t)e->nmod, sizeof *e->sec);
-    e->sec_valid = calloc((size_t)e->nmod, sizeof *e->sec_valid);
-    if (!e->sec || !e->sec_valid) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; i < e->nmod; i++) {
-        if (!e->lay[i].padded || e->lay[i].tile) continue; // tiles are gathered from every rank
+    e->zeropp.secondary_host = e->param_offload != ZINF_OFFLOAD_NONE;
+    e->zeropp.secondary = calloc((size_t)e->module_count, sizeof *e->zeropp.secondary);
+    e->zeropp.secondary_valid = calloc((size_t)e->module_count, sizeof *e->zeropp.secondary_valid);
+    if (!e->zeropp.secondary || !e->zeropp.secondary_valid) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; i < e->module_count; i++) {
+        if (!e->layout[i].padded || e->layout[i].tile) continue; // tiles are gathered from every rank
         const char *what = "hpZ secondary partition";
         size_t b = seg_bytes(e, i);
-        ZINF_CHECK(e->sec_host ? engine_take_pinned(e, b, what, &e->sec[i]) : engine_take_device(e, b, what, &e->sec[i]));
-        e->sec_bytes += (int64_t)b;
+        ZINF_CHECK(e->zeropp.secondary_host ? engine_take_pinned(e, b, what, &e->zeropp.secondary[i])
+                                            : engine_take_device(e, b, what, &e->zeropp.secondary[i]));
+        e->zeropp.secondary_bytes += (int64_t)b;
     }
     if (e->plan) return ZINF_OK;
-    ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->hpz_k, &e->hpz));
-    return e->nccl ? zinf_comm_attach_device(e->hpz, e->dev) : ZINF_OK;
+    ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->zeropp.hpz_ranks, &e->zeropp.hpz_comm));
+    return e->nccl ? zinf_comm_attach_device(e->zeropp.hpz_comm, e->dev) : ZINF_OK;
 }
 
 void zeropp_destroy(zinf_engine *e) {
     if (e->dev) {
-        zinf_device_free(e->dev, e->d_qw);
-        zinf_device_free(e->dev, e->d_qgs), zinf_device_free(e->dev, e->d_qgr), zinf_device_free(e->dev, e->d_qgp);
+        zinf_device_free(e->dev, e->zeropp.quantized);
+        zinf_device_free(e->dev, e->zeropp.qgz_send), zinf_device_free(e->dev, e->zeropp.qgz_recv),
+            zinf_device_free(e->dev, e->zeropp.qgz_node_sums);
     }
-    zinf_comm *groups[] = {e->qg_node, e->qg_cross};
+    zinf_comm *groups[] = {e->zeropp.qgz_node_comm, e->zeropp.qgz_cross_comm};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(groups); i++) {
         zinf_comm_detach_device(groups[i]);
         zinf_comm_destroy(groups[i]);
     }
-    for (int i = 0; e->sec && i < e->nmod; i++) {
-        if (e->sec_host && e->host) zinf_host_pool_free(e->host, e->sec[i], true);
-        if (!e->sec_host && e->dev) zinf_device_free(e->dev, e->sec[i]);
+    for (int i = 0; e->zeropp.secondary && i < e->module_count; i++) {
+        if (e->zeropp.secondary_host && e->host) zinf_host_pool_free(e->host, e->zeropp.secondary[i], true);
+        if (!e->zeropp.secondary_host && e->dev) zinf_device_free(e->dev, e->zeropp.secondary[i]);
     }
-    free(e->sec), free(e->sec_valid);
-    zinf_comm_detach_device(e->hpz);
-    zinf_comm_destroy(e->hpz);
+    free(e->zeropp.secondary), free(e->zeropp.secondary_valid);
+    zinf_comm_detach_device(e->zeropp.hpz_comm);
+    zinf_comm_destroy(e->zeropp.hpz_comm);
 }
 
 // The wire of a gather into full: full itself, or the quantized buffer.
-static char *wire_of(zinf_engine *e, void *full) { return e->qwz ? e->d_qw : full; }
+static char *wire_of(zinf_engine *e, void *full) { return e->zeropp.qwz ? e->zeropp.quantized : full; }
 
 // full = every rank's slice dequantized from the quantized wire.
 static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
     const size_t qb = qw_bytes(n), bytes = n * e->elem_size;
-    for (size_t r = 0; r < (size_t)e->part_ranks; r++) {
-        const char *qr = (const char *)e->d_qw + r * qb;
+    for (size_t r = 0; r < (size_t)e->partition.ranks; r++) {
+        const char *qr = (const char *)e->zeropp.quantized + r * qb;
         ZINF_CHECK(zinf_dequantize(e->comm_stream, 8, qr, (const float *)(qr + n), n, QW_GROUP, e->dtype, (char *)full + r * bytes,
                                    false));
     }
@@ -145,49 +148,55 @@ static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
 }
 
 zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
-    if (!e->qwz) return mics_allgather(e, mine, mine_host, full, bytes);
+    if (!e->zeropp.qwz) return mics_allgather(e, mine, mine_host, full, bytes);
     const size_t n = bytes / e->elem_size, qb = qw_bytes(n);
-    char *qmine = (char *)e->d_qw + (size_t)e->part_rank * qb;
+    char *qmine = (char *)e->zeropp.quantized + (size_t)e->partition.rank * qb;
     if (mine_host) { // quantized on the device: this rank's part goes up first, into its place
-        char *place = (char *)full + (size_t)e->part_rank * bytes;
+        char *place = (char *)full + (size_t)e->partition.rank * bytes;
         ZINF_CHECK(zinf_copy_async(e->comm_stream, place, mine, bytes, ZINF_COPY_H2D));
         mine = place;
     }
     ZINF_CHECK(zinf_quantize(e->comm_stream, 8, e->dtype, mine, n, QW_GROUP, qmine, (float *)(qmine + n)));
-    ZINF_CHECK(mics_allgather(e, qmine, false, e->d_qw, qb));
+    ZINF_CHECK(mics_allgather(e, qmine, false, e->zeropp.quantized, qb));
     return dequantize_all(e, full, n);
 }
 
-bool zeropp_has_secondary(const zinf_engine *e, int mod) { return e->hpz_k > 1 && e->sec_valid[mod]; }
+bool zeropp_has_secondary(const zinf_engine *e, int mod) {
+    return e->zeropp.hpz_ranks > 1 && e->zeropp.secondary_valid[mod];
+}
 
 zinf_status zeropp_gather(zinf_engine *e, int mod, void *full) {
-    const size_t seg = e->hpz_k > 1 ? seg_bytes(e, mod) : 0;
+    const size_t seg = e->zeropp.hpz_ranks > 1 ? seg_bytes(e, mod) : 0;
     char *wire = wire_of(e, full);
     if (zeropp_has_secondary(e, mod)) { // within the group: the group's segments make the wire
-        ZINF_CHECK(engine_allgather(e, e->hpz, e->sec[mod], e->sec_host, wire, seg));
-        return e->qwz ? dequantize_all(e, full, e->lay[mod].slice) : ZINF_OK;
+        ZINF_CHECK(
+            engine_allgather(e, e->zeropp.hpz_comm, e->zeropp.secondary[mod], e->zeropp.secondary_host, wire, seg));
+        return e->zeropp.qwz ? dequantize_all(e, full, e->layout[mod].slice) : ZINF_OK;
     }
     ZINF_CHECK(zinf_param_tier_gather(e->param_tier, mod, full));
-    if (e->hpz_k == 1) return ZINF_OK;
+    if (e->zeropp.hpz_ranks == 1) return ZINF_OK;
     // Keep this rank's segment of the wire before the next gather reuses it.
-    size_t j = (size_t)(e->rank % e->hpz_k);
-    ZINF_CHECK(zinf_copy_async(e->comm_stream, e->sec[mod], wire + j * seg, seg, e->sec_host ? ZINF_COPY_D2H : ZINF_COPY_D2D));
-    e->sec_valid[mod] = true;
+    size_t j = (size_t)(e->rank % e->zeropp.hpz_ranks);
+    ZINF_CHECK(zinf_copy_async(e->comm_stream, e->zeropp.secondary[mod], wire + j * seg, seg,
+                               e->zeropp.secondary_host ? ZINF_COPY_D2H : ZINF_COPY_D2D));
+    e->zeropp.secondary_valid[mod] = true;
     return ZINF_OK;
 }
 
 void zeropp_invalidate(zinf_engine *e) {
-    for (int i = 0; e->sec_valid && i < e->nmod; i++)
-        e->sec_valid[i] = false;
+    for (int i = 0; e->zeropp.secondary_valid && i < e->module_count; i++)
+        e->zeropp.secondary_valid[i] = false;
 }
 
 void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_t *h2d, int64_t *d2h) {
-    const int64_t sb = (int64_t)(e->lay[mod].slice * e->elem_size), wb = (int64_t)zeropp_gather_bytes(e, mod);
-    const bool host = e->ptier != ZINF_OFFLOAD_NONE;
-    if (secondary) return engine_allgather_traffic(e, e->hpz_k, e->sec_host, (int64_t)seg_bytes(e, mod), h2d, d2h);
-    if (e->qwz && host) *h2d += sb; // quantized on the device: a slice in host memory goes up first
-    mics_allgather_traffic(e, host && !e->qwz, wb, h2d, d2h);
-    if (e->hpz_k > 1 && e->sec_host && !e->lay[mod].tile) *d2h += (int64_t)seg_bytes(e, mod);
+    const int64_t sb = (int64_t)(e->layout[mod].slice * e->elem_size), wb = (int64_t)zeropp_gather_bytes(e, mod);
+    const bool host = e->param_offload != ZINF_OFFLOAD_NONE;
+    if (secondary)
+        return engine_allgather_traffic(e, e->zeropp.hpz_ranks, e->zeropp.secondary_host, (int64_t)seg_bytes(e, mod),
+                                        h2d, d2h);
+    if (e->zeropp.qwz && host) *h2d += sb; // quantized on the device: a slice in host memory goes up first
+    mics_allgather_traffic(e, host && !e->zeropp.qwz, wb, h2d, d2h);
+    if (e->zeropp.hpz_ranks > 1 && e->zeropp.secondary_host && !e->layout[mod].tile) *d2h += (int64_t)seg_bytes(e, mod);
 }
 
 // ---- qgZ ----
@@ -205,20 +214,20 @@ static zinf_status qg_dequantize(zinf_engine *e, const char *slot, size_t n, flo
 
 zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk) {
     const size_t N = (size_t)e->nodes, L = (size_t)e->world / N, qs = qg_slot(blk);
-    char *send = e->d_qgs, *recv = e->d_qgr;
+    char *send = e->zeropp.qgz_send, *recv = e->zeropp.qgz_recv;
     // Chunk j of the send buffer goes to local rank j: the blocks of ranks (n, j), n = 0..N-1.
     for (size_t j = 0; j < L; j++)
         for (size_t n = 0; n < N; n++)
             ZINF_CHECK(qg_quantize(e, d + (n * L + j) * blk, blk, send + (j * N + n) * qs));
-    ZINF_CHECK(engine_alltoall(e, e->qg_node, send, recv, N * qs));
+    ZINF_CHECK(engine_alltoall(e, e->zeropp.qgz_node_comm, send, recv, N * qs));
     // From local rank l, slot n: its part of the block of rank (n, this local index).
     for (size_t n = 0; n < N; n++) {
-        float *part = e->d_qgp + n * blk;
+        float *part = e->zeropp.qgz_node_sums + n * blk;
         for (size_t l = 0; l < L; l++)
             ZINF_CHECK(qg_dequantize(e, recv + (l * N + n) * qs, blk, part, l > 0));
         ZINF_CHECK(qg_quantize(e, part, blk, send + n * qs));
     }
-    ZINF_CHECK(engine_alltoall(e, e->qg_cross, send, recv, qs));
+    ZINF_CHECK(engine_alltoall(e, e->zeropp.qgz_cross_comm, send, recv, qs));
     float *mine = d + (size_t)e->rank * blk;
     for (size_t n = 0; n < N; n++)
         ZINF_CHECK(qg_dequantize(e, recv + n * qs, blk, mine, n > 0));
