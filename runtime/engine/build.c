@@ -31,8 +31,7 @@ static zinf_status open_aio(zinf_engine *e) {
 }
 
 static zinf_status alloc_states(zinf_engine *e) {
-    bool nvme = e->cfg.zero.offload_optimizer.device == ZINF_OFFLOAD_NVME ||
-                (e->stage == 3 && e->param_offload == ZINF_OFFLOAD_NVME);
+    bool nvme = e->cfg.zero.offload_optimizer.device == ZINF_OFFLOAD_NVME || e->param_offload == ZINF_OFFLOAD_NVME;
     if (e->plan) {
         e->plan_pool_device = e->plan_device;
     } else {

@@ -357,8 +357,7 @@ static zinf_status load_states(zinf_engine *e, zinf_ckpt *ck, void *buf, void *c
         }
         // The 16-bit copy: the whole buffer at stages 0-2, this rank's slice at 3; cast
         // from the master weights when the checkpoint's model was stored otherwise.
-        size_t a = e->stage == 3 ? l->part_lo : 0, b = e->stage == 3 ? l->part_lo + l->slice : l->numel;
-        b = b < l->numel ? b : l->numel;
+        size_t a = l->param_lo, b = l->param_lo + l->param_n < l->numel ? l->param_lo + l->param_n : l->numel;
         bool same = in->dtype == e->dtype && e->dtype != ZINF_DTYPE_F32;
         sink_ctx c = {e, i, -1, same ? e->dtype : ZINF_DTYPE_F32, conv};
         ZINF_CHECK(

@@ -287,7 +287,8 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
             states_read(e, (zinf_tier_state)s, l->part_off + (lo - l->part_lo), hi - lo, out + (lo - p->offset)));
     // Each element is held by one rank of the partition; the others add zeros, which
     // changes no bits.
-    if (e->stage > 0 && e->partition.ranks > 1) ZINF_CHECK(zinf_comm_allreduce_f32(e->partition.comm, out, p->numel));
+    if (e->partition.split && e->partition.ranks > 1)
+        ZINF_CHECK(zinf_comm_allreduce_f32(e->partition.comm, out, p->numel));
     if (kind == ZINF_STATE_GRAD && e->step.scaler.scale != 1.0)
         for (size_t i = 0; i < p->numel; i++)
             out[i] = (float)(out[i] / e->step.scaler.scale);
@@ -309,12 +310,10 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
         ZINF_CHECK(
             states_write(e, (zinf_tier_state)s, l->part_off + (lo - l->part_lo), hi - lo, in + (lo - p->offset)));
     if (kind == ZINF_STATE_PARAM) {
-        // The 16-bit copy: the whole parameter at stages 0-2, this rank's slice at 3.
+        // The 16-bit copy: what this rank holds of the parameter.
         size_t a = p->offset, b = p->offset + p->numel;
-        if (e->stage == 3) {
-            a = a > l->part_lo ? a : l->part_lo;
-            b = b < l->part_lo + l->slice ? b : l->part_lo + l->slice;
-        }
+        a = a > l->param_lo ? a : l->param_lo;
+        b = b < l->param_lo + l->param_n ? b : l->param_lo + l->param_n;
         void *tmp = a < b ? malloc((b - a) * e->elem_size) : NULL;
         if (a < b && !tmp) return zinf_fail(ZINF_ERR_NOMEM, "engine set_full: out of memory");
         for (size_t i = a; i < b; i++)

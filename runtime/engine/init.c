@@ -63,8 +63,8 @@ zinf_status init_partition(zinf_engine *e) {
             bufs[i] = NULL;
             if (st != ZINF_OK) break;
         }
-        // Stages 0-2 keep the full 16-bit buffer; stage 3 only the slice.
-        size_t lo = e->stage == 3 ? (size_t)e->partition.rank * l->slice : 0, n = e->stage == 3 ? l->slice : l->padded;
+        // The 16-bit parameters this rank holds: the whole buffer, or at stage 3 its slice.
+        size_t lo = l->param_lo, n = l->param_n;
         fill_range(e, i, file, lo, n, vals);
         for (size_t j = 0; j < n; j++)
             dt_store(tmp, e->dtype, j, vals[j]);

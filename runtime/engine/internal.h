@@ -35,6 +35,9 @@ typedef struct mod_layout {
     size_t part_lo;  // start of this rank's optimizer part inside the flat buffer
     size_t part_n;   // its length: the whole buffer at stage 0, else the slice
     size_t part_off; // where that part starts in the rank's partition
+    // The 16-bit parameters this rank holds, [param_lo, param_lo + param_n) of the flat
+    // buffer: the whole buffer at stages 0-2, the slice at stage 3.
+    size_t param_lo, param_n;
     // Stage 3 with memory.tile_bound: elements of each slice per tile (tile k is
     // elements [k tile, k tile + tile) of every slice, the last one the rest); 0: the
     // module is gathered whole.
@@ -159,6 +162,9 @@ typedef struct pending_free {
 // `replicas` times.
 typedef struct partition {
     int ranks, rank, replicas;
+    // The optimizer states are split over the ranks, each holding its slice of every
+    // module (stages 1-3); at stage 0 every rank holds them whole.
+    bool split;
     zinf_comm *comm;                      // the shard group (the engine's comm without MiCS)
     zinf_comm *shard_comm, *replica_comm; // MiCS's groups: the shard group, the replication group
     int hier_nodes, hier_local;           // hierarchical gathers: the shard group's nodes and ranks on each (0: off)
@@ -169,6 +175,7 @@ typedef struct partition {
 
 // The gradients (reduce.c): the 16-bit buffers the backward adds to, and their buckets.
 typedef struct gradients {
+    bool scattered;        // the buckets are reduce-scattered (stages 2-3), else all-reduced
     void **buffers16;      // per module during backward
     int *last_backward_op; // per module: index in the schedule of its last backward use, or -1
     int current_op;        // the backward's op running now (its index in the schedule)
@@ -293,6 +300,11 @@ struct zinf_engine {
 // zinf_tiling_len read it.
 static inline zinf_tiling tiling_of(const zinf_engine *e, int mod) {
     return (zinf_tiling){.ranks = e->partition.ranks, .slice = e->layout[mod].slice, .tile = e->layout[mod].tile};
+}
+
+// Rank r's slice of each module is in this rank's part of the optimizer states.
+static inline bool partition_holds(const zinf_engine *e, size_t r) {
+    return !e->partition.split || r == (size_t)e->partition.rank;
 }
 
 // layout.c

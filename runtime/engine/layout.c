@@ -47,8 +47,10 @@ zinf_status layout_build(zinf_engine *e) {
         l->padded = round_up(l->numel, (size_t)e->partition.ranks * SLICE_ALIGN);
         l->slice = l->padded / (size_t)e->partition.ranks;
         tile_layout(e, mi, l);
-        l->part_lo = e->stage == 0 ? 0 : (size_t)e->partition.rank * l->slice;
-        l->part_n = e->stage == 0 ? l->padded : l->slice;
+        l->part_lo = e->partition.split ? (size_t)e->partition.rank * l->slice : 0;
+        l->part_n = e->partition.split ? l->slice : l->padded;
+        l->param_lo = e->stage == 3 ? (size_t)e->partition.rank * l->slice : 0;
+        l->param_n = e->stage == 3 ? l->slice : l->padded;
         l->part_off = off;
         off += l->part_n;
         for (int j = 0; j < mi->nparams; j++)

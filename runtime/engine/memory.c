@@ -74,7 +74,7 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     if (!e) return;
     size_t p16 = 0;
     for (int i = 0; i < e->module_count; i++)
-        p16 += e->stage == 3 ? e->layout[i].slice : e->layout[i].padded;
+        p16 += e->layout[i].param_n;
     out->params16 = (int64_t)(p16 * e->elem_size);
     out->gathered_max = e->coord.prefetcher ? zinf_prefetch_live_peak(e->coord.prefetcher) * (int64_t)e->elem_size : 0;
     out->hpz_ranks = e->zeropp.hpz_ranks > 1 ? e->zeropp.hpz_ranks : 1;

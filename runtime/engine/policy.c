@@ -67,6 +67,8 @@ static const param_ops sliced = {
 };
 
 void policy_choose(zinf_engine *e) {
+    e->partition.split = e->stage > 0;
+    e->grads.scattered = e->stage >= 2;
     e->param_storage = e->stage == 3 ? &params_sliced : &params_whole;
     e->param_ops = e->stage == 3 ? &sliced : e->stage > 0 ? &partitioned : &replicated;
 }

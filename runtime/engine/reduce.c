@@ -115,7 +115,7 @@ static zinf_status flush(zinf_engine *e, int b) {
     size_t blk = bk->block, W = (size_t)e->partition.ranks, R = (size_t)e->partition.rank;
     ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
     ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->compute_mark));
-    bool scattered = e->stage >= 2 && W > 1;
+    bool scattered = e->grads.scattered && W > 1;
     // With NCCL or qgZ a rank's reduced block stays on the device where its block was.
     bool in_place = e->nccl || e->zeropp.qgz;
     bool packed = scattered && !in_place; // the reduce-scatter's output holds this rank's block alone
@@ -140,7 +140,7 @@ static zinf_status flush(zinf_engine *e, int b) {
     if (e->optim_offload != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
         if (W == 1 || in_place) {
             // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
-            bool mine = e->stage > 0 && W > 1;
+            bool mine = e->partition.split && W > 1;
             ZINF_CHECK(zinf_copy_async(e->comm_stream, h, d + (mine ? R * blk : 0),
                                        (mine ? blk : W * blk) * sizeof *d, ZINF_COPY_D2H));
             ZINF_CHECK(states_add_grads(e, b, h, mine));
@@ -152,7 +152,7 @@ static zinf_status flush(zinf_engine *e, int b) {
             const piece *p = &e->grads.pieces[k];
             const mod_layout *l = &e->layout[p->mod];
             for (size_t r = 0; r < W; r++) {
-                if (e->stage > 0 && r != R) continue; // not this rank's part
+                if (!partition_holds(e, r)) continue;
                 const float *src = d + (packed ? 0 : r * blk) + p->off;
                 float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
                 ZINF_CHECK(zinf_add(e->comm_stream, ZINF_DTYPE_F32, dst, dst, src, p->n));

@@ -36,7 +36,7 @@ static void build_order(zinf_engine *e) {
 
 zinf_status share_create(zinf_engine *e) {
     share *s = &e->share;
-    if (!e->background || e->stage == 3) return ZINF_OK;
+    if (!e->background) return ZINF_OK; // stage 3 gathers instead (param_ops)
     size_t n = (size_t)e->module_count + 1;
     s->order = malloc(n * sizeof *s->order);
     s->pos = malloc(n * sizeof *s->pos);

@@ -126,7 +126,7 @@ static void grad_add_run(void *arg) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
         for (size_t r = 0; r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->partition.rank) continue;
+            if (!partition_holds(e, r)) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
             zinf_cpu_add(e->pool, e->host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src, p->n);
         }

@@ -21,7 +21,7 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
         for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
-            if (e->stage > 0 && r != (size_t)e->partition.rank) continue;
+            if (!partition_holds(e, r)) continue;
             const float *slice_g = g + l->part_off + (r * l->slice - l->part_lo);
             size_t k = 2 * (i * W + r);
             if (dev) {
@@ -39,7 +39,7 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     // Each piece lives on one rank of the partition (or on all, at stage 0); adding the
     // others' zeros keeps its bits. MiCS's replicas hold the same pieces: each shard
     // group sums its own.
-    if (st == ZINF_OK && e->stage > 0 && W > 1) st = zinf_comm_allreduce_f64(e->partition.comm, h, 2 * np);
+    if (st == ZINF_OK && e->partition.split && W > 1) st = zinf_comm_allreduce_f64(e->partition.comm, h, 2 * np);
     *sumsq = 0, *nonfinite = false;
     for (size_t k = 0; st == ZINF_OK && !e->sim && k < np; k++) { // a simulated device's values mean nothing
         *sumsq += h[2 * k];
