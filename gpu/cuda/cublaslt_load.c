@@ -5,9 +5,9 @@
 // to it. The CUDA emulation (BACKEND=cuda-emu) defines the same names itself, so this
 // file is built only against the toolkit.
 #include <cublasLt.h>
-#include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
+
+#include "zinf_internal.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -61,21 +61,13 @@ static struct {
 } L = {.once = PTHREAD_ONCE_INIT};
 
 static void load(void) {
-    // The toolkit's directory is in zinf's run path, which dlopen searches as the
-    // linker would have.
-    void *lib = dlopen(CUBLASLT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(L.error, sizeof L.error, "cuBLASLt did not load: %s", dlerror());
-        return;
-    }
-#define RESOLVE(name, params, args)                                                                                    \
-    if (!(*(void **)&L.name = dlsym(lib, #name))) {                                                                    \
-        snprintf(L.error, sizeof L.error, "%s has no %s: %s", CUBLASLT_LIBRARY, #name, dlerror());                      \
-        return;                                                                                                        \
-    }
-    CUBLASLT_CALLS(RESOLVE)
-    RESOLVE(cublasLtGetStatusString, , )
-#undef RESOLVE
+#define NAME(name, params, args) #name,
+#define SLOT(name, params, args) (void **)&L.name,
+    static const char *const names[] = {"cublasLtGetStatusString", CUBLASLT_CALLS(NAME)};
+    void **const slots[] = {(void **)&L.cublasLtGetStatusString, CUBLASLT_CALLS(SLOT)};
+#undef NAME
+#undef SLOT
+    zinf_dl_load(CUBLASLT_LIBRARY, "cuBLASLt", names, slots, ZINF_ARRAY_LEN(names), L.error, sizeof L.error);
 }
 
 static int loaded(void) {

@@ -34,6 +34,12 @@ static inline uint64_t zinf_mix64(uint64_t z) {
 }
 #define ZINF_GOLDEN64 0x9e3779b97f4a7c15ull // splitmix64's counter step
 
+// Open the shared library soname (what: its name in messages) and look up names[i]
+// into *slots[i] (dl.c). False when it is missing or lacks a name; error then says
+// which ("NCCL did not load: ...", "libnccl.so.2 has no ncclAllGather: ...").
+bool zinf_dl_load(const char *soname, const char *what, const char *const names[], void **const slots[], size_t n,
+                  char *error, size_t error_size);
+
 // Files that survive a crash (files.c): path written whole and synced; a directory
 // synced (after a rename in it); a tree removed (absent is fine).
 zinf_status zinf_file_write_synced(const char *path, const char *data, size_t len);

@@ -5,10 +5,10 @@
 // makes (hidden: libzinf.so does not export them) and forward to it. The CUDA emulation
 // (BACKEND=cuda-emu) defines the same names itself, so this file is built only against
 // the toolkit.
-#include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
-#include <stdio.h>
+
+#include "zinf_internal.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -51,22 +51,13 @@ static struct {
 } L = {.once = PTHREAD_ONCE_INIT};
 
 static void load(void) {
-    // The toolkit's directory is in zinf's run path, which dlopen searches as the
-    // linker would have.
-    void *lib = dlopen(NCCL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(L.error, sizeof L.error, "NCCL did not load: %s", dlerror());
-        return;
-    }
-#define RESOLVE(name, params, args)                                                                                    \
-    if (!(*(void **)&L.name = dlsym(lib, #name))) {                                                                    \
-        snprintf(L.error, sizeof L.error, "%s has no %s: %s", NCCL_LIBRARY, #name, dlerror());                         \
-        return;                                                                                                        \
-    }
-    NCCL_CALLS(RESOLVE)
-    RESOLVE(ncclGetErrorString, , )
-    RESOLVE(ncclGetLastError, , )
-#undef RESOLVE
+#define NAME(name, params, args) #name,
+#define SLOT(name, params, args) (void **)&L.name,
+    static const char *const names[] = {"ncclGetErrorString", "ncclGetLastError", NCCL_CALLS(NAME)};
+    void **const slots[] = {(void **)&L.ncclGetErrorString, (void **)&L.ncclGetLastError, NCCL_CALLS(SLOT)};
+#undef NAME
+#undef SLOT
+    zinf_dl_load(NCCL_LIBRARY, "NCCL", names, slots, ZINF_ARRAY_LEN(names), L.error, sizeof L.error);
 }
 
 static int loaded(void) {
