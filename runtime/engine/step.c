@@ -64,8 +64,9 @@ static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_sc
                                 .grad_scale = grad_scale};
 }
 
+// The optimizer on the device, on the compute stream (an offloaded one always runs in
+// the background: step_run).
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
-    if (e->optim_tier) return zinf_optim_tier_update(e->optim_tier, h);
     bool f32 = e->dtype == ZINF_DTYPE_F32;
     for (int i = 0; i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
