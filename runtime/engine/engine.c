@@ -288,7 +288,7 @@ zinf_status zinf_engine_get_full(zinf_engine *e, const char *name, zinf_state_ki
     // Each element is held by one rank of the partition; the others add zeros, which
     // changes no bits.
     if (e->partition.split && e->partition.ranks > 1)
-        ZINF_CHECK(zinf_comm_allreduce_f32(e->partition.comm, out, p->numel));
+        ZINF_CHECK(zinf_comm_allreduce_f32(e->partition.group.comm, out, p->numel));
     if (kind == ZINF_STATE_GRAD && e->step.scaler.scale != 1.0)
         for (size_t i = 0; i < p->numel; i++)
             out[i] = (float)(out[i] / e->step.scaler.scale);

@@ -157,6 +157,20 @@ typedef struct pending_free {
     zinf_event *ev;
 } pending_free;
 
+// A group of ranks a collective runs over: its communicator (none in a plan), and its
+// members as rank 0 sees them, which a plan's movers count bytes from: ranks 0, stride,
+// 2 stride, ..., size of them.
+typedef struct rank_group {
+    zinf_comm *comm;
+    int size, stride;
+} rank_group;
+
+// What a plan's movers count instead of moving (collectives.c): bytes copied between
+// host and device, and bytes rank 0 receives from ranks on its node and on others.
+typedef struct traffic {
+    int64_t h2d, d2h, comm_intra, comm_inter;
+} traffic;
+
 // The ranks the model's states are partitioned over (mics.c): the world, or with MiCS
 // this rank's shard group; `ranks` of them, this one `rank` among them, replicated
 // `replicas` times.
@@ -165,10 +179,11 @@ typedef struct partition {
     // The optimizer states are split over the ranks, each holding its slice of every
     // module (stages 1-3); at stage 0 every rank holds them whole.
     bool split;
-    zinf_comm *comm;                      // the shard group (the engine's comm without MiCS)
-    zinf_comm *shard_comm, *replica_comm; // MiCS's groups: the shard group, the replication group
-    int hier_nodes, hier_local;           // hierarchical gathers: the shard group's nodes and ranks on each (0: off)
-    zinf_comm *hier_cross_comm, *hier_node_comm; // its ranks with this local index; its ranks on this node
+    rank_group group;                 // the shard group (the engine's world without MiCS)
+    zinf_comm *shard_comm;            // MiCS: the shard group's communicator, owned
+    rank_group replica_group;         // MiCS: the replication group
+    int hier_nodes, hier_local;       // hierarchical gathers: the shard group's nodes and ranks on each (0: off)
+    rank_group hier_cross, hier_node; // its ranks with this local index; its ranks on this node
     void *hier_buffer;                           // a gather's slices in the order the two all-gathers leave them
     size_t numel;                                // this rank's partition: N_r elements
 } partition;
@@ -194,13 +209,13 @@ typedef struct zeropp_state {
     bool qwz;                                  // stage-3 gathers move int8 weights
     void *quantized;                           // the quantized slices of one gather, every rank's
     int hpz_ranks;                             // hpZ: ranks per secondary group (1: off)
-    zinf_comm *hpz_comm;                       // this rank's group
+    rank_group hpz_group;                      // this rank's group
     void **secondary;                          // per module: this rank's secondary partition
     bool *secondary_valid;                     // per module: it holds the parameters as they are now
     bool secondary_host;                       // in pinned host memory (parameters offloaded), else on the device
     int64_t secondary_bytes;                   // all of them
     bool qgz;                                  // stage-3 gradient buckets reduce as int4 (when the node layout allows)
-    zinf_comm *qgz_node_comm, *qgz_cross_comm; // this rank's node; the ranks with its local index on every node
+    rank_group qgz_node, qgz_cross;            // this rank's node; the ranks with its local index on every node
     void *qgz_send, *qgz_recv;                 // qgZ's send and receive buffers: world slots
     float *qgz_node_sums;                      // one block per node
 } zeropp_state;
@@ -292,6 +307,7 @@ struct zinf_engine {
     bool plan;
     int64_t plan_device, plan_pinned, plan_host;
     int64_t plan_pool_device;     // device bytes when the host pool would be made (its budgets)
+    traffic counted;              // what the plan's movers would have moved
     zinf_optim_tier_stats ostats; // the tiers' figures: of the tiers made, or planned
     zinf_param_tier_stats pstats;
 };
@@ -371,15 +387,9 @@ zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packe
 void mics_settings(zinf_engine *e); // partition.ranks, partition.rank and replicas from the config and the world
 zinf_status mics_create(zinf_engine *e);
 void mics_destroy(zinf_engine *e);
-// A gather over the partition's ranks, as engine_allgather over partition.comm (hierarchical
+// A gather over the partition's ranks, as engine_allgather over partition.group (hierarchical
 // with mics_hierarchical_params_gather).
 zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes);
-// Its copies between host and device, and the bytes rank 0 receives (from_group
-// takes a group of `size` ranks `stride` apart from rank `first` and the bytes each
-// other member sends).
-void mics_allgather_traffic(const zinf_engine *e, bool mine_host, int64_t bytes, int64_t *h2d, int64_t *d2h);
-typedef void (*group_fn)(void *ctx, int64_t first, int64_t size, int64_t stride, int64_t per);
-void mics_allgather_comm(const zinf_engine *e, int64_t bytes, group_fn from_group, void *ctx);
 // At the step: the gradient partition summed over the replicas.
 zinf_status mics_reduce_grads(zinf_engine *e);
 // Bytes that receives from each other replica.
@@ -394,10 +404,12 @@ zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_hos
 // step has one, else from every rank's slice (keeping the secondary with hpZ).
 zinf_status zeropp_gather(zinf_engine *e, int mod, void *full);
 bool zeropp_has_secondary(const zinf_engine *e, int mod);
+// A plan's gather of n elements of every rank's slice of a module, as the parameter
+// tier (which a plan lacks) makes it: from host memory where parameters are offloaded
+// (from NVMe through pinned buffers), else from the device.
+zinf_status zeropp_plan_gather_slices(zinf_engine *e, size_t n, void *full);
 // The parameters change: no secondary partition holds them any more.
 void zeropp_invalidate(zinf_engine *e);
-// The bytes each rank sends every other for one gather of module mod from every rank.
-size_t zeropp_gather_bytes(const zinf_engine *e, int mod);
 // qgZ: sum bucket d (world blocks of blk floats) over the ranks into this rank's block
 // d + rank * blk, on the communication stream.
 zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk);
@@ -405,11 +417,6 @@ zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk);
 // (*intra) and from each of its peers on other nodes (*inter); and copied each way
 // between device and host when collectives go through the staging (*pcie).
 void zeropp_reduce_traffic(const zinf_engine *e, int64_t blk, int64_t *intra, int64_t *inter, int64_t *pcie);
-// A secondary gather: bytes each member of the group sends the others.
-size_t zeropp_secondary_bytes(const zinf_engine *e, int mod);
-// What one gather of module mod (from every rank, or secondary) copies between host
-// and device, added to *h2d and *d2h.
-void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_t *h2d, int64_t *d2h);
 // step.c
 zinf_status step_run(zinf_engine *e, zinf_step_info *info);
 
@@ -429,24 +436,30 @@ zinf_status engine_reap(zinf_engine *e, bool wait);
 zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *paths);
 
 // collectives.c
-// Collectives queued on the communication stream, in the same order on every rank. A
-// failure is kept and raised by engine_wait_streams.
+// The movers: copies on the communication stream and collectives queued on it in the
+// same order on every rank; in a plan they move nothing and count what they would
+// (e->counted). A failure of a collective is kept and raised by engine_wait_streams.
 typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALLGATHER, COMM_ALLTOALL } comm_op;
-zinf_status engine_comm(zinf_engine *e, zinf_comm *c, comm_op op, void *in, void *out, size_t n);
-// On the communication stream: full (size(c) * bytes, device) = every rank of c's mine
-// (bytes, on the host when mine_host, else on the device; may be full + rank(c) *
-// bytes), by NCCL or through pinned staging.
-zinf_status engine_allgather(zinf_engine *e, zinf_comm *c, const void *mine, bool mine_host, void *full,
+// The host collective op over g on the staging's pinned memory: n floats to sum (or
+// the block of each rank, reduce-scattered), or n bytes from each rank.
+zinf_status engine_comm(zinf_engine *e, const rank_group *g, comm_op op, void *in, void *out, size_t n);
+zinf_status engine_copy(zinf_engine *e, void *dst, const void *src, size_t bytes, zinf_copy_kind kind);
+// The communication stream waits for the work queued on the compute stream so far.
+zinf_status engine_comm_after_compute(zinf_engine *e);
+// A plan counts what rank 0 receives over g: `per` bytes from each other member, intra
+// when on rank 0's node (nodes of consecutive ranks, the target's).
+void engine_count_from(zinf_engine *e, const rank_group *g, int64_t per);
+// On the communication stream: full (g->size * bytes, device) = every rank of g's mine
+// (bytes, on the host when mine_host, else on the device; may be full + rank * bytes),
+// by NCCL or through pinned staging.
+zinf_status engine_allgather(zinf_engine *e, const rank_group *g, const void *mine, bool mine_host, void *full,
                              size_t bytes);
-// On the communication stream, device to device: block r of out (size(c) * bytes) is
-// rank r's block for this rank; by NCCL or through the pinned staging (2 size(c) bytes).
-zinf_status engine_alltoall(zinf_engine *e, zinf_comm *c, const void *in, void *out, size_t bytes);
+// On the communication stream, device to device: block r of out (g->size * bytes) is
+// rank r's block for this rank; by NCCL or through the pinned staging (2 g->size bytes).
+zinf_status engine_alltoall(zinf_engine *e, const rank_group *g, const void *in, void *out, size_t bytes);
 // L when every node is L consecutive ranks (node n: [n L, (n + 1) L)); else 0. A plan
 // takes its target's nodes to be so.
 int engine_ranks_per_node(const zinf_engine *e);
-// What engine_allgather copies between host and device for W ranks, added to *h2d and *d2h.
-void engine_allgather_traffic(const zinf_engine *e, int W, bool mine_host, int64_t bytes, int64_t *h2d,
-                              int64_t *d2h);
 // Wait for every stream and the update's thread, and raise a failure of the work on them.
 zinf_status engine_wait_streams(zinf_engine *e);
 // engine_wait_streams once the parameters are settled (param_ops): every module as the

@@ -33,7 +33,8 @@ static bool hier_shape(zinf_engine *e) {
 }
 
 zinf_status mics_create(zinf_engine *e) {
-    e->partition.comm = e->comm;
+    partition *pt = &e->partition;
+    pt->group = (rank_group){e->comm, pt->ranks, 1};
     if (!mics_on(e)) return ZINF_OK;
     if (e->cfg.zero.mics_hierarchical_params_gather && !hier_shape(e) && !e->plan)
         ZINF_LOG_INFO("engine: mics_hierarchical_params_gather needs shard groups of whole nodes (of the same number "
@@ -45,59 +46,48 @@ zinf_status mics_create(zinf_engine *e) {
     // qwZ's wire is smaller than the 16-bit buffer (a byte and a little per element).
     if (e->partition.hier_nodes)
         ZINF_CHECK(engine_take_device(e, most, "hierarchical gathers", &e->partition.hier_buffer));
+    pt->replica_group = (rank_group){NULL, pt->replicas, pt->ranks};
+    pt->hier_cross = (rank_group){NULL, pt->hier_nodes, pt->hier_local};
+    pt->hier_node = (rank_group){NULL, pt->hier_local, 1};
     if (e->plan) return ZINF_OK;
-    if (e->partition.replicas > 1) {
-        ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->partition.ranks, &e->partition.shard_comm));
-        ZINF_CHECK(zinf_comm_split(e->comm, e->partition.rank, &e->partition.replica_comm));
-        e->partition.comm = e->partition.shard_comm;
+    if (pt->replicas > 1) {
+        ZINF_CHECK(zinf_comm_split(e->comm, e->rank / pt->ranks, &pt->shard_comm));
+        ZINF_CHECK(zinf_comm_split(e->comm, pt->rank, &pt->replica_group.comm));
+        pt->group.comm = pt->shard_comm;
     }
-    if (e->partition.hier_nodes) {
-        ZINF_CHECK(zinf_comm_split(e->partition.comm, e->partition.rank % e->partition.hier_local,
-                                   &e->partition.hier_cross_comm));
-        ZINF_CHECK(zinf_comm_split(e->partition.comm, e->partition.rank / e->partition.hier_local,
-                                   &e->partition.hier_node_comm));
+    if (pt->hier_nodes) {
+        ZINF_CHECK(zinf_comm_split(pt->group.comm, pt->rank % pt->hier_local, &pt->hier_cross.comm));
+        ZINF_CHECK(zinf_comm_split(pt->group.comm, pt->rank / pt->hier_local, &pt->hier_node.comm));
     }
-    zinf_comm *groups[] = {e->partition.shard_comm, e->partition.replica_comm, e->partition.hier_cross_comm,
-                           e->partition.hier_node_comm};
+    zinf_comm *groups[] = {pt->shard_comm, pt->replica_group.comm, pt->hier_cross.comm, pt->hier_node.comm};
     for (size_t i = 0; e->nccl && i < ZINF_ARRAY_LEN(groups); i++)
         if (groups[i]) ZINF_CHECK(zinf_comm_attach_device(groups[i], e->dev));
     return ZINF_OK;
 }
 
 zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, void *full, size_t bytes) {
-    if (!e->partition.hier_nodes) return engine_allgather(e, e->partition.comm, mine, mine_host, full, bytes);
+    if (!e->partition.hier_nodes) return engine_allgather(e, &e->partition.group, mine, mine_host, full, bytes);
     const size_t N = (size_t)e->partition.hier_nodes, L = (size_t)e->partition.hier_local,
                  l = (size_t)e->partition.rank % L;
     char *t = e->partition.hier_buffer; // chunk l' (N slices): the slices of ranks (n, l') of the group, n = 0..N-1
-    ZINF_CHECK(engine_allgather(e, e->partition.hier_cross_comm, mine, mine_host, t + l * N * bytes, bytes));
-    ZINF_CHECK(engine_allgather(e, e->partition.hier_node_comm, t + l * N * bytes, false, t, N * bytes));
+    ZINF_CHECK(engine_allgather(e, &e->partition.hier_cross, mine, mine_host, t + l * N * bytes, bytes));
+    ZINF_CHECK(engine_allgather(e, &e->partition.hier_node, t + l * N * bytes, false, t, N * bytes));
+    if (e->plan) return ZINF_OK; // the reorder: copies on the device, nothing a plan counts
     for (size_t j = 0; j < L; j++)
         for (size_t n = 0; n < N; n++)
-            ZINF_CHECK(zinf_copy_async(e->comm_stream, (char *)full + (n * L + j) * bytes, t + (j * N + n) * bytes, bytes,
-                                       ZINF_COPY_D2D));
+            ZINF_CHECK(
+                engine_copy(e, (char *)full + (n * L + j) * bytes, t + (j * N + n) * bytes, bytes, ZINF_COPY_D2D));
     return ZINF_OK;
 }
 
 void mics_destroy(zinf_engine *e) {
     if (e->dev) zinf_device_free(e->dev, e->partition.hier_buffer);
-    zinf_comm *groups[] = {e->partition.hier_cross_comm, e->partition.hier_node_comm, e->partition.shard_comm,
-                           e->partition.replica_comm};
+    zinf_comm *groups[] = {e->partition.hier_cross.comm, e->partition.hier_node.comm, e->partition.shard_comm,
+                           e->partition.replica_group.comm};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(groups); i++) {
         zinf_comm_detach_device(groups[i]);
         zinf_comm_destroy(groups[i]);
     }
-}
-
-void mics_allgather_traffic(const zinf_engine *e, bool mine_host, int64_t bytes, int64_t *h2d, int64_t *d2h) {
-    if (!e->partition.hier_nodes) return engine_allgather_traffic(e, e->partition.ranks, mine_host, bytes, h2d, d2h);
-    engine_allgather_traffic(e, e->partition.hier_nodes, mine_host, bytes, h2d, d2h);
-    engine_allgather_traffic(e, e->partition.hier_local, false, e->partition.hier_nodes * bytes, h2d, d2h);
-}
-
-void mics_allgather_comm(const zinf_engine *e, int64_t bytes, group_fn from_group, void *ctx) {
-    if (!e->partition.hier_nodes) return from_group(ctx, 0, e->partition.ranks, 1, bytes);
-    from_group(ctx, 0, e->partition.hier_nodes, e->partition.hier_local, bytes);
-    from_group(ctx, 0, e->partition.hier_local, 1, e->partition.hier_nodes * bytes);
 }
 
 // The gradient partition, device or host, summed over the replication group: on the
@@ -105,18 +95,19 @@ void mics_allgather_comm(const zinf_engine *e, int64_t bytes, group_fn from_grou
 // offloaded optimizer keeps it. Every bucket has been added (the streams are idle).
 zinf_status mics_reduce_grads(zinf_engine *e) {
     if (e->partition.replicas == 1) return ZINF_OK;
-    if (e->optim_tier) return zinf_comm_allreduce_f32(e->partition.replica_comm, e->host_grads32, e->partition.numel);
+    if (e->optim_tier)
+        return zinf_comm_allreduce_f32(e->partition.replica_group.comm, e->host_grads32, e->partition.numel);
     if (e->nccl) {
-        ZINF_CHECK(
-            zinf_comm_device_allreduce_f32(e->partition.replica_comm, e->comm_stream, e->grads32, e->partition.numel));
+        ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.replica_group.comm, e->comm_stream, e->grads32,
+                                                  e->partition.numel));
         return engine_wait_streams(e);
     }
     size_t most = e->staging_bytes / sizeof(float);
     for (size_t o = 0, n; o < e->partition.numel; o += n) {
         n = e->partition.numel - o < most ? e->partition.numel - o : most;
-        ZINF_CHECK(zinf_copy_async(e->comm_stream, e->staging, e->grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
-        ZINF_CHECK(engine_comm(e, e->partition.replica_comm, COMM_ALLREDUCE, e->staging, NULL, n));
-        ZINF_CHECK(zinf_copy_async(e->comm_stream, e->grads32 + o, e->staging, n * sizeof(float), ZINF_COPY_H2D));
+        ZINF_CHECK(engine_copy(e, e->staging, e->grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
+        ZINF_CHECK(engine_comm(e, &e->partition.replica_group, COMM_ALLREDUCE, e->staging, NULL, n));
+        ZINF_CHECK(engine_copy(e, e->grads32 + o, e->staging, n * sizeof(float), ZINF_COPY_H2D));
     }
     return engine_wait_streams(e);
 }

@@ -30,9 +30,11 @@ static void take(replay *r, size_t bytes) {
     if (r->dev > r->peak) r->peak = r->dev;
 }
 
-static void gather(replay *r, int x) {
+// coordinator.c gather, then issue: the buffer, and the gather's bytes counted.
+static zinf_status gather(replay *r, int x) {
     r->gathers[x]++;
     take(r, r->e->layout[x].padded * r->e->elem_size);
+    return zeropp_gather(r->e, x, NULL);
 }
 
 static zinf_status use(replay *r, int x) {
@@ -41,8 +43,7 @@ static zinf_status use(replay *r, int x) {
     if (r->e->layout[x].tile) return ZINF_OK;
     if (zinf_prefetch_is_gathered(r->prefetcher, x)) return ZINF_OK;
     zinf_prefetch_gathered(r->prefetcher, x);
-    gather(r, x);
-    return ZINF_OK;
+    return gather(r, x);
 }
 
 static void release(replay *r, int x) {
@@ -53,30 +54,37 @@ static void release(replay *r, int x) {
 
 // coordinator.c's tiles of module x during op, as often as the model sweeps them: a
 // tile of parameters and the next one's gather (tile 0 is the largest), and where the op
-// takes them a gradient tile.
-static void tiles(replay *r, const zinf_model_op *op, int x) {
-    if (x < 0 || !r->e->layout[x].tile) return;
+// takes them a gradient tile; each sweep gathers every tile.
+static zinf_status tiles(replay *r, const zinf_model_op *op, int x) {
+    zinf_engine *e = r->e;
+    if (x < 0 || !e->layout[x].tile) return ZINF_OK;
     bool grad;
-    int sweeps = zinf_model_tile_sweeps(r->e->model, op, x, &grad);
-    size_t tile = (size_t)r->e->partition.ranks * r->e->layout[x].tile * r->e->elem_size;
+    int sweeps = zinf_model_tile_sweeps(e->model, op, x, &grad);
+    size_t tile = (size_t)e->partition.ranks * e->layout[x].tile * e->elem_size;
     int n = (sweeps ? 2 : 0) + grad;
     r->gathers[x] += sweeps, r->tile_ops[x] += sweeps > 0;
     for (int i = 0; i < n; i++)
         take(r, tile);
     r->dev -= n * dev_bytes(tile);
+    zinf_tiling t = tiling_of(e, x);
+    for (int s = 0; s < sweeps; s++)
+        for (size_t k = 0; k < zinf_tiling_count(&t); k++)
+            ZINF_CHECK(zeropp_plan_gather_slices(e, zinf_tiling_len(&t, k), NULL));
+    return ZINF_OK;
 }
 
 // coordinator.c: coord_fetch, then coord_done.
 static zinf_status run_op(replay *r, const zinf_model_op *op) {
     if (r->e->stage < 3) return ZINF_OK;
     int ext = zinf_model_module(r->e->model, op->module)->external;
-    tiles(r, op, op->module), tiles(r, op, ext);
+    ZINF_CHECK(tiles(r, op, op->module));
+    ZINF_CHECK(tiles(r, op, ext));
     ZINF_CHECK(use(r, op->module));
     ZINF_CHECK(use(r, ext));
     release(r, op->module), release(r, ext);
     int n = zinf_prefetch_ahead(r->prefetcher, r->ahead);
     for (int i = 0; i < n; i++)
-        gather(r, r->ahead[i]);
+        ZINF_CHECK(gather(r, r->ahead[i]));
     return ZINF_OK;
 }
 
@@ -106,7 +114,9 @@ static zinf_status micro_batch(replay *r) {
 }
 
 // step.c update's 16-bit scratch (a device optimizer writing slices that live in host
-// memory), then coord_end_step: every gathered buffer goes, the uses become the trace.
+// memory), the new parameters handed to the ranks (param_ops after_update: at stages
+// 1-2 all-gathered, counted), then coord_end_step: every gathered buffer goes, the uses
+// become the trace.
 static zinf_status end_step(replay *r) {
     zinf_engine *e = r->e;
     bool scratch = e->stage == 3 && e->param_offload != ZINF_OFFLOAD_NONE && e->optim_offload == ZINF_OFFLOAD_NONE &&
@@ -114,6 +124,8 @@ static zinf_status end_step(replay *r) {
     for (int i = 0; scratch && i < e->module_count; i++)
         if (e->layout[i].padded)
             take(r, e->layout[i].part_n * e->elem_size), r->dev -= dev_bytes(e->layout[i].part_n * e->elem_size);
+    zeropp_invalidate(e); // the update was applied
+    ZINF_CHECK(e->param_ops->after_update(e));
     if (e->stage < 3) return ZINF_OK;
     for (int i = 0; i < e->module_count; i++)
         if (zinf_prefetch_is_gathered(r->prefetcher, i)) r->dev -= dev_bytes(e->layout[i].padded * e->elem_size);
@@ -130,6 +142,7 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
     if (st == ZINF_OK && e->stage == 3) st = coord_prefetcher(e, &r.prefetcher);
     for (int step = 0; st == ZINF_OK && step < 2; step++) {
         memset(gathers, 0, n * sizeof *gathers), memset(tile_ops, 0, n * sizeof *tile_ops);
+        e->counted = (traffic){0};
         for (int k = 0; st == ZINF_OK && k < e->cfg.gradient_accumulation_steps; k++)
             st = micro_batch(&r);
         if (st == ZINF_OK) st = end_step(&r);
@@ -141,36 +154,29 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
     return st;
 }
 
-// Bytes moved per optimizer step, following the engine's copies: stage-3 gathers
-// (engine.c engine_allgather: a slice in host memory goes up once, or through the
-// staging buffer world-fold without NCCL), each micro-batch's gradient buckets to the
-// host (reduce.c flush: the whole bucket, every rank's block, where a host collective
-// needs it or at stage 0; with NCCL at stages 1-3 this rank's block), the new 16-bit
-// parameters (the optimizer tier's stores, step.c update), the stage-1/2 all-gather
-// without NCCL (share.c, after the step or under the next forward), and on NVMe the
-// three optimizer states read and written once, each gather of a slice on disk read
-// once, and every slice on disk written once. The batch's tokens and losses (a few bytes per token) are left out.
-static void traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
+// Bytes moved per optimizer step: what the replay's movers counted (the gathers at
+// stage 3, the new parameters' all-gather at stages 1-2), then following the engine's
+// copies: each micro-batch's gradient buckets to the host (reduce.c flush: the whole
+// bucket, every rank's block, where a host collective needs it or at stage 0; with NCCL
+// at stages 1-3 this rank's block), the new 16-bit parameters (the optimizer tier's
+// stores, step.c update), and on NVMe the three optimizer states read and written once,
+// each gather of a slice on disk read once (a secondary with hpZ reads none; a tiled
+// module's slice once per op), and every slice on disk written once. The batch's tokens
+// and losses (a few bytes per token) are left out.
+static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
     size_t W = (size_t)e->world, pad4 = 0, slice4 = 0;
     int64_t ga = e->cfg.gradient_accumulation_steps;
     bool staged = W > 1 && !e->nccl, offloaded = e->optim_offload != ZINF_OFFLOAD_NONE;
+    out->h2d += e->counted.h2d, out->d2h += e->counted.d2h;
+    out->comm_intra = e->counted.comm_intra, out->comm_inter = e->counted.comm_inter;
     for (int i = 0; i < e->module_count; i++) {
         const mod_layout *x = &e->layout[i];
         size_t sb = x->slice * e->elem_size;
         bool disk = e->stage == 3 && e->param_offload == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
         pad4 += x->padded * sizeof(float), slice4 += x->slice * sizeof(float);
-        // A step's first gather of a module is from every rank; with hpZ the rest are
-        // secondary (and read no NVMe), but for a tiled module's.
         bool hpz = e->zeropp.hpz_ranks > 1 && !x->tile;
-        int64_t first = gathers[i] > 0, later = gathers[i] - first, reads = x->tile ? tile_ops[i] : hpz ? first : gathers[i];
-        if (e->stage == 3) {
-            for (int64_t g = 0; g < first; g++)
-                zeropp_gather_traffic(e, i, false, &out->h2d, &out->d2h);
-            for (int64_t g = 0; g < later; g++)
-                zeropp_gather_traffic(e, i, hpz, &out->h2d, &out->d2h);
-        }
+        int64_t reads = x->tile ? tile_ops[i] : hpz ? gathers[i] > 0 : gathers[i];
         if (disk) out->nvme_read += reads * (int64_t)sb, out->nvme_write += (int64_t)sb;
-        if (e->stage >= 1 && e->stage <= 2 && staged && sb) out->d2h += (int64_t)sb, out->h2d += (int64_t)(W * sb);
     }
     if (e->zeropp.qgz) { // reduce.c flush with zeropp_reduce_scatter: the sums land on the device
         int64_t intra = 0, inter = 0, pcie = 0;
@@ -200,64 +206,33 @@ static void traffic(const zinf_engine *e, const int64_t *gathers, const int64_t 
     }
 }
 
-// The ranks of a group of `size` ranks `stride` apart from `first`, seen from rank 0:
-// `per` bytes from each other member, intra when on rank 0's node (L consecutive
-// ranks form a node).
-typedef struct counts {
-    zinf_plan *out;
-    int64_t L;
-} counts;
-
-static void from_group(void *ctx, int64_t first, int64_t size, int64_t stride, int64_t per) {
-    counts *c = ctx;
-    for (int64_t m = 0; m < size; m++) {
-        int64_t r = first + m * stride;
-        if (r != 0) *(r / c->L == 0 ? &c->out->comm_intra : &c->out->comm_inter) += per;
-    }
-}
-
 // Bytes rank 0 receives per optimizer step, as the communicator counts them, from the
-// members of each group it is in. Over the partition's ranks (the world, or MiCS's
-// shard group): stage-3 gathers (zeropp.c: the step's first, int8 with qwZ; with hpZ
-// the rest within rank 0's hpZ group), each micro-batch's buckets (reduce.c flush: a
-// reduce-scatter of a block at stages 2-3, an all-reduce, twice that, at 0-1; the
-// blocks add up to the slices; qgZ's all-to-alls instead), the gradient norms' pieces
-// at stages 1-3 and the stage-1/2 all-gather of the new parameters (step.c, share.c).
-// Over the world: the loss and micro-batch count. With MiCS, over the replication group: the
-// gradient partition's all-reduce (mics.c).
-static void comm_traffic(const zinf_engine *e, const zinf_plan_target *t, const int64_t *gathers, zinf_plan *out) {
-    int64_t W = e->world, P = e->partition.ranks, part = 0, gathered = 0, group = 0, slices = 0;
-    counts c = {out, t->nodes > 1 ? W / t->nodes : W};
-    if (W == 1) return;
-    for (int i = 0; i < e->module_count; i++) {
-        if (!e->layout[i].padded) continue;
+// members of each group it is in, added to what the replay's movers counted (the
+// stage-3 gathers, the stage-1/2 all-gather of the new parameters). Over the
+// partition's ranks (the world, or MiCS's shard group): each micro-batch's buckets
+// (reduce.c flush: a reduce-scatter of a block at stages 2-3, an all-reduce, twice
+// that, at 0-1; the blocks add up to the slices; qgZ's all-to-alls instead) and the
+// gradient norms' pieces at stages 1-3 (step.c). Over the world: the loss and
+// micro-batch count. With MiCS, over the replication group: the gradient partition's
+// all-reduce (mics.c).
+static void comm_traffic(zinf_engine *e) {
+    int64_t part = 0, slices = 0, ga = e->cfg.gradient_accumulation_steps;
+    if (e->world == 1) return;
+    for (int i = 0; i < e->module_count; i++)
         slices += (int64_t)e->layout[i].slice;
-        if (e->stage == 3) {
-            int64_t first = gathers[i] > 0, later = gathers[i] - first;
-            gathered += first * (int64_t)zeropp_gather_bytes(e, i);
-            if (e->zeropp.hpz_ranks > 1 && !e->layout[i].tile)
-                group += later * (int64_t)zeropp_secondary_bytes(e, i);
-            else
-                gathered += later * (int64_t)zeropp_gather_bytes(e, i);
-        }
-        if (e->stage == 1 || e->stage == 2) part += (int64_t)(e->layout[i].slice * e->elem_size);
-    }
-    int64_t ga = e->cfg.gradient_accumulation_steps;
     if (e->zeropp.qgz) { // zeropp_reduce_scatter: an all-to-all in rank 0's node, one among its peers on every node
         int64_t intra = 0, inter = 0, pcie = 0;
         for (int b = 0; b < e->grads.bucket_count; b++)
             zeropp_reduce_traffic(e, (int64_t)e->grads.buckets[b].block, &intra, &inter, &pcie);
-        from_group(&c, 0, W / e->nodes, 1, ga * intra);
-        from_group(&c, 0, e->nodes, W / e->nodes, ga * inter);
+        engine_count_from(e, &e->zeropp.qgz_node, ga * intra);
+        engine_count_from(e, &e->zeropp.qgz_cross, ga * inter);
     } else {
-        part += ga * slices * (int64_t)sizeof(float) * (e->stage >= 2 ? 1 : 2);
+        part += ga * slices * (int64_t)sizeof(float) * (e->grads.scattered ? 1 : 2);
     }
-    if (e->stage > 0) part += 2 * (int64_t)e->module_count * P * (int64_t)sizeof(double);
-    from_group(&c, 0, P, 1, part);
-    if (gathered) mics_allgather_comm(e, gathered, from_group, &c);
-    from_group(&c, 0, W, 1, 2 * (int64_t)sizeof(double));
-    if (group) from_group(&c, 0, e->zeropp.hpz_ranks, 1, group);
-    if (e->partition.replicas > 1) from_group(&c, 0, e->partition.replicas, P, mics_grads_bytes(e));
+    if (e->partition.split) part += 2 * (int64_t)e->module_count * e->partition.ranks * (int64_t)sizeof(double);
+    engine_count_from(e, &e->partition.group, part);
+    engine_count_from(e, &(rank_group){NULL, e->world, 1}, 2 * (int64_t)sizeof(double));
+    if (e->partition.replicas > 1) engine_count_from(e, &e->partition.replica_group, mics_grads_bytes(e));
 }
 
 // Modules i and j come in the same tiles and are the same kind of module ("mlp").
@@ -355,7 +330,7 @@ zinf_status zinf_engine_plan(const zinf_config *given, const zinf_plan_target *t
             *tile_ops = calloc((size_t)e->module_count + 1, sizeof *tile_ops);
     zinf_status st = gathers && tile_ops ? replay_steps(e, gathers, tile_ops, out)
                                          : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
-    if (st == ZINF_OK) traffic(e, gathers, tile_ops, out), comm_traffic(e, t, gathers, out), judge(e, t, out), tiled(e, out);
+    if (st == ZINF_OK) comm_traffic(e), pcie_nvme_traffic(e, gathers, tile_ops, out), judge(e, t, out), tiled(e, out);
     free(gathers), free(tile_ops);
     plan_free(e);
     return st;

@@ -113,8 +113,7 @@ static zinf_status flush(zinf_engine *e, int b) {
     const bucket *bk = &e->grads.buckets[b];
     float *d = e->grads.device_buckets[b & 1], *h = e->staging;
     size_t blk = bk->block, W = (size_t)e->partition.ranks, R = (size_t)e->partition.rank;
-    ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
-    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->compute_mark));
+    ZINF_CHECK(engine_comm_after_compute(e));
     bool scattered = e->grads.scattered && W > 1;
     // With NCCL or qgZ a rank's reduced block stays on the device where its block was.
     bool in_place = e->nccl || e->zeropp.qgz;
@@ -123,26 +122,26 @@ static zinf_status flush(zinf_engine *e, int b) {
         ZINF_CHECK(zeropp_reduce_scatter(e, d, blk));
     } else if (W > 1 && e->nccl) {
         if (scattered)
-            ZINF_CHECK(zinf_comm_device_reduce_scatter_f32(e->partition.comm, e->comm_stream, d, d + R * blk, blk));
+            ZINF_CHECK(
+                zinf_comm_device_reduce_scatter_f32(e->partition.group.comm, e->comm_stream, d, d + R * blk, blk));
         else
-            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.comm, e->comm_stream, d, W * blk));
+            ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.group.comm, e->comm_stream, d, W * blk));
     } else if (W > 1) {
-        ZINF_CHECK(zinf_copy_async(e->comm_stream, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
+        ZINF_CHECK(engine_copy(e, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
         bool back = e->optim_offload == ZINF_OFFLOAD_NONE; // the sums are added on the device
         if (scattered) {
-            ZINF_CHECK(engine_comm(e, e->partition.comm, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
-            if (back) ZINF_CHECK(zinf_copy_async(e->comm_stream, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
+            ZINF_CHECK(engine_comm(e, &e->partition.group, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
+            if (back) ZINF_CHECK(engine_copy(e, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
         } else {
-            ZINF_CHECK(engine_comm(e, e->partition.comm, COMM_ALLREDUCE, h, NULL, W * blk));
-            if (back) ZINF_CHECK(zinf_copy_async(e->comm_stream, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
+            ZINF_CHECK(engine_comm(e, &e->partition.group, COMM_ALLREDUCE, h, NULL, W * blk));
+            if (back) ZINF_CHECK(engine_copy(e, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
         }
     }
     if (e->optim_offload != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
         if (W == 1 || in_place) {
             // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
             bool mine = e->partition.split && W > 1;
-            ZINF_CHECK(zinf_copy_async(e->comm_stream, h, d + (mine ? R * blk : 0),
-                                       (mine ? blk : W * blk) * sizeof *d, ZINF_COPY_D2H));
+            ZINF_CHECK(engine_copy(e, h, d + (mine ? R * blk : 0), (mine ? blk : W * blk) * sizeof *d, ZINF_COPY_D2H));
             ZINF_CHECK(states_add_grads(e, b, h, mine));
         } else {
             ZINF_CHECK(states_add_grads(e, b, packed ? h + W * blk : h, packed));

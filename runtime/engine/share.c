@@ -81,7 +81,7 @@ static zinf_status gather_upto(zinf_engine *e, int upto) {
         size_t sb = e->layout[x].slice * e->elem_size;
         // After a failure the update's bits mean nothing; engine_sync raises it.
         if (!zinf_latch_failed(e->failure))
-            ZINF_CHECK(engine_allgather(e, e->partition.comm, (char *)e->params16[x] + e->partition.rank * sb, false,
+            ZINF_CHECK(engine_allgather(e, &e->partition.group, (char *)e->params16[x] + e->partition.rank * sb, false,
                                         e->params16[x], sb));
         ZINF_CHECK(zinf_event_record(s->landed[x], e->comm_stream));
         if (x == upto) break;
@@ -126,13 +126,12 @@ zinf_status share_finish(zinf_engine *e) {
 // An offloaded update's buffers are all-gathered module by module, above.
 zinf_status share_gather_all(zinf_engine *e) {
     if (e->partition.ranks == 1) return ZINF_OK;
-    ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
-    ZINF_CHECK(zinf_stream_wait_event(e->comm_stream, e->compute_mark));
+    ZINF_CHECK(engine_comm_after_compute(e));
     for (int i = 0; i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
         size_t sb = l->slice * e->elem_size;
         if (!sb) continue;
-        ZINF_CHECK(engine_allgather(e, e->partition.comm, (char *)e->params16[i] + e->partition.rank * sb, false,
+        ZINF_CHECK(engine_allgather(e, &e->partition.group, (char *)e->params16[i] + e->partition.rank * sb, false,
                                     e->params16[i], sb));
     }
     return ZINF_OK;

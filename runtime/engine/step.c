@@ -39,7 +39,7 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     // Each piece lives on one rank of the partition (or on all, at stage 0); adding the
     // others' zeros keeps its bits. MiCS's replicas hold the same pieces: each shard
     // group sums its own.
-    if (st == ZINF_OK && e->partition.split && W > 1) st = zinf_comm_allreduce_f64(e->partition.comm, h, 2 * np);
+    if (st == ZINF_OK && e->partition.split && W > 1) st = zinf_comm_allreduce_f64(e->partition.group.comm, h, 2 * np);
     *sumsq = 0, *nonfinite = false;
     for (size_t k = 0; st == ZINF_OK && !e->sim && k < np; k++) { // a simulated device's values mean nothing
         *sumsq += h[2 * k];

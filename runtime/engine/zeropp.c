@@ -27,17 +27,15 @@ enum { QW_GROUP = SLICE_ALIGN };
 // One rank's quantized slice of n elements: n int8, then the groups' scales.
 static size_t qw_bytes(size_t n) { return n + n / QW_GROUP * sizeof(float); }
 
-size_t zeropp_gather_bytes(const zinf_engine *e, int mod) {
+static size_t gather_bytes(const zinf_engine *e, int mod) {
     size_t n = e->layout[mod].slice;
     return e->zeropp.qwz ? qw_bytes(n) : n * e->elem_size;
 }
 
 // A rank's secondary partition of module mod: the wire of world / k ranks' slices.
 static size_t seg_bytes(const zinf_engine *e, int mod) {
-    return (size_t)(e->world / e->zeropp.hpz_ranks) * zeropp_gather_bytes(e, mod);
+    return (size_t)(e->world / e->zeropp.hpz_ranks) * gather_bytes(e, mod);
 }
-
-size_t zeropp_secondary_bytes(const zinf_engine *e, int mod) { return seg_bytes(e, mod); }
 
 // qgZ's groups: int4 has 16 levels, so much finer groups than qwZ's: 32 bytes of codes
 // and 4 of scale, 0.5625 bytes per element against the plain reduce-scatter's 4. On
@@ -64,11 +62,13 @@ static zinf_status qg_create(zinf_engine *e) {
     ZINF_CHECK(engine_take_device(e, W * qg_slot(blk), "qgZ buffers", &e->zeropp.qgz_send));
     ZINF_CHECK(engine_take_device(e, W * qg_slot(blk), "qgZ buffers", &e->zeropp.qgz_recv));
     ZINF_CHECK(engine_take_device(e, N * blk * sizeof(float), "qgZ buffers", (void **)&e->zeropp.qgz_node_sums));
+    e->zeropp.qgz_node = (rank_group){NULL, (int)L, 1};
+    e->zeropp.qgz_cross = (rank_group){NULL, (int)N, (int)L};
     if (e->plan) return ZINF_OK;
-    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank / L), &e->zeropp.qgz_node_comm));
-    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank % L), &e->zeropp.qgz_cross_comm));
-    if (e->nccl) ZINF_CHECK(zinf_comm_attach_device(e->zeropp.qgz_node_comm, e->dev));
-    return e->nccl ? zinf_comm_attach_device(e->zeropp.qgz_cross_comm, e->dev) : ZINF_OK;
+    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank / L), &e->zeropp.qgz_node.comm));
+    ZINF_CHECK(zinf_comm_split(e->comm, (int)((size_t)e->rank % L), &e->zeropp.qgz_cross.comm));
+    if (e->nccl) ZINF_CHECK(zinf_comm_attach_device(e->zeropp.qgz_node.comm, e->dev));
+    return e->nccl ? zinf_comm_attach_device(e->zeropp.qgz_cross.comm, e->dev) : ZINF_OK;
 }
 
 zinf_status zeropp_create(zinf_engine *e) {
@@ -108,9 +108,10 @@ zinf_status zeropp_create(zinf_engine *e) {
                                             : engine_take_device(e, b, what, &e->zeropp.secondary[i]));
         e->zeropp.secondary_bytes += (int64_t)b;
     }
+    e->zeropp.hpz_group = (rank_group){NULL, e->zeropp.hpz_ranks, 1};
     if (e->plan) return ZINF_OK;
-    ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->zeropp.hpz_ranks, &e->zeropp.hpz_comm));
-    return e->nccl ? zinf_comm_attach_device(e->zeropp.hpz_comm, e->dev) : ZINF_OK;
+    ZINF_CHECK(zinf_comm_split(e->comm, e->rank / e->zeropp.hpz_ranks, &e->zeropp.hpz_group.comm));
+    return e->nccl ? zinf_comm_attach_device(e->zeropp.hpz_group.comm, e->dev) : ZINF_OK;
 }
 
 void zeropp_destroy(zinf_engine *e) {
@@ -119,7 +120,7 @@ void zeropp_destroy(zinf_engine *e) {
         zinf_device_free(e->dev, e->zeropp.qgz_send), zinf_device_free(e->dev, e->zeropp.qgz_recv),
             zinf_device_free(e->dev, e->zeropp.qgz_node_sums);
     }
-    zinf_comm *groups[] = {e->zeropp.qgz_node_comm, e->zeropp.qgz_cross_comm};
+    zinf_comm *groups[] = {e->zeropp.qgz_node.comm, e->zeropp.qgz_cross.comm, e->zeropp.hpz_group.comm};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(groups); i++) {
         zinf_comm_detach_device(groups[i]);
         zinf_comm_destroy(groups[i]);
@@ -129,15 +130,15 @@ void zeropp_destroy(zinf_engine *e) {
         if (!e->zeropp.secondary_host && e->dev) zinf_device_free(e->dev, e->zeropp.secondary[i]);
     }
     free(e->zeropp.secondary), free(e->zeropp.secondary_valid);
-    zinf_comm_detach_device(e->zeropp.hpz_comm);
-    zinf_comm_destroy(e->zeropp.hpz_comm);
 }
 
 // The wire of a gather into full: full itself, or the quantized buffer.
 static char *wire_of(zinf_engine *e, void *full) { return e->zeropp.qwz ? e->zeropp.quantized : full; }
 
-// full = every rank's slice dequantized from the quantized wire.
+// full = every rank's slice dequantized from the quantized wire (kernels: nothing a
+// plan counts).
 static zinf_status dequantize_all(zinf_engine *e, void *full, size_t n) {
+    if (e->plan) return ZINF_OK;
     const size_t qb = qw_bytes(n), bytes = n * e->elem_size;
     for (size_t r = 0; r < (size_t)e->partition.ranks; r++) {
         const char *qr = (const char *)e->zeropp.quantized + r * qb;
@@ -153,12 +154,17 @@ zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_hos
     char *qmine = (char *)e->zeropp.quantized + (size_t)e->partition.rank * qb;
     if (mine_host) { // quantized on the device: this rank's part goes up first, into its place
         char *place = (char *)full + (size_t)e->partition.rank * bytes;
-        ZINF_CHECK(zinf_copy_async(e->comm_stream, place, mine, bytes, ZINF_COPY_H2D));
+        ZINF_CHECK(engine_copy(e, place, mine, bytes, ZINF_COPY_H2D));
         mine = place;
     }
-    ZINF_CHECK(zinf_quantize(e->comm_stream, 8, e->dtype, mine, n, QW_GROUP, qmine, (float *)(qmine + n)));
+    if (!e->plan)
+        ZINF_CHECK(zinf_quantize(e->comm_stream, 8, e->dtype, mine, n, QW_GROUP, qmine, (float *)(qmine + n)));
     ZINF_CHECK(mics_allgather(e, qmine, false, e->zeropp.quantized, qb));
     return dequantize_all(e, full, n);
+}
+
+zinf_status zeropp_plan_gather_slices(zinf_engine *e, size_t n, void *full) {
+    return engine_gather_params(e, NULL, e->param_offload != ZINF_OFFLOAD_NONE, full, n * e->elem_size);
 }
 
 bool zeropp_has_secondary(const zinf_engine *e, int mod) {
@@ -170,15 +176,16 @@ zinf_status zeropp_gather(zinf_engine *e, int mod, void *full) {
     char *wire = wire_of(e, full);
     if (zeropp_has_secondary(e, mod)) { // within the group: the group's segments make the wire
         ZINF_CHECK(
-            engine_allgather(e, e->zeropp.hpz_comm, e->zeropp.secondary[mod], e->zeropp.secondary_host, wire, seg));
+            engine_allgather(e, &e->zeropp.hpz_group, e->zeropp.secondary[mod], e->zeropp.secondary_host, wire, seg));
         return e->zeropp.qwz ? dequantize_all(e, full, e->layout[mod].slice) : ZINF_OK;
     }
-    ZINF_CHECK(zinf_param_tier_gather(e->param_tier, mod, full));
+    ZINF_CHECK(e->plan ? zeropp_plan_gather_slices(e, e->layout[mod].slice, full)
+                       : zinf_param_tier_gather(e->param_tier, mod, full));
     if (e->zeropp.hpz_ranks == 1) return ZINF_OK;
     // Keep this rank's segment of the wire before the next gather reuses it.
     size_t j = (size_t)(e->rank % e->zeropp.hpz_ranks);
-    ZINF_CHECK(zinf_copy_async(e->comm_stream, e->zeropp.secondary[mod], wire + j * seg, seg,
-                               e->zeropp.secondary_host ? ZINF_COPY_D2H : ZINF_COPY_D2D));
+    ZINF_CHECK(engine_copy(e, e->zeropp.secondary[mod], wire + j * seg, seg,
+                           e->zeropp.secondary_host ? ZINF_COPY_D2H : ZINF_COPY_D2D));
     e->zeropp.secondary_valid[mod] = true;
     return ZINF_OK;
 }
@@ -186,17 +193,6 @@ zinf_status zeropp_gather(zinf_engine *e, int mod, void *full) {
 void zeropp_invalidate(zinf_engine *e) {
     for (int i = 0; e->zeropp.secondary_valid && i < e->module_count; i++)
         e->zeropp.secondary_valid[i] = false;
-}
-
-void zeropp_gather_traffic(const zinf_engine *e, int mod, bool secondary, int64_t *h2d, int64_t *d2h) {
-    const int64_t sb = (int64_t)(e->layout[mod].slice * e->elem_size), wb = (int64_t)zeropp_gather_bytes(e, mod);
-    const bool host = e->param_offload != ZINF_OFFLOAD_NONE;
-    if (secondary)
-        return engine_allgather_traffic(e, e->zeropp.hpz_ranks, e->zeropp.secondary_host, (int64_t)seg_bytes(e, mod),
-                                        h2d, d2h);
-    if (e->zeropp.qwz && host) *h2d += sb; // quantized on the device: a slice in host memory goes up first
-    mics_allgather_traffic(e, host && !e->zeropp.qwz, wb, h2d, d2h);
-    if (e->zeropp.hpz_ranks > 1 && e->zeropp.secondary_host && !e->layout[mod].tile) *d2h += (int64_t)seg_bytes(e, mod);
 }
 
 // ---- qgZ ----
@@ -219,7 +215,7 @@ zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk) {
     for (size_t j = 0; j < L; j++)
         for (size_t n = 0; n < N; n++)
             ZINF_CHECK(qg_quantize(e, d + (n * L + j) * blk, blk, send + (j * N + n) * qs));
-    ZINF_CHECK(engine_alltoall(e, e->zeropp.qgz_node_comm, send, recv, N * qs));
+    ZINF_CHECK(engine_alltoall(e, &e->zeropp.qgz_node, send, recv, N * qs));
     // From local rank l, slot n: its part of the block of rank (n, this local index).
     for (size_t n = 0; n < N; n++) {
         float *part = e->zeropp.qgz_node_sums + n * blk;
@@ -227,7 +223,7 @@ zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk) {
             ZINF_CHECK(qg_dequantize(e, recv + (l * N + n) * qs, blk, part, l > 0));
         ZINF_CHECK(qg_quantize(e, part, blk, send + n * qs));
     }
-    ZINF_CHECK(engine_alltoall(e, e->zeropp.qgz_cross_comm, send, recv, qs));
+    ZINF_CHECK(engine_alltoall(e, &e->zeropp.qgz_cross, send, recv, qs));
     float *mine = d + (size_t)e->rank * blk;
     for (size_t n = 0; n < N; n++)
         ZINF_CHECK(qg_dequantize(e, recv + n * qs, blk, mine, n > 0));
