@@ -9,7 +9,6 @@
 
 void engine_settings(zinf_engine *e, const zinf_config *cfg) {
     e->cfg = *cfg;
-    e->stage = (int)cfg->zero.stage;
     e->param_offload = cfg->zero.offload_param.device; // the config allows it at stage 3 only
     e->dtype = cfg->bf16 ? ZINF_DTYPE_BF16 : cfg->fp16.enabled ? ZINF_DTYPE_F16 : ZINF_DTYPE_F32;
     e->elem_size = zinf_dtype_size(e->dtype);

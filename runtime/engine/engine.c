@@ -1,5 +1,5 @@
-// The engine: creation, forward and backward of a micro-batch, the full-value view of
-// a rank's partition (DeepSpeed's safe_get_full_* / safe_set_full_*).
+// The engine: creation and destruction, and the full-value view of a rank's partition
+// (DeepSpeed's safe_get_full_* / safe_set_full_*). A training step is step.c's.
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -163,84 +163,6 @@ void zinf_engine_destroy(zinf_engine *e) {
 const zinf_model *zinf_engine_model(const zinf_engine *e) { return e ? e->model : NULL; }
 
 zinf_device *zinf_engine_device(const zinf_engine *e) { return e ? e->dev : NULL; }
-
-// ---- forward and backward ----
-
-// Make op's modules available (stage 3 gathers them; at stages 1-2 a background
-// update's new buffers are waited for) and run it.
-static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
-    ZINF_CHECK(e->param_ops->before_op(e, op));
-    ZINF_CHECK(zinf_model_run(e->model, e->compute_stream, op, e->param_view, e->grads.buffers16));
-    // After the op is queued, so that gathering ahead never holds back the op at hand.
-    return e->param_ops->after_op(e, op);
-}
-
-zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss) {
-    if (!e || !tokens || !targets || !loss)
-        return zinf_fail(ZINF_ERR_INVAL, "engine forward: a required argument is NULL");
-    ZINF_CHECK(zinf_latch_raise(e->failure));
-    // The objective is the mean over every micro-batch of every rank; fp16 scales it.
-    double scale = e->step.scaler.scale;
-    float dloss = (float)(scale / ((double)e->cfg.gradient_accumulation_steps * e->world));
-    ZINF_CHECK(zinf_model_set_batch(e->model, e->compute_stream, tokens, targets, n, dloss));
-    int nf;
-    const zinf_model_op *ops = zinf_model_schedule(e->model, false, &nf);
-    for (int i = 0; i < nf; i++)
-        ZINF_CHECK(run_op(e, &ops[i]));
-    double sum;
-    int64_t count;
-    ZINF_CHECK(zinf_model_loss(e->model, e->compute_stream, &sum, &count));
-    *loss = e->step.last_loss = sum / (double)count;
-    e->step.have_forward = true;
-    return ZINF_OK;
-}
-
-// Module mod's 16-bit gradient buffer, zeroed, for the backward about to add to it.
-static zinf_status need_grad(zinf_engine *e, int mod) {
-    if (mod < 0 || e->grads.buffers16[mod] || !e->layout[mod].padded || e->layout[mod].tile)
-        return ZINF_OK; // tiles: coordinator.c
-    size_t bytes = e->layout[mod].padded * e->elem_size;
-    ZINF_CHECK(engine_alloc(e, bytes, "gradients", &e->grads.buffers16[mod]));
-    return zinf_memset_async(e->compute_stream, e->grads.buffers16[mod], 0, bytes);
-}
-
-zinf_status zinf_engine_backward(zinf_engine *e) {
-    if (!e) return zinf_fail(ZINF_ERR_INVAL, "engine backward: e is NULL");
-    if (!e->step.have_forward) return zinf_fail(ZINF_ERR_INVAL, "engine backward: no forward to take the backward of");
-    // The gradients are the background update's until it ends. At stages 1-2 the
-    // modules the forward did not use are all-gathered now, in order, before the
-    // buckets' collectives; the compute stream waits for every new buffer.
-    zinf_optim_tier_join(e->optim_tier);
-    ZINF_CHECK(zinf_latch_raise(e->failure));
-    ZINF_CHECK(e->param_ops->settle(e));
-    ZINF_CHECK(zinf_optim_tier_preread(e->optim_tier));
-    int nf, nall;
-    zinf_model_schedule(e->model, false, &nf);
-    const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
-    for (int k = nf; k < nall; k++) {
-        const zinf_model_op *op = &ops[k];
-        e->grads.current_op = k;
-        if (op->pass == ZINF_PASS_BACKWARD) {
-            ZINF_CHECK(need_grad(e, op->module));
-            ZINF_CHECK(need_grad(e, zinf_model_module(e->model, op->module)->external));
-        }
-        ZINF_CHECK(run_op(e, op));
-        for (int i = 0; i < e->module_count; i++)
-            if (e->grads.last_backward_op[i] == k) ZINF_CHECK(reduce_module_ready(e, i));
-    }
-    e->step.have_forward = false;
-    e->step.micro_batches++;
-    e->step.loss_sum += e->step.last_loss;
-    return ZINF_OK;
-}
-
-zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
-    if (!e || !info) return zinf_fail(ZINF_ERR_INVAL, "engine step: e and info are required");
-    if (e->step.micro_batches == 0) return zinf_fail(ZINF_ERR_INVAL, "engine step: no backward since the last step");
-    return step_run(e, info);
-}
-
-double zinf_engine_loss_scale(const zinf_engine *e) { return e ? e->step.scaler.scale : 1.0; }
 
 // ---- full values ----
 

@@ -1,11 +1,12 @@
 // The engine's internals, shared by its files. From the bottom: memory as the engine
-// takes it (memory.c) and its collectives (collectives.c); the flat layout (layout.c);
+// takes it (memory.c) and its movers (collectives.c); the flat layout (layout.c);
 // MiCS's groups (mics.c) and ZeRO++'s gathers and reductions (zeropp.c); the 16-bit
 // parameters (params.c) and the optimizer states (states.c) wherever their offload tier
 // keeps them; the gradient buckets (reduce.c); the stage-3 coordinator (coordinator.c)
 // and a stages-1-2 background update's parameters (share.c); the tables chosen once
-// from the stage (policy.c); what creation and a plan share (build.c); the initialization (init.c); the optimizer step (step.c); creation,
-// forward and backward (engine.c); checkpoints (checkpoint.c); the plan (plan.c,
+// from the stage and the tier (policy.c); what creation and a plan share (build.c); the
+// initialization (init.c); a training step: forward, backward and the optimizer step
+// (step.c); creation (engine.c); checkpoints (checkpoint.c); the plan (plan.c,
 // choose.c, timing.c). A file calls those before it, and circles of calls stay within
 // three files (tests/cli/test_engine_calls.sh). The tiers and the prefetcher are
 // offload/'s (zinf_offload.h).
@@ -115,6 +116,9 @@ typedef struct share {
 // params_whole keeps every module's buffer on the device (stages 0-2), params_sliced
 // this rank's slices in the parameter tier (stage 3: device, host memory or swap store).
 typedef struct param_storage {
+    // Each rank keeps only its slice of every module, gathered whole for each op (what
+    // lays out tiles, MiCS's groups and ZeRO++'s gathers); else every module is whole.
+    bool sliced;
     zinf_status (*create)(zinf_engine *e); // or count, in a plan
     // The device address of module mod's 16-bit part, or NULL where it lives in host
     // memory or on disk.
@@ -150,6 +154,17 @@ typedef struct param_ops {
     // The step's end: the gathered buffers go, this step's uses become the trace.
     zinf_status (*end_step)(zinf_engine *e);
 } param_ops;
+
+// How the optimizer step runs its update (step.c), chosen once from the optimizer's
+// tier (policy.c): on the device inside the step, or offloaded, started on the tier's
+// thread for the next forward to run under.
+typedef struct update_ops {
+    // Once the norm and the loss scale are known: the update with h (NULL: the step is
+    // skipped), the new parameters handed on, the step's figures into info, and the
+    // gradients and the parameters made ready for the next step.
+    zinf_status (*run)(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info);
+} update_ops;
+extern const update_ops update_on_device, update_offloaded;
 
 // A device buffer freed once the stream work recorded in ev has passed it.
 typedef struct pending_free {
@@ -242,7 +257,7 @@ struct zinf_engine {
     zinf_comm *comm;
     bool nccl; // collectives on device buffers (the comm is attached to dev)
     bool sim;  // the device is simulated: its values are meaningless, its time is modeled
-    int rank, world, stage;
+    int rank, world;
     int nodes; // of the ranks (the target's, in a plan)
     partition partition;
     zinf_device *dev;
@@ -281,6 +296,7 @@ struct zinf_engine {
     zinf_optim_tier *optim_tier;                    // cpu and nvme
     float *host_grads32;                            // its gradient partition
     zinf_cpu_pool *pool;                            // cpu and nvme: CPU Adam and the host gradient norms
+    const update_ops *update;                       // the tier's (policy.c)
     // An offloaded optimizer (stages 1-3): the update runs on the tier's thread and the
     // next step's forward starts at once; a module waits only for its own sub-group (at
     // stage 3 its gather, at stages 1-2 share.c).
@@ -417,8 +433,6 @@ zinf_status zeropp_reduce_scatter(zinf_engine *e, float *d, size_t blk);
 // (*intra) and from each of its peers on other nodes (*inter); and copied each way
 // between device and host when collectives go through the staging (*pcie).
 void zeropp_reduce_traffic(const zinf_engine *e, int64_t blk, int64_t *intra, int64_t *inter, int64_t *pcie);
-// step.c
-zinf_status step_run(zinf_engine *e, zinf_step_info *info);
 
 // memory.c
 // What creation takes: device memory, and pinned host memory from the host pool; a plan
@@ -490,8 +504,9 @@ zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t
 zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out);
 
 // policy.c
-// The stage's tables of operations (param_storage, param_ops), once engine_settings has
-// read the config.
+// The one place the stage and the optimizer's tier choose: the tables of operations
+// (param_storage, param_ops, update) and what follows from them (partition.split,
+// grads.scattered, background), once engine_settings has read the config.
 void policy_choose(zinf_engine *e);
 
 // engine.c

@@ -10,10 +10,10 @@
 // local index (one per node), then one inside the node of what that brought.
 #include "internal.h"
 
-// MiCS applies at stage 3 over several ranks; a shard group of the whole world still
-// takes the hierarchical gathers.
+// MiCS applies to sliced parameters (stage 3) over several ranks; a shard group of the
+// whole world still takes the hierarchical gathers.
 static bool mics_on(const zinf_engine *e) {
-    return e->stage == 3 && e->world > 1 && e->cfg.zero.mics_shard_size > 0;
+    return e->param_storage->sliced && e->world > 1 && e->cfg.zero.mics_shard_size > 0;
 }
 
 void mics_settings(zinf_engine *e) {

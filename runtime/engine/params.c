@@ -49,6 +49,7 @@ static zinf_status whole_copy_out(zinf_engine *e, int mod, size_t a, size_t n, v
 }
 
 const param_storage params_whole = {
+    .sliced = false,
     .create = whole_create,
     .device_part = whole_device_part,
     .store = whole_store,
@@ -115,6 +116,7 @@ static zinf_status sliced_copy_out(zinf_engine *e, int mod, size_t a, size_t n, 
 }
 
 const param_storage params_sliced = {
+    .sliced = true,
     .create = sliced_create,
     .device_part = sliced_device_part,
     .store = sliced_store,

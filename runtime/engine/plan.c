@@ -75,7 +75,7 @@ static zinf_status tiles(replay *r, const zinf_model_op *op, int x) {
 
 // coordinator.c: coord_fetch, then coord_done.
 static zinf_status run_op(replay *r, const zinf_model_op *op) {
-    if (r->e->stage < 3) return ZINF_OK;
+    if (!r->prefetcher) return ZINF_OK; // parameters whole: nothing gathered
     int ext = zinf_model_module(r->e->model, op->module)->external;
     ZINF_CHECK(tiles(r, op, op->module));
     ZINF_CHECK(tiles(r, op, ext));
@@ -119,14 +119,14 @@ static zinf_status micro_batch(replay *r) {
 // become the trace.
 static zinf_status end_step(replay *r) {
     zinf_engine *e = r->e;
-    bool scratch = e->stage == 3 && e->param_offload != ZINF_OFFLOAD_NONE && e->optim_offload == ZINF_OFFLOAD_NONE &&
-                   e->dtype != ZINF_DTYPE_F32;
+    bool scratch =
+        e->param_offload != ZINF_OFFLOAD_NONE && e->optim_offload == ZINF_OFFLOAD_NONE && e->dtype != ZINF_DTYPE_F32;
     for (int i = 0; scratch && i < e->module_count; i++)
         if (e->layout[i].padded)
             take(r, e->layout[i].part_n * e->elem_size), r->dev -= dev_bytes(e->layout[i].part_n * e->elem_size);
     zeropp_invalidate(e); // the update was applied
     ZINF_CHECK(e->param_ops->after_update(e));
-    if (e->stage < 3) return ZINF_OK;
+    if (!r->prefetcher) return ZINF_OK;
     for (int i = 0; i < e->module_count; i++)
         if (zinf_prefetch_is_gathered(r->prefetcher, i)) r->dev -= dev_bytes(e->layout[i].padded * e->elem_size);
     return zinf_prefetch_end_step(r->prefetcher);
@@ -139,7 +139,7 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
     replay r = {.e = e, .gathers = gathers, .tile_ops = tile_ops, .dev = e->plan_device, .peak = e->plan_device};
     r.grad = calloc(n, sizeof *r.grad), r.ahead = calloc(n, sizeof *r.ahead);
     zinf_status st = r.grad && r.ahead ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "plan: out of memory");
-    if (st == ZINF_OK && e->stage == 3) st = coord_prefetcher(e, &r.prefetcher);
+    if (st == ZINF_OK && e->param_storage->sliced) st = coord_prefetcher(e, &r.prefetcher);
     for (int step = 0; st == ZINF_OK && step < 2; step++) {
         memset(gathers, 0, n * sizeof *gathers), memset(tile_ops, 0, n * sizeof *tile_ops);
         e->counted = (traffic){0};
@@ -172,7 +172,7 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
     for (int i = 0; i < e->module_count; i++) {
         const mod_layout *x = &e->layout[i];
         size_t sb = x->slice * e->elem_size;
-        bool disk = e->stage == 3 && e->param_offload == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
+        bool disk = e->param_offload == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
         pad4 += x->padded * sizeof(float), slice4 += x->slice * sizeof(float);
         bool hpz = e->zeropp.hpz_ranks > 1 && !x->tile;
         int64_t reads = x->tile ? tile_ops[i] : hpz ? gathers[i] > 0 : gathers[i];
@@ -186,9 +186,9 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
     } else if (staged) {
         out->d2h += (int64_t)pad4 * ga;
     } else if (offloaded) {
-        out->d2h += (int64_t)(e->stage > 0 && W > 1 ? slice4 : pad4) * ga;
+        out->d2h += (int64_t)(e->partition.split && W > 1 ? slice4 : pad4) * ga;
     }
-    if (staged && !offloaded && !e->zeropp.qgz) out->h2d += (int64_t)(e->stage >= 2 ? slice4 : pad4) * ga;
+    if (staged && !offloaded && !e->zeropp.qgz) out->h2d += (int64_t)(e->grads.scattered ? slice4 : pad4) * ga;
     if (e->partition.replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
         out->d2h += (int64_t)(e->partition.numel * sizeof(float)),
             out->h2d += (int64_t)(e->partition.numel * sizeof(float));
@@ -197,7 +197,7 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
         int64_t one = e->ckpt_host_bytes / (mp->shape.n_layer + 1), back = mp->shape.n_layer - 2;
         out->d2h += e->ckpt_host_bytes * ga, out->h2d += (back > 0 ? back : 0) * one * ga;
     }
-    bool host_params = e->stage == 3 && e->param_offload != ZINF_OFFLOAD_NONE;
+    bool host_params = e->param_offload != ZINF_OFFLOAD_NONE;
     if (offloaded && !host_params) out->h2d += (int64_t)(e->partition.numel * e->elem_size);
     if (!offloaded && host_params) out->d2h += (int64_t)(e->partition.numel * e->elem_size);
     if (e->optim_offload == ZINF_OFFLOAD_NVME) {

@@ -67,8 +67,12 @@ static const param_ops sliced = {
 };
 
 void policy_choose(zinf_engine *e) {
-    e->partition.split = e->stage > 0;
-    e->grads.scattered = e->stage >= 2;
-    e->param_storage = e->stage == 3 ? &params_sliced : &params_whole;
-    e->param_ops = e->stage == 3 ? &sliced : e->stage > 0 ? &partitioned : &replicated;
+    int64_t stage = e->cfg.zero.stage;
+    e->partition.split = stage > 0;
+    e->grads.scattered = stage >= 2;
+    e->param_storage = stage == 3 ? &params_sliced : &params_whole;
+    e->param_ops = stage == 3 ? &sliced : stage > 0 ? &partitioned : &replicated;
+    // The update runs under the next forward at every stage that offloads it (1-3).
+    e->background = e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE;
+    e->update = e->background ? &update_offloaded : &update_on_device;
 }

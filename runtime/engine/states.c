@@ -38,8 +38,6 @@ zinf_status states_create(zinf_engine *e) {
     for (int i = 0; i < e->module_count; i++)
         part_n[i] = e->layout[i].part_n;
     zinf_status st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->pool, 0);
-    // The update runs under the next forward at every stage that offloads it (1-3).
-    e->background = true;
     zinf_optim_tier_config tc = {.device = e->optim_offload,
                                  .seg_n = part_n,
                                  .nseg = e->module_count,

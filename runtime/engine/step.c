@@ -1,12 +1,90 @@
-// The optimizer step: the global gradient norm and overflow check, the loss scaler,
-// clipping, Adam/AdamW on this rank's partition (writing the 16-bit copy as it goes),
-// and at stages 1-2 the all-gather that gives every rank the new 16-bit parameters.
-// An offloaded update runs in the background under the next forward instead (at stage
-// 3 the coordinator's gathers wait for it, at stages 1-2 share.c).
+// A training step, top to bottom: the forward of a micro-batch (each op's parameters
+// made available by the parameter policy: gathered at stage 3), its backward (each
+// module's gradient widened into buckets and reduced as the backward finishes it), and
+// after the last micro-batch the optimizer step: the global gradient norm and overflow
+// check, the loss scaler and clipping, the update of this rank's partition with the new
+// 16-bit parameters handed on to every rank, and the hand-off to the next step. How the
+// update runs is the optimizer policy's (update_ops): on the device inside the step, or
+// offloaded, started on the tier's thread for the next forward to run under (at stage 3
+// the coordinator's gathers wait for it, at stages 1-2 share.c).
 #include <math.h>
 #include <string.h>
 
 #include "internal.h"
+
+// ---- forward ----
+
+// Make op's modules available (stage 3 gathers them; at stages 1-2 a background
+// update's new buffers are waited for) and run it.
+static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
+    ZINF_CHECK(e->param_ops->before_op(e, op));
+    ZINF_CHECK(zinf_model_run(e->model, e->compute_stream, op, e->param_view, e->grads.buffers16));
+    // After the op is queued, so that gathering ahead never holds back the op at hand.
+    return e->param_ops->after_op(e, op);
+}
+
+zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss) {
+    if (!e || !tokens || !targets || !loss)
+        return zinf_fail(ZINF_ERR_INVAL, "engine forward: a required argument is NULL");
+    ZINF_CHECK(zinf_latch_raise(e->failure));
+    // The objective is the mean over every micro-batch of every rank; fp16 scales it.
+    double scale = e->step.scaler.scale;
+    float dloss = (float)(scale / ((double)e->cfg.gradient_accumulation_steps * e->world));
+    ZINF_CHECK(zinf_model_set_batch(e->model, e->compute_stream, tokens, targets, n, dloss));
+    int nf;
+    const zinf_model_op *ops = zinf_model_schedule(e->model, false, &nf);
+    for (int i = 0; i < nf; i++)
+        ZINF_CHECK(run_op(e, &ops[i]));
+    double sum;
+    int64_t count;
+    ZINF_CHECK(zinf_model_loss(e->model, e->compute_stream, &sum, &count));
+    *loss = e->step.last_loss = sum / (double)count;
+    e->step.have_forward = true;
+    return ZINF_OK;
+}
+
+// ---- backward ----
+
+// Module mod's 16-bit gradient buffer, zeroed, for the backward about to add to it.
+static zinf_status need_grad(zinf_engine *e, int mod) {
+    if (mod < 0 || e->grads.buffers16[mod] || !e->layout[mod].padded || e->layout[mod].tile)
+        return ZINF_OK; // tiles: coordinator.c
+    size_t bytes = e->layout[mod].padded * e->elem_size;
+    ZINF_CHECK(engine_alloc(e, bytes, "gradients", &e->grads.buffers16[mod]));
+    return zinf_memset_async(e->compute_stream, e->grads.buffers16[mod], 0, bytes);
+}
+
+zinf_status zinf_engine_backward(zinf_engine *e) {
+    if (!e) return zinf_fail(ZINF_ERR_INVAL, "engine backward: e is NULL");
+    if (!e->step.have_forward) return zinf_fail(ZINF_ERR_INVAL, "engine backward: no forward to take the backward of");
+    // The gradients are the background update's until it ends. At stages 1-2 the
+    // modules the forward did not use are all-gathered now, in order, before the
+    // buckets' collectives; the compute stream waits for every new buffer.
+    zinf_optim_tier_join(e->optim_tier);
+    ZINF_CHECK(zinf_latch_raise(e->failure));
+    ZINF_CHECK(e->param_ops->settle(e));
+    ZINF_CHECK(zinf_optim_tier_preread(e->optim_tier));
+    int nf, nall;
+    zinf_model_schedule(e->model, false, &nf);
+    const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
+    for (int k = nf; k < nall; k++) {
+        const zinf_model_op *op = &ops[k];
+        e->grads.current_op = k;
+        if (op->pass == ZINF_PASS_BACKWARD) {
+            ZINF_CHECK(need_grad(e, op->module));
+            ZINF_CHECK(need_grad(e, zinf_model_module(e->model, op->module)->external));
+        }
+        ZINF_CHECK(run_op(e, op));
+        for (int i = 0; i < e->module_count; i++)
+            if (e->grads.last_backward_op[i] == k) ZINF_CHECK(reduce_module_ready(e, i));
+    }
+    e->step.have_forward = false;
+    e->step.micro_batches++;
+    e->step.loss_sum += e->step.last_loss;
+    return ZINF_OK;
+}
+
+// ---- the optimizer step ----
 
 // Squared norm and inf/NaN flag of every (module, rank slice) piece, summed module by
 // module and rank by rank: the same pieces in the same order whatever the stage, so
@@ -64,8 +142,7 @@ static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_sc
                                 .grad_scale = grad_scale};
 }
 
-// The optimizer on the device, on the compute stream (an offloaded one always runs in
-// the background: step_run).
+// The optimizer on the device, on the compute stream.
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
     bool f32 = e->dtype == ZINF_DTYPE_F32;
     for (int i = 0; i < e->module_count; i++) {
@@ -137,7 +214,39 @@ static zinf_status finish(zinf_engine *e) {
     return ZINF_OK;
 }
 
-zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
+// The update inside the step, h NULL when the step is skipped: the new parameters
+// handed to every rank (param_ops after_update), then the step's figures, the gradients
+// cleared and the step's end for the parameters.
+static zinf_status run_in_step(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
+    if (h) {
+        ZINF_CHECK(update(e, h));
+        ZINF_CHECK(e->param_ops->after_update(e));
+    }
+    ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are where they live
+    ZINF_CHECK(step_times(e, info));
+    ZINF_CHECK(states_zero_grads(e));
+    return e->param_ops->end_step(e);
+}
+
+// An offloaded update starts on the tier's thread and the next forward starts now; each
+// module waits for its sub-group (stage 3: its gather; stages 1-2: its store and
+// all-gather, share.c). This step reports the last update, which ran under this step's
+// forward, and the step's reads are forgotten before the update hands its slices over.
+static zinf_status run_in_background(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
+    if (!h) return run_in_step(e, NULL, info);
+    ZINF_CHECK(step_times(e, info));
+    ZINF_CHECK(e->param_ops->end_step(e));
+    ZINF_CHECK(zinf_optim_tier_start(e->optim_tier, h));
+    share_start(e);
+    return ZINF_OK;
+}
+
+const update_ops update_on_device = {.run = run_in_step};
+const update_ops update_offloaded = {.run = run_in_background};
+
+zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
+    if (!e || !info) return zinf_fail(ZINF_ERR_INVAL, "engine step: e and info are required");
+    if (e->step.micro_batches == 0) return zinf_fail(ZINF_ERR_INVAL, "engine step: no backward since the last step");
     ZINF_CHECK(engine_sync(e)); // every bucket reduced (and the last background update done)
     ZINF_CHECK(mics_reduce_grads(e));
     double sumsq = 0;
@@ -153,31 +262,18 @@ zinf_status step_run(zinf_engine *e, zinf_step_info *info) {
     // A gradient with inf or NaN skips the step, as DeepSpeed's ZeRO optimizers do in
     // every precision; under fp16 the dynamic scaler also lowers the scale.
     ZINF_CHECK(zinf_loss_scaler_update(&e->step.scaler, nonfinite, &info->skipped));
+    zinf_optim_hparams h;
     if (!info->skipped) {
         // DeepSpeed's clipping: one multiplier unscales and clips, applied when
         // (norm + 1e-6) / gradient_clipping exceeds 1.
         double combined = scale, clip = e->cfg.gradient_clipping;
         if (clip > 0 && (info->grad_norm + 1e-6) / clip > 1) combined = scale * (info->grad_norm + 1e-6) / clip;
-        zinf_optim_hparams h = hparams(e, info->lr, (float)(1.0 / combined));
+        h = hparams(e, info->lr, (float)(1.0 / combined));
         e->step.steps_applied++;
         zeropp_invalidate(e); // before the next forward's gathers, which the update may run under
-        if (e->background) {
-            // The next forward starts now; each module waits for its sub-group (stage
-            // 3: its gather; stages 1-2: its store and all-gather, share.c). This step
-            // reports the last update, which ran under this step's forward.
-            // The step's reads are forgotten before the update hands its slices over.
-            ZINF_CHECK(step_times(e, info));
-            ZINF_CHECK(e->param_ops->end_step(e));
-            ZINF_CHECK(zinf_optim_tier_start(e->optim_tier, &h));
-            share_start(e);
-            return finish(e);
-        }
-        ZINF_CHECK(update(e, &h));
-        ZINF_CHECK(e->param_ops->after_update(e));
     }
-    ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are where they live
-    ZINF_CHECK(step_times(e, info));
-    ZINF_CHECK(states_zero_grads(e));
-    ZINF_CHECK(e->param_ops->end_step(e));
+    ZINF_CHECK(e->update->run(e, info->skipped ? NULL : &h, info));
     return finish(e);
 }
+
+double zinf_engine_loss_scale(const zinf_engine *e) { return e ? e->step.scaler.scale : 1.0; }

@@ -73,12 +73,12 @@ static zinf_status qg_create(zinf_engine *e) {
 
 zinf_status zeropp_create(zinf_engine *e) {
     const zinf_zero_config *z = &e->cfg.zero;
-    bool three = e->stage == 3 && e->world > 1;
+    bool three = e->param_storage->sliced && e->world > 1; // stage 3
     e->zeropp.qwz = three && z->quantized_weights;
     e->zeropp.qgz = three && z->quantized_gradients;
     if (e->zeropp.qgz) ZINF_CHECK(qg_create(e));
     e->zeropp.hpz_ranks = three && z->hpz_partition_size > 1 ? (int)z->hpz_partition_size : 1;
-    if (!e->plan && e->world == 1 && e->stage == 3 &&
+    if (!e->plan && e->world == 1 && e->param_storage->sliced &&
         (z->quantized_weights || z->quantized_gradients || z->hpz_partition_size > 1))
         ZINF_LOG_INFO("engine: ZeRO++ (zero_quantized_weights, zero_quantized_gradients, zero_hpz_partition_size) "
                       "has no effect on one rank: nothing is gathered from or reduced with others");

@@ -22,9 +22,9 @@ for name in sorted(os.listdir(objdir)):
 owner = {sym: f for f, syms in defines.items() for sym in syms}
 calls = {f: sorted({owner[s] for s in uses[f] if s in owner and owner[s] != f}) for f in defines}
 
-# A check that reads nothing passes anything: the engine calls its step, and the step
-# calls the coordinator.
-for a, b in (("engine", "step"), ("step", "coordinator")):
+# A check that reads nothing passes anything: the step calls the coordinator, and the
+# plan the gathers.
+for a, b in (("step", "coordinator"), ("plan", "zeropp")):
     if b not in calls.get(a, []):
         sys.exit(f"FAIL: {a}.o does not call {b}.o: the objects were not read")
 
