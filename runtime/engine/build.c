@@ -9,7 +9,7 @@
 
 void engine_settings(zinf_engine *e, const zinf_config *cfg) {
     e->cfg = *cfg;
-    e->param_offload = cfg->zero.offload_param.device; // the config allows it at stage 3 only
+    e->params.offload = cfg->zero.offload_param.device; // the config allows it at stage 3 only
     e->dtype = cfg->bf16 ? ZINF_DTYPE_BF16 : cfg->fp16.enabled ? ZINF_DTYPE_F16 : ZINF_DTYPE_F32;
     e->elem_size = zinf_dtype_size(e->dtype);
     policy_choose(e);
@@ -30,7 +30,7 @@ static zinf_status open_aio(zinf_engine *e) {
 }
 
 static zinf_status alloc_states(zinf_engine *e) {
-    bool nvme = e->cfg.zero.offload_optimizer.device == ZINF_OFFLOAD_NVME || e->param_offload == ZINF_OFFLOAD_NVME;
+    bool nvme = e->cfg.zero.offload_optimizer.device == ZINF_OFFLOAD_NVME || e->params.offload == ZINF_OFFLOAD_NVME;
     if (e->plan) {
         e->plan_pool_device = e->plan_device;
     } else {
@@ -41,10 +41,10 @@ static zinf_status alloc_states(zinf_engine *e) {
         ZINF_CHECK(zinf_host_pool_create(&e->host, &hc));
         if (nvme) ZINF_CHECK(open_aio(e));
     }
-    ZINF_CHECK(e->param_storage->create(e));
+    ZINF_CHECK(e->params.storage->create(e));
     ZINF_CHECK(states_create(e));
     return engine_take_device(e, (size_t)e->module_count * e->partition.ranks * 2 * sizeof(double), "gradient norms",
-                              (void **)&e->device_grad_stats);
+                              (void **)&e->grads.device_norms);
 }
 
 // With cpu_checkpointing the model's checkpoints live in pinned host memory from the
@@ -60,11 +60,11 @@ static zinf_status lend_checkpoints(zinf_engine *e) {
 
 zinf_status engine_build(zinf_engine *e) {
     e->module_count = zinf_model_module_count(e->model);
-    e->params16 = calloc((size_t)e->module_count, sizeof *e->params16);
+    e->params.whole = calloc((size_t)e->module_count, sizeof *e->params.whole);
     e->grads.buffers16 = calloc((size_t)e->module_count, sizeof *e->grads.buffers16);
-    e->param_view = calloc((size_t)e->module_count, sizeof *e->param_view);
+    e->params.view = calloc((size_t)e->module_count, sizeof *e->params.view);
     e->names = calloc((size_t)e->module_count, sizeof *e->names);
-    if (!e->params16 || !e->grads.buffers16 || !e->param_view || !e->names)
+    if (!e->params.whole || !e->grads.buffers16 || !e->params.view || !e->names)
         return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; i < e->module_count; i++)
         e->names[i] = zinf_model_module(e->model, i)->name;

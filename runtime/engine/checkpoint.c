@@ -108,7 +108,7 @@ static zinf_status write_rank(zinf_engine *e, const char *dir, void *buf) {
             for (size_t x = a; st == ZINF_OK && x < b; x += step) {
                 size_t k = b - x < step ? b - x : step;
                 // ZINF_TIER_MASTER.. and ZINF_CKPT_MASTER.. are in the same order.
-                st = s == ZINF_CKPT_PARAMS ? e->param_storage->copy_out(e, i, x, k, buf)
+                st = s == ZINF_CKPT_PARAMS ? e->params.storage->copy_out(e, i, x, k, buf)
                                            : states_read(e, (zinf_tier_state)s, l->part_off + (x - l->part_lo), k, buf);
                 if (st == ZINF_OK) st = zinf_st_writer_append(w, buf, k * es);
             }
@@ -268,7 +268,7 @@ static zinf_status prune(const char *root, int64_t keep, int64_t current) {
 zinf_status zinf_engine_save(zinf_engine *e, const char *root, int64_t keep, int64_t data_position, int64_t seed) {
     if (!e || !root) return zinf_fail(ZINF_ERR_INVAL, "engine save: e and root are required");
     ZINF_CHECK(between_steps(e, "save"));
-    zinf_optim_tier_join(e->optim_tier);
+    zinf_optim_tier_join(e->optim.tier);
     ZINF_CHECK(engine_sync(e));
     char tag[64], tmp[PATH_MAX], what[96];
     snprintf(tag, sizeof tag, "global_step%lld", (long long)e->step.steps_taken);
@@ -316,10 +316,10 @@ static zinf_status to_engine(void *arg, size_t off, const void *p, size_t n) {
     zinf_engine *e = c->e;
     const mod_layout *l = &e->layout[c->mod];
     if (c->state >= 0) return states_write(e, (zinf_tier_state)c->state, l->part_off + (off - l->part_lo), n, p);
-    if (c->from == e->dtype) return e->param_storage->write(e, c->mod, off, n, p);
+    if (c->from == e->dtype) return e->params.storage->write(e, c->mod, off, n, p);
     for (size_t i = 0; i < n; i++)
         dt_store(c->conv, e->dtype, i, ((const float *)p)[i]);
-    return e->param_storage->write(e, c->mod, off, n, c->conv);
+    return e->params.storage->write(e, c->mod, off, n, c->conv);
 }
 
 // The checkpoint's model must be this one: the same shape and modules.
@@ -369,7 +369,7 @@ static zinf_status load_states(zinf_engine *e, zinf_ckpt *ck, void *buf, void *c
 zinf_status zinf_engine_load(zinf_engine *e, const char *path, zinf_ckpt_resume *out) {
     if (!e || !path || !out) return zinf_fail(ZINF_ERR_INVAL, "engine load: e, path and out are required");
     ZINF_CHECK(between_steps(e, "load"));
-    zinf_optim_tier_join(e->optim_tier);
+    zinf_optim_tier_join(e->optim.tier);
     ZINF_CHECK(engine_sync(e));
     double t0 = zinf_clock_s();
     zinf_ckpt *ck = NULL;
@@ -378,7 +378,7 @@ zinf_status zinf_engine_load(zinf_engine *e, const char *path, zinf_ckpt_resume 
     if (st == ZINF_OK && (!buf || !conv)) st = zinf_fail(ZINF_ERR_NOMEM, "checkpoint: out of memory");
     if (st == ZINF_OK) st = load_states(e, ck, buf, conv);
     free(buf), free(conv);
-    zinf_param_tier_forget_reads(e->param_tier);
+    zinf_param_tier_forget_reads(e->params.tier);
     if (st == ZINF_OK) {
         const zinf_ckpt_info *in = zinf_ckpt_info_of(ck);
         e->step.steps_taken = in->step;

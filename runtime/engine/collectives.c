@@ -117,22 +117,22 @@ int engine_ranks_per_node(const zinf_engine *e) {
 }
 
 zinf_status engine_wait_streams(zinf_engine *e) {
-    zinf_optim_tier_join(e->optim_tier);
+    zinf_optim_tier_join(e->optim.tier);
     zinf_status a = zinf_stream_sync(e->comm_stream), b = zinf_stream_sync(e->compute_stream);
-    zinf_status c = e->store_stream ? zinf_stream_sync(e->store_stream) : ZINF_OK;
-    zinf_status d = e->param_tier ? zinf_stream_sync(zinf_param_tier_stream(e->param_tier)) : ZINF_OK;
-    zinf_optim_tier_settled(e->optim_tier);
+    zinf_status c = e->params.store_stream ? zinf_stream_sync(e->params.store_stream) : ZINF_OK;
+    zinf_status d = e->params.tier ? zinf_stream_sync(zinf_param_tier_stream(e->params.tier)) : ZINF_OK;
+    zinf_optim_tier_settled(e->optim.tier);
     ZINF_CHECK(zinf_latch_raise(e->failure));
     if (e->nccl) ZINF_CHECK(zinf_comm_status(e->comm)); // an abort lets the streams pass
     return a != ZINF_OK ? a : b != ZINF_OK ? b : c != ZINF_OK ? c : d;
 }
 
 zinf_status engine_sync(zinf_engine *e) {
-    zinf_optim_tier_join(e->optim_tier);
+    zinf_optim_tier_join(e->optim.tier);
     // Stages 1-2: the all-gathers of the modules the forward has not used yet, in order
     // (every rank syncs at the same points). Before the streams are synced and the
     // update is marked settled, so that they still wait for its stores.
-    zinf_status settled = e->param_ops->settle(e);
+    zinf_status settled = e->params.ops->settle(e);
     zinf_status st = engine_wait_streams(e);
     return st != ZINF_OK ? st : settled;
 }

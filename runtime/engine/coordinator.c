@@ -35,7 +35,7 @@ zinf_status coord_prefetcher(const zinf_engine *e, zinf_prefetch **out) {
 static zinf_status tiles_create(zinf_engine *e);
 
 zinf_status coord_create(zinf_engine *e) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     size_t n = (size_t)e->module_count;
     co->gathered = calloc(n, sizeof *co->gathered);
     co->landed = calloc(n, sizeof *co->landed);
@@ -51,7 +51,7 @@ zinf_status coord_create(zinf_engine *e) {
 }
 
 static void free_all(zinf_engine *e) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     // Gathers decided and never issued (execution departed from the trace) are dropped
     // on every rank alike.
     for (int i = 0; co->queued && i < e->module_count; i++)
@@ -67,7 +67,7 @@ static void free_all(zinf_engine *e) {
 }
 
 void coord_destroy(zinf_engine *e) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     free_all(e);
     for (int i = 0; co->landed && i < e->module_count; i++)
         zinf_event_destroy(co->landed[i]);
@@ -83,7 +83,7 @@ void coord_destroy(zinf_engine *e) {
 // queued behind those decided before it. issue() sends them in that order, only later
 // when a background update has not yet written the module.
 static zinf_status gather(zinf_engine *e, int x) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     zinf_status st = engine_alloc(e, e->layout[x].padded * e->elem_size, "gathered parameters", &co->gathered[x]);
     if (st == ZINF_ERR_NOMEM)
         return zinf_fail(st,
@@ -98,21 +98,21 @@ static zinf_status gather(zinf_engine *e, int x) {
 
 // Whether x's next gather reads its slice from NVMe (not from an hpZ secondary).
 static bool from_disk(const zinf_engine *e, int x) {
-    return zinf_param_tier_on_disk(e->param_tier, x) && !zeropp_has_secondary(e, x);
+    return zinf_param_tier_on_disk(e->params.tier, x) && !zeropp_has_secondary(e, x);
 }
 
 // Issue decided gathers in order: up to and including module `upto` (waiting for the
 // background update where it must), or with upto < 0 as many as are updated.
 static zinf_status issue(zinf_engine *e, int upto) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     while (co->qlen) {
         int x = co->queue[co->qhead];
-        if (upto < 0 && !zinf_optim_tier_updated(e->optim_tier, x)) break;
+        if (upto < 0 && !zinf_optim_tier_updated(e->optim.tier, x)) break;
         co->qhead = (co->qhead + 1) % e->module_count, co->qlen--;
         co->queued[x] = false;
         // A slice in memory is written by then; one on disk is read after its write-back.
         bool disk = from_disk(e, x);
-        ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim_tier, x, disk ? NULL : e->comm_stream));
+        ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim.tier, x, disk ? NULL : e->comm_stream));
         ZINF_CHECK(zeropp_gather(e, x, co->gathered[x]));
         ZINF_CHECK(zinf_event_record(co->landed[x], e->comm_stream));
         if (x == upto) break;
@@ -122,7 +122,7 @@ static zinf_status issue(zinf_engine *e, int upto) {
 
 // Gather what the prefetcher decides ahead.
 static zinf_status prefetch(zinf_engine *e) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     int n = zinf_prefetch_ahead(co->prefetcher, co->ahead);
     for (int i = 0; i < n; i++)
         ZINF_CHECK(gather(e, co->ahead[i]));
@@ -133,15 +133,15 @@ static zinf_status prefetch(zinf_engine *e) {
 // tier's pool goes; one buffer stays for a read on demand. Reads are local, so unlike
 // gathers they may depend on anything.
 static zinf_status read_ahead(zinf_engine *e) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     const int *uses;
     int n = zinf_prefetch_upcoming(co->prefetcher, &uses);
-    for (int i = 0; i < n && zinf_param_tier_free_buffers(e->param_tier) > 1; i++) {
+    for (int i = 0; i < n && zinf_param_tier_free_buffers(e->params.tier) > 1; i++) {
         int x = uses[i];
         bool issued = co->gathered[x] && !co->queued[x];
-        if (issued || e->layout[x].tile || !from_disk(e, x) || zinf_param_tier_has_read(e->param_tier, x)) continue;
-        if (!zinf_optim_tier_updated(e->optim_tier, x)) break; // the background update has not written it yet
-        ZINF_CHECK(zinf_param_tier_read(e->param_tier, x));
+        if (issued || e->layout[x].tile || !from_disk(e, x) || zinf_param_tier_has_read(e->params.tier, x)) continue;
+        if (!zinf_optim_tier_updated(e->optim.tier, x)) break; // the background update has not written it yet
+        ZINF_CHECK(zinf_param_tier_read(e->params.tier, x));
     }
     return ZINF_OK;
 }
@@ -149,7 +149,7 @@ static zinf_status read_ahead(zinf_engine *e) {
 // A pair of timed events for one wait of the compute stream, for the caller to record
 // around it.
 static zinf_status new_wait(zinf_engine *e, wait_pair **out) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     if (co->nwaits == co->capwaits) {
         int cap = co->capwaits ? 2 * co->capwaits : 64;
         wait_pair *n = realloc(co->waits, (size_t)cap * sizeof *n);
@@ -166,7 +166,7 @@ static zinf_status new_wait(zinf_engine *e, wait_pair **out) {
 }
 
 void coord_free_waits(zinf_engine *e) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     for (int i = 0; i < co->capwaits; i++) {
         zinf_event_destroy(co->waits[i].before);
         zinf_event_destroy(co->waits[i].after);
@@ -187,7 +187,9 @@ static zinf_status wait_event_timed(zinf_engine *e, zinf_event *landed, bool dis
     return zinf_event_record(w->after, e->compute_stream);
 }
 
-static zinf_status wait_landed(zinf_engine *e, int x) { return wait_event_timed(e, e->coord.landed[x], from_disk(e, x)); }
+static zinf_status wait_landed(zinf_engine *e, int x) {
+    return wait_event_timed(e, e->params.coord.landed[x], from_disk(e, x));
+}
 
 zinf_status coord_timed_update_wait(zinf_engine *e, zinf_status (*fn)(zinf_engine *e, int x), int x) {
     wait_pair *w;
@@ -201,11 +203,11 @@ zinf_status coord_timed_update_wait(zinf_engine *e, zinf_status (*fn)(zinf_engin
 // Issue the gathers decided up to x. When x is not updated yet this thread blocks
 // until it is: timed.
 static zinf_status issue_for_use(zinf_engine *e, int x) {
-    return zinf_optim_tier_updated(e->optim_tier, x) ? issue(e, x) : coord_timed_update_wait(e, issue, x);
+    return zinf_optim_tier_updated(e->optim.tier, x) ? issue(e, x) : coord_timed_update_wait(e, issue, x);
 }
 
 zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *update) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     *all = *disk = *update = 0;
     for (int i = 0; i < co->nwaits; i++) {
         double s;
@@ -218,7 +220,7 @@ zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *
 }
 
 static zinf_status use(zinf_engine *e, int x, void **params) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     if (x < 0 || !e->layout[x].padded) return ZINF_OK;
     ZINF_CHECK(zinf_prefetch_use(co->prefetcher, x)); // a tiled module's too: its elements set reuse distances
     if (e->layout[x].tile) return ZINF_OK;
@@ -238,9 +240,9 @@ zinf_status coord_fetch(zinf_engine *e, int mod, void **params) {
 }
 
 static zinf_status release(zinf_engine *e, int x) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     if (x >= 0 && e->layout[x].tile)
-        return zinf_param_tier_release(e->param_tier, x); // its slice read for the op's tiles
+        return zinf_param_tier_release(e->params.tier, x); // its slice read for the op's tiles
     if (x < 0 || !co->gathered[x] || zinf_prefetch_keep(co->prefetcher, x)) return ZINF_OK;
     ZINF_CHECK(engine_free_after(e, co->gathered[x], e->compute_stream));
     co->gathered[x] = NULL;
@@ -251,7 +253,7 @@ static zinf_status release(zinf_engine *e, int x) {
 // After the op is queued, so that waiting for a background update of a module ahead
 // never holds back the op at hand.
 zinf_status coord_done(zinf_engine *e, int mod) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     ZINF_CHECK(release(e, mod));
     ZINF_CHECK(release(e, zinf_model_module(e->model, mod)->external));
     if (!zinf_prefetch_following(co->prefetcher)) return ZINF_OK;
@@ -264,8 +266,8 @@ zinf_status coord_done(zinf_engine *e, int mod) {
 // buffer and every read, and let the prefetcher adopt this step's uses.
 zinf_status coord_end_step(zinf_engine *e) {
     free_all(e);
-    zinf_param_tier_forget_reads(e->param_tier);
-    return zinf_prefetch_end_step(e->coord.prefetcher);
+    zinf_param_tier_forget_reads(e->params.tier);
+    return zinf_prefetch_end_step(e->params.coord.prefetcher);
 }
 
 // ---- tiled modules ----
@@ -280,7 +282,7 @@ zinf_status coord_end_step(zinf_engine *e) {
 // them.
 
 static zinf_status tile_wait_update(zinf_engine *e, int x) {
-    return zinf_optim_tier_wait_updated(e->optim_tier, x, from_disk(e, x) ? NULL : e->comm_stream);
+    return zinf_optim_tier_wait_updated(e->optim.tier, x, from_disk(e, x) ? NULL : e->comm_stream);
 }
 
 // The slot holding tile k of mod, or NULL.
@@ -291,7 +293,7 @@ static tile_slot *tile_held(coordinator *co, int mod, int k) {
 }
 
 static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     size_t n = zinf_tiling_len(&co->tiling[mod], (size_t)k);
     tile_slot *t = &co->tile[co->tile[0].buf != NULL];
     if (t->buf) return zinf_fail(ZINF_ERR_INTERNAL, "engine: a third tile of %s asked for", e->names[mod]);
@@ -304,16 +306,17 @@ static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     // Every rank issues its gathers in one order: the ones decided before this tile go
     // first, though their modules' background updates may hold it back.
     if (co->qlen) ZINF_CHECK(issue_for_use(e, co->queue[(co->qhead + co->qlen - 1) % e->module_count]));
-    ZINF_CHECK(zinf_optim_tier_updated(e->optim_tier, mod) ? tile_wait_update(e, mod)
-                                                   : coord_timed_update_wait(e, tile_wait_update, mod));
-    t->disk = from_disk(e, mod) && !zinf_param_tier_has_read(e->param_tier, mod); // the op's first tile reads the slice
-    ZINF_CHECK(zinf_param_tier_gather_part(e->param_tier, mod, (size_t)k * co->tiling[mod].tile, n, t->buf));
+    ZINF_CHECK(zinf_optim_tier_updated(e->optim.tier, mod) ? tile_wait_update(e, mod)
+                                                           : coord_timed_update_wait(e, tile_wait_update, mod));
+    t->disk =
+        from_disk(e, mod) && !zinf_param_tier_has_read(e->params.tier, mod); // the op's first tile reads the slice
+    ZINF_CHECK(zinf_param_tier_gather_part(e->params.tier, mod, (size_t)k * co->tiling[mod].tile, n, t->buf));
     return zinf_event_record(t->landed, e->comm_stream);
 }
 
 static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, int next, bool grad, void **buf) {
     zinf_engine *e = ctx;
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     size_t bytes = (size_t)e->partition.ranks * zinf_tiling_len(&co->tiling[mod], (size_t)k) * e->elem_size;
     if (grad) {
         ZINF_CHECK(engine_alloc(e, bytes, "gradient tiles", &co->grad_tile));
@@ -330,7 +333,7 @@ static zinf_status tile_get(void *ctx, zinf_stream *s, int mod, int k, int next,
 
 static zinf_status tile_done(void *ctx, zinf_stream *s, int mod, int k, bool grad) {
     zinf_engine *e = ctx;
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     tile_slot *t = grad ? NULL : tile_held(co, mod, k);
     if (!grad && !t) return zinf_fail(ZINF_ERR_INTERNAL, "engine: tile %d of %s done but not held", k, e->names[mod]);
     void **buf = grad ? &co->grad_tile : &t->buf;
@@ -341,7 +344,7 @@ static zinf_status tile_done(void *ctx, zinf_stream *s, int mod, int k, bool gra
 }
 
 static zinf_status tiles_create(zinf_engine *e) {
-    coordinator *co = &e->coord;
+    coordinator *co = &e->params.coord;
     bool any = false;
     co->tiling = calloc((size_t)e->module_count, sizeof *co->tiling);
     if (!co->tiling) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");

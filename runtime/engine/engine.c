@@ -103,11 +103,11 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(engine_build(e));
     ZINF_CHECK(check_plan(e, &t, before.in_use));
     ZINF_CHECK(zinf_host_pool_pin(e->host));
-    ZINF_CHECK(e->param_ops->create(e));
+    ZINF_CHECK(e->params.ops->create(e));
     ZINF_CHECK(init_partition(e));
-    if (e->aio) zinf_aio_get_stats(e->aio, &e->aio_seen); // steps count their own IO and traffic
-    zinf_comm_get_bytes(e->comm, &e->comm_seen);
-    zinf_device_get_busy(e->dev, &e->busy_seen);
+    if (e->aio) zinf_aio_get_stats(e->aio, &e->step.aio_seen); // steps count their own IO and traffic
+    zinf_comm_get_bytes(e->comm, &e->step.comm_seen);
+    zinf_device_get_busy(e->dev, &e->step.busy_seen);
     return ZINF_OK;
 }
 
@@ -132,25 +132,25 @@ zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_c
 
 void zinf_engine_destroy(zinf_engine *e) {
     if (!e) return;
-    zinf_optim_tier_join(e->optim_tier);
+    zinf_optim_tier_join(e->optim.tier);
     if (e->comm_stream) zinf_stream_sync(e->comm_stream);
     if (e->compute_stream) zinf_stream_sync(e->compute_stream);
     engine_reap(e, true);
     free(e->pending.items);
-    if (e->param_ops) e->param_ops->destroy(e);
+    if (e->params.ops) e->params.ops->destroy(e);
     reduce_destroy(e);
     zeropp_destroy(e);
     mics_destroy(e);
     for (int i = 0; e->grads.buffers16 && i < e->module_count; i++)
         zinf_device_free(e->dev, e->grads.buffers16[i]);
-    if (e->dev) zinf_device_free(e->dev, e->device_grad_stats);
+    if (e->dev) zinf_device_free(e->dev, e->grads.device_norms);
     params_destroy(e);
     states_destroy(e);
     zinf_model_destroy(e->model); // its copies to and from h_ckpt end first
     if (e->host) zinf_host_pool_free(e->host, e->h_ckpt, true);
     zinf_host_pool_destroy(e->host);
     zinf_aio_destroy(e->aio);
-    free(e->params16), free(e->grads.buffers16), free(e->param_view), free(e->names), free(e->layout);
+    free(e->params.whole), free(e->grads.buffers16), free(e->params.view), free(e->names), free(e->layout);
     zinf_event_destroy(e->compute_mark);
     if (e->nccl) zinf_comm_detach_device(e->comm);
     zinf_stream_destroy(e->comm_stream);
@@ -240,7 +240,7 @@ zinf_status zinf_engine_set_full(zinf_engine *e, const char *name, zinf_state_ki
         if (a < b && !tmp) return zinf_fail(ZINF_ERR_NOMEM, "engine set_full: out of memory");
         for (size_t i = a; i < b; i++)
             dt_store(tmp, e->dtype, i - a, in[i - p->offset]);
-        zinf_status st = a < b ? e->param_storage->write(e, mod, a, b - a, tmp) : ZINF_OK;
+        zinf_status st = a < b ? e->params.storage->write(e, mod, a, b - a, tmp) : ZINF_OK;
         free(tmp);
         ZINF_CHECK(st);
     }

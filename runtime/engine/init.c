@@ -68,7 +68,7 @@ zinf_status init_partition(zinf_engine *e) {
         fill_range(e, i, file, lo, n, vals);
         for (size_t j = 0; j < n; j++)
             dt_store(tmp, e->dtype, j, vals[j]);
-        st = e->param_storage->write(e, i, lo, n, tmp);
+        st = e->params.storage->write(e, i, lo, n, tmp);
         if (st == ZINF_OK) st = states_write(e, ZINF_TIER_MASTER, l->part_off, l->part_n, vals + (l->part_lo - lo));
     }
     if (st == ZINF_OK) st = states_zero(e);

@@ -142,7 +142,7 @@ extern const param_storage params_whole, params_sliced;
 typedef struct param_ops {
     zinf_status (*create)(zinf_engine *e); // once the states are built
     void (*destroy)(zinf_engine *e);
-    // Before op runs: its modules' parameters in param_view; after it is queued: what follows
+    // Before op runs: its modules' parameters in params.view; after it is queued: what follows
     // it (gathers ahead, releases).
     zinf_status (*before_op)(zinf_engine *e, const zinf_model_op *op);
     zinf_status (*after_op)(zinf_engine *e, const zinf_model_op *op);
@@ -217,7 +217,38 @@ typedef struct gradients {
     size_t bucket_capacity;   // elements of the largest bucket (world * block)
     float *device_buckets[2]; // the bucket being filled and the one being reduced
     zinf_event *bucket_free[2];
+    double *device_norms; // the step's zinf_sumsq output per module part (2 doubles each)
 } gradients;
+
+// The 16-bit parameters (params.c) and how the ops get them (policy.c).
+typedef struct parameters {
+    void **whole;                     // stages 0-2: full buffers per module, on the device
+    zinf_offload_device offload;      // stage 3: where the slices live
+    zinf_param_tier *tier;            // stage 3: the slices
+    zinf_param_tier_stats tier_stats; // its figures: of the tier made, or planned
+    zinf_stream *store_stream;        // stages 1-2, optimizer offloaded: the update stores this rank's parts on it
+    void **view;                      // what the model reads: whole, or the gathered buffers at stage 3
+    const param_storage *storage;     // the stage's (policy.c)
+    const param_ops *ops;
+    coordinator coord; // stage 3; its timed waits also at stages 1-2 with a background update
+    share share;       // stages 1-2 with a background update
+} parameters;
+
+// The optimizer (states.c, step.c): its states on the device or in the offload tier,
+// and how the step runs the update.
+typedef struct optimizer {
+    zinf_offload_device offload;
+    float *master, *exp_avg, *exp_avg_sq, *grads32; // on the device
+    zinf_optim_tier *tier;                          // cpu and nvme
+    zinf_optim_tier_stats tier_stats;               // its figures: of the tier made, or planned
+    float *host_grads32;                            // its gradient partition
+    zinf_cpu_pool *pool;                            // cpu and nvme: CPU Adam and the host gradient norms
+    const update_ops *update;                       // the tier's (policy.c)
+    // Offloaded (stages 1-3): the update runs on the tier's thread and the next step's
+    // forward starts at once; a module waits only for its own sub-group (at stage 3
+    // its gather, at stages 1-2 share.c).
+    bool background;
+} optimizer;
 
 // ZeRO++ (zeropp.c).
 typedef struct zeropp_state {
@@ -244,6 +275,11 @@ typedef struct step_state {
     int64_t steps_taken; // optimizer steps so far (skipped included)
     int64_t steps_applied;
     zinf_loss_scaler scaler;
+    // The counters at the last step's end, which the next step's figures start from.
+    zinf_aio_stats aio_seen;
+    int64_t handoff_seen; // the parameter tier's handoff_bytes
+    zinf_comm_bytes comm_seen;
+    zinf_device_busy busy_seen;
 } step_state;
 
 // Device buffers freed once the stream work recorded with them has passed (memory.c).
@@ -276,39 +312,13 @@ struct zinf_engine {
     size_t staging_bytes;
     pending_frees pending;
 
-    // the 16-bit parameters (params.c)
-    void **params16;                    // stages 0-2: full buffers per module, on the device
-    zinf_offload_device param_offload;  // stage 3: where the slices live
-    zinf_param_tier *param_tier;        // stage 3: the slices
-    zinf_stream *store_stream;          // stages 1-2, optimizer offloaded: the update stores this rank's parts on it
-    void **param_view;                  // what the model reads: params16, or the gathered buffers at stage 3
-    const param_storage *param_storage; // the stage's (policy.c)
-    const param_ops *param_ops;
-    coordinator coord; // stage 3; its timed waits also at stages 1-2 with a background update
-    share share;       // stages 1-2 with a background update
-
+    parameters params;
     gradients grads;
-    double *device_grad_stats; // zinf_sumsq output per module part (2 doubles each)
+    optimizer optim;
 
-    // the optimizer states (states.c): on the device, or in the offload tier
-    zinf_offload_device optim_offload;
-    float *master, *exp_avg, *exp_avg_sq, *grads32; // on the device
-    zinf_optim_tier *optim_tier;                    // cpu and nvme
-    float *host_grads32;                            // its gradient partition
-    zinf_cpu_pool *pool;                            // cpu and nvme: CPU Adam and the host gradient norms
-    const update_ops *update;                       // the tier's (policy.c)
-    // An offloaded optimizer (stages 1-3): the update runs on the tier's thread and the
-    // next step's forward starts at once; a module waits only for its own sub-group (at
-    // stage 3 its gather, at stages 1-2 share.c).
-    bool background;
-
-    zinf_host_pool *host;    // every host buffer of the tiers and the staging
-    zinf_aio *aio;           // nvme, both tiers
-    char run[24];            // names the swap stores' directory (rank 0's pid)
-    zinf_aio_stats aio_seen; // the aio counters at the last step's end
-    int64_t handoff_seen;    // the parameter tier's handoff_bytes then
-    zinf_comm_bytes comm_seen;  // the communicator's counts then
-    zinf_device_busy busy_seen; // the device's busy times then
+    zinf_host_pool *host; // every host buffer of the tiers and the staging
+    zinf_aio *aio;        // nvme, both tiers
+    char run[24];         // names the swap stores' directory (rank 0's pid)
 
     zeropp_state zeropp;
     void *h_ckpt; // cpu_checkpointing: the model's checkpoints, pinned (lent to the model)
@@ -324,8 +334,6 @@ struct zinf_engine {
     int64_t plan_device, plan_pinned, plan_host;
     int64_t plan_pool_device;     // device bytes when the host pool would be made (its budgets)
     traffic counted;              // what the plan's movers would have moved
-    zinf_optim_tier_stats ostats; // the tiers' figures: of the tiers made, or planned
-    zinf_param_tier_stats pstats;
 };
 
 // Module mod's tiles over partition.ranks ranks (tile 0: gathered whole); zinf_tiling_count and
@@ -383,7 +391,7 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod);
 // Tile k of tiled module mod is done in the backward's op grads.current_op: its gradient (every
 // rank's part of the tile, rank after rank, on the device) goes to the buckets.
 zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad);
-// params.c: the 16-bit parameters (param_storage: params_whole, params_sliced)
+// params.c: the 16-bit parameters (params.storage: params_whole, params_sliced)
 void params_destroy(zinf_engine *e);
 // Where the optimizer tier's stores run: the parameter tier's stream (stage 3), the
 // store stream (stages 1-2), or the compute stream (an optimizer on the device).
@@ -476,7 +484,7 @@ zinf_status engine_alltoall(zinf_engine *e, const rank_group *g, const void *in,
 int engine_ranks_per_node(const zinf_engine *e);
 // Wait for every stream and the update's thread, and raise a failure of the work on them.
 zinf_status engine_wait_streams(zinf_engine *e);
-// engine_wait_streams once the parameters are settled (param_ops): every module as the
+// engine_wait_streams once the parameters are settled (params.ops): every module as the
 // last update left it, where the forward and the checkpoints read it.
 zinf_status engine_sync(zinf_engine *e);
 
@@ -505,7 +513,7 @@ zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t
 
 // policy.c
 // The one place the stage and the optimizer's tier choose: the tables of operations
-// (param_storage, param_ops, update) and what follows from them (partition.split,
+// (params.storage, params.ops, optim.update) and what follows from them (partition.split,
 // grads.scattered, background), once engine_settings has read the config.
 void policy_choose(zinf_engine *e);
 

@@ -26,7 +26,7 @@ static size_t gcd(size_t a, size_t b) {
 // tile 0 (tile_first: an MLP's norm), even where that passes the bound.
 static void tile_layout(const zinf_engine *e, const zinf_module_info *mi, mod_layout *l) {
     int64_t bound = e->cfg.memory.tile_bound;
-    if (!e->param_storage->sliced || bound <= 0 || !mi->tile_unit || l->padded <= (size_t)bound) return;
+    if (!e->params.storage->sliced || bound <= 0 || !mi->tile_unit || l->padded <= (size_t)bound) return;
     size_t g = SLICE_ALIGN / gcd(SLICE_ALIGN, mi->tile_unit) * mi->tile_unit;
     size_t slice = round_up(l->numel, (size_t)e->partition.ranks * g) / (size_t)e->partition.ranks,
            t = (size_t)bound / (size_t)e->partition.ranks / g * g;
@@ -49,8 +49,8 @@ zinf_status layout_build(zinf_engine *e) {
         tile_layout(e, mi, l);
         l->part_lo = e->partition.split ? (size_t)e->partition.rank * l->slice : 0;
         l->part_n = e->partition.split ? l->slice : l->padded;
-        l->param_lo = e->param_storage->sliced ? (size_t)e->partition.rank * l->slice : 0;
-        l->param_n = e->param_storage->sliced ? l->slice : l->padded;
+        l->param_lo = e->params.storage->sliced ? (size_t)e->partition.rank * l->slice : 0;
+        l->param_n = e->params.storage->sliced ? l->slice : l->padded;
         l->part_off = off;
         off += l->part_n;
         for (int j = 0; j < mi->nparams; j++)

@@ -76,7 +76,8 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     for (int i = 0; i < e->module_count; i++)
         p16 += e->layout[i].param_n;
     out->params16 = (int64_t)(p16 * e->elem_size);
-    out->gathered_max = e->coord.prefetcher ? zinf_prefetch_live_peak(e->coord.prefetcher) * (int64_t)e->elem_size : 0;
+    out->gathered_max =
+        e->params.coord.prefetcher ? zinf_prefetch_live_peak(e->params.coord.prefetcher) * (int64_t)e->elem_size : 0;
     out->hpz_ranks = e->zeropp.hpz_ranks > 1 ? e->zeropp.hpz_ranks : 1;
     out->secondary = e->zeropp.secondary_bytes;
     out->master = (int64_t)(e->partition.numel * sizeof(float));
@@ -84,13 +85,13 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->grads32 = out->master;
     out->activations = e->activation_bytes;
     out->reduce_bufs = (int64_t)(2 * e->grads.bucket_capacity * sizeof(float));
-    out->optimizer_tier = e->optim_offload;
+    out->optimizer_tier = e->optim.offload;
     out->staging = (int64_t)e->staging_bytes;
     out->activation_host = e->ckpt_host_bytes;
-    const zinf_optim_tier_stats *os = &e->ostats;
-    const zinf_param_tier_stats *ps = &e->pstats;
+    const zinf_optim_tier_stats *os = &e->optim.tier_stats;
+    const zinf_param_tier_stats *ps = &e->params.tier_stats;
     out->host = os->host_bytes;
-    out->params_tier = e->param_offload;
+    out->params_tier = e->params.offload;
     out->params_host = ps->host_bytes;
     out->params_resident = ps->resident;
     out->param_buffers = ps->buffers;

@@ -13,7 +13,7 @@
 // MiCS applies to sliced parameters (stage 3) over several ranks; a shard group of the
 // whole world still takes the hierarchical gathers.
 static bool mics_on(const zinf_engine *e) {
-    return e->param_storage->sliced && e->world > 1 && e->cfg.zero.mics_shard_size > 0;
+    return e->params.storage->sliced && e->world > 1 && e->cfg.zero.mics_shard_size > 0;
 }
 
 void mics_settings(zinf_engine *e) {
@@ -95,19 +95,19 @@ void mics_destroy(zinf_engine *e) {
 // offloaded optimizer keeps it. Every bucket has been added (the streams are idle).
 zinf_status mics_reduce_grads(zinf_engine *e) {
     if (e->partition.replicas == 1) return ZINF_OK;
-    if (e->optim_tier)
-        return zinf_comm_allreduce_f32(e->partition.replica_group.comm, e->host_grads32, e->partition.numel);
+    if (e->optim.tier)
+        return zinf_comm_allreduce_f32(e->partition.replica_group.comm, e->optim.host_grads32, e->partition.numel);
     if (e->nccl) {
-        ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.replica_group.comm, e->comm_stream, e->grads32,
+        ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.replica_group.comm, e->comm_stream, e->optim.grads32,
                                                   e->partition.numel));
         return engine_wait_streams(e);
     }
     size_t most = e->staging_bytes / sizeof(float);
     for (size_t o = 0, n; o < e->partition.numel; o += n) {
         n = e->partition.numel - o < most ? e->partition.numel - o : most;
-        ZINF_CHECK(engine_copy(e, e->staging, e->grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
+        ZINF_CHECK(engine_copy(e, e->staging, e->optim.grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
         ZINF_CHECK(engine_comm(e, &e->partition.replica_group, COMM_ALLREDUCE, e->staging, NULL, n));
-        ZINF_CHECK(engine_copy(e, e->grads32 + o, e->staging, n * sizeof(float), ZINF_COPY_H2D));
+        ZINF_CHECK(engine_copy(e, e->optim.grads32 + o, e->staging, n * sizeof(float), ZINF_COPY_H2D));
     }
     return engine_wait_streams(e);
 }
@@ -119,7 +119,7 @@ static int64_t allreduce_bytes(int64_t n, int64_t R) { return (2 * (n / R) + n %
 
 int64_t mics_grads_bytes(const zinf_engine *e) {
     const int64_t n = (int64_t)e->partition.numel, R = e->partition.replicas;
-    if (e->optim_offload != ZINF_OFFLOAD_NONE) return allreduce_bytes(n, R);
+    if (e->optim.offload != ZINF_OFFLOAD_NONE) return allreduce_bytes(n, R);
     if (e->nccl) return 2 * (n * (int64_t)sizeof(float) / R);
     int64_t most = (int64_t)(e->staging_bytes / sizeof(float)), sum = 0;
     for (int64_t o = 0; o < n; o += most)

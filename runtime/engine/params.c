@@ -1,5 +1,5 @@
 // The 16-bit parameters: stages 0-2 keep every module's full buffer on the device
-// (params16; an offloaded update stores into it on a stream of its own); stage 3 keeps
+// (params.whole; an offloaded update stores into it on a stream of its own); stage 3 keeps
 // this rank's slices in offload/'s parameter tier (on the device, in host memory, or
 // in the swap store), gathered by the coordinator.
 #include <string.h>
@@ -15,35 +15,35 @@ static zinf_status gather(void *ctx, const void *mine, bool mine_host, void *ful
 static zinf_status whole_create(zinf_engine *e) {
     for (int i = 0; i < e->module_count; i++)
         if (e->layout[i].padded)
-            ZINF_CHECK(engine_take_device(e, e->layout[i].padded * e->elem_size, "parameters", &e->params16[i]));
+            ZINF_CHECK(engine_take_device(e, e->layout[i].padded * e->elem_size, "parameters", &e->params.whole[i]));
     // An offloaded update runs under the next forward (share.c) and stores on a
     // stream of its own: on the compute stream a store would queue behind the
     // forward's ops, and the update's output buffers, reused once their stores pass,
     // would wait for the forward.
     if (!e->plan && e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE)
-        ZINF_CHECK(zinf_stream_create(e->dev, &e->store_stream));
+        ZINF_CHECK(zinf_stream_create(e->dev, &e->params.store_stream));
     return ZINF_OK;
 }
 
 static void *whole_device_part(zinf_engine *e, int mod) {
-    return (char *)e->params16[mod] + e->layout[mod].part_lo * e->elem_size;
+    return (char *)e->params.whole[mod] + e->layout[mod].part_lo * e->elem_size;
 }
 
 static zinf_status whole_store(zinf_engine *e, int mod, const void *src, bool src_host) {
     const mod_layout *l = &e->layout[mod];
-    return zinf_copy_async(params_stream(e), (char *)e->params16[mod] + l->part_lo * e->elem_size, src,
+    return zinf_copy_async(params_stream(e), (char *)e->params.whole[mod] + l->part_lo * e->elem_size, src,
                            l->part_n * e->elem_size, src_host ? ZINF_COPY_H2D : ZINF_COPY_D2D);
 }
 
 static zinf_status whole_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src) {
     zeropp_invalidate(e);
-    ZINF_CHECK(zinf_copy_async(e->compute_stream, (char *)e->params16[mod] + a * e->elem_size, src, n * e->elem_size,
-                               ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_copy_async(e->compute_stream, (char *)e->params.whole[mod] + a * e->elem_size, src,
+                               n * e->elem_size, ZINF_COPY_H2D));
     return zinf_stream_sync(e->compute_stream);
 }
 
 static zinf_status whole_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst) {
-    ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, (const char *)e->params16[mod] + a * e->elem_size,
+    ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, (const char *)e->params.whole[mod] + a * e->elem_size,
                                n * e->elem_size, ZINF_COPY_D2H));
     return zinf_stream_sync(e->compute_stream);
 }
@@ -66,7 +66,7 @@ static zinf_status sliced_create(zinf_engine *e) {
     for (int i = 0; i < e->module_count; i++)
         slice[i] = e->layout[i].slice;
     // A background update stores on the tier's stream, so that a gather waits only for its sub-group.
-    zinf_param_tier_config tc = {.device = e->param_offload,
+    zinf_param_tier_config tc = {.device = e->params.offload,
                                  .slice = slice,
                                  .names = e->names,
                                  .nmod = e->module_count,
@@ -84,15 +84,15 @@ static zinf_status sliced_create(zinf_engine *e) {
                                  .failure = e->failure,
                                  .gather = gather,
                                  .gather_ctx = e};
-    zinf_status st = e->plan ? zinf_param_tier_plan(&tc, (uint64_t)e->cfg.aio.block_size, &e->pstats)
-                             : zinf_param_tier_create(&e->param_tier, &tc);
+    zinf_status st = e->plan ? zinf_param_tier_plan(&tc, (uint64_t)e->cfg.aio.block_size, &e->params.tier_stats)
+                             : zinf_param_tier_create(&e->params.tier, &tc);
     free(slice);
     if (st != ZINF_OK) return st;
     if (!e->plan) {
-        zinf_param_tier_get_stats(e->param_tier, &e->pstats);
+        zinf_param_tier_get_stats(e->params.tier, &e->params.tier_stats);
         return ZINF_OK;
     }
-    const zinf_param_tier_stats *ps = &e->pstats;
+    const zinf_param_tier_stats *ps = &e->params.tier_stats;
     int64_t host = ps->host_bytes + ps->buffers * ps->buffer_bytes;
     if (ps->device_bytes) e->plan_device += (int64_t)zinf_device_account_bytes((size_t)ps->device_bytes);
     e->plan_host += host;
@@ -100,19 +100,19 @@ static zinf_status sliced_create(zinf_engine *e) {
     return ZINF_OK;
 }
 
-static void *sliced_device_part(zinf_engine *e, int mod) { return zinf_param_tier_device_slice(e->param_tier, mod); }
+static void *sliced_device_part(zinf_engine *e, int mod) { return zinf_param_tier_device_slice(e->params.tier, mod); }
 
 static zinf_status sliced_store(zinf_engine *e, int mod, const void *src, bool src_host) {
-    return zinf_param_tier_store(e->param_tier, mod, src, src_host);
+    return zinf_param_tier_store(e->params.tier, mod, src, src_host);
 }
 
 static zinf_status sliced_write(zinf_engine *e, int mod, size_t a, size_t n, const void *src) {
     zeropp_invalidate(e);
-    return zinf_param_tier_write(e->param_tier, mod, a - e->layout[mod].part_lo, n, src);
+    return zinf_param_tier_write(e->params.tier, mod, a - e->layout[mod].part_lo, n, src);
 }
 
 static zinf_status sliced_copy_out(zinf_engine *e, int mod, size_t a, size_t n, void *dst) {
-    return zinf_param_tier_copy_out(e->param_tier, mod, a - e->layout[mod].part_lo, n, dst);
+    return zinf_param_tier_copy_out(e->params.tier, mod, a - e->layout[mod].part_lo, n, dst);
 }
 
 const param_storage params_sliced = {
@@ -127,12 +127,14 @@ const param_storage params_sliced = {
 // ---- both ----
 
 void params_destroy(zinf_engine *e) {
-    zinf_param_tier_destroy(e->param_tier);
-    zinf_stream_destroy(e->store_stream); // its stores end first
-    for (int i = 0; e->params16 && e->dev && i < e->module_count; i++)
-        zinf_device_free(e->dev, e->params16[i]);
+    zinf_param_tier_destroy(e->params.tier);
+    zinf_stream_destroy(e->params.store_stream); // its stores end first
+    for (int i = 0; e->params.whole && e->dev && i < e->module_count; i++)
+        zinf_device_free(e->dev, e->params.whole[i]);
 }
 
 zinf_stream *params_stream(zinf_engine *e) {
-    return e->param_tier ? zinf_param_tier_stream(e->param_tier) : e->store_stream ? e->store_stream : e->compute_stream;
+    return e->params.tier           ? zinf_param_tier_stream(e->params.tier)
+           : e->params.store_stream ? e->params.store_stream
+                                    : e->compute_stream;
 }

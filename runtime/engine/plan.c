@@ -114,18 +114,18 @@ static zinf_status micro_batch(replay *r) {
 }
 
 // step.c update's 16-bit scratch (a device optimizer writing slices that live in host
-// memory), the new parameters handed to the ranks (param_ops after_update: at stages
+// memory), the new parameters handed to the ranks (params.ops after_update: at stages
 // 1-2 all-gathered, counted), then coord_end_step: every gathered buffer goes, the uses
 // become the trace.
 static zinf_status end_step(replay *r) {
     zinf_engine *e = r->e;
     bool scratch =
-        e->param_offload != ZINF_OFFLOAD_NONE && e->optim_offload == ZINF_OFFLOAD_NONE && e->dtype != ZINF_DTYPE_F32;
+        e->params.offload != ZINF_OFFLOAD_NONE && e->optim.offload == ZINF_OFFLOAD_NONE && e->dtype != ZINF_DTYPE_F32;
     for (int i = 0; scratch && i < e->module_count; i++)
         if (e->layout[i].padded)
             take(r, e->layout[i].part_n * e->elem_size), r->dev -= dev_bytes(e->layout[i].part_n * e->elem_size);
     zeropp_invalidate(e); // the update was applied
-    ZINF_CHECK(e->param_ops->after_update(e));
+    ZINF_CHECK(e->params.ops->after_update(e));
     if (!r->prefetcher) return ZINF_OK;
     for (int i = 0; i < e->module_count; i++)
         if (zinf_prefetch_is_gathered(r->prefetcher, i)) r->dev -= dev_bytes(e->layout[i].padded * e->elem_size);
@@ -139,7 +139,7 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
     replay r = {.e = e, .gathers = gathers, .tile_ops = tile_ops, .dev = e->plan_device, .peak = e->plan_device};
     r.grad = calloc(n, sizeof *r.grad), r.ahead = calloc(n, sizeof *r.ahead);
     zinf_status st = r.grad && r.ahead ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "plan: out of memory");
-    if (st == ZINF_OK && e->param_storage->sliced) st = coord_prefetcher(e, &r.prefetcher);
+    if (st == ZINF_OK && e->params.storage->sliced) st = coord_prefetcher(e, &r.prefetcher);
     for (int step = 0; st == ZINF_OK && step < 2; step++) {
         memset(gathers, 0, n * sizeof *gathers), memset(tile_ops, 0, n * sizeof *tile_ops);
         e->counted = (traffic){0};
@@ -166,13 +166,13 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
 static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
     size_t W = (size_t)e->world, pad4 = 0, slice4 = 0;
     int64_t ga = e->cfg.gradient_accumulation_steps;
-    bool staged = W > 1 && !e->nccl, offloaded = e->optim_offload != ZINF_OFFLOAD_NONE;
+    bool staged = W > 1 && !e->nccl, offloaded = e->optim.offload != ZINF_OFFLOAD_NONE;
     out->h2d += e->counted.h2d, out->d2h += e->counted.d2h;
     out->comm_intra = e->counted.comm_intra, out->comm_inter = e->counted.comm_inter;
     for (int i = 0; i < e->module_count; i++) {
         const mod_layout *x = &e->layout[i];
         size_t sb = x->slice * e->elem_size;
-        bool disk = e->param_offload == ZINF_OFFLOAD_NVME && i >= e->pstats.resident && x->slice;
+        bool disk = e->params.offload == ZINF_OFFLOAD_NVME && i >= e->params.tier_stats.resident && x->slice;
         pad4 += x->padded * sizeof(float), slice4 += x->slice * sizeof(float);
         bool hpz = e->zeropp.hpz_ranks > 1 && !x->tile;
         int64_t reads = x->tile ? tile_ops[i] : hpz ? gathers[i] > 0 : gathers[i];
@@ -197,10 +197,10 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
         int64_t one = e->ckpt_host_bytes / (mp->shape.n_layer + 1), back = mp->shape.n_layer - 2;
         out->d2h += e->ckpt_host_bytes * ga, out->h2d += (back > 0 ? back : 0) * one * ga;
     }
-    bool host_params = e->param_offload != ZINF_OFFLOAD_NONE;
+    bool host_params = e->params.offload != ZINF_OFFLOAD_NONE;
     if (offloaded && !host_params) out->h2d += (int64_t)(e->partition.numel * e->elem_size);
     if (!offloaded && host_params) out->d2h += (int64_t)(e->partition.numel * e->elem_size);
-    if (e->optim_offload == ZINF_OFFLOAD_NVME) {
+    if (e->optim.offload == ZINF_OFFLOAD_NVME) {
         out->nvme_read += (int64_t)(3 * e->partition.numel * sizeof(float));
         out->nvme_write += (int64_t)(3 * e->partition.numel * sizeof(float));
     }
@@ -267,7 +267,7 @@ static void tiled(const zinf_engine *e, zinf_plan *out) {
 static void plan_free(zinf_engine *e) {
     free(e->grads.last_backward_op), free(e->grads.first_piece), free(e->grads.pieces), free(e->grads.buckets),
         free(e->zeropp.secondary), free(e->zeropp.secondary_valid);
-    free(e->params16), free(e->grads.buffers16), free(e->param_view), free(e->names), free(e->layout);
+    free(e->params.whole), free(e->grads.buffers16), free(e->params.view), free(e->names), free(e->layout);
     zinf_model_destroy(e->model);
     free(e);
 }

@@ -13,7 +13,7 @@ static zinf_status nothing(zinf_engine *e) {
 // ---- parameters whole on the device (stages 0-2) ----
 
 static zinf_status whole_create(zinf_engine *e) {
-    memcpy(e->param_view, e->params16, (size_t)e->module_count * sizeof *e->param_view);
+    memcpy(e->params.view, e->params.whole, (size_t)e->module_count * sizeof *e->params.view);
     return share_create(e);
 }
 
@@ -51,7 +51,7 @@ static const param_ops partitioned = {
 // ---- parameters as slices, gathered for each op (stage 3) ----
 
 static zinf_status sliced_before_op(zinf_engine *e, const zinf_model_op *op) {
-    return coord_fetch(e, op->module, e->param_view);
+    return coord_fetch(e, op->module, e->params.view);
 }
 
 static zinf_status sliced_after_op(zinf_engine *e, const zinf_model_op *op) { return coord_done(e, op->module); }
@@ -70,9 +70,9 @@ void policy_choose(zinf_engine *e) {
     int64_t stage = e->cfg.zero.stage;
     e->partition.split = stage > 0;
     e->grads.scattered = stage >= 2;
-    e->param_storage = stage == 3 ? &params_sliced : &params_whole;
-    e->param_ops = stage == 3 ? &sliced : stage > 0 ? &partitioned : &replicated;
+    e->params.storage = stage == 3 ? &params_sliced : &params_whole;
+    e->params.ops = stage == 3 ? &sliced : stage > 0 ? &partitioned : &replicated;
     // The update runs under the next forward at every stage that offloads it (1-3).
-    e->background = e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE;
-    e->update = e->background ? &update_offloaded : &update_on_device;
+    e->optim.background = e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE;
+    e->optim.update = e->optim.background ? &update_offloaded : &update_on_device;
 }

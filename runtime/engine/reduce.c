@@ -84,7 +84,7 @@ zinf_status reduce_create(zinf_engine *e) {
                                       (void **)&e->grads.device_buckets[s]));
         if (!e->plan) ZINF_CHECK(zinf_event_create(e->dev, &e->grads.bucket_free[s]));
     }
-    bool host_grads = e->optim_offload != ZINF_OFFLOAD_NONE, host_comm = e->world > 1 && !e->nccl;
+    bool host_grads = e->optim.offload != ZINF_OFFLOAD_NONE, host_comm = e->world > 1 && !e->nccl;
     if (!host_grads && !host_comm) return ZINF_OK;
     // One pinned staging buffer serves every collective and the gradients' way to the
     // host: the communication stream runs them one after another. A reduce-scatter
@@ -128,7 +128,7 @@ static zinf_status flush(zinf_engine *e, int b) {
             ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.group.comm, e->comm_stream, d, W * blk));
     } else if (W > 1) {
         ZINF_CHECK(engine_copy(e, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
-        bool back = e->optim_offload == ZINF_OFFLOAD_NONE; // the sums are added on the device
+        bool back = e->optim.offload == ZINF_OFFLOAD_NONE; // the sums are added on the device
         if (scattered) {
             ZINF_CHECK(engine_comm(e, &e->partition.group, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
             if (back) ZINF_CHECK(engine_copy(e, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
@@ -137,7 +137,7 @@ static zinf_status flush(zinf_engine *e, int b) {
             if (back) ZINF_CHECK(engine_copy(e, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
         }
     }
-    if (e->optim_offload != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
+    if (e->optim.offload != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
         if (W == 1 || in_place) {
             // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
             bool mine = e->partition.split && W > 1;
@@ -153,7 +153,7 @@ static zinf_status flush(zinf_engine *e, int b) {
             for (size_t r = 0; r < W; r++) {
                 if (!partition_holds(e, r)) continue;
                 const float *src = d + (packed ? 0 : r * blk) + p->off;
-                float *dst = e->grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
+                float *dst = e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
                 ZINF_CHECK(zinf_add(e->comm_stream, ZINF_DTYPE_F32, dst, dst, src, p->n));
             }
         }

@@ -11,7 +11,7 @@
 #include "internal.h"
 
 static void add(zinf_engine *e, int x) {
-    share *s = &e->share;
+    share *s = &e->params.share;
     if (x < 0 || !e->layout[x].padded || s->pos[x] >= 0) return;
     s->pos[x] = s->n;
     s->order[s->n++] = x;
@@ -25,7 +25,7 @@ static void build_order(zinf_engine *e) {
     int nf;
     const zinf_model_op *ops = zinf_model_schedule(e->model, false, &nf);
     for (int i = 0; i < e->module_count; i++)
-        e->share.pos[i] = -1;
+        e->params.share.pos[i] = -1;
     for (int k = 0; k < nf; k++) {
         add(e, ops[k].module);
         add(e, zinf_model_module(e->model, ops[k].module)->external);
@@ -35,8 +35,8 @@ static void build_order(zinf_engine *e) {
 }
 
 zinf_status share_create(zinf_engine *e) {
-    share *s = &e->share;
-    if (!e->background) return ZINF_OK; // stage 3 gathers instead (param_ops)
+    share *s = &e->params.share;
+    if (!e->optim.background) return ZINF_OK; // stage 3 gathers instead (params.ops)
     size_t n = (size_t)e->module_count + 1;
     s->order = malloc(n * sizeof *s->order);
     s->pos = malloc(n * sizeof *s->pos);
@@ -50,7 +50,7 @@ zinf_status share_create(zinf_engine *e) {
 }
 
 void share_destroy(zinf_engine *e) {
-    share *s = &e->share;
+    share *s = &e->params.share;
     for (int i = 0; s->landed && i < e->module_count; i++)
         zinf_event_destroy(s->landed[i]);
     free(s->order), free(s->pos), free(s->waited), free(s->landed);
@@ -58,7 +58,7 @@ void share_destroy(zinf_engine *e) {
 }
 
 void share_start(zinf_engine *e) {
-    share *s = &e->share;
+    share *s = &e->params.share;
     if (!s->order) return;
     s->active = true;
     s->next = 0;
@@ -72,17 +72,17 @@ void share_start(zinf_engine *e) {
 // says it was recorded), so the gather reads this rank's new slice; the gather then
 // writes the whole buffer, and `landed` tells the compute stream when.
 static zinf_status gather_upto(zinf_engine *e, int upto) {
-    share *s = &e->share;
+    share *s = &e->params.share;
     while (s->next < s->n) {
         int x = s->order[s->next];
-        if (upto < 0 && !zinf_optim_tier_updated(e->optim_tier, x)) break;
+        if (upto < 0 && !zinf_optim_tier_updated(e->optim.tier, x)) break;
         s->next++;
-        ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim_tier, x, e->comm_stream));
+        ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim.tier, x, e->comm_stream));
         size_t sb = e->layout[x].slice * e->elem_size;
         // After a failure the update's bits mean nothing; engine_sync raises it.
         if (!zinf_latch_failed(e->failure))
-            ZINF_CHECK(engine_allgather(e, &e->partition.group, (char *)e->params16[x] + e->partition.rank * sb, false,
-                                        e->params16[x], sb));
+            ZINF_CHECK(engine_allgather(e, &e->partition.group, (char *)e->params.whole[x] + e->partition.rank * sb,
+                                        false, e->params.whole[x], sb));
         ZINF_CHECK(zinf_event_record(s->landed[x], e->comm_stream));
         if (x == upto) break;
     }
@@ -92,30 +92,30 @@ static zinf_status gather_upto(zinf_engine *e, int upto) {
 // The compute stream waits for module x's new buffer: with one rank the tier's store
 // (its sub-group event on the store stream), else the all-gather's landing.
 static zinf_status wait_for(zinf_engine *e, int x) {
-    share *s = &e->share;
+    share *s = &e->params.share;
     s->waited[x] = true;
-    if (e->partition.ranks == 1) return zinf_optim_tier_wait_updated(e->optim_tier, x, e->compute_stream);
+    if (e->partition.ranks == 1) return zinf_optim_tier_wait_updated(e->optim.tier, x, e->compute_stream);
     if (s->pos[x] >= s->next) ZINF_CHECK(gather_upto(e, x));
     return zinf_stream_wait_event(e->compute_stream, s->landed[x]);
 }
 
 zinf_status share_use(zinf_engine *e, int x) {
-    share *s = &e->share;
+    share *s = &e->params.share;
     if (!s->active || x < 0 || !e->layout[x].padded || s->waited[x]) return ZINF_OK;
     // Whether the compute stream may run dry here: the update has not stored x yet, or
     // x's all-gather is not known to have landed. Then the wait is timed.
-    bool pending = !zinf_optim_tier_updated(e->optim_tier, x) ||
+    bool pending = !zinf_optim_tier_updated(e->optim.tier, x) ||
                    (e->partition.ranks > 1 && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
     return pending ? coord_timed_update_wait(e, wait_for, x) : wait_for(e, x);
 }
 
 zinf_status share_ahead(zinf_engine *e) {
-    if (!e->share.active || e->partition.ranks == 1) return ZINF_OK;
+    if (!e->params.share.active || e->partition.ranks == 1) return ZINF_OK;
     return gather_upto(e, -1);
 }
 
 zinf_status share_finish(zinf_engine *e) {
-    share *s = &e->share;
+    share *s = &e->params.share;
     if (!s->active) return ZINF_OK;
     for (int i = 0; i < s->n; i++)
         if (!s->waited[s->order[i]]) ZINF_CHECK(wait_for(e, s->order[i]));
@@ -131,8 +131,8 @@ zinf_status share_gather_all(zinf_engine *e) {
         const mod_layout *l = &e->layout[i];
         size_t sb = l->slice * e->elem_size;
         if (!sb) continue;
-        ZINF_CHECK(engine_allgather(e, &e->partition.group, (char *)e->params16[i] + e->partition.rank * sb, false,
-                                    e->params16[i], sb));
+        ZINF_CHECK(engine_allgather(e, &e->partition.group, (char *)e->params.whole[i] + e->partition.rank * sb, false,
+                                    e->params.whole[i], sb));
     }
     return ZINF_OK;
 }

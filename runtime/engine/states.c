@@ -10,24 +10,24 @@ static const char *const device_name[] = {"fp32 master weights", "optimizer exp_
 
 static float **dev_state(zinf_engine *e, zinf_tier_state s) {
     switch (s) {
-    case ZINF_TIER_MASTER: return &e->master;
-    case ZINF_TIER_EXP_AVG: return &e->exp_avg;
-    case ZINF_TIER_EXP_AVG_SQ: return &e->exp_avg_sq;
+    case ZINF_TIER_MASTER: return &e->optim.master;
+    case ZINF_TIER_EXP_AVG: return &e->optim.exp_avg;
+    case ZINF_TIER_EXP_AVG_SQ: return &e->optim.exp_avg_sq;
     case ZINF_TIER_GRAD: break;
     }
-    return &e->grads32;
+    return &e->optim.grads32;
 }
 
 // The optimizer tier hands each updated module part to the parameters.
 static zinf_status store_part(void *ctx, int mod, const void *src) {
     zinf_engine *e = ctx;
-    return e->param_storage->store(e, mod, src, true);
+    return e->params.storage->store(e, mod, src, true);
 }
 
 zinf_status states_create(zinf_engine *e) {
     const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;
-    e->optim_offload = oc->device;
-    if (e->optim_offload == ZINF_OFFLOAD_NONE) {
+    e->optim.offload = oc->device;
+    if (e->optim.offload == ZINF_OFFLOAD_NONE) {
         for (int s = ZINF_TIER_MASTER; s <= ZINF_TIER_GRAD; s++)
             ZINF_CHECK(
                 engine_take_device(e, e->partition.numel * sizeof(float), device_name[s], (void **)dev_state(e, s)));
@@ -37,8 +37,8 @@ zinf_status states_create(zinf_engine *e) {
     if (!part_n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; i < e->module_count; i++)
         part_n[i] = e->layout[i].part_n;
-    zinf_status st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->pool, 0);
-    zinf_optim_tier_config tc = {.device = e->optim_offload,
+    zinf_status st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->optim.pool, 0);
+    zinf_optim_tier_config tc = {.device = e->optim.offload,
                                  .seg_n = part_n,
                                  .nseg = e->module_count,
                                  .sub_group_size = e->cfg.zero.sub_group_size,
@@ -46,62 +46,63 @@ zinf_status states_create(zinf_engine *e) {
                                  .pin_memory = oc->pin_memory,
                                  .pipeline_read = oc->pipeline_read,
                                  .pipeline_write = oc->pipeline_write,
-                                 .background = e->background,
+                                 .background = e->optim.background,
                                  .swap = engine_swap_config(e, &oc->nvme_path),
                                  .dev = e->dev,
                                  .host = e->host,
-                                 .cpu = e->pool,
+                                 .cpu = e->optim.pool,
                                  .failure = e->failure,
                                  .store = store_part,
                                  .store_ctx = e,
                                  .store_stream = params_stream(e)};
     if (st == ZINF_OK && e->plan)
-        st = zinf_optim_tier_plan(&tc, (uint64_t)e->cfg.aio.block_size, &e->ostats);
+        st = zinf_optim_tier_plan(&tc, (uint64_t)e->cfg.aio.block_size, &e->optim.tier_stats);
     else if (st == ZINF_OK)
-        st = zinf_optim_tier_create(&e->optim_tier, &tc);
+        st = zinf_optim_tier_create(&e->optim.tier, &tc);
     free(part_n);
     if (st != ZINF_OK) return st;
     if (!e->plan) {
-        e->host_grads32 = zinf_optim_tier_grads(e->optim_tier);
-        zinf_optim_tier_get_stats(e->optim_tier, &e->ostats);
+        e->optim.host_grads32 = zinf_optim_tier_grads(e->optim.tier);
+        zinf_optim_tier_get_stats(e->optim.tier, &e->optim.tier_stats);
         return ZINF_OK;
     }
-    e->plan_host += e->ostats.host_bytes;
-    if (oc->pin_memory) e->plan_pinned += e->ostats.host_bytes;
+    e->plan_host += e->optim.tier_stats.host_bytes;
+    if (oc->pin_memory) e->plan_pinned += e->optim.tier_stats.host_bytes;
     return ZINF_OK;
 }
 
 void states_destroy(zinf_engine *e) {
-    zinf_optim_tier_destroy(e->optim_tier);
-    zinf_cpu_pool_destroy(e->pool);
+    zinf_optim_tier_destroy(e->optim.tier);
+    zinf_cpu_pool_destroy(e->optim.pool);
     for (int s = ZINF_TIER_MASTER; e->dev && s <= ZINF_TIER_GRAD; s++)
         zinf_device_free(e->dev, *dev_state(e, s));
 }
 
 zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, float *dst) {
-    if (e->optim_tier) return zinf_optim_tier_read(e->optim_tier, s, off, n, dst);
+    if (e->optim.tier) return zinf_optim_tier_read(e->optim.tier, s, off, n, dst);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, *dev_state(e, s) + off, n * sizeof *dst, ZINF_COPY_D2H));
     return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src) {
-    if (e->optim_tier) return zinf_optim_tier_write(e->optim_tier, s, off, n, src);
+    if (e->optim.tier) return zinf_optim_tier_write(e->optim.tier, s, off, n, src);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, *dev_state(e, s) + off, src, n * sizeof *src, ZINF_COPY_H2D));
     return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status states_zero(zinf_engine *e) {
-    if (e->optim_tier) return zinf_optim_tier_zero_states(e->optim_tier);
+    if (e->optim.tier) return zinf_optim_tier_zero_states(e->optim.tier);
     size_t bytes = e->partition.numel * sizeof(float);
-    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->exp_avg, 0, bytes));
-    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->exp_avg_sq, 0, bytes));
-    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->grads32, 0, bytes));
+    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.exp_avg, 0, bytes));
+    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.exp_avg_sq, 0, bytes));
+    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.grads32, 0, bytes));
     return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status states_zero_grads(zinf_engine *e) {
-    if (!e->optim_tier) return zinf_memset_async(e->compute_stream, e->grads32, 0, e->partition.numel * sizeof(float));
-    zinf_optim_tier_zero_grads(e->optim_tier);
+    if (!e->optim.tier)
+        return zinf_memset_async(e->compute_stream, e->optim.grads32, 0, e->partition.numel * sizeof(float));
+    zinf_optim_tier_zero_grads(e->optim.tier);
     return ZINF_OK;
 }
 
@@ -126,7 +127,8 @@ static void grad_add_run(void *arg) {
         for (size_t r = 0; r < W; r++) {
             if (!partition_holds(e, r)) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
-            zinf_cpu_add(e->pool, e->host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src, p->n);
+            zinf_cpu_add(e->optim.pool, e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src,
+                         p->n);
         }
     }
     free(j);

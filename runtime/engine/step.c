@@ -17,10 +17,10 @@
 // Make op's modules available (stage 3 gathers them; at stages 1-2 a background
 // update's new buffers are waited for) and run it.
 static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
-    ZINF_CHECK(e->param_ops->before_op(e, op));
-    ZINF_CHECK(zinf_model_run(e->model, e->compute_stream, op, e->param_view, e->grads.buffers16));
+    ZINF_CHECK(e->params.ops->before_op(e, op));
+    ZINF_CHECK(zinf_model_run(e->model, e->compute_stream, op, e->params.view, e->grads.buffers16));
     // After the op is queued, so that gathering ahead never holds back the op at hand.
-    return e->param_ops->after_op(e, op);
+    return e->params.ops->after_op(e, op);
 }
 
 zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss) {
@@ -60,10 +60,10 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     // The gradients are the background update's until it ends. At stages 1-2 the
     // modules the forward did not use are all-gathered now, in order, before the
     // buckets' collectives; the compute stream waits for every new buffer.
-    zinf_optim_tier_join(e->optim_tier);
+    zinf_optim_tier_join(e->optim.tier);
     ZINF_CHECK(zinf_latch_raise(e->failure));
-    ZINF_CHECK(e->param_ops->settle(e));
-    ZINF_CHECK(zinf_optim_tier_preread(e->optim_tier));
+    ZINF_CHECK(e->params.ops->settle(e));
+    ZINF_CHECK(zinf_optim_tier_preread(e->optim.tier));
     int nf, nall;
     zinf_model_schedule(e->model, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
@@ -91,11 +91,11 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
 // the clip coefficient (and so the update) is the same bits at every stage.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     size_t W = (size_t)e->partition.ranks, np = (size_t)e->module_count * W;
-    bool dev = e->optim_offload == ZINF_OFFLOAD_NONE;
-    const float *g = dev ? e->grads32 : e->host_grads32;
+    bool dev = e->optim.offload == ZINF_OFFLOAD_NONE;
+    const float *g = dev ? e->optim.grads32 : e->optim.host_grads32;
     double *h = calloc(2 * np, sizeof *h);
     if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
-    zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->device_grad_stats, 0, 2 * np * sizeof *h) : ZINF_OK;
+    zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->grads.device_norms, 0, 2 * np * sizeof *h) : ZINF_OK;
     for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
         for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
@@ -103,16 +103,16 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
             const float *slice_g = g + l->part_off + (r * l->slice - l->part_lo);
             size_t k = 2 * (i * W + r);
             if (dev) {
-                st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32, slice_g, l->slice, e->device_grad_stats + k);
+                st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32, slice_g, l->slice, e->grads.device_norms + k);
             } else { // the kernel the host device runs for zinf_sumsq: the same bits
                 zinf_grad_stats gs;
-                st = zinf_grad_stats_pool(e->pool, slice_g, ZINF_DTYPE_F32, l->slice, &gs);
+                st = zinf_grad_stats_pool(e->optim.pool, slice_g, ZINF_DTYPE_F32, l->slice, &gs);
                 h[k] = gs.sumsq, h[k + 1] = gs.nonfinite;
             }
         }
     }
     if (st == ZINF_OK && dev)
-        st = zinf_copy_async(e->compute_stream, h, e->device_grad_stats, 2 * np * sizeof *h, ZINF_COPY_D2H);
+        st = zinf_copy_async(e->compute_stream, h, e->grads.device_norms, 2 * np * sizeof *h, ZINF_COPY_D2H);
     if (st == ZINF_OK) st = zinf_stream_sync(e->compute_stream);
     // Each piece lives on one rank of the partition (or on all, at stage 0); adding the
     // others' zeros keeps its bits. MiCS's replicas hold the same pieces: each shard
@@ -150,12 +150,12 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
         if (!l->padded) continue;
         // The kernel writes the 16-bit part in place where it lives on the device, else
         // into scratch the parameter tier takes it from.
-        void *dst = e->param_storage->device_part(e, i), *tmp = NULL;
+        void *dst = e->params.storage->device_part(e, i), *tmp = NULL;
         if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->elem_size, "16-bit parameters", &tmp));
-        zinf_optim_tile t = {.param = e->master + l->part_off,
-                             .exp_avg = e->exp_avg + l->part_off,
-                             .exp_avg_sq = e->exp_avg_sq + l->part_off,
-                             .grad = e->grads32 + l->part_off,
+        zinf_optim_tile t = {.param = e->optim.master + l->part_off,
+                             .exp_avg = e->optim.exp_avg + l->part_off,
+                             .exp_avg_sq = e->optim.exp_avg_sq + l->part_off,
+                             .grad = e->optim.grads32 + l->part_off,
                              .grad_dtype = ZINF_DTYPE_F32,
                              .out = f32   ? NULL
                                     : dst ? dst
@@ -163,7 +163,7 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
                              .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dtype,
                              .n = l->part_n};
         ZINF_CHECK(zinf_device_optim(e->compute_stream, h, &t));
-        if (f32 || !dst) ZINF_CHECK(e->param_storage->store(e, i, f32 ? t.param : tmp, false));
+        if (f32 || !dst) ZINF_CHECK(e->params.storage->store(e, i, f32 ? t.param : tmp, false));
         ZINF_CHECK(engine_free_after(e, tmp, e->compute_stream));
     }
     return ZINF_OK;
@@ -174,36 +174,36 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     // Timed waits are recorded at stage 3 and with a background update; none otherwise.
     ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s, &info->wait_optim_s));
     int64_t update_ns, io_wait_ns;
-    zinf_optim_tier_take_times(e->optim_tier, &update_ns, &io_wait_ns);
+    zinf_optim_tier_take_times(e->optim.tier, &update_ns, &io_wait_ns);
     info->optim_s = 1e-9 * (double)update_ns;
     info->optim_io_wait_s = 1e-9 * (double)io_wait_ns;
     zinf_comm_bytes cb;
     zinf_comm_get_bytes(e->comm, &cb);
-    info->comm_bytes_intra = cb.intra - e->comm_seen.intra;
-    info->comm_bytes_inter = cb.inter - e->comm_seen.inter;
-    e->comm_seen = cb;
+    info->comm_bytes_intra = cb.intra - e->step.comm_seen.intra;
+    info->comm_bytes_inter = cb.inter - e->step.comm_seen.inter;
+    e->step.comm_seen = cb;
     zinf_device_busy busy;
     zinf_device_get_busy(e->dev, &busy);
     info->simulated = e->sim;
-    info->device_compute_s = busy.compute_s - e->busy_seen.compute_s;
-    info->pcie_h2d_s = busy.h2d_s - e->busy_seen.h2d_s;
-    info->pcie_d2h_s = busy.d2h_s - e->busy_seen.d2h_s;
-    info->gpu_link_s = busy.link_s - e->busy_seen.link_s;
-    e->busy_seen = busy;
-    if (e->param_tier) {
+    info->device_compute_s = busy.compute_s - e->step.busy_seen.compute_s;
+    info->pcie_h2d_s = busy.h2d_s - e->step.busy_seen.h2d_s;
+    info->pcie_d2h_s = busy.d2h_s - e->step.busy_seen.d2h_s;
+    info->gpu_link_s = busy.link_s - e->step.busy_seen.link_s;
+    e->step.busy_seen = busy;
+    if (e->params.tier) {
         zinf_param_tier_stats ps;
-        zinf_param_tier_get_stats(e->param_tier, &ps);
-        info->param_handoff_bytes = ps.handoff_bytes - e->handoff_seen;
-        e->handoff_seen = ps.handoff_bytes;
+        zinf_param_tier_get_stats(e->params.tier, &ps);
+        info->param_handoff_bytes = ps.handoff_bytes - e->step.handoff_seen;
+        e->step.handoff_seen = ps.handoff_bytes;
     }
     if (!e->aio) return ZINF_OK;
     zinf_aio_stats now;
     zinf_aio_get_stats(e->aio, &now);
-    info->nvme_read_bytes = (int64_t)(now.read_bytes - e->aio_seen.read_bytes);
-    info->nvme_write_bytes = (int64_t)(now.write_bytes - e->aio_seen.write_bytes);
-    info->nvme_read_s = 1e-9 * (double)(now.read_busy_ns - e->aio_seen.read_busy_ns);
-    info->nvme_write_s = 1e-9 * (double)(now.write_busy_ns - e->aio_seen.write_busy_ns);
-    e->aio_seen = now;
+    info->nvme_read_bytes = (int64_t)(now.read_bytes - e->step.aio_seen.read_bytes);
+    info->nvme_write_bytes = (int64_t)(now.write_bytes - e->step.aio_seen.write_bytes);
+    info->nvme_read_s = 1e-9 * (double)(now.read_busy_ns - e->step.aio_seen.read_busy_ns);
+    info->nvme_write_s = 1e-9 * (double)(now.write_busy_ns - e->step.aio_seen.write_busy_ns);
+    e->step.aio_seen = now;
     return ZINF_OK;
 }
 
@@ -215,17 +215,17 @@ static zinf_status finish(zinf_engine *e) {
 }
 
 // The update inside the step, h NULL when the step is skipped: the new parameters
-// handed to every rank (param_ops after_update), then the step's figures, the gradients
+// handed to every rank (params.ops after_update), then the step's figures, the gradients
 // cleared and the step's end for the parameters.
 static zinf_status run_in_step(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
     if (h) {
         ZINF_CHECK(update(e, h));
-        ZINF_CHECK(e->param_ops->after_update(e));
+        ZINF_CHECK(e->params.ops->after_update(e));
     }
     ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are where they live
     ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(states_zero_grads(e));
-    return e->param_ops->end_step(e);
+    return e->params.ops->end_step(e);
 }
 
 // An offloaded update starts on the tier's thread and the next forward starts now; each
@@ -235,8 +235,8 @@ static zinf_status run_in_step(zinf_engine *e, const zinf_optim_hparams *h, zinf
 static zinf_status run_in_background(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
     if (!h) return run_in_step(e, NULL, info);
     ZINF_CHECK(step_times(e, info));
-    ZINF_CHECK(e->param_ops->end_step(e));
-    ZINF_CHECK(zinf_optim_tier_start(e->optim_tier, h));
+    ZINF_CHECK(e->params.ops->end_step(e));
+    ZINF_CHECK(zinf_optim_tier_start(e->optim.tier, h));
     share_start(e);
     return ZINF_OK;
 }
@@ -272,7 +272,7 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
         e->step.steps_applied++;
         zeropp_invalidate(e); // before the next forward's gathers, which the update may run under
     }
-    ZINF_CHECK(e->update->run(e, info->skipped ? NULL : &h, info));
+    ZINF_CHECK(e->optim.update->run(e, info->skipped ? NULL : &h, info));
     return finish(e);
 }
 

@@ -108,7 +108,7 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     // Per micro-batch the 16-bit gradients are widened into fp32 buckets; at stage 3 every
     // module is gathered for forward and again for backward.
     double engine = accum * zinf_sim_memory_s(&r, numel * (es + 4));
-    if (e0.param_storage->sliced && t->world == 1) engine += accum * 2 * zinf_sim_memory_s(&r, 2 * numel * es);
+    if (e0.params.storage->sliced && t->world == 1) engine += accum * 2 * zinf_sim_memory_s(&r, 2 * numel * es);
     // Per step: the norm over the fp32 gradients, their zeroing, and the optimizer when it
     // runs on the device.
     if (m->optimizer_tier == ZINF_OFFLOAD_NONE)

@@ -73,12 +73,12 @@ static zinf_status qg_create(zinf_engine *e) {
 
 zinf_status zeropp_create(zinf_engine *e) {
     const zinf_zero_config *z = &e->cfg.zero;
-    bool three = e->param_storage->sliced && e->world > 1; // stage 3
+    bool three = e->params.storage->sliced && e->world > 1; // stage 3
     e->zeropp.qwz = three && z->quantized_weights;
     e->zeropp.qgz = three && z->quantized_gradients;
     if (e->zeropp.qgz) ZINF_CHECK(qg_create(e));
     e->zeropp.hpz_ranks = three && z->hpz_partition_size > 1 ? (int)z->hpz_partition_size : 1;
-    if (!e->plan && e->world == 1 && e->param_storage->sliced &&
+    if (!e->plan && e->world == 1 && e->params.storage->sliced &&
         (z->quantized_weights || z->quantized_gradients || z->hpz_partition_size > 1))
         ZINF_LOG_INFO("engine: ZeRO++ (zero_quantized_weights, zero_quantized_gradients, zero_hpz_partition_size) "
                       "has no effect on one rank: nothing is gathered from or reduced with others");
@@ -96,7 +96,7 @@ zinf_status zeropp_create(zinf_engine *e) {
     // Beside parameters offloaded to host memory or NVMe the secondary partition stays
     // in pinned host memory: the device has no room to spare there, and a later gather
     // then reads no NVMe.
-    e->zeropp.secondary_host = e->param_offload != ZINF_OFFLOAD_NONE;
+    e->zeropp.secondary_host = e->params.offload != ZINF_OFFLOAD_NONE;
     e->zeropp.secondary = calloc((size_t)e->module_count, sizeof *e->zeropp.secondary);
     e->zeropp.secondary_valid = calloc((size_t)e->module_count, sizeof *e->zeropp.secondary_valid);
     if (!e->zeropp.secondary || !e->zeropp.secondary_valid) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
@@ -164,7 +164,7 @@ zinf_status engine_gather_params(zinf_engine *e, const void *mine, bool mine_hos
 }
 
 zinf_status zeropp_plan_gather_slices(zinf_engine *e, size_t n, void *full) {
-    return engine_gather_params(e, NULL, e->param_offload != ZINF_OFFLOAD_NONE, full, n * e->elem_size);
+    return engine_gather_params(e, NULL, e->params.offload != ZINF_OFFLOAD_NONE, full, n * e->elem_size);
 }
 
 bool zeropp_has_secondary(const zinf_engine *e, int mod) {
@@ -180,7 +180,7 @@ zinf_status zeropp_gather(zinf_engine *e, int mod, void *full) {
         return e->zeropp.qwz ? dequantize_all(e, full, e->layout[mod].slice) : ZINF_OK;
     }
     ZINF_CHECK(e->plan ? zeropp_plan_gather_slices(e, e->layout[mod].slice, full)
-                       : zinf_param_tier_gather(e->param_tier, mod, full));
+                       : zinf_param_tier_gather(e->params.tier, mod, full));
     if (e->zeropp.hpz_ranks == 1) return ZINF_OK;
     // Keep this rank's segment of the wire before the next gather reuses it.
     size_t j = (size_t)(e->rank % e->zeropp.hpz_ranks);
