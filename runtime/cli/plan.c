@@ -144,8 +144,11 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
             fprintf(f, " reduce_bucket_size %lld (DeepSpeed's 5e8 would keep %s of fp32 buckets on the device)",
                     (long long)ch->reduce_bucket_size, sz(2 * (int64_t)500000000 * 4, b[0])), semi = ";";
         if (ch->sub_group_size)
-            fprintf(f, "%s sub_group_size %lld (1e9 would pin three states of up to a billion elements in swap buffers)",
-                    semi, (long long)ch->sub_group_size), semi = ";";
+            fprintf(f, "%s sub_group_size %lld (%s)", semi, (long long)ch->sub_group_size,
+                    c->zero.offload_optimizer.device == ZINF_OFFLOAD_NVME
+                        ? "1e9 would pin three states of up to a billion elements in swap buffers"
+                        : "with 1e9 the next forward would wait for the whole update, not just its first sub-group"),
+                semi = ";";
         if (ch->head_chunk_tokens) {
             int64_t tokens = c->train_micro_batch_size_per_gpu * p->seq_len, es = c->bf16 || c->fp16.enabled ? 2 : 4;
             fprintf(f, "%s memory.head_chunk_tokens %lld (the logits of all %lld tokens at once would take %s)", semi,

@@ -10,10 +10,14 @@
 // still amortize a collective's fixed cost (NCCL reaches its bandwidth by ~64 MB).
 static const int64_t bucket_sizes[] = {500000000, 200000000, 100000000, 50000000, 20000000};
 
-// 1e8 first: a state of a sub-group then moves in reads of 400 MB, far past what a
-// drive needs for full speed; smaller where its swap buffers would not fit the pinned
-// budget.
+// Sub-groups of an offloaded optimizer. On nvme 1e8 first: a state of a sub-group then
+// moves in reads of 400 MB, far past what a drive needs for full speed. On cpu the
+// first at most 1/16 of the partition: the next forward's first gather waits for its
+// module's whole sub-group (DeepSpeed's 1e9 makes GPT-2 large's partition on one rank
+// one sub-group, and the forward wait for the entire update). Either smaller where the
+// sub-groups' pinned buffers would not fit the pinned budget.
 static const int64_t sub_group_sizes[] = {100000000, 30000000, 10000000};
+enum { CPU_SUBGROUPS = 16 };
 
 // The output layer's chunk when the config leaves memory.head_chunk_tokens out: all of
 // a micro-batch's tokens while their logits take at most 1/64 of the device, else the
@@ -45,20 +49,27 @@ zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan
         if (bucket_sizes[i] != z->reduce_bucket_size) out->reduce_bucket_size = z->reduce_bucket_size = bucket_sizes[i];
     }
     z->reduce_bucket_size_given = true;
-    if (!z->sub_group_size_given && z->offload_optimizer.device == ZINF_OFFLOAD_NVME) {
-        int64_t pick = sub_group_sizes[ZINF_ARRAY_LEN(sub_group_sizes) - 1];
-        for (size_t i = 0; i + 1 < ZINF_ARRAY_LEN(sub_group_sizes); i++) {
+    if (!z->sub_group_size_given && z->offload_optimizer.device != ZINF_OFFLOAD_NONE) {
+        size_t i = 0, last = ZINF_ARRAY_LEN(sub_group_sizes) - 1;
+        int64_t partition_numel = INT64_MAX;
+        if (z->offload_optimizer.device == ZINF_OFFLOAD_CPU) {
+            zinf_engine_memory m;
+            ZINF_CHECK(engine_plan_memory(cfg, t, &m));
+            partition_numel = m.partition_numel;
+            while (i < last && sub_group_sizes[i] * CPU_SUBGROUPS > partition_numel)
+                i++;
+        }
+        for (; i < last; i++) {
             zinf_config c = *cfg;
             c.zero.sub_group_size = sub_group_sizes[i];
             c.zero.sub_group_size_given = true;
             zinf_plan p;
             ZINF_CHECK(zinf_engine_plan(&c, t, &p));
-            if (p.pinned.need <= p.pinned.have) {
-                pick = sub_group_sizes[i];
-                break;
-            }
+            if (p.pinned.need <= p.pinned.have) break;
         }
-        if (pick < z->sub_group_size) out->sub_group_size = z->sub_group_size = pick;
+        // A partition no larger than the pick is one sub-group either way: nothing to choose.
+        if (sub_group_sizes[i] < z->sub_group_size && sub_group_sizes[i] < partition_numel)
+            out->sub_group_size = z->sub_group_size = sub_group_sizes[i];
     }
     z->sub_group_size_given = true;
     return ZINF_OK;
