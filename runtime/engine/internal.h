@@ -212,12 +212,20 @@ typedef struct gradients {
     piece *pieces;         // in the order backward finishes their modules
     int piece_count;
     int *first_piece; // per module: the first piece of its last reduction (consecutive pieces), or -1
+    int *last_piece;  // per module: the last piece it has, after which its gradient is final, or -1
     bucket *buckets;
     int bucket_count;
     size_t bucket_capacity;   // elements of the largest bucket (world * block)
     float *device_buckets[2]; // the bucket being filled and the one being reduced
     zinf_event *bucket_free[2];
     double *device_norms; // the step's zinf_sumsq output per module part (2 doubles each)
+    // An offloaded optimizer's gradients in host memory: in the step's last backward
+    // each module's norms are taken as soon as its last piece is added (states.c), for
+    // the step to sum. Per (module, rank slice) piece, sumsq and the inf/NaN flag.
+    double *host_norms;
+    int64_t backwards;     // backward passes so far
+    bool norms_on_arrival; // the backward under way is the step's last
+    int64_t *norms_taken;  // per module: the backward whose arrival filled its host_norms, or -1
 } gradients;
 
 // The 16-bit parameters (params.c) and how the ops get them (policy.c).
@@ -407,6 +415,9 @@ zinf_status states_zero(zinf_engine *e); // moments and gradients
 zinf_status states_zero_grads(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on comm_stream).
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed);
+// The squared norm and inf/NaN flag of each slice of module mod's host gradient this
+// rank holds, into norms (2 doubles per rank of the partition, at 2 (mod W + r)).
+zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms);
 // mics.c
 void mics_settings(zinf_engine *e); // partition.ranks, partition.rank and replicas from the config and the world
 zinf_status mics_create(zinf_engine *e);

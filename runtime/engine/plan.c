@@ -265,8 +265,8 @@ static void tiled(const zinf_engine *e, zinf_plan *out) {
 }
 
 static void plan_free(zinf_engine *e) {
-    free(e->grads.last_backward_op), free(e->grads.first_piece), free(e->grads.pieces), free(e->grads.buckets),
-        free(e->zeropp.secondary), free(e->zeropp.secondary_valid);
+    free(e->grads.last_backward_op), free(e->grads.first_piece), free(e->grads.last_piece), free(e->grads.pieces),
+        free(e->grads.buckets), free(e->zeropp.secondary), free(e->zeropp.secondary_valid);
     free(e->params.whole), free(e->grads.buffers16), free(e->params.view), free(e->names), free(e->layout);
     zinf_model_destroy(e->model);
     free(e);

@@ -13,7 +13,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
     zinf_model_schedule(e->model, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
     for (int i = 0; i < e->module_count; i++)
-        e->grads.last_backward_op[i] = e->grads.first_piece[i] = -1;
+        e->grads.last_backward_op[i] = e->grads.first_piece[i] = e->grads.last_piece[i] = -1;
     for (int k = nf; k < nall; k++) {
         if (ops[k].pass != ZINF_PASS_BACKWARD) continue;
         e->grads.last_backward_op[ops[k].module] = k;
@@ -70,6 +70,8 @@ static zinf_status plan_buckets(zinf_engine *e) {
             }
         }
     }
+    for (int k = 0; k < e->grads.piece_count; k++)
+        e->grads.last_piece[e->grads.pieces[k].mod] = k;
     return ZINF_OK;
 }
 
@@ -77,7 +79,9 @@ zinf_status reduce_create(zinf_engine *e) {
     size_t nm = (size_t)e->module_count;
     e->grads.last_backward_op = malloc(nm * sizeof *e->grads.last_backward_op);
     e->grads.first_piece = malloc(nm * sizeof *e->grads.first_piece);
-    if (!e->grads.last_backward_op || !e->grads.first_piece) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    e->grads.last_piece = malloc(nm * sizeof *e->grads.last_piece);
+    if (!e->grads.last_backward_op || !e->grads.first_piece || !e->grads.last_piece)
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     ZINF_CHECK(plan_buckets(e));
     for (int s = 0; s < 2; s++) {
         ZINF_CHECK(engine_take_device(e, e->grads.bucket_capacity * sizeof(float), "gradient buckets",
@@ -105,7 +109,8 @@ void reduce_destroy(zinf_engine *e) {
         zinf_event_destroy(e->grads.bucket_free[s]);
     }
     if (e->host) zinf_host_pool_free(e->host, e->staging, true);
-    free(e->grads.last_backward_op), free(e->grads.first_piece), free(e->grads.pieces), free(e->grads.buckets);
+    free(e->grads.last_backward_op), free(e->grads.first_piece), free(e->grads.last_piece), free(e->grads.pieces),
+        free(e->grads.buckets);
 }
 
 // Sum bucket b over the ranks and add this rank's parts to its gradient partition.

@@ -64,6 +64,12 @@ zinf_status states_create(zinf_engine *e) {
     if (!e->plan) {
         e->optim.host_grads32 = zinf_optim_tier_grads(e->optim.tier);
         zinf_optim_tier_get_stats(e->optim.tier, &e->optim.tier_stats);
+        size_t n = (size_t)e->module_count;
+        e->grads.host_norms = calloc(2 * n * (size_t)e->partition.ranks, sizeof *e->grads.host_norms);
+        e->grads.norms_taken = malloc(n * sizeof *e->grads.norms_taken);
+        if (!e->grads.host_norms || !e->grads.norms_taken) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+        for (size_t i = 0; i < n; i++)
+            e->grads.norms_taken[i] = -1;
         return ZINF_OK;
     }
     e->plan_host += e->optim.tier_stats.host_bytes;
@@ -72,6 +78,7 @@ zinf_status states_create(zinf_engine *e) {
 }
 
 void states_destroy(zinf_engine *e) {
+    free(e->grads.host_norms), free(e->grads.norms_taken);
     zinf_optim_tier_destroy(e->optim.tier);
     zinf_cpu_pool_destroy(e->optim.pool);
     for (int s = ZINF_TIER_MASTER; e->dev && s <= ZINF_TIER_GRAD; s++)
@@ -85,6 +92,8 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
 }
 
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src) {
+    for (int i = 0; s == ZINF_TIER_GRAD && e->grads.norms_taken && i < e->module_count; i++)
+        e->grads.norms_taken[i] = -1; // the norms taken as they arrived are of other values
     if (e->optim.tier) return zinf_optim_tier_write(e->optim.tier, s, off, n, src);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, *dev_state(e, s) + off, src, n * sizeof *src, ZINF_COPY_H2D));
     return zinf_stream_sync(e->compute_stream);
@@ -106,16 +115,34 @@ zinf_status states_zero_grads(zinf_engine *e) {
     return ZINF_OK;
 }
 
+zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms) {
+    const mod_layout *l = &e->layout[mod];
+    size_t W = (size_t)e->partition.ranks;
+    for (size_t r = 0; l->padded && r < W; r++) {
+        if (!partition_holds(e, r)) continue;
+        // The kernel the host device runs for zinf_sumsq: the same bits as on the device.
+        zinf_grad_stats gs;
+        ZINF_CHECK(zinf_grad_stats_pool(e->optim.pool,
+                                        e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo),
+                                        ZINF_DTYPE_F32, l->slice, &gs));
+        norms[2 * ((size_t)mod * W + r)] = gs.sumsq, norms[2 * ((size_t)mod * W + r) + 1] = gs.nonfinite;
+    }
+    return ZINF_OK;
+}
+
 typedef struct grad_add_job {
     zinf_engine *e;
     const float *src; // reduced bucket in pinned memory
     int bucket;
-    bool packed; // this rank's block is at src, not at src + rank * block
+    bool packed;      // this rank's block is at src, not at src + rank * block
+    int64_t backward; // the step's last backward, whose final gradients' norms are taken; else -1
 } grad_add_job;
 
 // On the communication stream's thread: grads += the reduced bucket, in fp32, the same
 // additions the device does when the states are on the device, on the optimizer's
-// threads (a pass over memory one thread would take several times as long over).
+// threads (a pass over memory one thread would take several times as long over). In
+// the step's last backward a module whose last piece this adds has its final gradient:
+// its norms are taken now, under the rest of the backward, instead of in the step.
 static void grad_add_run(void *arg) {
     grad_add_job *j = arg;
     zinf_engine *e = j->e;
@@ -130,6 +157,10 @@ static void grad_add_run(void *arg) {
             zinf_cpu_add(e->optim.pool, e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src,
                          p->n);
         }
+        if (j->backward < 0 || e->grads.last_piece[p->mod] != k) continue;
+        zinf_status st = states_grad_norms(e, p->mod, e->grads.host_norms);
+        if (st != ZINF_OK) zinf_latch_set(e->failure, st);
+        e->grads.norms_taken[p->mod] = j->backward;
     }
     free(j);
 }
@@ -137,7 +168,7 @@ static void grad_add_run(void *arg) {
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed) {
     grad_add_job *j = malloc(sizeof *j);
     if (!j) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    *j = (grad_add_job){e, src, b, packed};
+    *j = (grad_add_job){e, src, b, packed, e->grads.norms_on_arrival ? e->grads.backwards : -1};
     zinf_status st = zinf_stream_host_fn(e->comm_stream, grad_add_run, j);
     if (st != ZINF_OK) free(j);
     return st;

@@ -64,6 +64,11 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     ZINF_CHECK(zinf_latch_raise(e->failure));
     ZINF_CHECK(e->params.ops->settle(e));
     ZINF_CHECK(zinf_optim_tier_preread(e->optim.tier));
+    // The gradients are final as this backward adds them when it is the step's last
+    // (but with MiCS, whose replicas add theirs at the step).
+    e->grads.backwards++;
+    e->grads.norms_on_arrival =
+        e->step.micro_batches + 1 >= e->cfg.gradient_accumulation_steps && e->partition.replicas == 1;
     int nf, nall;
     zinf_model_schedule(e->model, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
@@ -88,28 +93,30 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
 
 // Squared norm and inf/NaN flag of every (module, rank slice) piece, summed module by
 // module and rank by rank: the same pieces in the same order whatever the stage, so
-// the clip coefficient (and so the update) is the same bits at every stage.
+// the clip coefficient (and so the update) is the same bits at every stage. Gradients
+// in host memory had most pieces' norms taken as they arrived in the last backward
+// (states.c); the rest are taken here, alike.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     size_t W = (size_t)e->partition.ranks, np = (size_t)e->module_count * W;
     bool dev = e->optim.offload == ZINF_OFFLOAD_NONE;
-    const float *g = dev ? e->optim.grads32 : e->optim.host_grads32;
     double *h = calloc(2 * np, sizeof *h);
     if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
     zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->grads.device_norms, 0, 2 * np * sizeof *h) : ZINF_OK;
     for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
-        for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++) {
-            if (!partition_holds(e, r)) continue;
-            const float *slice_g = g + l->part_off + (r * l->slice - l->part_lo);
-            size_t k = 2 * (i * W + r);
-            if (dev) {
-                st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32, slice_g, l->slice, e->grads.device_norms + k);
-            } else { // the kernel the host device runs for zinf_sumsq: the same bits
-                zinf_grad_stats gs;
-                st = zinf_grad_stats_pool(e->optim.pool, slice_g, ZINF_DTYPE_F32, l->slice, &gs);
-                h[k] = gs.sumsq, h[k + 1] = gs.nonfinite;
-            }
+        if (!dev && e->grads.norms_taken[i] == e->grads.backwards) {
+            memcpy(h + 2 * i * W, e->grads.host_norms + 2 * i * W, 2 * W * sizeof *h);
+            continue;
         }
+        if (!dev) {
+            st = states_grad_norms(e, i, h);
+            continue;
+        }
+        for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++)
+            if (partition_holds(e, r))
+                st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32,
+                                e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo), l->slice,
+                                e->grads.device_norms + 2 * (i * W + r));
     }
     if (st == ZINF_OK && dev)
         st = zinf_copy_async(e->compute_stream, h, e->grads.device_norms, 2 * np * sizeof *h, ZINF_COPY_D2H);
