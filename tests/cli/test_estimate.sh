@@ -248,4 +248,24 @@ assert saved == 64 * 1024, saved
 PY
 [ $fails = $before ] && echo "choice: the head's chunk from device.memory_limit, in estimate and train alike"
 
+# With the optimizer on cpu, sub-groups of at most 1/16 of the partition where the
+# config leaves sub_group_size out: GPT-2 large's 774 M elements on one rank take 3e7,
+# on 8 ranks (97 M each) 1e7; a partition smaller than the pick is one sub-group
+# either way and nothing is chosen; a given size is kept.
+before=$fails
+echo '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "model": {"preset": "gpt2-large"},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": false}}}' > "$tmp/large.json"
+why="(with 1e9 the next forward would wait for the whole update, not just its first sub-group)"
+expect 0 "$Z" estimate --config "$tmp/large.json"
+grep -qF "sub_group_size 30000000 $why" "$tmp/out" || fail "cpu sub-groups on 1 rank: $(grep chosen "$tmp/out")"
+expect 0 "$Z" estimate --config "$tmp/large.json" --gpus-per-node 8
+grep -qF "sub_group_size 10000000 $why" "$tmp/out" || fail "cpu sub-groups on 8 ranks: $(grep chosen "$tmp/out")"
+sed 's/"sub_group_size": 40000,//' "$tmp/cfg.json" > "$tmp/tiny.json"
+expect 0 "$Z" estimate --config "$tmp/tiny.json" --set zero_optimization.stage=2 \
+  --set zero_optimization.offload_optimizer.device=cpu
+! grep -q "sub_group_size [0-9]* (with" "$tmp/out" || fail "a tiny partition's sub-groups chosen: $(grep chosen "$tmp/out")"
+expect 0 "$Z" estimate --config "$tmp/large.json" --set zero_optimization.sub_group_size=1e9
+! grep -q "sub_group_size [0-9]* (with" "$tmp/out" || fail "a given sub_group_size replaced: $(grep chosen "$tmp/out")"
+[ $fails = $before ] && echo "choice: sub-groups for an optimizer on cpu, by the partition's size"
+
 finish test_estimate
