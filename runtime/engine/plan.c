@@ -168,7 +168,6 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
     int64_t ga = e->cfg.gradient_accumulation_steps;
     bool staged = W > 1 && !e->nccl, offloaded = e->optim.offload != ZINF_OFFLOAD_NONE;
     out->h2d += e->counted.h2d, out->d2h += e->counted.d2h;
-    out->comm_intra = e->counted.comm_intra, out->comm_inter = e->counted.comm_inter;
     for (int i = 0; i < e->module_count; i++) {
         const mod_layout *x = &e->layout[i];
         size_t sb = x->slice * e->elem_size;
@@ -215,7 +214,7 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
 // gradient norms' pieces at stages 1-3 (step.c). Over the world: the loss and
 // micro-batch count. With MiCS, over the replication group: the gradient partition's
 // all-reduce (mics.c).
-static void comm_traffic(zinf_engine *e) {
+static void comm_traffic(zinf_engine *e, zinf_plan *out) {
     int64_t part = 0, slices = 0, ga = e->cfg.gradient_accumulation_steps;
     if (e->world == 1) return;
     for (int i = 0; i < e->module_count; i++)
@@ -233,6 +232,7 @@ static void comm_traffic(zinf_engine *e) {
     engine_count_from(e, &e->partition.group, part);
     engine_count_from(e, &(rank_group){NULL, e->world, 1}, 2 * (int64_t)sizeof(double));
     if (e->partition.replicas > 1) engine_count_from(e, &e->partition.replica_group, mics_grads_bytes(e));
+    out->comm_intra = e->counted.comm_intra, out->comm_inter = e->counted.comm_inter;
 }
 
 // Modules i and j come in the same tiles and are the same kind of module ("mlp").
@@ -330,7 +330,8 @@ zinf_status zinf_engine_plan(const zinf_config *given, const zinf_plan_target *t
             *tile_ops = calloc((size_t)e->module_count + 1, sizeof *tile_ops);
     zinf_status st = gathers && tile_ops ? replay_steps(e, gathers, tile_ops, out)
                                          : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory");
-    if (st == ZINF_OK) comm_traffic(e), pcie_nvme_traffic(e, gathers, tile_ops, out), judge(e, t, out), tiled(e, out);
+    if (st == ZINF_OK)
+        comm_traffic(e, out), pcie_nvme_traffic(e, gathers, tile_ops, out), judge(e, t, out), tiled(e, out);
     free(gathers), free(tile_ops);
     plan_free(e);
     return st;

@@ -159,8 +159,10 @@ static void grad_add_run(void *arg) {
         }
         if (j->backward < 0 || e->grads.last_piece[p->mod] != k) continue;
         zinf_status st = states_grad_norms(e, p->mod, e->grads.host_norms);
-        if (st != ZINF_OK) zinf_latch_set(e->failure, st);
-        e->grads.norms_taken[p->mod] = j->backward;
+        if (st != ZINF_OK)
+            zinf_latch_set(e->failure, st);
+        else
+            e->grads.norms_taken[p->mod] = j->backward;
     }
     free(j);
 }

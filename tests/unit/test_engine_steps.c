@@ -1,9 +1,9 @@
 // The engine's step logic through the public API, on a small GPT with random data:
 // - fp16: a forced overflow (loss scale 2^32) skips the step, leaves the weights and
 //   the optimizer alone and halves the scale (hysteresis 1);
-// - clipping: the reported norm is the norm of the full gradients get_full returns,
-//   and the first AdamW step from them, clipped as DeepSpeed clips, is what a direct
-//   computation in double gives;
+// - clipping: the reported norm is the norm of the full gradients get_full returns
+//   (one of them set by hand after the backward), and the first AdamW step from them,
+//   clipped as DeepSpeed clips, is what a direct computation in double gives;
 // - the trace: a stage-3 run whose module order changes (an evaluation forward before
 //   the training forward in steps 4-6) trains exactly as stage 0 does, and says that
 //   execution departed from its trace once per change;
@@ -146,6 +146,12 @@ static void test_clipping(zinf_comm *comm, const char *tier) {
              tier);
     zinf_engine *e = make(comm, &cfg, extra);
     if (!e || !fwd_bwd(e, 0)) goto out;
+    // A gradient set between backward and step is the one the step takes: with the
+    // optimizer on cpu the norms taken as the backward's gradients arrived are not.
+    float set[32];
+    for (int i = 0; i < 32; i++)
+        set[i] = 0.25f;
+    CHECK(zinf_engine_set_full(e, "ln_f.bias", ZINF_STATE_GRAD, set) == ZINF_OK, "%s", zinf_last_error());
     size_t n;
     float *w = all_of(e, ZINF_STATE_PARAM, &n), *g = all_of(e, ZINF_STATE_GRAD, &n);
     double sumsq = 0;
