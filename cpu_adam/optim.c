@@ -2,6 +2,7 @@
 // (torch's formulas), the SIMD level picked, and tiles split over the thread pool.
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include "internal.h"
@@ -265,6 +266,19 @@ static void add_worker(void *arg, int i, int nthreads) {
 void zinf_cpu_add(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
     add_job j = {pool, dst, src, n};
     zinf_cpu_pool_run(pool, add_worker, &j);
+}
+
+static void copy_worker(void *arg, int i, int nthreads) {
+    (void)nthreads;
+    const add_job *j = arg;
+    size_t lo, hi;
+    zinf_cpu_pool_range(j->pool, j->n, i, &lo, &hi);
+    memcpy(j->dst + lo, j->src + lo, (hi - lo) * sizeof *j->dst);
+}
+
+void zinf_cpu_copy(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
+    add_job j = {pool, dst, src, n};
+    zinf_cpu_pool_run(pool, copy_worker, &j);
 }
 
 zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dtype dt, size_t n, zinf_grad_stats *out) {

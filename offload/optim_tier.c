@@ -2,6 +2,16 @@
 // Sub-groups close once adding the next segment would pass sub_group_size. On nvme each
 // sub-group goes through one of up to three pinned buffers of its three states: one
 // being read ahead, one computing, one being written behind.
+//
+// Speculation (cpu): in the step's last backward each sub-group is updated as soon as
+// its gradients are final, on the guess that the step neither clips nor overflows, so
+// that the update runs under the backward. Its previous states are copied aside first
+// and its new parameters held back, not stored: the backward still reads the old ones
+// (stages 1-2), and the guess may be wrong. When the step's own hyperparameters are
+// the guessed ones, the update stores the held parameters and goes on with the rest;
+// otherwise it copies the states back and updates those sub-groups again. Adam has no
+// exact inverse in floating point (m' = b1 m + (1 - b1) g rounds), so a copy is what
+// makes the result the bits of an update after the step.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +20,10 @@
 #include "zinf_offload.h"
 
 enum { NSTATES = 3, MAX_IO = 3 };
+// Elements per call of a speculative update: the optimizer's threads also add the
+// arriving gradients (the engine's communication thread), which should not wait for a
+// whole sub-group.
+enum { SPECULATE_CHUNK = 1 << 22 };
 
 static const char *const state_file[NSTATES] = {"master", "exp_avg", "exp_avg_sq"};
 static const char *const state_what[NSTATES] = {"fp32 master weights", "optimizer exp_avg", "optimizer exp_avg_sq"};
@@ -46,7 +60,7 @@ struct zinf_optim_tier {
     io_buf io[MAX_IO];
     int nio;
     int npreread; // the next update's first sub-groups already read into io[0 ..)
-    int64_t host_bytes, update_ns, io_wait_ns;
+    int64_t host_bytes, pinned_bytes, update_ns, io_wait_ns;
 
     // background: one update per zinf_optim_tier_start on the tier's thread.
     pthread_t thread;
@@ -57,12 +71,30 @@ struct zinf_optim_tier {
     zinf_optim_hparams h;
     int published;  // sub-groups of the running update whose sg_done is recorded
     bool unsettled; // stores of a background update may still be queued on store_stream
+
+    // speculation (cpu, background): speculated sub-groups take consecutive places of
+    // c.speculate_elements elements in two buffers.
+    float *backup;         // master | exp_avg | exp_avg_sq before the speculative update
+    char *held;            // the speculated sub-groups' new parameters (out_es bytes each)
+    size_t *place;         // per sub-group: its place in them
+    size_t places_used;    // elements
+    zinf_event *held_free; // recorded on store_stream after an update's stores
+    int *sg_segments; // per sub-group: its segments with elements
+    int *sg_final;    // per sub-group: those whose gradients are final in this backward
+    bool *speculated; // per sub-group: updated with h_spec, its states backed up
+    bool speculating; // final sub-groups are to be updated with h_spec
+    int in_flight;    // the sub-group the thread is speculating on, or -1
+    zinf_optim_hparams h_spec;
+    bool keep; // the running update keeps the speculated sub-groups
+    int64_t speculated_ns;
+    int speculated_count;
 };
 
 // A host buffer from the pool; without a pool (a plan) only counted.
 static zinf_status host_alloc(zinf_optim_tier *t, size_t bytes, const char *what, void **out) {
     if (t->c.host) ZINF_CHECK(zinf_host_pool_alloc(t->c.host, bytes, t->c.pin_memory, what, out));
     t->host_bytes += (int64_t)bytes;
+    if (t->c.pin_memory) t->pinned_bytes += (int64_t)bytes;
     return ZINF_OK;
 }
 
@@ -104,6 +136,8 @@ static zinf_status open_swap(zinf_optim_tier *t) {
 static zinf_status shape(zinf_optim_tier *t, const zinf_optim_tier_config *cfg) {
     if (cfg->device != ZINF_OFFLOAD_CPU && cfg->device != ZINF_OFFLOAD_NVME)
         return zinf_fail(ZINF_ERR_INVAL, "optimizer tier: the device must be cpu or nvme");
+    if (cfg->speculate_elements && (cfg->device != ZINF_OFFLOAD_CPU || !cfg->background))
+        return zinf_fail(ZINF_ERR_INVAL, "optimizer tier: speculation needs the cpu device and a background update");
     size_t nseg = (size_t)cfg->nseg;
     t->seg_n = malloc((nseg + 1) * sizeof *t->seg_n);
     t->seg_off = malloc((nseg + 1) * sizeof *t->seg_off);
@@ -133,7 +167,14 @@ static zinf_status take_buffers(zinf_optim_tier *t) {
     for (int b = 0; b < t->nio; b++)
         ZINF_CHECK(
             host_alloc(t, NSTATES * t->sg_max * sizeof(float), "optimizer swap buffers", (void **)&t->io[b].buf));
-    return ZINF_OK;
+    size_t spec = t->c.speculate_elements;
+    if (!spec) return ZINF_OK;
+    // Not pinned: nothing but this tier's threads read the backup.
+    if (t->c.host)
+        ZINF_CHECK(zinf_host_pool_alloc(t->c.host, NSTATES * spec * sizeof(float), false,
+                                        "speculation backup of the optimizer states", (void **)&t->backup));
+    t->host_bytes += (int64_t)(NSTATES * spec * sizeof(float));
+    return host_alloc(t, spec * t->out_es, "speculated 16-bit parameters", (void **)&t->held);
 }
 
 static void *thread_main(void *arg);
@@ -155,6 +196,16 @@ static zinf_status create(zinf_optim_tier *t, const zinf_optim_tier_config *cfg)
     if (!t->sg_done) return zinf_fail(ZINF_ERR_NOMEM, "optimizer tier: out of memory");
     for (int g = 0; g < t->nsg; g++)
         ZINF_CHECK(zinf_event_create(cfg->dev, &t->sg_done[g]));
+    size_t ng = (size_t)t->nsg + 1;
+    t->sg_segments = calloc(ng, sizeof *t->sg_segments);
+    t->sg_final = calloc(ng, sizeof *t->sg_final);
+    t->speculated = calloc(ng, sizeof *t->speculated);
+    t->place = calloc(ng, sizeof *t->place);
+    if (!t->sg_segments || !t->sg_final || !t->speculated || !t->place)
+        return zinf_fail(ZINF_ERR_NOMEM, "optimizer tier: out of memory");
+    for (int i = 0; i < t->c.nseg; i++)
+        if (t->sg_of[i] >= 0) t->sg_segments[t->sg_of[i]]++;
+    if (cfg->speculate_elements) ZINF_CHECK(zinf_event_create(cfg->dev, &t->held_free));
     if (cfg->background) ZINF_CHECK(start_thread(t));
     return cfg->device == ZINF_OFFLOAD_NVME ? open_swap(t) : ZINF_OK;
 }
@@ -183,6 +234,7 @@ zinf_status zinf_optim_tier_create(zinf_optim_tier **out, const zinf_optim_tier_
     zinf_optim_tier *t = calloc(1, sizeof *t);
     if (!t) return zinf_fail(ZINF_ERR_NOMEM, "optimizer tier: out of memory");
     t->c = *cfg;
+    t->in_flight = -1;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     zinf_status st = create(t, cfg);
@@ -213,6 +265,10 @@ void zinf_optim_tier_destroy(zinf_optim_tier *t) {
         zinf_event_destroy(t->out_free[b]);
     }
     host_free(t, t->grads);
+    zinf_host_pool_free(t->c.host, t->backup, false);
+    host_free(t, t->held);
+    zinf_event_destroy(t->held_free);
+    free(t->sg_segments), free(t->sg_final), free(t->speculated), free(t->place);
     zinf_swap_close(t->swap);
     for (int g = 0; t->sg_done && g < t->nsg; g++)
         zinf_event_destroy(t->sg_done[g]);
@@ -252,6 +308,7 @@ static zinf_status drop_preread(zinf_optim_tier *t) {
 static float *host_state(zinf_optim_tier *t, zinf_tier_state s) { return s == ZINF_TIER_GRAD ? t->grads : t->state[s]; }
 
 zinf_status zinf_optim_tier_read(zinf_optim_tier *t, zinf_tier_state s, size_t off, size_t n, float *dst) {
+    ZINF_CHECK(zinf_optim_tier_cancel(t, NULL)); // the states as the last step left them
     float *host = host_state(t, s);
     if (host) {
         memcpy(dst, host + off, n * sizeof *dst);
@@ -261,6 +318,7 @@ zinf_status zinf_optim_tier_read(zinf_optim_tier *t, zinf_tier_state s, size_t o
 }
 
 zinf_status zinf_optim_tier_write(zinf_optim_tier *t, zinf_tier_state s, size_t off, size_t n, const float *src) {
+    ZINF_CHECK(zinf_optim_tier_cancel(t, NULL)); // a speculation from other states or gradients
     float *host = host_state(t, s);
     if (host) {
         memcpy(host + off, src, n * sizeof *src);
@@ -271,6 +329,7 @@ zinf_status zinf_optim_tier_write(zinf_optim_tier *t, zinf_tier_state s, size_t 
 }
 
 zinf_status zinf_optim_tier_zero_states(zinf_optim_tier *t) {
+    ZINF_CHECK(zinf_optim_tier_cancel(t, NULL));
     size_t bytes = t->n * sizeof(float);
     memset(t->grads, 0, bytes);
     if (t->c.device == ZINF_OFFLOAD_CPU) {
@@ -317,27 +376,30 @@ static zinf_status start_read(zinf_optim_tier *t, int g) {
     return swap_io(t, g, b, false);
 }
 
-// Update sub-group g from states at master/m/v (sub-group relative), then hand its
-// segments' parameters to store.
-static zinf_status update_group(zinf_optim_tier *t, const zinf_optim_hparams *h, int g, float *master, float *m,
-                                float *v) {
-    const subgroup *sg = &t->sg[g];
-    void *out = t->out[g & 1];
+// Adam over the n elements at partition offset off from the states at master/m/v, the
+// new parameters to out (f32: a copy of the masters).
+static zinf_status adam(zinf_optim_tier *t, const zinf_optim_hparams *h, size_t off, size_t n, float *master, float *m,
+                        float *v, void *out) {
     bool f32 = t->c.param_dtype == ZINF_DTYPE_F32;
-    ZINF_CHECK(zinf_event_sync(t->out_free[g & 1])); // its previous store passed
     zinf_optim_tile tile = {.param = master,
                             .exp_avg = m,
                             .exp_avg_sq = v,
-                            .grad = t->grads + sg->off,
+                            .grad = t->grads + off,
                             .grad_dtype = ZINF_DTYPE_F32,
                             .out = f32 ? NULL : out,
                             .out_dtype = f32 ? ZINF_DTYPE_NONE : t->c.param_dtype,
-                            .n = sg->n};
+                            .n = n};
     ZINF_CHECK(zinf_optim_step(t->c.cpu, h, &tile));
-    if (f32) memcpy(out, master, sg->n * sizeof(float));
+    if (f32) memcpy(out, master, n * sizeof(float));
+    return ZINF_OK;
+}
+
+// Hand sub-group g's segments' parameters at out to store; the sub-group is updated.
+static zinf_status store_group(zinf_optim_tier *t, int g, const void *out) {
+    const subgroup *sg = &t->sg[g];
     for (int i = sg->first; i < sg->last; i++)
-        if (t->seg_n[i]) ZINF_CHECK(t->c.store(t->c.store_ctx, i, (char *)out + (t->seg_off[i] - sg->off) * t->out_es));
-    ZINF_CHECK(zinf_event_record(t->out_free[g & 1], t->c.store_stream));
+        if (t->seg_n[i])
+            ZINF_CHECK(t->c.store(t->c.store_ctx, i, (const char *)out + (t->seg_off[i] - sg->off) * t->out_es));
     ZINF_CHECK(zinf_event_record(t->sg_done[g], t->c.store_stream));
     if (!t->c.background) return ZINF_OK;
     pthread_mutex_lock(&t->mu);
@@ -347,14 +409,47 @@ static zinf_status update_group(zinf_optim_tier *t, const zinf_optim_hparams *h,
     return ZINF_OK;
 }
 
+// Update sub-group g from states at master/m/v (sub-group relative), then hand its
+// segments' parameters to store.
+static zinf_status update_group(zinf_optim_tier *t, const zinf_optim_hparams *h, int g, float *master, float *m,
+                                float *v) {
+    const subgroup *sg = &t->sg[g];
+    void *out = t->out[g & 1];
+    ZINF_CHECK(zinf_event_sync(t->out_free[g & 1])); // its previous store passed
+    ZINF_CHECK(adam(t, h, sg->off, sg->n, master, m, v, out));
+    ZINF_CHECK(store_group(t, g, out));
+    return zinf_event_record(t->out_free[g & 1], t->c.store_stream);
+}
+
+// Sub-group g's backup of state s, and its held parameters.
+static float *backup_of(zinf_optim_tier *t, int g, int s) {
+    return t->backup + (size_t)s * t->c.speculate_elements + t->place[g];
+}
+static char *held_of(zinf_optim_tier *t, int g) { return t->held + t->place[g] * t->out_es; }
+
+// Sub-group g's states as they were before its speculative update.
+static void restore(zinf_optim_tier *t, int g) {
+    const subgroup *sg = &t->sg[g];
+    for (int s = 0; s < NSTATES; s++)
+        zinf_cpu_copy(t->c.cpu, t->state[s] + sg->off, backup_of(t, g, s), sg->n);
+}
+
 static zinf_status update_all(zinf_optim_tier *t, const zinf_optim_hparams *h) {
     if (t->c.device == ZINF_OFFLOAD_CPU) {
         for (int g = 0; g < t->nsg; g++) {
             size_t o = t->sg[g].off;
+            if (t->speculated[g]) {
+                t->speculated[g] = false;
+                if (t->keep) {
+                    ZINF_CHECK(store_group(t, g, held_of(t, g)));
+                    continue;
+                }
+                restore(t, g);
+            }
             ZINF_CHECK(update_group(t, h, g, t->state[ZINF_TIER_MASTER] + o, t->state[ZINF_TIER_EXP_AVG] + o,
                                     t->state[ZINF_TIER_EXP_AVG_SQ] + o));
         }
-        return ZINF_OK;
+        return t->held_free ? zinf_event_record(t->held_free, t->c.store_stream) : ZINF_OK;
     }
     int pre = t->npreread;
     t->npreread = 0;
@@ -395,15 +490,128 @@ zinf_status zinf_optim_tier_preread(zinf_optim_tier *t) {
     return ZINF_OK;
 }
 
+// ---- speculation ----
+
+// The update of sub-group g with the guessed hyperparameters, its states backed up
+// first (*backed_up then) and its parameters held.
+static zinf_status speculate_group(zinf_optim_tier *t, const zinf_optim_hparams *h, int g, bool *backed_up) {
+    const subgroup *sg = &t->sg[g];
+    ZINF_CHECK(zinf_event_sync(t->held_free)); // the last update's stores from held parameters passed
+    for (int s = 0; s < NSTATES; s++)
+        zinf_cpu_copy(t->c.cpu, backup_of(t, g, s), t->state[s] + sg->off, sg->n);
+    *backed_up = true;
+    for (size_t a = 0; a < sg->n; a += SPECULATE_CHUNK) {
+        size_t o = sg->off + a, n = sg->n - a < SPECULATE_CHUNK ? sg->n - a : SPECULATE_CHUNK;
+        ZINF_CHECK(adam(t, h, o, n, t->state[ZINF_TIER_MASTER] + o, t->state[ZINF_TIER_EXP_AVG] + o,
+                        t->state[ZINF_TIER_EXP_AVG_SQ] + o, held_of(t, g) + a * t->out_es));
+    }
+    return ZINF_OK;
+}
+
+// The last sub-group whose gradients are final, that is not speculated yet and that
+// has room: the backward finishes the last sub-groups first. Under mu.
+static int next_final(const zinf_optim_tier *t) {
+    for (int g = t->nsg - 1; g >= 0; g--)
+        if (t->sg_final[g] == t->sg_segments[g] && !t->speculated[g] &&
+            t->places_used + t->sg[g].n <= t->c.speculate_elements)
+            return g;
+    return -1;
+}
+
+// No more speculation; the sub-group in flight, if any, ends first.
+static void stop_speculating(zinf_optim_tier *t) {
+    pthread_mutex_lock(&t->mu);
+    t->speculating = false;
+    while (t->in_flight >= 0)
+        pthread_cond_wait(&t->cv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static int count_speculated(const zinf_optim_tier *t) {
+    int n = 0;
+    for (int g = 0; g < t->nsg; g++)
+        n += t->speculated[g];
+    return n;
+}
+
+zinf_status zinf_optim_tier_cancel(zinf_optim_tier *t, int *restored) {
+    if (restored) *restored = 0;
+    if (!t || !t->c.speculate_elements) return ZINF_OK;
+    stop_speculating(t);
+    for (int g = 0; g < t->nsg; g++)
+        if (t->speculated[g]) {
+            restore(t, g);
+            t->speculated[g] = false;
+            if (restored) ++*restored;
+        }
+    t->places_used = 0;
+    return ZINF_OK;
+}
+
+zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hparams *h) {
+    if (!t || !t->c.speculate_elements) return ZINF_OK;
+    ZINF_CHECK(zinf_optim_tier_cancel(t, NULL));
+    pthread_mutex_lock(&t->mu);
+    memset(t->sg_final, 0, (size_t)t->nsg * sizeof *t->sg_final);
+    t->places_used = 0; // the last update is done with the places it used
+    t->h_spec = *h;
+    t->speculating = true;
+    pthread_mutex_unlock(&t->mu);
+    return ZINF_OK;
+}
+
+void zinf_optim_tier_grads_final(zinf_optim_tier *t, int seg) {
+    if (!t || !t->c.speculate_elements || t->sg_of[seg] < 0) return;
+    pthread_mutex_lock(&t->mu);
+    if (t->speculating && ++t->sg_final[t->sg_of[seg]] == t->sg_segments[t->sg_of[seg]]) pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void zinf_optim_tier_stop_speculating(zinf_optim_tier *t) {
+    if (t && t->c.speculate_elements) stop_speculating(t);
+}
+
+static bool same_hparams(const zinf_optim_hparams *a, const zinf_optim_hparams *b) {
+    return a->kind == b->kind && a->lr == b->lr && a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps &&
+           a->weight_decay == b->weight_decay && a->bias_correction == b->bias_correction && a->step == b->step &&
+           a->grad_scale == b->grad_scale;
+}
+
 // ---- the update in the background ----
+
+// One sub-group's speculative update, from under mu (held again on return).
+static void speculate_next(zinf_optim_tier *t) {
+    int g = next_final(t);
+    zinf_optim_hparams h = t->h_spec;
+    t->in_flight = g;
+    t->place[g] = t->places_used;
+    t->places_used += t->sg[g].n;
+    pthread_mutex_unlock(&t->mu);
+    int64_t t0 = zinf_clock_ns();
+    bool backed_up = false;
+    zinf_status st = speculate_group(t, &h, g, &backed_up);
+    int64_t ns = zinf_clock_ns() - t0;
+    if (st != ZINF_OK) zinf_latch_set(t->c.failure, st);
+    pthread_mutex_lock(&t->mu);
+    t->speculated[g] = backed_up; // a failed one is restored with the rest
+    if (st != ZINF_OK) t->speculating = false;
+    t->speculated_ns += ns;
+    t->speculated_count++;
+    t->in_flight = -1;
+    pthread_cond_broadcast(&t->cv);
+}
 
 static void *thread_main(void *arg) {
     zinf_optim_tier *t = arg;
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        while (!t->job && !t->stop)
+        while (!t->job && !t->stop && !(t->speculating && next_final(t) >= 0))
             pthread_cond_wait(&t->cv, &t->mu);
         if (t->stop) break;
+        if (!t->job) {
+            speculate_next(t);
+            continue;
+        }
         zinf_optim_hparams h = t->h;
         pthread_mutex_unlock(&t->mu);
         zinf_status st = zinf_optim_tier_update(t, &h);
@@ -420,9 +628,13 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-zinf_status zinf_optim_tier_start(zinf_optim_tier *t, const zinf_optim_hparams *h) {
+zinf_status zinf_optim_tier_start(zinf_optim_tier *t, const zinf_optim_hparams *h, int *redone) {
+    *redone = 0;
     if (!t || !t->thread_up) return zinf_fail(ZINF_ERR_INTERNAL, "optimizer tier: no background thread to start");
+    if (t->c.speculate_elements) stop_speculating(t);
     pthread_mutex_lock(&t->mu);
+    t->keep = same_hparams(h, &t->h_spec);
+    if (!t->keep) *redone = count_speculated(t);
     t->h = *h;
     t->published = 0;
     t->job = t->unsettled = true;
@@ -467,11 +679,19 @@ void zinf_optim_tier_get_stats(const zinf_optim_tier *t, zinf_optim_tier_stats *
     *out = (zinf_optim_tier_stats){.subgroups = t->nsg,
                                    .subgroup_max = t->sg_max,
                                    .host_bytes = t->host_bytes,
+                                   .pinned_bytes = t->pinned_bytes,
                                    .nvme_bytes = t->swap ? (int64_t)zinf_swap_bytes(t->swap) : 0};
 }
 
-void zinf_optim_tier_take_times(zinf_optim_tier *t, int64_t *update_ns, int64_t *io_wait_ns) {
-    *update_ns = t ? t->update_ns : 0;
-    *io_wait_ns = t ? t->io_wait_ns : 0;
-    if (t) t->update_ns = t->io_wait_ns = 0;
+void zinf_optim_tier_take_times(zinf_optim_tier *t, zinf_optim_tier_times *out) {
+    memset(out, 0, sizeof *out);
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    *out = (zinf_optim_tier_times){.update_ns = t->update_ns,
+                                   .io_wait_ns = t->io_wait_ns,
+                                   .speculated_ns = t->speculated_ns,
+                                   .speculated = t->speculated_count};
+    t->update_ns = t->io_wait_ns = t->speculated_ns = 0;
+    t->speculated_count = 0;
+    pthread_mutex_unlock(&t->mu);
 }

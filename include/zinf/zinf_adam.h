@@ -138,6 +138,9 @@ zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dty
 // dst[i] = dst[i] + src[i] for i < n, in fp32, each worker its share (the offloaded
 // optimizer's gradient accumulation; the same additions as the device's zinf_add).
 void zinf_cpu_add(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);
+// dst[i] = src[i] for i < n, each worker its share (one pass a single thread would take
+// several times as long over).
+void zinf_cpu_copy(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);
 
 // The roofline of zinf_optim_step: one pass over the same buffers and threads that
 // reads and writes exactly the bytes the update moves, with no arithmetic, and leaves

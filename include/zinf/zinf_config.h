@@ -30,6 +30,11 @@ typedef struct zinf_offload_optimizer_config {
     bool pipeline_read;  // read sub-group i+1 while i computes
     bool pipeline_write; // write sub-group i-1 while i computes
     bool fast_init;
+    bool super_offload; // cpu: update each sub-group under the backward, rolled back when the step clips or overflows
+    // Chosen for the machine with super_offload (zinf_engine_plan): the elements of
+    // sub-groups the backward may update at once, backed up in host memory; 0: none.
+    int64_t speculate_elements;
+    bool speculate_elements_chosen;
 } zinf_offload_optimizer_config;
 
 typedef struct zinf_offload_param_config {

@@ -58,6 +58,12 @@ typedef struct zinf_step_info {
     // the update handed to the parameter pool, which their gathers did not read back.
     double wait_params_s, wait_params_nvme_s;
     double optim_s, optim_io_wait_s, wait_optim_s;
+    // With the optimizer on cpu: the seconds of the update spent under this step's
+    // backward on the sub-groups whose gradients it made final (optim_s is the rest, under
+    // the forward), how many sub-groups, and how many of them were restored and updated
+    // again because the step clipped or overflowed (zinf_config's super_offload).
+    double optim_backward_s;
+    int optim_speculated, optim_rolled_back;
     int64_t nvme_read_bytes, nvme_write_bytes;
     double nvme_read_s, nvme_write_s;
     int64_t param_handoff_bytes;
@@ -203,6 +209,10 @@ typedef struct zinf_plan_choice {
                                 // swap buffers would not fit the pinned budget
     int64_t head_chunk_tokens;  // memory.head_chunk_tokens where a micro-batch's logits would
                                 // take more than 1/64 of the device
+    // super_offload on cpu: the elements of sub-groups updated under the backward at
+    // once (the whole partition where half the host memory the plan leaves free holds
+    // their backups, else what that half holds), and the partition's elements.
+    int64_t speculate_elements, partition_numel;
 } zinf_plan_choice;
 
 typedef struct zinf_plan {

@@ -199,6 +199,11 @@ typedef struct zinf_optim_tier_config {
     // The update runs on a thread of its own (zinf_optim_tier_start), and each
     // sub-group says when its parameters are stored (zinf_optim_tier_updated).
     bool background;
+    // cpu with background: sub-groups of up to this many elements at once may be
+    // updated under the backward (zinf_optim_tier_speculate), with a backup of their
+    // states (12 bytes per element, not pinned) and their parameters held (param_dtype's
+    // size, pinned as the rest); 0: none.
+    size_t speculate_elements;
     zinf_swap_config swap; // nvme: where the states go
     // borrowed
     zinf_device *dev;
@@ -231,8 +236,22 @@ zinf_status zinf_optim_tier_update(zinf_optim_tier *t, const zinf_optim_hparams 
 zinf_status zinf_optim_tier_preread(zinf_optim_tier *t);
 // background: start one update on the tier's thread (it zeroes the gradients when
 // done); wait for it to end (its failure goes to the latch). NULL or no update: no-op.
-zinf_status zinf_optim_tier_start(zinf_optim_tier *t, const zinf_optim_hparams *h);
+// Sub-groups speculated with other hyperparameters than h are restored and updated
+// again (*redone of them); with the same, their held parameters are stored.
+zinf_status zinf_optim_tier_start(zinf_optim_tier *t, const zinf_optim_hparams *h, int *redone);
 void zinf_optim_tier_join(zinf_optim_tier *t);
+// speculate: in the step's last backward, after joining the last update: each
+// sub-group is updated with h (the step's hyperparameters if it neither clips nor
+// overflows) on the tier's thread once zinf_optim_tier_grads_final has been called for
+// each of its segments (with their gradients final in host memory). No-op without it.
+zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hparams *h);
+void zinf_optim_tier_grads_final(zinf_optim_tier *t, int seg);
+// No more sub-groups start speculating; the one in flight ends.
+void zinf_optim_tier_stop_speculating(zinf_optim_tier *t);
+// The speculated sub-groups' states restored (*restored of them, when not NULL) and
+// their held parameters dropped: a skipped step, or states read or written between the
+// backward and the step (zinf_optim_tier_read, _write and _zero_states do it).
+zinf_status zinf_optim_tier_cancel(zinf_optim_tier *t, int *restored);
 // Whether segment seg's new parameters are stored (true with no update running or NULL);
 // wait until they are, and make s (when not NULL) wait for store_stream to pass them.
 bool zinf_optim_tier_updated(zinf_optim_tier *t, int seg);
@@ -244,14 +263,21 @@ typedef struct zinf_optim_tier_stats {
     int subgroups;
     size_t subgroup_max; // elements
     int64_t host_bytes;  // host memory the tier holds
+    int64_t pinned_bytes; // of it pinned
     int64_t nvme_bytes;  // its swap store
 } zinf_optim_tier_stats;
 void zinf_optim_tier_get_stats(const zinf_optim_tier *t, zinf_optim_tier_stats *out);
 // What zinf_optim_tier_create would take with cfg, taking nothing: cfg's handles may be
 // NULL; stripe is the aio engine's block_size, the swap files' stripe unit.
 zinf_status zinf_optim_tier_plan(const zinf_optim_tier_config *cfg, uint64_t stripe, zinf_optim_tier_stats *out);
-// Nanoseconds in updates since the last call, and in waits on NVMe among them (0 for NULL).
-void zinf_optim_tier_take_times(zinf_optim_tier *t, int64_t *update_ns, int64_t *io_wait_ns);
+// Since the last call (zeros for NULL): nanoseconds in updates and in waits on NVMe
+// among them, and in speculative updates of how many sub-groups.
+typedef struct zinf_optim_tier_times {
+    int64_t update_ns, io_wait_ns;
+    int64_t speculated_ns;
+    int speculated;
+} zinf_optim_tier_times;
+void zinf_optim_tier_take_times(zinf_optim_tier *t, zinf_optim_tier_times *out);
 
 // ---- the parameter tier ----
 // Stage 3's 16-bit parameters between uses: this rank's slice of every module, on the

@@ -137,6 +137,19 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
         fprintf(f, "  from the other ranks, per rank and step: %s in its node, %s across nodes\n",
                 sz(r->comm_intra, b[0]), sz(r->comm_inter, b[1]));
     const zinf_plan_choice *ch = &r->choice;
+    if (oo->device == ZINF_OFFLOAD_CPU && oo->super_offload) {
+        // The elements' backups and held parameters: 12 bytes and one 16-bit (or fp32) parameter each.
+        int64_t es = c->bf16 || c->fp16.enabled ? 2 : 4, n = ch->speculate_elements;
+        if (n)
+            fprintf(f,
+                    "  update under the backward (super_offload): sub-groups of up to %lld elements at once, %.0f%% of "
+                    "the partition (%s of backups and held parameters in host memory%s)\n",
+                    (long long)n, 100.0 * (double)n / (double)ch->partition_numel, sz(n * (12 + es), b[0]),
+                    n < ch->partition_numel ? "; half of the host memory the plan leaves free holds no more" : "");
+        else
+            fprintf(f, "  update under the backward (super_offload): none, half of the host memory the plan leaves "
+                       "free holds no sub-group's backup\n");
+    }
     if (ch->reduce_bucket_size || ch->sub_group_size || ch->head_chunk_tokens) {
         fprintf(f, "  chosen for this machine (the config leaves them out):");
         const char *semi = "";

@@ -174,7 +174,7 @@ static int busy_rows(const zinf_step_info *si, busy_row rows[7]) {
     rows[3] = (busy_row){"gpu links", "gpu_links", si->gpu_link_s};
     rows[4] = (busy_row){"nvme read", "nvme_read", si->nvme_read_s};
     rows[5] = (busy_row){"nvme write", "nvme_write", si->nvme_write_s};
-    rows[6] = (busy_row){"cpu adam", "cpu_adam", si->optim_s};
+    rows[6] = (busy_row){"cpu adam", "cpu_adam", si->optim_s + si->optim_backward_s};
     return 7;
 }
 
@@ -205,6 +205,10 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
             "param_handoff_bytes", (json_int_t)si->param_handoff_bytes);
         json_object_update(o, times);
         json_decref(times);
+        json_t *spec = json_pack("{s:f, s:i, s:i}", "optim_backward_s", si->optim_backward_s, "optim_speculated",
+                                 si->optim_speculated, "optim_rolled_back", si->optim_rolled_back);
+        json_object_update(o, spec);
+        json_decref(spec);
         if (si->simulated) {
             json_t *busy = json_object();
             for (int i = 0; i < nb; i++)
@@ -231,10 +235,15 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
         // Where the step's time went, for what is offloaded.
         if (t->cfg.zero.stage == 3)
             fprintf(t->log, " | waited for params %.3f s (nvme %.3f s)", si->wait_params_s, si->wait_params_nvme_s);
+        // The offloaded update: under this step's backward (the sub-groups its gradients
+        // made final, and those redone because the step clipped or overflowed), then under
+        // the forward, and how long the forward stood waiting for it.
         if (m.optimizer_tier != ZINF_OFFLOAD_NONE)
-            fprintf(t->log, " | optimizer %.3f s (waiting on nvme %.3f s)", si->optim_s, si->optim_io_wait_s);
-        if (m.optimizer_tier != ZINF_OFFLOAD_NONE)
-            fprintf(t->log, ", in the background (forward waited %.3f s for it)", si->wait_optim_s);
+            fprintf(t->log,
+                    " | optimizer %.3f s under the backward (%d sub-groups, %d redone), %.3f s under the forward "
+                    "(waiting on nvme %.3f s), the forward waited %.3f s for it",
+                    si->optim_backward_s, si->optim_speculated, si->optim_rolled_back, si->optim_s, si->optim_io_wait_s,
+                    si->wait_optim_s);
         if (m.nvme)
             fprintf(t->log, " | nvme read %.2f GB/s, write %.2f GB/s",
                     si->nvme_read_s > 0 ? (double)si->nvme_read_bytes / si->nvme_read_s / 1e9 : 0.0,

@@ -170,6 +170,7 @@ const key zinf_config_keys[] = {
     BOOL(OO "pipeline_read", OFF(zero.offload_optimizer.pipeline_read), 1),   // zinf: on
     BOOL(OO "pipeline_write", OFF(zero.offload_optimizer.pipeline_write), 1), // zinf: on
     BOOL(OO "fast_init", OFF(zero.offload_optimizer.fast_init), 0),
+    BOOL(OO "super_offload", OFF(zero.offload_optimizer.super_offload), 1), // zinf: on (cpu)
     UNSUPPORTED(OO "ratio", "1.0", "partial optimizer offload is not implemented"),
 
     SECTION(ZO "offload_param", NONE, F_NULL),
@@ -185,7 +186,8 @@ const key zinf_config_keys[] = {
     BOOL(ZO "zero_quantized_gradients", OFF(zero.quantized_gradients), 0),
     INT(ZO "mics_shard_size", OFF(zero.mics_shard_size), -1, -1, 1 << 20, 0),
     BOOL(ZO "mics_hierarchical_params_gather", OFF(zero.mics_hierarchical_params_gather), 0),
-    UNSUPPORTED(ZO "zero_quantized_nontrainable_weights", "false", "zinf trains every parameter: there are no frozen ones to keep quantized"),
+    UNSUPPORTED(ZO "zero_quantized_nontrainable_weights", "false",
+                "zinf trains every parameter: there are no frozen ones to keep quantized"),
     UNSUPPORTED(ZO "elastic_checkpoint", "false", "zinf re-slices checkpoints for a new world size by itself"),
     UNSUPPORTED(ZO "load_from_fp32_weights", "true", "zinf checkpoints always hold the fp32 master weights"),
     UNSUPPORTED(ZO "legacy_stage1", "false", NULL),
@@ -285,7 +287,11 @@ const key zinf_config_keys[] = {
         F_NULL | F_LLAMA),
     INT("model.sliding_window", OFF(model.sliding_window), -1, 1, 16777216, F_NULL | F_LLAMA),
     INT("model.max_window_layers", OFF(model.max_window_layers), -1, 0, 1024, F_NULL | F_LLAMA),
-    {.path = "model.tie_word_embeddings", .kind = K_BOOL, .off = OFF(model.tie_word_embeddings), .def = 1, .flags = F_LLAMA},
+    {.path = "model.tie_word_embeddings",
+     .kind = K_BOOL,
+     .off = OFF(model.tie_word_embeddings),
+     .def = 1,
+     .flags = F_LLAMA},
     {.path = "model.attention_bias", .kind = K_BOOL, .off = OFF(model.attention_bias), .flags = F_LLAMA},
     {.path = "model.mlp_bias", .kind = K_BOOL, .off = OFF(model.mlp_bias), .flags = F_LLAMA},
     STRING("model.init_from", OFF(model.init_from), F_NULL),

@@ -38,6 +38,35 @@ zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t
     return ZINF_OK;
 }
 
+// super_offload with the optimizer on cpu: the backward updates sub-groups as their
+// gradients become final, each backed up (12 bytes per element) with its new 16-bit
+// parameters held (pinned with pin_memory) until the step says the guess was right.
+// Room for the whole partition where half of what the plan leaves free of the host
+// (and pinned) budget holds it, else for what that half holds; the other half is the
+// user's. Less than a sub-group's room is none.
+static zinf_status choose_speculation(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out) {
+    zinf_offload_optimizer_config *oc = &cfg->zero.offload_optimizer;
+    if (oc->speculate_elements_chosen) return ZINF_OK;
+    oc->speculate_elements = 0;
+    oc->speculate_elements_chosen = true; // the plan below is made without it
+    if (!oc->super_offload || oc->device != ZINF_OFFLOAD_CPU) return ZINF_OK;
+    zinf_plan p;
+    ZINF_CHECK(zinf_engine_plan(cfg, t, &p));
+    zinf_engine e0;
+    engine_settings(&e0, cfg);
+    int64_t out_es = e0.dtype == ZINF_DTYPE_F32 ? 4 : (int64_t)e0.elem_size, n = p.mem.partition_numel;
+    int64_t room = (p.host.have - p.host.need) / 2 / (3 * 4 + out_es);
+    if (oc->pin_memory && p.pinned.have >= 0) {
+        int64_t pinned_room = (p.pinned.have - p.pinned.need) / 2 / out_es;
+        if (pinned_room < room) room = pinned_room;
+    }
+    if (room > n) room = n;
+    int64_t sub_group = cfg->zero.sub_group_size < n ? cfg->zero.sub_group_size : n;
+    oc->speculate_elements = room >= sub_group ? room : 0;
+    out->speculate_elements = oc->speculate_elements, out->partition_numel = n;
+    return ZINF_OK;
+}
+
 zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out) {
     zinf_zero_config *z = &cfg->zero;
     *out = (zinf_plan_choice){0};
@@ -72,5 +101,5 @@ zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan
             out->sub_group_size = z->sub_group_size = sub_group_sizes[i];
     }
     z->sub_group_size_given = true;
-    return ZINF_OK;
+    return choose_speculation(cfg, t, out);
 }

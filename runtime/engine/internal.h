@@ -283,6 +283,9 @@ typedef struct step_state {
     int64_t steps_taken; // optimizer steps so far (skipped included)
     int64_t steps_applied;
     zinf_loss_scaler scaler;
+    // The last step clipped or overflowed: the next one, likely to as well, updates
+    // nothing under its backward (an offloaded optimizer's speculation).
+    bool guess_missed;
     // The counters at the last step's end, which the next step's figures start from.
     zinf_aio_stats aio_seen;
     int64_t handoff_seen; // the parameter tier's handoff_bytes

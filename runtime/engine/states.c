@@ -47,6 +47,7 @@ zinf_status states_create(zinf_engine *e) {
                                  .pipeline_read = oc->pipeline_read,
                                  .pipeline_write = oc->pipeline_write,
                                  .background = e->optim.background,
+                                 .speculate_elements = (size_t)oc->speculate_elements,
                                  .swap = engine_swap_config(e, &oc->nvme_path),
                                  .dev = e->dev,
                                  .host = e->host,
@@ -73,7 +74,7 @@ zinf_status states_create(zinf_engine *e) {
         return ZINF_OK;
     }
     e->plan_host += e->optim.tier_stats.host_bytes;
-    if (oc->pin_memory) e->plan_pinned += e->optim.tier_stats.host_bytes;
+    e->plan_pinned += e->optim.tier_stats.pinned_bytes;
     return ZINF_OK;
 }
 
@@ -159,10 +160,12 @@ static void grad_add_run(void *arg) {
         }
         if (j->backward < 0 || e->grads.last_piece[p->mod] != k) continue;
         zinf_status st = states_grad_norms(e, p->mod, e->grads.host_norms);
-        if (st != ZINF_OK)
+        if (st != ZINF_OK) {
             zinf_latch_set(e->failure, st);
-        else
-            e->grads.norms_taken[p->mod] = j->backward;
+            continue;
+        }
+        e->grads.norms_taken[p->mod] = j->backward;
+        zinf_optim_tier_grads_final(e->optim.tier, p->mod); // its sub-group may be updated now
     }
     free(j);
 }

@@ -6,7 +6,10 @@
 // 16-bit parameters handed on to every rank, and the hand-off to the next step. How the
 // update runs is the optimizer policy's (update_ops): on the device inside the step, or
 // offloaded, started on the tier's thread for the next forward to run under (at stage 3
-// the coordinator's gathers wait for it, at stages 1-2 share.c).
+// the coordinator's gathers wait for it, at stages 1-2 share.c). With the optimizer on
+// cpu, the sub-groups whose gradients the step's last backward makes final are updated
+// under that backward on the guess that the step will neither clip nor overflow; the
+// step keeps them or has them redone (offload/optim_tier.c).
 #include <math.h>
 #include <string.h>
 
@@ -45,6 +48,37 @@ zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int
 
 // ---- backward ----
 
+static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_scale) {
+    const zinf_optimizer_config *o = &e->cfg.optimizer;
+    // DeepSpeed's "Adam" decouples weight decay unless adam_w_mode is false.
+    bool decoupled = o->type == ZINF_OPT_ADAMW || o->adam_w_mode;
+    return (zinf_optim_hparams){.kind = decoupled ? ZINF_OPTIM_ADAMW : ZINF_OPTIM_ADAM,
+                                .lr = lr,
+                                .beta1 = o->betas[0],
+                                .beta2 = o->betas[1],
+                                .eps = o->eps,
+                                .weight_decay = o->weight_decay,
+                                .bias_correction = o->bias_correction,
+                                .step = e->step.steps_applied + 1,
+                                .grad_scale = grad_scale};
+}
+
+// The step's hyperparameters if it neither clips nor overflows, given to the optimizer
+// tier to update sub-groups with as this backward makes their gradients final; not
+// after a step that clipped or overflowed (the next likely does too, and a wrong guess
+// costs a restore and a second update). The guess is the step's own bits: the same
+// learning rate, step count and loss scale.
+static zinf_status speculate(zinf_engine *e) {
+    ZINF_CHECK(zinf_optim_tier_cancel(e->optim.tier, NULL)); // a backward without its step
+    // The step's last backward: not one past it, whose gradients the last one's
+    // speculation may still be reading.
+    bool last = e->step.micro_batches + 1 == e->cfg.gradient_accumulation_steps;
+    if (!e->grads.norms_on_arrival || !last || e->step.guess_missed) return ZINF_OK;
+    double lr = zinf_lr_at(&e->cfg.optimizer, &e->cfg.scheduler, e->step.steps_applied + 1);
+    zinf_optim_hparams h = hparams(e, lr, (float)(1.0 / e->step.scaler.scale));
+    return zinf_optim_tier_speculate(e->optim.tier, &h);
+}
+
 // Module mod's 16-bit gradient buffer, zeroed, for the backward about to add to it.
 static zinf_status need_grad(zinf_engine *e, int mod) {
     if (mod < 0 || e->grads.buffers16[mod] || !e->layout[mod].padded || e->layout[mod].tile)
@@ -69,6 +103,7 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     e->grads.backwards++;
     e->grads.norms_on_arrival =
         e->step.micro_batches + 1 >= e->cfg.gradient_accumulation_steps && e->partition.replicas == 1;
+    ZINF_CHECK(speculate(e));
     int nf, nall;
     zinf_model_schedule(e->model, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
@@ -134,21 +169,6 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     return st;
 }
 
-static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_scale) {
-    const zinf_optimizer_config *o = &e->cfg.optimizer;
-    // DeepSpeed's "Adam" decouples weight decay unless adam_w_mode is false.
-    bool decoupled = o->type == ZINF_OPT_ADAMW || o->adam_w_mode;
-    return (zinf_optim_hparams){.kind = decoupled ? ZINF_OPTIM_ADAMW : ZINF_OPTIM_ADAM,
-                                .lr = lr,
-                                .beta1 = o->betas[0],
-                                .beta2 = o->betas[1],
-                                .eps = o->eps,
-                                .weight_decay = o->weight_decay,
-                                .bias_correction = o->bias_correction,
-                                .step = e->step.steps_applied + 1,
-                                .grad_scale = grad_scale};
-}
-
 // The optimizer on the device, on the compute stream.
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
     bool f32 = e->dtype == ZINF_DTYPE_F32;
@@ -180,10 +200,12 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
 static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     // Timed waits are recorded at stage 3 and with a background update; none otherwise.
     ZINF_CHECK(coord_wait_times(e, &info->wait_params_s, &info->wait_params_nvme_s, &info->wait_optim_s));
-    int64_t update_ns, io_wait_ns;
-    zinf_optim_tier_take_times(e->optim.tier, &update_ns, &io_wait_ns);
-    info->optim_s = 1e-9 * (double)update_ns;
-    info->optim_io_wait_s = 1e-9 * (double)io_wait_ns;
+    zinf_optim_tier_times tt;
+    zinf_optim_tier_take_times(e->optim.tier, &tt);
+    info->optim_s = 1e-9 * (double)tt.update_ns;
+    info->optim_io_wait_s = 1e-9 * (double)tt.io_wait_ns;
+    info->optim_backward_s = 1e-9 * (double)tt.speculated_ns;
+    info->optim_speculated = tt.speculated;
     zinf_comm_bytes cb;
     zinf_comm_get_bytes(e->comm, &cb);
     info->comm_bytes_intra = cb.intra - e->step.comm_seen.intra;
@@ -238,12 +260,21 @@ static zinf_status run_in_step(zinf_engine *e, const zinf_optim_hparams *h, zinf
 // An offloaded update starts on the tier's thread and the next forward starts now; each
 // module waits for its sub-group (stage 3: its gather; stages 1-2: its store and
 // all-gather, share.c). This step reports the last update, which ran under this step's
-// forward, and the step's reads are forgotten before the update hands its slices over.
+// forward, and the sub-groups updated under this step's backward; the step's reads are
+// forgotten before the update hands its slices over. A skipped step restores the
+// sub-groups updated under its backward.
 static zinf_status run_in_background(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
-    if (!h) return run_in_step(e, NULL, info);
+    zinf_optim_tier_stop_speculating(e->optim.tier);
+    if (!h) {
+        int restored;
+        ZINF_CHECK(zinf_optim_tier_cancel(e->optim.tier, &restored));
+        ZINF_CHECK(run_in_step(e, NULL, info));
+        info->optim_rolled_back = restored;
+        return ZINF_OK;
+    }
     ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(e->params.ops->end_step(e));
-    ZINF_CHECK(zinf_optim_tier_start(e->optim.tier, h));
+    ZINF_CHECK(zinf_optim_tier_start(e->optim.tier, h, &info->optim_rolled_back));
     share_start(e);
     return ZINF_OK;
 }
@@ -270,11 +301,13 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     // every precision; under fp16 the dynamic scaler also lowers the scale.
     ZINF_CHECK(zinf_loss_scaler_update(&e->step.scaler, nonfinite, &info->skipped));
     zinf_optim_hparams h;
+    e->step.guess_missed = info->skipped;
     if (!info->skipped) {
         // DeepSpeed's clipping: one multiplier unscales and clips, applied when
         // (norm + 1e-6) / gradient_clipping exceeds 1.
         double combined = scale, clip = e->cfg.gradient_clipping;
         if (clip > 0 && (info->grad_norm + 1e-6) / clip > 1) combined = scale * (info->grad_norm + 1e-6) / clip;
+        e->step.guess_missed = combined != scale;
         h = hparams(e, info->lr, (float)(1.0 / combined));
         e->step.steps_applied++;
         zeropp_invalidate(e); // before the next forward's gathers, which the update may run under

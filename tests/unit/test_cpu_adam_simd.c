@@ -398,6 +398,20 @@ static void errors(void) {
     CHECK(zinf_cpu_pool_create(&pool, -1) == ZINF_ERR_INVAL && !pool, "-1 threads accepted");
 }
 
+// zinf_cpu_copy: every element, whatever the pool's split of odd lengths, and none past.
+static void pool_copy(zinf_cpu_pool **pools, int npools) {
+    for (int k = 0; k < npools; k++)
+        for (size_t n = 0; n < 300; n += 37) {
+            float dst[300] = {0}, src[300];
+            for (size_t i = 0; i < 300; i++)
+                src[i] = 1.0f + (float)i;
+            zinf_cpu_copy(pools[k], dst, src, n);
+            for (size_t i = 0; i < 300; i++)
+                CHECK(dst[i] == (i < n ? src[i] : 0.0f), "copy of %zu on %d threads: element %zu is %g", n, k + 1, i,
+                      dst[i]);
+        }
+}
+
 // zinf_cpu_add: every element's fp32 sum, whatever the pool's split of odd lengths.
 static void pool_add(zinf_cpu_pool **pools, int npools) {
     for (int k = 0; k < npools; k++) {
@@ -434,6 +448,7 @@ int main(void) {
     stats(pools, 3);
     pool_steps(pools, 3);
     pool_add(pools, 3);
+    pool_copy(pools, 3);
     errors();
     for (int k = 0; k < 3; k++)
         zinf_cpu_pool_destroy(pools[k]);

@@ -4,6 +4,9 @@
 // cpu_adam's zinf_optim_step gives over the whole partition at once, in the master
 // weights, both moments and every 16-bit parameter handed to `store`. Also the
 // synchronous reads and writes, zeroing, the "updated" waits, and the errors.
+// Speculation (cpu, background): sub-groups updated as their segments are said final,
+// in reverse order as a backward makes them, give the same bits when the guess was
+// right, when it was wrong (restored and redone), and after a cancelled step's guess.
 // timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdlib.h>
 #include <string.h>
@@ -93,15 +96,54 @@ typedef struct variant {
     zinf_offload_device where;
     int64_t sub_group;
     bool read, write, background;
+    int speculate; // 0: no; 1: every guess right; 2: step 2's guess wrong, step 3's first cancelled
+    size_t room;   // speculate_elements: 0 for the whole partition
+    int fits;      // the sub-groups that fit in it, the last first; 0: all
 } variant;
+
+static int groups(const zinf_optim_tier *t) {
+    zinf_optim_tier_stats st;
+    zinf_optim_tier_get_stats(t, &st);
+    return st.subgroups;
+}
+
+// Every segment final, the last first; long enough for the thread to update each
+// sub-group (tens of microseconds each), which the times then say it did.
+static void all_final(zinf_optim_tier *t, const variant *va, const char *what) {
+    for (int i = NSEG; i-- > 0;)
+        zinf_optim_tier_grads_final(t, i);
+    usleep(200 * 1000);
+    zinf_optim_tier_stop_speculating(t);
+    zinf_optim_tier_times tt;
+    zinf_optim_tier_take_times(t, &tt);
+    int want = va->fits ? va->fits : groups(t);
+    CHECK(tt.speculated == want && tt.speculated_ns > 0, "%s: %d of %d sub-groups speculated in %lld ns, want %d",
+          what, tt.speculated, groups(t), (long long)tt.speculated_ns, want);
+}
+
+static void speculate(zinf_optim_tier *t, const variant *va, int step, const zinf_optim_hparams *h, const char *what) {
+    zinf_optim_hparams guess = *h;
+    if (va->speculate == 2 && step == 3) { // a step that overflowed: its guess is undone, the step skipped
+        guess.grad_scale = 2.0f;
+        TRY(zinf_optim_tier_speculate(t, &guess));
+        all_final(t, va, what);
+        int restored;
+        TRY(zinf_optim_tier_cancel(t, &restored));
+        CHECK(restored == (va->fits ? va->fits : groups(t)), "%s: %d sub-groups restored", what, restored);
+        guess = *h;
+    }
+    if (va->speculate == 2 && step == 2) guess.grad_scale = 0.25f; // the step clipped
+    TRY(zinf_optim_tier_speculate(t, &guess));
+    all_final(t, va, what);
+}
 
 static void run(const variant *va, const reference *r, zinf_device *dev, zinf_cpu_pool *cpu, zinf_aio *aio,
                 const char *dir) {
     size_t n = total();
     char what[128];
-    snprintf(what, sizeof what, "%s sub_group %lld read %d write %d background %d",
+    snprintf(what, sizeof what, "%s sub_group %lld read %d write %d background %d speculate %d",
              va->where == ZINF_OFFLOAD_CPU ? "cpu" : "nvme", (long long)va->sub_group, va->read, va->write,
-             va->background);
+             va->background, va->speculate);
     zinf_host_pool *host;
     TRY(zinf_host_pool_create(&host, &(zinf_host_pool_config){.dev = dev, .local_ranks = 1, .pinned_limit = -1}));
     zinf_latch *failure;
@@ -121,6 +163,9 @@ static void run(const variant *va, const reference *r, zinf_device *dev, zinf_cp
                                 .pipeline_read = va->read,
                                 .pipeline_write = va->write,
                                 .background = va->background,
+                                .speculate_elements = !va->speculate ? 0
+                                                      : va->room     ? va->room
+                                                                     : n,
                                 .swap = {.paths = paths, .npaths = 1, .run = "optim-tier-test", .rank = 0, .aio = aio},
                                 .dev = dev,
                                 .host = host,
@@ -147,7 +192,11 @@ static void run(const variant *va, const reference *r, zinf_device *dev, zinf_cp
             zinf_optim_tier_zero_grads(t);
             continue;
         }
-        TRY(zinf_optim_tier_start(t, &h));
+        int redone, wrong = va->speculate == 2 && s == 2;
+        if (va->speculate) speculate(t, va, s, &h, what);
+        TRY(zinf_optim_tier_start(t, &h, &redone));
+        CHECK(redone == (!wrong ? 0 : va->fits ? va->fits : groups(t)), "%s: step %d: %d sub-groups redone", what, s,
+              redone);
         for (int i = 0; i < NSEG; i++) // in forward order, as the next step's gathers would
             TRY(zinf_optim_tier_wait_updated(t, i, ss));
         for (int i = 0; i < NSEG; i++)
@@ -203,10 +252,13 @@ int main(void) {
     reference r;
     make_reference(cpu, &r, total());
     const variant vs[] = {
-        {ZINF_OFFLOAD_CPU, 1, false, false, false},    {ZINF_OFFLOAD_CPU, 12000, false, false, true},
-        {ZINF_OFFLOAD_NVME, 1, true, true, false},     {ZINF_OFFLOAD_NVME, 12000, true, false, false},
-        {ZINF_OFFLOAD_NVME, 12000, false, true, true}, {ZINF_OFFLOAD_NVME, 1 << 30, false, false, false},
-        {ZINF_OFFLOAD_NVME, 1, true, true, true},
+        {ZINF_OFFLOAD_CPU, 1, false, false, false, 0, 0, 0},    {ZINF_OFFLOAD_CPU, 12000, false, false, true, 0, 0, 0},
+        {ZINF_OFFLOAD_NVME, 1, true, true, false, 0, 0, 0},     {ZINF_OFFLOAD_NVME, 12000, true, false, false, 0, 0, 0},
+        {ZINF_OFFLOAD_NVME, 12000, false, true, true, 0, 0, 0}, {ZINF_OFFLOAD_NVME, 1 << 30, false, false, false, 0, 0, 0},
+        {ZINF_OFFLOAD_NVME, 1, true, true, true, 0, 0, 0},      {ZINF_OFFLOAD_CPU, 1, false, false, true, 1, 0, 0},
+        {ZINF_OFFLOAD_CPU, 12000, false, false, true, 2, 0, 0},
+        // Sub-groups of 4096, 10240, 8192 and 10240 elements: the last two fit in 19000.
+        {ZINF_OFFLOAD_CPU, 12000, false, false, true, 2, 19000, 2},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
         run(&vs[i], &r, dev, cpu, aio, dir);

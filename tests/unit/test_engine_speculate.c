@@ -1,0 +1,237 @@
+// The update under the backward (offload_optimizer cpu, super_offload): sub-groups are
+// updated as the step's last backward makes their gradients final, on the guess that
+// the step neither clips nor overflows, and restored and updated again when it does.
+// At stages 1, 2 and 3 with the optimizer on cpu, on 1 rank and on 2 (mpirun; the test
+// starts itself), eight steps of 2 micro-batches end with the weights, both moments and
+// every step's loss of the optimizer on the device at stage 0, bit for bit, with
+// clipping never, always and sometimes (a threshold the device run crosses after a
+// step under it), and under fp16 with a loss scale that overflows now and then; the
+// step says how many sub-groups went under the backward and how many were redone, and
+// both are what the clipping pattern calls for.
+// timeout: 30 san=60 cuda-emu=60 san-cuda-emu=120
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "zinf.h"
+
+enum { B = 2, T = 16, V = 64, STEPS = 8, GA = 2 };
+
+typedef struct run_result {
+    double loss[STEPS], norm[STEPS];
+    bool clipped[STEPS], skipped[STEPS];
+    int speculated[STEPS], rolled_back[STEPS];
+    float *state[3]; // param, exp_avg, exp_avg_sq of every parameter (rank 0)
+    size_t n;
+} run_result;
+
+static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, int stage, bool cpu, double clip, bool fp16) {
+    int W = zinf_comm_size(comm);
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d, \"seed\": 7,"
+             " \"gradient_clipping\": %.17g, %s"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-2, \"weight_decay\": 0.1}},"
+             " \"zero_optimization\": {\"stage\": %d, \"sub_group_size\": 3000, \"reduce_bucket_size\": 4000,"
+             " \"offload_optimizer\": {\"device\": \"%s\"}},"
+             " \"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": %d, \"block_size\": %d},"
+             " \"device\": {\"backend\": \"%s\"}}",
+             GA * B * W, B, clip,
+             fp16 ? "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 20, \"loss_scale_window\": 2,"
+                    " \"hysteresis\": 1},"
+                  : "\"bf16\": {\"enabled\": true},",
+             stage, cpu ? "cpu" : "none", V, T, getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host");
+    zinf_engine *e = NULL;
+    CHECK(zinf_config_parse(cfg, json, "test config", &(zinf_config_options){.world_size = W}) == ZINF_OK, "%s",
+          zinf_last_error());
+    CHECK(zinf_engine_create(&e, cfg, comm) == ZINF_OK, "create: %s", zinf_last_error());
+    return e;
+}
+
+static void batch(int key, int32_t *in, int32_t *tg) {
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (key * 7 + i * 13) % V;
+        tg[i] = (key * 5 + i * 3 + 1) % V;
+    }
+}
+
+// Every parameter's full state of kind k, concatenated in model order.
+static float *all_of(zinf_engine *e, zinf_state_kind k, size_t *n) {
+    const zinf_model *m = zinf_engine_model(e);
+    size_t total = 0, at = 0;
+    for (int i = 0; i < zinf_model_module_count(m); i++)
+        for (int j = 0; j < zinf_model_module(m, i)->nparams; j++)
+            total += zinf_model_module(m, i)->params[j].numel;
+    float *v = malloc(total * sizeof *v);
+    for (int i = 0; i < zinf_model_module_count(m); i++)
+        for (int j = 0; j < zinf_model_module(m, i)->nparams; j++) {
+            const zinf_param_info *p = &zinf_model_module(m, i)->params[j];
+            CHECK(zinf_engine_get_full(e, p->name, k, v + at) == ZINF_OK, "%s", zinf_last_error());
+            at += p->numel;
+        }
+    *n = total;
+    return v;
+}
+
+// STEPS steps; between the last backward and the step a pause long enough for the
+// optimizer thread to update every final sub-group (each takes microseconds here).
+static bool run(zinf_comm *comm, int stage, bool cpu, double clip, bool fp16, run_result *out) {
+    zinf_config cfg;
+    int rank = zinf_comm_rank(comm);
+    memset(out, 0, sizeof *out);
+    zinf_engine *e = make(comm, &cfg, stage, cpu, clip, fp16);
+    bool ok = e != NULL;
+    for (int s = 0; ok && s < STEPS; s++) {
+        for (int m = 0; ok && m < GA; m++) {
+            int32_t in[B * T], tg[B * T];
+            double loss;
+            batch(100 * s + 10 * rank + m, in, tg);
+            ok = zinf_engine_forward(e, in, tg, B, &loss) == ZINF_OK && zinf_engine_backward(e) == ZINF_OK;
+        }
+        if (ok && cpu) usleep(50 * 1000);
+        zinf_step_info si;
+        ok = ok && zinf_engine_step(e, &si) == ZINF_OK;
+        if (!ok) break;
+        out->loss[s] = si.loss, out->norm[s] = si.grad_norm, out->skipped[s] = si.skipped;
+        out->clipped[s] = !si.skipped && clip > 0 && (si.grad_norm + 1e-6) / clip > 1;
+        out->speculated[s] = si.optim_speculated, out->rolled_back[s] = si.optim_rolled_back;
+    }
+    CHECK(ok, "stage %d %s: %s", stage, cpu ? "cpu" : "device", zinf_last_error());
+    for (int k = 0; ok && k < 3; k++)
+        out->state[k] =
+            all_of(e, (zinf_state_kind[]){ZINF_STATE_PARAM, ZINF_STATE_EXP_AVG, ZINF_STATE_EXP_AVG_SQ}[k], &out->n);
+    zinf_engine_destroy(e);
+    zinf_config_free(&cfg);
+    return ok;
+}
+
+static void drop(run_result *r) {
+    for (int k = 0; k < 3; k++)
+        free(r->state[k]), r->state[k] = NULL;
+}
+
+// A step speculates unless the one before clipped or overflowed; the sub-groups it
+// updated under its backward are redone when it clips or overflows itself. Returns
+// the sub-groups redone in all.
+static int check_pattern(const run_result *r, const char *what) {
+    int redone = 0;
+    for (int s = 0; s < STEPS; s++) {
+        bool guessed = s == 0 || !(r->clipped[s - 1] || r->skipped[s - 1]), missed = r->clipped[s] || r->skipped[s];
+        // Speculated sub-groups are counted in the step whose backward ran them.
+        CHECK((r->speculated[s] > 0) == guessed, "%s: step %d speculated %d sub-groups, after a step that %s", what,
+              s + 1, r->speculated[s], guessed ? "neither clipped nor overflowed" : "clipped or overflowed");
+        CHECK(r->rolled_back[s] == (guessed && missed ? r->speculated[s] : 0),
+              "%s: step %d (clipped %d, skipped %d) redid %d of %d speculated sub-groups", what, s + 1, r->clipped[s],
+              r->skipped[s], r->rolled_back[s], r->speculated[s]);
+        redone += r->rolled_back[s];
+    }
+    return redone;
+}
+
+static void compare(zinf_comm *comm, const run_result *ref, double clip, bool fp16, const char *mode) {
+    int W = zinf_comm_size(comm), rank = zinf_comm_rank(comm);
+    for (int stage = 1; stage <= 3; stage++) {
+        char what[128];
+        snprintf(what, sizeof what, "%s, stage %d, %d rank(s)", mode, stage, W);
+        run_result got;
+        if (!run(comm, stage, true, clip, fp16, &got)) continue;
+        CHECK(memcmp(got.loss, ref->loss, sizeof got.loss) == 0, "%s: step losses differ from the device's", what);
+        const char *names[] = {"weights", "exp_avg", "exp_avg_sq"};
+        for (int k = 0; k < 3; k++)
+            CHECK(got.n == ref->n && memcmp(got.state[k], ref->state[k], got.n * sizeof(float)) == 0,
+                  "%s: %s differ from the device's", what, names[k]);
+        int redone = check_pattern(&got, what), speculated = 0;
+        for (int s = 0; s < STEPS; s++)
+            speculated += got.speculated[s];
+        if (rank == 0)
+            printf("%s: %d sub-groups updated under the backward, %d redone; the device's bits\n", what, speculated,
+                   redone);
+        drop(&got);
+    }
+}
+
+static void test_modes(zinf_comm *comm) {
+    run_result ref;
+    // Never and always.
+    if (run(comm, 0, false, 0, false, &ref)) compare(comm, &ref, 0, false, "clipping never");
+    drop(&ref);
+    if (run(comm, 0, false, 1e-4, false, &ref)) compare(comm, &ref, 1e-4, false, "clipping always");
+    drop(&ref);
+    // Sometimes: the first threshold, among the norms of an unclipped run, at which the
+    // device run clips right after a step that did not.
+    run_result free_run;
+    if (!run(comm, 0, false, 0, false, &free_run)) return;
+    double sorted[STEPS];
+    memcpy(sorted, free_run.norm, sizeof sorted);
+    for (int i = 0; i < STEPS; i++)
+        for (int j = i + 1; j < STEPS; j++)
+            if (sorted[j] < sorted[i]) {
+                double x = sorted[i];
+                sorted[i] = sorted[j], sorted[j] = x;
+            }
+    drop(&free_run);
+    bool found = false;
+    for (int i = 0; !found && i < STEPS - 1; i++) {
+        double clip = 0.5 * (sorted[i] + sorted[i + 1]);
+        if (!run(comm, 0, false, clip, false, &ref)) return;
+        for (int s = 1; s < STEPS; s++)
+            found |= !ref.clipped[s - 1] && ref.clipped[s];
+        if (found) compare(comm, &ref, clip, false, "clipping sometimes");
+        drop(&ref);
+    }
+    CHECK(found, "no clipping threshold gives a clipped step after an unclipped one");
+    // fp16: the scale doubles every 2 good steps, until it overflows again.
+    if (run(comm, 0, false, 0, true, &ref)) {
+        int skips = 0;
+        for (int s = 0; s < STEPS; s++)
+            skips += ref.skipped[s] && s > 0 && !ref.skipped[s - 1];
+        CHECK(skips > 0, "fp16: no overflow after a good step in %d steps", STEPS);
+        compare(comm, &ref, 0, true, "fp16 overflows");
+    }
+    drop(&ref);
+}
+
+// Under mpirun: every mode on 2 ranks.
+static int child(void) {
+    zinf_comm *comm;
+    CHECK(zinf_comm_create(&comm, ZINF_COMM_MPI, 0) == ZINF_OK, "%s", zinf_last_error());
+    test_modes(comm);
+    zinf_comm_destroy(comm);
+    return check_exit("test_engine_speculate (mpi)");
+}
+
+static void two_ranks(void) {
+    zinf_comm_info info;
+    zinf_comm_probe(&info);
+    if (!info.mpi) {
+        printf("test_engine_speculate: this build has no MPI: 1 rank only\n");
+        return;
+    }
+    char exe[4096], cmd[4400];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    CHECK(len > 0, "cannot read /proc/self/exe");
+    if (len <= 0) return;
+    exe[len] = '\0';
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); // tests/run sets these; so does this, for a run by hand
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 '%s' ranks", exe);
+    fflush(stdout);
+    int rc = system(cmd);
+    CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s: status %d", cmd, rc);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "ranks") == 0) return child();
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    zinf_comm *comm;
+    CHECK(zinf_comm_create(&comm, ZINF_COMM_SINGLE, 0) == ZINF_OK, "%s", zinf_last_error());
+    test_modes(comm);
+    zinf_comm_destroy(comm);
+    two_ranks();
+    return check_exit("test_engine_speculate");
+}
