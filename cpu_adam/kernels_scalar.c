@@ -5,6 +5,11 @@
 void optim_scalar(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; i++) {
         float g = dt_load(t->grad, t->grad_dtype, i);
+        if (t->from_param) { // the same arithmetic on copies of the inputs
+            t->param[i] = t->from_param[i];
+            if (t->exp_avg) t->exp_avg[i] = t->from_exp_avg[i];
+            if (t->exp_avg_sq) t->exp_avg_sq[i] = t->from_exp_avg_sq[i];
+        }
         switch (c->kind) {
         case ZINF_OPTIM_ADAM:
         case ZINF_OPTIM_ADAMW: adam_elem(c, &t->param[i], &t->exp_avg[i], &t->exp_avg_sq[i], g); break;

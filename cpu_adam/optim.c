@@ -95,6 +95,9 @@ zinf_status zinf_optim_consts_of(const zinf_optim_hparams *h, const zinf_optim_t
                  (t->out_dtype != ZINF_DTYPE_NONE && !t->out)))
         return zinf_fail(ZINF_ERR_INVAL, "cpu_adam %s: the tile lacks a buffer (param, grad,%s%s out)",
                          kind_name(h->kind), need_m ? " exp_avg," : "", need_v ? " exp_avg_sq," : "");
+    if (t->n && t->from_param && ((need_m && !t->from_exp_avg) || (need_v && !t->from_exp_avg_sq)))
+        return zinf_fail(ZINF_ERR_INVAL, "cpu_adam %s: from_param is set without from_%s", kind_name(h->kind),
+                         need_m && !t->from_exp_avg ? "exp_avg" : "exp_avg_sq");
 
     double step = (double)h->step, lr = h->lr, wd = h->weight_decay;
     bool decoupled = h->kind == ZINF_OPTIM_ADAMW || h->kind == ZINF_OPTIM_LION;

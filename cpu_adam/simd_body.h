@@ -16,6 +16,8 @@ void CAT(optim, SUFFIX)(const zinf_optim_consts *c, const zinf_optim_tile *t, si
     const bool use_l2 = c->l2 != 0.0f, use_scale = c->scale != 1.0f;
     const zinf_dtype gt = t->grad_dtype, ot = t->out_dtype;
     float *p = t->param, *m = t->exp_avg, *v = t->exp_avg_sq;
+    const bool away = t->from_param != NULL; // read the states from elsewhere
+    const float *pf = away ? t->from_param : p, *mf = away ? t->from_exp_avg : m, *vf = away ? t->from_exp_avg_sq : v;
     // The copy is only written here (and read later by a device copy): stores that
     // bypass the cache skip reading each line first, 2 of the 32 bytes per parameter.
     // They need the copy aligned to a vector, which pool ranges (multiples of 64)
@@ -28,11 +30,11 @@ void CAT(optim, SUFFIX)(const zinf_optim_consts *c, const zinf_optim_tile *t, si
         for (; i + W <= hi; i += W) { // adam_elem
             VF g = vgrad(t->grad, gt, i);
             if (use_scale) g = vmul(g, scale);
-            VF x = vmul(vld(p + i), decay);
+            VF x = vmul(vld(pf + i), decay);
             if (use_l2) g = vfma(l2, x, g);
-            VF mi = vld(m + i);
+            VF mi = vld(mf + i);
             VF mm = vfma(b1c, vsub(g, mi), mi);
-            VF vv = vfma(vmul(b2c, g), g, vmul(vld(v + i), b2));
+            VF vv = vfma(vmul(b2c, g), g, vmul(vld(vf + i), b2));
             VF den = vfma(vsqrt(vv), ibc2, eps);
             x = vadd(x, vdiv(vmul(nstep, mm), den));
             vst(p + i, x);
@@ -45,9 +47,9 @@ void CAT(optim, SUFFIX)(const zinf_optim_consts *c, const zinf_optim_tile *t, si
         for (; i + W <= hi; i += W) { // adagrad_elem
             VF g = vgrad(t->grad, gt, i);
             if (use_scale) g = vmul(g, scale);
-            VF x = vld(p + i);
+            VF x = vld(pf + i);
             if (use_l2) g = vfma(l2, x, g);
-            VF vv = vfma(g, g, vld(v + i));
+            VF vv = vfma(g, g, vld(vf + i));
             VF den = vadd(vsqrt(vv), eps);
             x = vadd(x, vdiv(vmul(nstep, g), den));
             vst(p + i, x);
@@ -59,8 +61,8 @@ void CAT(optim, SUFFIX)(const zinf_optim_consts *c, const zinf_optim_tile *t, si
         for (; i + W <= hi; i += W) { // lion_elem
             VF g = vgrad(t->grad, gt, i);
             if (use_scale) g = vmul(g, scale);
-            VF x = vmul(vld(p + i), decay);
-            VF mi = vld(m + i);
+            VF x = vmul(vld(pf + i), decay);
+            VF mi = vld(mf + i);
             VF u = vsign(vfma(g, b1c, vmul(mi, b1)));
             x = vfma(nstep, u, x);
             vst(p + i, x);

@@ -345,5 +345,7 @@ zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const
     op_record r = {.u.optim = {.h = *h, .t = *t}};
     // The same checks and constants as cpu_adam, so a bad hyperparameter fails here.
     ZINF_CHECK(zinf_optim_consts_of(h, t, &r.u.optim.c));
+    if (t->from_param)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "device optimizer: updates in place only (from_param set)");
     return launch(s, OP_OPTIM, t->grad_dtype, &r);
 }

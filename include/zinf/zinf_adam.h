@@ -73,6 +73,9 @@ typedef struct zinf_optim_tile {
     void *out;            // 16-bit copy of the updated weights (round to nearest even);
     zinf_dtype out_dtype; // ZINF_DTYPE_NONE for no copy, else BF16 or F16
     size_t n;
+    // The states before the update, when not where it writes them (all three, or NULL:
+    // in place): an update that leaves its inputs as they were (cpu_adam only).
+    const float *from_param, *from_exp_avg, *from_exp_avg_sq;
 } zinf_optim_tile;
 
 // The hyperparameters of one call as the float constants the kernels use, computed in

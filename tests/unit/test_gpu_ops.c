@@ -794,7 +794,8 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
     void *want_out = out_dt ? malloc(n * 2) : NULL;
     zinf_optim_hparams h = {.kind = kind, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                             .lr_decay = 0.01, .bias_correction = true, .step = 3, .grad_scale = 0.5f};
-    zinf_optim_tile dtile = {dp, dm, dv, dg, grad_dt, dout, out_dt, n}, htile = {p, m, v, gp, grad_dt, want_out, out_dt, n};
+    zinf_optim_tile dtile = {dp, dm, dv, dg, grad_dt, dout, out_dt, n, NULL, NULL, NULL},
+                    htile = {p, m, v, gp, grad_dt, want_out, out_dt, n, NULL, NULL, NULL};
     TRY(zinf_device_optim(S, &h, &dtile));
     TRY(zinf_optim_update(&h, &htile, ZINF_SIMD_SCALAR));
     float *hp = malloc(n * 4), *hm = malloc(n * 4), *hv = malloc(n * 4);
