@@ -5,13 +5,16 @@
 //
 // Speculation (cpu): in the step's last backward each sub-group is updated as soon as
 // its gradients are final, on the guess that the step neither clips nor overflows, so
-// that the update runs under the backward. Its previous states are copied aside first
-// and its new parameters held back, not stored: the backward still reads the old ones
-// (stages 1-2), and the guess may be wrong. When the step's own hyperparameters are
-// the guessed ones, the update stores the held parameters and goes on with the rest;
-// otherwise it copies the states back and updates those sub-groups again. Adam has no
-// exact inverse in floating point (m' = b1 m + (1 - b1) g rounds), so a copy is what
-// makes the result the bits of an update after the step.
+// that the update runs under the backward. It reads its states where they are and
+// writes the new ones to the other of two places (its place in the partition, or one
+// in a spare buffer), and its new parameters are held back, not stored: the backward
+// still reads the old ones (stages 1-2), and the guess may be wrong. When the step's
+// own hyperparameters are the guessed ones, the sub-group's states are where the
+// update wrote them and its held parameters are stored; otherwise what it wrote is
+// dropped and the sub-group is updated again from the states it left. Adam has no
+// exact inverse in floating point (m' = b1 m + (1 - b1) g rounds), and a copy of the
+// old states would move 24 more bytes per element than the update's 30; the two
+// places move none.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@ enum { NSTATES = 3, MAX_IO = 3 };
 // arriving gradients (the engine's communication thread), which should not wait for a
 // whole sub-group.
 enum { SPECULATE_CHUNK = 1 << 22 };
+#define HOME SIZE_MAX // a sub-group's states at its place in the partition
 
 static const char *const state_file[NSTATES] = {"master", "exp_avg", "exp_avg_sq"};
 static const char *const state_what[NSTATES] = {"fp32 master weights", "optimizer exp_avg", "optimizer exp_avg_sq"};
@@ -72,16 +76,18 @@ struct zinf_optim_tier {
     int published;  // sub-groups of the running update whose sg_done is recorded
     bool unsettled; // stores of a background update may still be queued on store_stream
 
-    // speculation (cpu, background): speculated sub-groups take consecutive places of
-    // c.speculate_elements elements in two buffers.
-    float *backup;         // master | exp_avg | exp_avg_sq before the speculative update
+    // speculation (cpu, background), in c.speculate_elements elements of spare states
+    // and of held parameters
+    float *spare;          // master | exp_avg | exp_avg_sq
+    size_t *spare_at;      // per sub-group: where its states live in spare, or HOME
+    size_t *written_at;    // per speculated sub-group: where it wrote its new states
     char *held;            // the speculated sub-groups' new parameters (out_es bytes each)
-    size_t *place;         // per sub-group: its place in them
-    size_t places_used;    // elements
+    size_t *held_at;       // per speculated sub-group: its place in held
+    size_t held_used;      // elements
     zinf_event *held_free; // recorded on store_stream after an update's stores
     int *sg_segments; // per sub-group: its segments with elements
     int *sg_final;    // per sub-group: those whose gradients are final in this backward
-    bool *speculated; // per sub-group: updated with h_spec, its states backed up
+    bool *speculated; // per sub-group: updated with h_spec, its new states and parameters aside
     bool speculating; // final sub-groups are to be updated with h_spec
     int in_flight;    // the sub-group the thread is speculating on, or -1
     zinf_optim_hparams h_spec;
@@ -169,10 +175,12 @@ static zinf_status take_buffers(zinf_optim_tier *t) {
             host_alloc(t, NSTATES * t->sg_max * sizeof(float), "optimizer swap buffers", (void **)&t->io[b].buf));
     size_t spec = t->c.speculate_elements;
     if (!spec) return ZINF_OK;
-    // Not pinned: nothing but this tier's threads read the backup.
-    if (t->c.host)
+    // Not pinned: nothing but this tier's threads read the spare states.
+    if (t->c.host) {
         ZINF_CHECK(zinf_host_pool_alloc(t->c.host, NSTATES * spec * sizeof(float), false,
-                                        "speculation backup of the optimizer states", (void **)&t->backup));
+                                        "spare optimizer states for speculation", (void **)&t->spare));
+        zinf_cpu_pool_touch(t->c.cpu, t->spare, NSTATES * spec, sizeof(float)); // not in the first step's backward
+    }
     t->host_bytes += (int64_t)(NSTATES * spec * sizeof(float));
     return host_alloc(t, spec * t->out_es, "speculated 16-bit parameters", (void **)&t->held);
 }
@@ -200,11 +208,15 @@ static zinf_status create(zinf_optim_tier *t, const zinf_optim_tier_config *cfg)
     t->sg_segments = calloc(ng, sizeof *t->sg_segments);
     t->sg_final = calloc(ng, sizeof *t->sg_final);
     t->speculated = calloc(ng, sizeof *t->speculated);
-    t->place = calloc(ng, sizeof *t->place);
-    if (!t->sg_segments || !t->sg_final || !t->speculated || !t->place)
+    t->spare_at = malloc(ng * sizeof *t->spare_at);
+    t->written_at = calloc(ng, sizeof *t->written_at);
+    t->held_at = calloc(ng, sizeof *t->held_at);
+    if (!t->sg_segments || !t->sg_final || !t->speculated || !t->spare_at || !t->written_at || !t->held_at)
         return zinf_fail(ZINF_ERR_NOMEM, "optimizer tier: out of memory");
     for (int i = 0; i < t->c.nseg; i++)
         if (t->sg_of[i] >= 0) t->sg_segments[t->sg_of[i]]++;
+    for (size_t g = 0; g < ng; g++)
+        t->spare_at[g] = HOME;
     if (cfg->speculate_elements) ZINF_CHECK(zinf_event_create(cfg->dev, &t->held_free));
     if (cfg->background) ZINF_CHECK(start_thread(t));
     return cfg->device == ZINF_OFFLOAD_NVME ? open_swap(t) : ZINF_OK;
@@ -265,10 +277,11 @@ void zinf_optim_tier_destroy(zinf_optim_tier *t) {
         zinf_event_destroy(t->out_free[b]);
     }
     host_free(t, t->grads);
-    zinf_host_pool_free(t->c.host, t->backup, false);
+    zinf_host_pool_free(t->c.host, t->spare, false);
     host_free(t, t->held);
     zinf_event_destroy(t->held_free);
-    free(t->sg_segments), free(t->sg_final), free(t->speculated), free(t->place);
+    free(t->sg_segments), free(t->sg_final), free(t->speculated), free(t->spare_at), free(t->written_at),
+        free(t->held_at);
     zinf_swap_close(t->swap);
     for (int g = 0; t->sg_done && g < t->nsg; g++)
         zinf_event_destroy(t->sg_done[g]);
@@ -304,11 +317,13 @@ static zinf_status drop_preread(zinf_optim_tier *t) {
     return st;
 }
 
+static zinf_status settle_home(zinf_optim_tier *t);
+
 // State s in host memory, or NULL where it lives in the swap store.
 static float *host_state(zinf_optim_tier *t, zinf_tier_state s) { return s == ZINF_TIER_GRAD ? t->grads : t->state[s]; }
 
 zinf_status zinf_optim_tier_read(zinf_optim_tier *t, zinf_tier_state s, size_t off, size_t n, float *dst) {
-    ZINF_CHECK(zinf_optim_tier_cancel(t, NULL)); // the states as the last step left them
+    ZINF_CHECK(settle_home(t)); // the states as the last step left them, each at home
     float *host = host_state(t, s);
     if (host) {
         memcpy(dst, host + off, n * sizeof *dst);
@@ -318,7 +333,7 @@ zinf_status zinf_optim_tier_read(zinf_optim_tier *t, zinf_tier_state s, size_t o
 }
 
 zinf_status zinf_optim_tier_write(zinf_optim_tier *t, zinf_tier_state s, size_t off, size_t n, const float *src) {
-    ZINF_CHECK(zinf_optim_tier_cancel(t, NULL)); // a speculation from other states or gradients
+    ZINF_CHECK(settle_home(t)); // the states as the last step left them, each at home
     float *host = host_state(t, s);
     if (host) {
         memcpy(host + off, src, n * sizeof *src);
@@ -329,7 +344,7 @@ zinf_status zinf_optim_tier_write(zinf_optim_tier *t, zinf_tier_state s, size_t 
 }
 
 zinf_status zinf_optim_tier_zero_states(zinf_optim_tier *t) {
-    ZINF_CHECK(zinf_optim_tier_cancel(t, NULL));
+    ZINF_CHECK(settle_home(t)); // the states as the last step left them, each at home
     size_t bytes = t->n * sizeof(float);
     memset(t->grads, 0, bytes);
     if (t->c.device == ZINF_OFFLOAD_CPU) {
@@ -421,33 +436,31 @@ static zinf_status update_group(zinf_optim_tier *t, const zinf_optim_hparams *h,
     return zinf_event_record(t->out_free[g & 1], t->c.store_stream);
 }
 
-// Sub-group g's backup of state s, and its held parameters.
-static float *backup_of(zinf_optim_tier *t, int g, int s) {
-    return t->backup + (size_t)s * t->c.speculate_elements + t->place[g];
+// Sub-group g's state s at `at` (HOME or a place in spare), and its held parameters.
+static float *state_at(zinf_optim_tier *t, int g, int s, size_t at) {
+    return at == HOME ? t->state[s] + t->sg[g].off : t->spare + (size_t)s * t->c.speculate_elements + at;
 }
-static char *held_of(zinf_optim_tier *t, int g) { return t->held + t->place[g] * t->out_es; }
+static char *held_of(zinf_optim_tier *t, int g) { return t->held + t->held_at[g] * t->out_es; }
 
-// Sub-group g's states as they were before its speculative update.
-static void restore(zinf_optim_tier *t, int g) {
-    const subgroup *sg = &t->sg[g];
-    for (int s = 0; s < NSTATES; s++)
-        zinf_cpu_copy(t->c.cpu, t->state[s] + sg->off, backup_of(t, g, s), sg->n);
+// The speculated sub-groups' new states are theirs (keep) or dropped.
+static void settle_speculated(zinf_optim_tier *t, int g, bool keep) {
+    t->speculated[g] = false;
+    if (keep) t->spare_at[g] = t->written_at[g];
 }
 
 static zinf_status update_all(zinf_optim_tier *t, const zinf_optim_hparams *h) {
     if (t->c.device == ZINF_OFFLOAD_CPU) {
         for (int g = 0; g < t->nsg; g++) {
-            size_t o = t->sg[g].off;
             if (t->speculated[g]) {
-                t->speculated[g] = false;
+                settle_speculated(t, g, t->keep);
                 if (t->keep) {
                     ZINF_CHECK(store_group(t, g, held_of(t, g)));
                     continue;
                 }
-                restore(t, g);
             }
-            ZINF_CHECK(update_group(t, h, g, t->state[ZINF_TIER_MASTER] + o, t->state[ZINF_TIER_EXP_AVG] + o,
-                                    t->state[ZINF_TIER_EXP_AVG_SQ] + o));
+            size_t at = t->spare_at[g];
+            ZINF_CHECK(update_group(t, h, g, state_at(t, g, ZINF_TIER_MASTER, at),
+                                    state_at(t, g, ZINF_TIER_EXP_AVG, at), state_at(t, g, ZINF_TIER_EXP_AVG_SQ, at)));
         }
         return t->held_free ? zinf_event_record(t->held_free, t->c.store_stream) : ZINF_OK;
     }
@@ -492,29 +505,68 @@ zinf_status zinf_optim_tier_preread(zinf_optim_tier *t) {
 
 // ---- speculation ----
 
-// The update of sub-group g with the guessed hyperparameters, its states backed up
-// first (*backed_up then) and its parameters held.
-static zinf_status speculate_group(zinf_optim_tier *t, const zinf_optim_hparams *h, int g, bool *backed_up) {
+// The update of sub-group g with the guessed hyperparameters, from its states where
+// they live to written_at[g], its parameters held.
+static zinf_status speculate_group(zinf_optim_tier *t, const zinf_optim_hparams *h, int g) {
     const subgroup *sg = &t->sg[g];
     ZINF_CHECK(zinf_event_sync(t->held_free)); // the last update's stores from held parameters passed
-    for (int s = 0; s < NSTATES; s++)
-        zinf_cpu_copy(t->c.cpu, backup_of(t, g, s), t->state[s] + sg->off, sg->n);
-    *backed_up = true;
     for (size_t a = 0; a < sg->n; a += SPECULATE_CHUNK) {
-        size_t o = sg->off + a, n = sg->n - a < SPECULATE_CHUNK ? sg->n - a : SPECULATE_CHUNK;
-        ZINF_CHECK(adam(t, h, o, n, t->state[ZINF_TIER_MASTER] + o, t->state[ZINF_TIER_EXP_AVG] + o,
-                        t->state[ZINF_TIER_EXP_AVG_SQ] + o, held_of(t, g) + a * t->out_es));
+        size_t n = sg->n - a < SPECULATE_CHUNK ? sg->n - a : SPECULATE_CHUNK;
+        float *to[NSTATES], *from[NSTATES];
+        for (int s = 0; s < NSTATES; s++)
+            to[s] = state_at(t, g, s, t->written_at[g]) + a, from[s] = state_at(t, g, s, t->spare_at[g]) + a;
+        bool f32 = t->c.param_dtype == ZINF_DTYPE_F32;
+        void *out = held_of(t, g) + a * t->out_es;
+        zinf_optim_tile tile = {.param = to[ZINF_TIER_MASTER],
+                                .exp_avg = to[ZINF_TIER_EXP_AVG],
+                                .exp_avg_sq = to[ZINF_TIER_EXP_AVG_SQ],
+                                .grad = t->grads + sg->off + a,
+                                .grad_dtype = ZINF_DTYPE_F32,
+                                .out = f32 ? NULL : out,
+                                .out_dtype = f32 ? ZINF_DTYPE_NONE : t->c.param_dtype,
+                                .n = n,
+                                .from_param = from[ZINF_TIER_MASTER],
+                                .from_exp_avg = from[ZINF_TIER_EXP_AVG],
+                                .from_exp_avg_sq = from[ZINF_TIER_EXP_AVG_SQ]};
+        ZINF_CHECK(zinf_optim_step(t->c.cpu, h, &tile));
+        if (f32) memcpy(out, tile.param, n * sizeof(float));
     }
     return ZINF_OK;
 }
 
+// A place of n elements in spare that no sub-group's states take (living there, or
+// written there by a speculative update), the first; HOME when there is none. Under mu.
+static size_t spare_place(const zinf_optim_tier *t, size_t n) {
+    size_t at = 0;
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int g = 0; g < t->nsg; g++) {
+            size_t taken[2] = {t->spare_at[g], t->speculated[g] || g == t->in_flight ? t->written_at[g] : HOME};
+            for (int k = 0; k < 2; k++)
+                if (taken[k] != HOME && taken[k] < at + n && at < taken[k] + t->sg[g].n)
+                    at = taken[k] + t->sg[g].n, moved = true;
+        }
+    }
+    return at + n <= t->c.speculate_elements ? at : HOME;
+}
+
+// Where sub-group g's speculative update writes: home for states living in spare, else
+// a free place in spare (HOME when there is none: then it waits). Under mu.
+static size_t write_place(const zinf_optim_tier *t, int g) {
+    return t->spare_at[g] != HOME ? HOME : spare_place(t, t->sg[g].n);
+}
+
 // The last sub-group whose gradients are final, that is not speculated yet and that
-// has room: the backward finishes the last sub-groups first. Under mu.
-static int next_final(const zinf_optim_tier *t) {
-    for (int g = t->nsg - 1; g >= 0; g--)
-        if (t->sg_final[g] == t->sg_segments[g] && !t->speculated[g] &&
-            t->places_used + t->sg[g].n <= t->c.speculate_elements)
-            return g;
+// has room for its new states (at *to, never where they are now) and parameters: the
+// backward finishes the last sub-groups first. Under mu.
+static int next_final(const zinf_optim_tier *t, size_t *to) {
+    for (int g = t->nsg - 1; g >= 0; g--) {
+        if (t->sg_final[g] != t->sg_segments[g] || t->speculated[g] ||
+            t->held_used + t->sg[g].n > t->c.speculate_elements)
+            continue;
+        *to = write_place(t, g);
+        if (*to != t->spare_at[g]) return g;
+    }
     return -1;
 }
 
@@ -534,17 +586,28 @@ static int count_speculated(const zinf_optim_tier *t) {
     return n;
 }
 
-zinf_status zinf_optim_tier_cancel(zinf_optim_tier *t, int *restored) {
-    if (restored) *restored = 0;
+zinf_status zinf_optim_tier_cancel(zinf_optim_tier *t, int *dropped) {
+    if (dropped) *dropped = 0;
     if (!t || !t->c.speculate_elements) return ZINF_OK;
     stop_speculating(t);
     for (int g = 0; g < t->nsg; g++)
         if (t->speculated[g]) {
-            restore(t, g);
-            t->speculated[g] = false;
-            if (restored) ++*restored;
+            settle_speculated(t, g, false);
+            if (dropped) ++*dropped;
         }
-    t->places_used = 0;
+    t->held_used = 0;
+    return ZINF_OK;
+}
+
+// Every sub-group's states at home, where reads and writes of ranges find them.
+static zinf_status settle_home(zinf_optim_tier *t) {
+    ZINF_CHECK(zinf_optim_tier_cancel(t, NULL));
+    for (int g = 0; t && t->c.speculate_elements && g < t->nsg; g++) {
+        if (t->spare_at[g] == HOME) continue;
+        for (int s = 0; s < NSTATES; s++)
+            zinf_cpu_copy(t->c.cpu, state_at(t, g, s, HOME), state_at(t, g, s, t->spare_at[g]), t->sg[g].n);
+        t->spare_at[g] = HOME;
+    }
     return ZINF_OK;
 }
 
@@ -553,7 +616,6 @@ zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hpara
     ZINF_CHECK(zinf_optim_tier_cancel(t, NULL));
     pthread_mutex_lock(&t->mu);
     memset(t->sg_final, 0, (size_t)t->nsg * sizeof *t->sg_final);
-    t->places_used = 0; // the last update is done with the places it used
     t->h_spec = *h;
     t->speculating = true;
     pthread_mutex_unlock(&t->mu);
@@ -581,19 +643,20 @@ static bool same_hparams(const zinf_optim_hparams *a, const zinf_optim_hparams *
 
 // One sub-group's speculative update, from under mu (held again on return).
 static void speculate_next(zinf_optim_tier *t) {
-    int g = next_final(t);
+    size_t to;
+    int g = next_final(t, &to);
     zinf_optim_hparams h = t->h_spec;
+    t->written_at[g] = to;
     t->in_flight = g;
-    t->place[g] = t->places_used;
-    t->places_used += t->sg[g].n;
+    t->held_at[g] = t->held_used;
+    t->held_used += t->sg[g].n;
     pthread_mutex_unlock(&t->mu);
     int64_t t0 = zinf_clock_ns();
-    bool backed_up = false;
-    zinf_status st = speculate_group(t, &h, g, &backed_up);
+    zinf_status st = speculate_group(t, &h, g);
     int64_t ns = zinf_clock_ns() - t0;
     if (st != ZINF_OK) zinf_latch_set(t->c.failure, st);
     pthread_mutex_lock(&t->mu);
-    t->speculated[g] = backed_up; // a failed one is restored with the rest
+    t->speculated[g] = st == ZINF_OK; // a failed one left its states as they were
     if (st != ZINF_OK) t->speculating = false;
     t->speculated_ns += ns;
     t->speculated_count++;
@@ -605,7 +668,8 @@ static void *thread_main(void *arg) {
     zinf_optim_tier *t = arg;
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        while (!t->job && !t->stop && !(t->speculating && next_final(t) >= 0))
+        size_t to;
+        while (!t->job && !t->stop && !(t->speculating && next_final(t, &to) >= 0))
             pthread_cond_wait(&t->cv, &t->mu);
         if (t->stop) break;
         if (!t->job) {

@@ -200,9 +200,9 @@ typedef struct zinf_optim_tier_config {
     // sub-group says when its parameters are stored (zinf_optim_tier_updated).
     bool background;
     // cpu with background: sub-groups of up to this many elements at once may be
-    // updated under the backward (zinf_optim_tier_speculate), with a backup of their
-    // states (12 bytes per element, not pinned) and their parameters held (param_dtype's
-    // size, pinned as the rest); 0: none.
+    // updated under the backward (zinf_optim_tier_speculate), into spare states (12
+    // bytes per element, not pinned) with their parameters held (param_dtype's size,
+    // pinned as the rest); 0: none.
     size_t speculate_elements;
     zinf_swap_config swap; // nvme: where the states go
     // borrowed
@@ -236,8 +236,8 @@ zinf_status zinf_optim_tier_update(zinf_optim_tier *t, const zinf_optim_hparams 
 zinf_status zinf_optim_tier_preread(zinf_optim_tier *t);
 // background: start one update on the tier's thread (it zeroes the gradients when
 // done); wait for it to end (its failure goes to the latch). NULL or no update: no-op.
-// Sub-groups speculated with other hyperparameters than h are restored and updated
-// again (*redone of them); with the same, their held parameters are stored.
+// Sub-groups speculated with other hyperparameters than h are updated again from the
+// states they left (*redone of them); with the same, their held parameters are stored.
 zinf_status zinf_optim_tier_start(zinf_optim_tier *t, const zinf_optim_hparams *h, int *redone);
 void zinf_optim_tier_join(zinf_optim_tier *t);
 // speculate: in the step's last backward, after joining the last update: each
@@ -248,10 +248,10 @@ zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hpara
 void zinf_optim_tier_grads_final(zinf_optim_tier *t, int seg);
 // No more sub-groups start speculating; the one in flight ends.
 void zinf_optim_tier_stop_speculating(zinf_optim_tier *t);
-// The speculated sub-groups' states restored (*restored of them, when not NULL) and
-// their held parameters dropped: a skipped step, or states read or written between the
-// backward and the step (zinf_optim_tier_read, _write and _zero_states do it).
-zinf_status zinf_optim_tier_cancel(zinf_optim_tier *t, int *restored);
+// What the speculated sub-groups wrote dropped (*dropped of them, when not NULL): a
+// skipped step, or states read or written between the backward and the step
+// (zinf_optim_tier_read, _write and _zero_states do it).
+zinf_status zinf_optim_tier_cancel(zinf_optim_tier *t, int *dropped);
 // Whether segment seg's new parameters are stored (true with no update running or NULL);
 // wait until they are, and make s (when not NULL) wait for store_stream to pass them.
 bool zinf_optim_tier_updated(zinf_optim_tier *t, int seg);
