@@ -77,7 +77,8 @@ class OptimHparams(ctypes.Structure):
 
 class OptimTile(ctypes.Structure):
     _fields_ = [("param", c_ptr), ("exp_avg", c_ptr), ("exp_avg_sq", c_ptr), ("grad", c_ptr), ("grad_dtype", ctypes.c_int),
-                ("out", c_ptr), ("out_dtype", ctypes.c_int), ("n", c_size)]
+                ("out", c_ptr), ("out_dtype", ctypes.c_int), ("n", c_size),
+                ("from_param", c_ptr), ("from_exp_avg", c_ptr), ("from_exp_avg_sq", c_ptr)]
 
 
 def _check_mirrors():
