@@ -8,7 +8,7 @@
 // step under it), and under fp16 with a loss scale that overflows now and then; the
 // step says how many sub-groups went under the backward and how many were redone, and
 // both are what the clipping pattern calls for.
-// timeout: 30 san=60 cuda-emu=60 san-cuda-emu=120
+// timeout: 45 san=60 cuda-emu=60 san-cuda-emu=120
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +92,7 @@ static bool run(zinf_comm *comm, int stage, bool cpu, double clip, bool fp16, ru
             batch(100 * s + 10 * rank + m, in, tg);
             ok = zinf_engine_forward(e, in, tg, B, &loss) == ZINF_OK && zinf_engine_backward(e) == ZINF_OK;
         }
-        if (ok && cpu) usleep(50 * 1000);
+        if (ok && cpu) usleep(20 * 1000);
         zinf_step_info si;
         ok = ok && zinf_engine_step(e, &si) == ZINF_OK;
         if (!ok) break;
