@@ -188,6 +188,13 @@ void zinf_cpu_pool_destroy(zinf_cpu_pool *pool) {
 
 int zinf_cpu_pool_threads(const zinf_cpu_pool *pool) { return pool->n; }
 
+int zinf_cpu_pool_cores(void) {
+    int *cpus, physical;
+    placement(&cpus, &physical);
+    free(cpus);
+    return physical > 0 ? physical : 1;
+}
+
 void zinf_cpu_pool_run(zinf_cpu_pool *pool, void (*fn)(void *, int, int), void *arg) {
     pthread_mutex_lock(&pool->run_lock);
     pthread_mutex_lock(&pool->lock);

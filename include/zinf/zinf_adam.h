@@ -125,6 +125,8 @@ typedef struct zinf_cpu_pool zinf_cpu_pool;
 zinf_status zinf_cpu_pool_create(zinf_cpu_pool **out, int threads);
 void zinf_cpu_pool_destroy(zinf_cpu_pool *pool);
 int zinf_cpu_pool_threads(const zinf_cpu_pool *pool);
+// The physical cores this process may run on: the threads of a pool made with 0.
+int zinf_cpu_pool_cores(void);
 // Run fn(arg, i, nthreads) on every worker i and wait for all of them.
 void zinf_cpu_pool_run(zinf_cpu_pool *pool, void (*fn)(void *arg, int i, int nthreads), void *arg);
 // Worker i's share of n elements: [*lo, *hi), cut at multiples of 64 elements.

@@ -35,6 +35,7 @@ typedef struct zinf_offload_optimizer_config {
     // sub-groups the backward may update at once, backed up in host memory; 0: none.
     int64_t speculate_elements;
     bool speculate_elements_chosen;
+    double cpuadam_cores_perc; // the share of the physical cores CPU Adam's threads take
 } zinf_offload_optimizer_config;
 
 typedef struct zinf_offload_param_config {

@@ -161,6 +161,7 @@ typedef struct zinf_engine_memory {
     int64_t nvme;       // the swap stores' files, both tiers
     int subgroups;      // offloaded optimizer: sub-groups per step, and the largest's elements
     int64_t subgroup_max;
+    int optimizer_threads; // offloaded optimizer: CPU Adam's threads
     int64_t device_in_use, device_peak, device_capacity;
     int64_t partition_numel; // N_r: elements of this rank's partition
     int64_t model_numel;     // parameters of the model

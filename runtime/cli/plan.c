@@ -137,6 +137,10 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
         fprintf(f, "  from the other ranks, per rank and step: %s in its node, %s across nodes\n",
                 sz(r->comm_intra, b[0]), sz(r->comm_inter, b[1]));
     const zinf_plan_choice *ch = &r->choice;
+    // The cores are this process's: under mpirun each rank's may be fewer (bound to its cores).
+    if (m.optimizer_tier != ZINF_OFFLOAD_NONE)
+        fprintf(f, "  CPU Adam: %d thread%s (cpuadam_cores_perc %g of this process's cores)\n", m.optimizer_threads,
+                m.optimizer_threads == 1 ? "" : "s", oo->cpuadam_cores_perc);
     if (oo->device == ZINF_OFFLOAD_CPU && oo->super_offload) {
         // The elements' backups and held parameters: 12 bytes and one 16-bit (or fp32) parameter each.
         int64_t es = c->bf16 || c->fp16.enabled ? 2 : 4, n = ch->speculate_elements;

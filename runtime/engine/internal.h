@@ -251,6 +251,7 @@ typedef struct optimizer {
     zinf_optim_tier_stats tier_stats;               // its figures: of the tier made, or planned
     float *host_grads32;                            // its gradient partition
     zinf_cpu_pool *pool;                            // cpu and nvme: CPU Adam and the host gradient norms
+    int threads;                                    // its threads (cpuadam_cores_perc of the cores)
     const update_ops *update;                       // the tier's (policy.c)
     // Offloaded (stages 1-3): the update runs on the tier's thread and the next step's
     // forward starts at once; a module waits only for its own sub-group (at stage 3

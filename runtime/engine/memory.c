@@ -99,6 +99,7 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->nvme = os->nvme_bytes + ps->nvme_bytes;
     out->subgroups = os->subgroups;
     out->subgroup_max = (int64_t)os->subgroup_max;
+    out->optimizer_threads = e->optim.threads;
     if (e->plan) { // the capacity and the budget are the target's: zinf_engine_plan's verdict
         out->pinned = e->plan_pinned, out->host_total = e->plan_host;
         out->pinned_budget = out->device_capacity = -1;

@@ -37,7 +37,12 @@ zinf_status states_create(zinf_engine *e) {
     if (!part_n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; i < e->module_count; i++)
         part_n[i] = e->layout[i].part_n;
-    zinf_status st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->optim.pool, 0);
+    // DeepSpeed's cpuadam_cores_perc: a share of the cores, leaving the rest to the
+    // threads that feed the device and move the data.
+    int cores = zinf_cpu_pool_cores();
+    e->optim.threads = oc->cpuadam_cores_perc >= 1 ? cores : (int)(oc->cpuadam_cores_perc * cores);
+    if (e->optim.threads < 1) e->optim.threads = 1;
+    zinf_status st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->optim.pool, e->optim.threads);
     zinf_optim_tier_config tc = {.device = e->optim.offload,
                                  .seg_n = part_n,
                                  .nseg = e->module_count,

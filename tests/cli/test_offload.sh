@@ -103,6 +103,15 @@ grep -q "parameters offloaded to nvme: .*: 72 KiB of the first 1 module in pinne
 grep -q "buffer_size: raised from 1000 to 34816 elements, this rank's slice of h.0.mlp" "$tmp/err" || fail "buffer_size raised: $(cat "$tmp/err")"
 grep -q "host: .* of which pinned .* of a .* budget.*NVMe: .* under $tmp/nvme\$" "$tmp/out" ||
   fail "plan's host line: $(grep -A6 '^plan' "$tmp/out")"
+# CPU Adam takes DeepSpeed's cpuadam_cores_perc of the cores (all by default), one thread at least.
+all=$(sed -n 's/^  CPU Adam: \([0-9]*\) threads* .*/\1/p' "$tmp/out")
+[ -n "$all" ] || fail "plan: no CPU Adam threads: $(grep -A9 '^plan' "$tmp/out")"
+expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=2 --set $OO.device=cpu \
+  --set $OO.cpuadam_cores_perc=0.5
+half=$((${all:-0} / 2))
+[ "$half" -ge 1 ] || half=1
+grep -q "^  CPU Adam: $half threads* (cpuadam_cores_perc 0.5 of this process's cores)\$" "$tmp/out" ||
+  fail "cpuadam_cores_perc 0.5 of $all threads: $(grep 'CPU Adam' "$tmp/out")"
 run 1 "$tmp/j" --steps 2 --set $OO.device=nvme --set zero_optimization.stage=3 --set $OP.device=nvme
 python3 - "$tmp/j" <<'PY' || fail "step times: $(head -c 600 "$tmp/j")"
 import json, sys

@@ -434,6 +434,11 @@ static void errors(void) {
     CHECK_CONTAINS(zinf_last_error(), "must be fp32, bf16 or fp16, not none");
     zinf_cpu_pool *pool;
     CHECK(zinf_cpu_pool_create(&pool, -1) == ZINF_ERR_INVAL && !pool, "-1 threads accepted");
+    // A pool made with 0 has a thread per core zinf_cpu_pool_cores counts.
+    CHECK(zinf_cpu_pool_create(&pool, 0) == ZINF_OK && zinf_cpu_pool_threads(pool) == zinf_cpu_pool_cores(),
+          "a pool of 0 has %d threads, zinf_cpu_pool_cores says %d", pool ? zinf_cpu_pool_threads(pool) : -1,
+          zinf_cpu_pool_cores());
+    zinf_cpu_pool_destroy(pool);
 }
 
 // zinf_cpu_copy: every element, whatever the pool's split of odd lengths, and none past.
