@@ -391,21 +391,25 @@ static zinf_status start_read(zinf_optim_tier *t, int g) {
     return swap_io(t, g, b, false);
 }
 
-// Adam over the n elements at partition offset off from the states at master/m/v, the
-// new parameters to out (f32: a copy of the masters).
-static zinf_status adam(zinf_optim_tier *t, const zinf_optim_hparams *h, size_t off, size_t n, float *master, float *m,
-                        float *v, void *out) {
+// Adam over the n elements at partition offset off into the states at to (master,
+// exp_avg, exp_avg_sq), from those at from (NULL: in place), the new parameters to out
+// (f32: a copy of the masters).
+static zinf_status adam(zinf_optim_tier *t, const zinf_optim_hparams *h, size_t off, size_t n, float *const *to,
+                        const float *const *from, void *out) {
     bool f32 = t->c.param_dtype == ZINF_DTYPE_F32;
-    zinf_optim_tile tile = {.param = master,
-                            .exp_avg = m,
-                            .exp_avg_sq = v,
+    zinf_optim_tile tile = {.param = to[ZINF_TIER_MASTER],
+                            .exp_avg = to[ZINF_TIER_EXP_AVG],
+                            .exp_avg_sq = to[ZINF_TIER_EXP_AVG_SQ],
                             .grad = t->grads + off,
                             .grad_dtype = ZINF_DTYPE_F32,
                             .out = f32 ? NULL : out,
                             .out_dtype = f32 ? ZINF_DTYPE_NONE : t->c.param_dtype,
-                            .n = n};
+                            .n = n,
+                            .from_param = from ? from[ZINF_TIER_MASTER] : NULL,
+                            .from_exp_avg = from ? from[ZINF_TIER_EXP_AVG] : NULL,
+                            .from_exp_avg_sq = from ? from[ZINF_TIER_EXP_AVG_SQ] : NULL};
     ZINF_CHECK(zinf_optim_step(t->c.cpu, h, &tile));
-    if (f32) memcpy(out, master, n * sizeof(float));
+    if (f32) memcpy(out, tile.param, n * sizeof(float));
     return ZINF_OK;
 }
 
@@ -431,7 +435,7 @@ static zinf_status update_group(zinf_optim_tier *t, const zinf_optim_hparams *h,
     const subgroup *sg = &t->sg[g];
     void *out = t->out[g & 1];
     ZINF_CHECK(zinf_event_sync(t->out_free[g & 1])); // its previous store passed
-    ZINF_CHECK(adam(t, h, sg->off, sg->n, master, m, v, out));
+    ZINF_CHECK(adam(t, h, sg->off, sg->n, (float *const[]){master, m, v}, NULL, out));
     ZINF_CHECK(store_group(t, g, out));
     return zinf_event_record(t->out_free[g & 1], t->c.store_stream);
 }
@@ -512,24 +516,11 @@ static zinf_status speculate_group(zinf_optim_tier *t, const zinf_optim_hparams 
     ZINF_CHECK(zinf_event_sync(t->held_free)); // the last update's stores from held parameters passed
     for (size_t a = 0; a < sg->n; a += SPECULATE_CHUNK) {
         size_t n = sg->n - a < SPECULATE_CHUNK ? sg->n - a : SPECULATE_CHUNK;
-        float *to[NSTATES], *from[NSTATES];
+        float *to[NSTATES];
+        const float *from[NSTATES];
         for (int s = 0; s < NSTATES; s++)
             to[s] = state_at(t, g, s, t->written_at[g]) + a, from[s] = state_at(t, g, s, t->spare_at[g]) + a;
-        bool f32 = t->c.param_dtype == ZINF_DTYPE_F32;
-        void *out = held_of(t, g) + a * t->out_es;
-        zinf_optim_tile tile = {.param = to[ZINF_TIER_MASTER],
-                                .exp_avg = to[ZINF_TIER_EXP_AVG],
-                                .exp_avg_sq = to[ZINF_TIER_EXP_AVG_SQ],
-                                .grad = t->grads + sg->off + a,
-                                .grad_dtype = ZINF_DTYPE_F32,
-                                .out = f32 ? NULL : out,
-                                .out_dtype = f32 ? ZINF_DTYPE_NONE : t->c.param_dtype,
-                                .n = n,
-                                .from_param = from[ZINF_TIER_MASTER],
-                                .from_exp_avg = from[ZINF_TIER_EXP_AVG],
-                                .from_exp_avg_sq = from[ZINF_TIER_EXP_AVG_SQ]};
-        ZINF_CHECK(zinf_optim_step(t->c.cpu, h, &tile));
-        if (f32) memcpy(out, tile.param, n * sizeof(float));
+        ZINF_CHECK(adam(t, h, sg->off + a, n, to, from, held_of(t, g) + a * t->out_es));
     }
     return ZINF_OK;
 }

@@ -13,11 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "zinf.h"
+#include "engine_test.h"
 
 enum { B = 2, T = 16, V = 64, STEPS = 8, GA = 2 };
 
@@ -59,24 +57,6 @@ static void batch(int key, int32_t *in, int32_t *tg) {
     }
 }
 
-// Every parameter's full state of kind k, concatenated in model order.
-static float *all_of(zinf_engine *e, zinf_state_kind k, size_t *n) {
-    const zinf_model *m = zinf_engine_model(e);
-    size_t total = 0, at = 0;
-    for (int i = 0; i < zinf_model_module_count(m); i++)
-        for (int j = 0; j < zinf_model_module(m, i)->nparams; j++)
-            total += zinf_model_module(m, i)->params[j].numel;
-    float *v = malloc(total * sizeof *v);
-    for (int i = 0; i < zinf_model_module_count(m); i++)
-        for (int j = 0; j < zinf_model_module(m, i)->nparams; j++) {
-            const zinf_param_info *p = &zinf_model_module(m, i)->params[j];
-            CHECK(zinf_engine_get_full(e, p->name, k, v + at) == ZINF_OK, "%s", zinf_last_error());
-            at += p->numel;
-        }
-    *n = total;
-    return v;
-}
-
 // STEPS steps; between the last backward and the step a pause long enough for the
 // optimizer thread to update every final sub-group (each takes microseconds here).
 static bool run(zinf_comm *comm, int stage, bool cpu, double clip, bool fp16, run_result *out) {
@@ -102,8 +82,8 @@ static bool run(zinf_comm *comm, int stage, bool cpu, double clip, bool fp16, ru
     }
     CHECK(ok, "stage %d %s: %s", stage, cpu ? "cpu" : "device", zinf_last_error());
     for (int k = 0; ok && k < 3; k++)
-        out->state[k] =
-            all_of(e, (zinf_state_kind[]){ZINF_STATE_PARAM, ZINF_STATE_EXP_AVG, ZINF_STATE_EXP_AVG_SQ}[k], &out->n);
+        out->state[k] = engine_all_of(
+            e, (zinf_state_kind[]){ZINF_STATE_PARAM, ZINF_STATE_EXP_AVG, ZINF_STATE_EXP_AVG_SQ}[k], &out->n);
     zinf_engine_destroy(e);
     zinf_config_free(&cfg);
     return ok;
@@ -204,27 +184,6 @@ static int child(void) {
     return check_exit("test_engine_speculate (mpi)");
 }
 
-static void two_ranks(void) {
-    zinf_comm_info info;
-    zinf_comm_probe(&info);
-    if (!info.mpi) {
-        printf("test_engine_speculate: this build has no MPI: 1 rank only\n");
-        return;
-    }
-    char exe[4096], cmd[4400];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    CHECK(len > 0, "cannot read /proc/self/exe");
-    if (len <= 0) return;
-    exe[len] = '\0';
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); // tests/run sets these; so does this, for a run by hand
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 '%s' ranks", exe);
-    fflush(stdout);
-    int rc = system(cmd);
-    CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s: status %d", cmd, rc);
-}
-
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "ranks") == 0) return child();
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -232,6 +191,6 @@ int main(int argc, char **argv) {
     CHECK(zinf_comm_create(&comm, ZINF_COMM_SINGLE, 0) == ZINF_OK, "%s", zinf_last_error());
     test_modes(comm);
     zinf_comm_destroy(comm);
-    two_ranks();
+    engine_rerun_2_ranks("test_engine_speculate", "ranks", "every mode");
     return check_exit("test_engine_speculate");
 }

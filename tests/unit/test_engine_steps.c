@@ -27,8 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "zinf.h"
+#include "engine_test.h"
 
 enum { B = 2, T = 16, V = 64 };
 
@@ -63,36 +62,18 @@ static bool fwd_bwd(zinf_engine *e, int step) {
     return ok;
 }
 
-// Every parameter's full state of kind k, concatenated in model order.
-static float *all_of(zinf_engine *e, zinf_state_kind k, size_t *n) {
-    const zinf_model *m = zinf_engine_model(e);
-    size_t total = 0, at = 0;
-    for (int i = 0; i < zinf_model_module_count(m); i++)
-        for (int j = 0; j < zinf_model_module(m, i)->nparams; j++)
-            total += zinf_model_module(m, i)->params[j].numel;
-    float *v = malloc(total * sizeof *v);
-    for (int i = 0; i < zinf_model_module_count(m); i++)
-        for (int j = 0; j < zinf_model_module(m, i)->nparams; j++) {
-            const zinf_param_info *p = &zinf_model_module(m, i)->params[j];
-            CHECK(zinf_engine_get_full(e, p->name, k, v + at) == ZINF_OK, "%s", zinf_last_error());
-            at += p->numel;
-        }
-    *n = total;
-    return v;
-}
-
 static void test_fp16_overflow(zinf_comm *comm) {
     zinf_config cfg;
     zinf_engine *e =
         make(comm, &cfg, ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 32, \"hysteresis\": 1}");
     if (!e || !fwd_bwd(e, 0)) goto out;
     size_t n;
-    float *before = all_of(e, ZINF_STATE_PARAM, &n);
+    float *before = engine_all_of(e, ZINF_STATE_PARAM, &n);
     zinf_step_info si;
     CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
     CHECK(si.skipped && si.loss_scale == 0x1p32, "skipped %d at scale %g", si.skipped, si.loss_scale);
     CHECK(zinf_engine_loss_scale(e) == 0x1p31, "scale after the overflow: %g", zinf_engine_loss_scale(e));
-    float *after = all_of(e, ZINF_STATE_PARAM, &n), *m = all_of(e, ZINF_STATE_EXP_AVG, &n);
+    float *after = engine_all_of(e, ZINF_STATE_PARAM, &n), *m = engine_all_of(e, ZINF_STATE_EXP_AVG, &n);
     CHECK(memcmp(before, after, n * sizeof *after) == 0, "a skipped step changed the weights");
     bool zero = true;
     for (size_t i = 0; i < n; i++)
@@ -123,11 +104,11 @@ static void test_bf16_nan_skips(zinf_comm *comm) {
     CHECK(e && zinf_engine_set_full(e, "ln_f.bias", ZINF_STATE_PARAM, nan) == ZINF_OK, "%s", zinf_last_error());
     if (!e || !fwd_bwd(e, 0)) goto out;
     size_t n;
-    float *before = all_of(e, ZINF_STATE_PARAM, &n);
+    float *before = engine_all_of(e, ZINF_STATE_PARAM, &n);
     zinf_step_info si;
     CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
     CHECK(si.skipped && isnan(si.loss) && si.loss_scale == 1, "skipped %d, loss %g", si.skipped, si.loss);
-    float *after = all_of(e, ZINF_STATE_PARAM, &n);
+    float *after = engine_all_of(e, ZINF_STATE_PARAM, &n);
     CHECK(memcmp(before, after, n * sizeof *after) == 0, "a NaN step changed the weights");
     free(before), free(after);
 out:
@@ -153,7 +134,7 @@ static void test_clipping(zinf_comm *comm, const char *tier) {
         set[i] = 0.25f;
     CHECK(zinf_engine_set_full(e, "ln_f.bias", ZINF_STATE_GRAD, set) == ZINF_OK, "%s", zinf_last_error());
     size_t n;
-    float *w = all_of(e, ZINF_STATE_PARAM, &n), *g = all_of(e, ZINF_STATE_GRAD, &n);
+    float *w = engine_all_of(e, ZINF_STATE_PARAM, &n), *g = engine_all_of(e, ZINF_STATE_GRAD, &n);
     double sumsq = 0;
     for (size_t i = 0; i < n; i++)
         sumsq += (double)g[i] * g[i];
@@ -162,7 +143,7 @@ static void test_clipping(zinf_comm *comm, const char *tier) {
     CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
     CHECK(fabs(si.grad_norm - norm) <= 1e-6 * norm, "norm %.9g, direct %.9g", si.grad_norm, norm);
     CHECK(coef < 1, "the test means to clip: norm %g", norm);
-    float *after = all_of(e, ZINF_STATE_PARAM, &n);
+    float *after = engine_all_of(e, ZINF_STATE_PARAM, &n);
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
         // AdamW's first step: m = 0.1 gc, v = 0.001 gc^2, both bias-corrected back to gc, gc^2.
@@ -197,7 +178,7 @@ static float *set_late(zinf_comm *comm, const char *tier, const char *dir, size_
         CHECK(s || zinf_engine_set_full(e, "ln_f.bias", ZINF_STATE_EXP_AVG, m) == ZINF_OK, "%s", zinf_last_error());
         CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
     }
-    if (e) w = all_of(e, ZINF_STATE_PARAM, n);
+    if (e) w = engine_all_of(e, ZINF_STATE_PARAM, n);
     zinf_engine_destroy(e);
     zinf_config_free(&cfg);
     return w;
@@ -278,7 +259,7 @@ static void test_checkpoint_api(zinf_comm *comm) {
     CHECK(zinf_engine_step(e, &si) == ZINF_OK, "step: %s", zinf_last_error());
     CHECK(zinf_engine_save(e, root, 0, 8, 7) == ZINF_OK, "save: %s", zinf_last_error());
     size_t n, n2;
-    float *m1 = all_of(e, ZINF_STATE_EXP_AVG_SQ, &n);
+    float *m1 = engine_all_of(e, ZINF_STATE_EXP_AVG_SQ, &n);
     char d1[17], d2[17];
     CHECK(zinf_engine_weights_digest(e, d1) == ZINF_OK, "digest");
     zinf_engine_destroy(e);
@@ -287,7 +268,7 @@ static void test_checkpoint_api(zinf_comm *comm) {
     CHECK(zinf_engine_load(e, root, &r) == ZINF_OK, "load: %s", zinf_last_error());
     CHECK(r.step == 2 && r.data_position == 8 && r.seed == 7 && r.world_size == 1, "resume: step %lld position %lld",
           (long long)r.step, (long long)r.data_position);
-    float *m2 = all_of(e, ZINF_STATE_EXP_AVG_SQ, &n2);
+    float *m2 = engine_all_of(e, ZINF_STATE_EXP_AVG_SQ, &n2);
     CHECK(zinf_engine_weights_digest(e, d2) == ZINF_OK && strcmp(d1, d2) == 0, "weights %s, saved %s", d2, d1);
     CHECK(n == n2 && memcmp(m1, m2, n * sizeof *m1) == 0, "exp_avg_sq differs after a load");
     free(m1), free(m2);
@@ -467,24 +448,9 @@ static void rm_tree(const char *dir) {
 
 // The background update on 2 ranks: this program again under mpirun.
 static void background_2_ranks(void) {
-    zinf_comm_info info;
-    zinf_comm_probe(&info);
-    if (!info.mpi) {
-        printf("test_engine_steps: this build has no MPI: the background update on 1 rank only\n");
-        return;
-    }
-    char exe[4096], cmd[4400], root[64];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    CHECK(len > 0, "cannot read /proc/self/exe");
-    if (len <= 0) return;
-    exe[len] = '\0';
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); // tests/run sets these; so does this, for a run by hand
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 '%s' bg '%s'", exe, tmpdir(root, sizeof root));
-    fflush(stdout);
-    int rc = system(cmd);
-    CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s: status %d", cmd, rc);
+    char root[64], args[128];
+    snprintf(args, sizeof args, "bg '%s'", tmpdir(root, sizeof root));
+    engine_rerun_2_ranks("test_engine_steps", args, "the background update");
     rm_tree(root);
 }
 
