@@ -3,19 +3,23 @@
 // sub-group goes through one of up to three pinned buffers of its three states: one
 // being read ahead, one computing, one being written behind.
 //
-// Speculation (cpu): in the step's last backward each sub-group is updated as soon as
-// its gradients are final, on the guess that the step neither clips nor overflows, so
-// that the update runs under the backward. It reads its states where they are and
-// writes the new ones to the other of two places (its place in the partition, or one
-// in a spare buffer), and its new parameters are held back, not stored: the backward
-// still reads the old ones (stages 1-2), and the guess may be wrong. When the step's
-// own hyperparameters are the guessed ones, the sub-group's states are where the
-// update wrote them and its held parameters are stored; otherwise what it wrote is
-// dropped and the sub-group is updated again from the states it left. Adam has no
-// exact inverse in floating point (m' = b1 m + (1 - b1) g rounds), and a copy of the
-// old states would move 24 more bytes per element than the update's 30; the two
-// places move none.
+// Speculation: in the step's last backward each sub-group is updated as soon as its
+// gradients are final, on the guess that the step neither clips nor overflows, so that
+// the update runs under the backward. It reads its states where they are and writes the
+// new ones to the other of two places (its place in the partition, or one in a spare
+// area: host memory on cpu, spare swap files on nvme), and its new parameters are held
+// back, not stored: the backward still reads the old ones (stages 1-2), and the guess
+// may be wrong. When the step's own hyperparameters are the guessed ones, the
+// sub-group's states are where the update wrote them and its held parameters are
+// stored; otherwise what it wrote is dropped and the sub-group is updated again from
+// the states it left. Adam has no exact inverse in floating point (m' = b1 m + (1 - b1) g
+// rounds), and a copy of the old states would move 24 more bytes per element than the
+// update's 30; the two places move none. On nvme the speculation goes through the IO
+// buffers in backward order (the last sub-groups first, as the backward finishes them):
+// the next sub-group's states are read ahead while the backward still adds its
+// gradients, and the last one's new states written behind.
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +69,10 @@ struct zinf_optim_tier {
     int nio;
     int npreread; // the next update's first sub-groups already read into io[0 ..)
     int64_t host_bytes, pinned_bytes, update_ns, io_wait_ns;
+    // Swap bytes read and written for updates (atomic): for the next update (its early
+    // reads and speculation, then its own), for the last one to end, and since the last
+    // zinf_optim_tier_take_times.
+    int64_t next_io[2], last_io[2], issued_io[2];
 
     // background: one update per zinf_optim_tier_start on the tier's thread.
     pthread_t thread;
@@ -76,20 +84,25 @@ struct zinf_optim_tier {
     int published;  // sub-groups of the running update whose sg_done is recorded
     bool unsettled; // stores of a background update may still be queued on store_stream
 
-    // speculation (cpu, background), in c.speculate_elements elements of spare states
-    // and of held parameters
-    float *spare;          // master | exp_avg | exp_avg_sq
+    // speculation (background), in c.speculate_elements elements of spare states and of
+    // held parameters
+    float *spare;          // cpu: master | exp_avg | exp_avg_sq
+    int spare_id[NSTATES]; // nvme: the spare swap files
     size_t *spare_at;      // per sub-group: where its states live in spare, or HOME
     size_t *written_at;    // per speculated sub-group: where it wrote its new states
     char *held;            // the speculated sub-groups' new parameters (out_es bytes each)
     size_t *held_at;       // per speculated sub-group: its place in held
     size_t held_used;      // elements
     zinf_event *held_free; // recorded on store_stream after an update's stores
+    int *order;            // nvme: the sub-groups a speculative run reads, in order
     int *sg_segments; // per sub-group: its segments with elements
     int *sg_final;    // per sub-group: those whose gradients are final in this backward
     bool *speculated; // per sub-group: updated with h_spec, its new states and parameters aside
     bool speculating; // final sub-groups are to be updated with h_spec
-    int in_flight;    // the sub-group the thread is speculating on, or -1
+    bool pending;     // nvme: the run through the final sub-groups is yet to start
+    bool finishing;   // nvme: the run is to update the sub-groups it has read, and end
+    bool running;     // the thread is updating sub-groups speculatively
+    int in_flight;    // cpu: the sub-group the thread is speculating on, or -1
     zinf_optim_hparams h_spec;
     bool keep; // the running update keeps the speculated sub-groups
     int64_t speculated_ns;
@@ -132,6 +145,11 @@ static zinf_status open_swap(zinf_optim_tier *t) {
     ZINF_CHECK(zinf_swap_open(&t->swap, &t->c.swap));
     for (int s = 0; s < NSTATES; s++)
         ZINF_CHECK(zinf_swap_add(t->swap, state_file[s], t->n * sizeof(float), &t->swap_id[s]));
+    for (int s = 0; t->c.speculate_elements && s < NSTATES; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s.spare", state_file[s]);
+        ZINF_CHECK(zinf_swap_add(t->swap, name, t->c.speculate_elements * sizeof(float), &t->spare_id[s]));
+    }
     if (t->n * sizeof(float) % zinf_swap_alignment(t->swap))
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: its block size %u does not divide zinf's 8 KiB slices",
                          t->c.swap.paths[0], zinf_swap_alignment(t->swap));
@@ -142,8 +160,8 @@ static zinf_status open_swap(zinf_optim_tier *t) {
 static zinf_status shape(zinf_optim_tier *t, const zinf_optim_tier_config *cfg) {
     if (cfg->device != ZINF_OFFLOAD_CPU && cfg->device != ZINF_OFFLOAD_NVME)
         return zinf_fail(ZINF_ERR_INVAL, "optimizer tier: the device must be cpu or nvme");
-    if (cfg->speculate_elements && (cfg->device != ZINF_OFFLOAD_CPU || !cfg->background))
-        return zinf_fail(ZINF_ERR_INVAL, "optimizer tier: speculation needs the cpu device and a background update");
+    if (cfg->speculate_elements && !cfg->background)
+        return zinf_fail(ZINF_ERR_INVAL, "optimizer tier: speculation needs a background update");
     size_t nseg = (size_t)cfg->nseg;
     t->seg_n = malloc((nseg + 1) * sizeof *t->seg_n);
     t->seg_off = malloc((nseg + 1) * sizeof *t->seg_off);
@@ -176,12 +194,12 @@ static zinf_status take_buffers(zinf_optim_tier *t) {
     size_t spec = t->c.speculate_elements;
     if (!spec) return ZINF_OK;
     // Not pinned: nothing but this tier's threads read the spare states.
-    if (t->c.host) {
+    if (t->c.device == ZINF_OFFLOAD_CPU && t->c.host) {
         ZINF_CHECK(zinf_host_pool_alloc(t->c.host, NSTATES * spec * sizeof(float), false,
                                         "spare optimizer states for speculation", (void **)&t->spare));
         zinf_cpu_pool_touch(t->c.cpu, t->spare, NSTATES * spec, sizeof(float)); // not in the first step's backward
     }
-    t->host_bytes += (int64_t)(NSTATES * spec * sizeof(float));
+    if (t->c.device == ZINF_OFFLOAD_CPU) t->host_bytes += (int64_t)(NSTATES * spec * sizeof(float));
     return host_alloc(t, spec * t->out_es, "speculated 16-bit parameters", (void **)&t->held);
 }
 
@@ -211,7 +229,8 @@ static zinf_status create(zinf_optim_tier *t, const zinf_optim_tier_config *cfg)
     t->spare_at = malloc(ng * sizeof *t->spare_at);
     t->written_at = calloc(ng, sizeof *t->written_at);
     t->held_at = calloc(ng, sizeof *t->held_at);
-    if (!t->sg_segments || !t->sg_final || !t->speculated || !t->spare_at || !t->written_at || !t->held_at)
+    t->order = calloc(ng, sizeof *t->order);
+    if (!t->order || !t->sg_segments || !t->sg_final || !t->speculated || !t->spare_at || !t->written_at || !t->held_at)
         return zinf_fail(ZINF_ERR_NOMEM, "optimizer tier: out of memory");
     for (int i = 0; i < t->c.nseg; i++)
         if (t->sg_of[i] >= 0) t->sg_segments[t->sg_of[i]]++;
@@ -234,7 +253,11 @@ zinf_status zinf_optim_tier_plan(const zinf_optim_tier_config *cfg, uint64_t str
         zinf_optim_tier_get_stats(t, out);
         if (cfg->device == ZINF_OFFLOAD_NVME)
             out->nvme_bytes =
-                NSTATES * (int64_t)zinf_swap_planned_bytes(t->n * sizeof(float), cfg->swap.npaths, stripe);
+                NSTATES *
+                (int64_t)(zinf_swap_planned_bytes(t->n * sizeof(float), cfg->swap.npaths, stripe) +
+                          (cfg->speculate_elements ? zinf_swap_planned_bytes(cfg->speculate_elements * sizeof(float),
+                                                                             cfg->swap.npaths, stripe)
+                                                   : 0));
     }
     free(t->seg_n), free(t->seg_off), free(t->sg), free(t->sg_of);
     free(t);
@@ -281,7 +304,7 @@ void zinf_optim_tier_destroy(zinf_optim_tier *t) {
     host_free(t, t->held);
     zinf_event_destroy(t->held_free);
     free(t->sg_segments), free(t->sg_final), free(t->speculated), free(t->spare_at), free(t->written_at),
-        free(t->held_at);
+        free(t->held_at), free(t->order);
     zinf_swap_close(t->swap);
     for (int g = 0; t->sg_done && g < t->nsg; g++)
         zinf_event_destroy(t->sg_done[g]);
@@ -371,24 +394,42 @@ float *zinf_optim_tier_grads(zinf_optim_tier *t) { return t->grads; }
 
 // ---- the update ----
 
-// Start reading (or writing) sub-group g's three states from (to) buffer b.
-static zinf_status swap_io(zinf_optim_tier *t, int g, io_buf *b, bool write) {
-    const subgroup *sg = &t->sg[g];
+// Sub-group g's state s at `at` (HOME or a place in the spare area): in host memory
+// (cpu), or a swap file and the offset in it (nvme).
+static float *state_at(zinf_optim_tier *t, int g, int s, size_t at) {
+    return at == HOME ? t->state[s] + t->sg[g].off : t->spare + (size_t)s * t->c.speculate_elements + at;
+}
+static void swap_at(const zinf_optim_tier *t, int g, int s, size_t at, int *id, uint64_t *off) {
+    *id = at == HOME ? t->swap_id[s] : t->spare_id[s];
+    *off = (at == HOME ? t->sg[g].off : at) * sizeof(float);
+}
+static char *held_of(zinf_optim_tier *t, int g) { return t->held + t->held_at[g] * t->out_es; }
+
+// Start reading (or writing) sub-group g's three states at `at` from (to) buffer b, for
+// an update (counted) or not.
+static zinf_status swap_io(zinf_optim_tier *t, int g, size_t at, io_buf *b, bool write, bool update) {
+    size_t len = t->sg[g].n * sizeof(float);
+    if (update) {
+        __atomic_add_fetch(&t->next_io[write], (int64_t)(NSTATES * len), __ATOMIC_RELAXED);
+        __atomic_add_fetch(&t->issued_io[write], (int64_t)(NSTATES * len), __ATOMIC_RELAXED);
+    }
     for (int s = 0; s < NSTATES; s++) {
         float *p = b->buf + (size_t)s * t->sg_max;
-        uint64_t off = sg->off * sizeof(float);
-        size_t len = sg->n * sizeof(float);
-        ZINF_CHECK(write ? zinf_swap_write(t->swap, t->swap_id[s], off, p, len, &b->t[b->nt])
-                         : zinf_swap_read(t->swap, t->swap_id[s], off, p, len, &b->t[b->nt]));
+        int id;
+        uint64_t off;
+        swap_at(t, g, s, at, &id, &off);
+        ZINF_CHECK(write ? zinf_swap_write(t->swap, id, off, p, len, &b->t[b->nt])
+                         : zinf_swap_read(t->swap, id, off, p, len, &b->t[b->nt]));
         b->nt++;
     }
     return ZINF_OK;
 }
 
-static zinf_status start_read(zinf_optim_tier *t, int g) {
-    io_buf *b = &t->io[g % t->nio];
-    ZINF_CHECK(wait_tickets(t, b)); // its last write-back
-    return swap_io(t, g, b, false);
+// Start reading sub-group g's states from where they live into b, once b's last
+// write-back has passed.
+static zinf_status start_read(zinf_optim_tier *t, int g, io_buf *b) {
+    ZINF_CHECK(wait_tickets(t, b));
+    return swap_io(t, g, t->spare_at[g], b, false, true);
 }
 
 // Adam over the n elements at partition offset off into the states at to (master,
@@ -440,46 +481,62 @@ static zinf_status update_group(zinf_optim_tier *t, const zinf_optim_hparams *h,
     return zinf_event_record(t->out_free[g & 1], t->c.store_stream);
 }
 
-// Sub-group g's state s at `at` (HOME or a place in spare), and its held parameters.
-static float *state_at(zinf_optim_tier *t, int g, int s, size_t at) {
-    return at == HOME ? t->state[s] + t->sg[g].off : t->spare + (size_t)s * t->c.speculate_elements + at;
-}
-static char *held_of(zinf_optim_tier *t, int g) { return t->held + t->held_at[g] * t->out_es; }
+// Whether sub-group g was speculated with the hyperparameters the update has: its new
+// states and held parameters stand.
+static bool kept(const zinf_optim_tier *t, int g) { return t->speculated[g] && t->keep; }
 
-// The speculated sub-groups' new states are theirs (keep) or dropped.
-static void settle_speculated(zinf_optim_tier *t, int g, bool keep) {
-    t->speculated[g] = false;
-    if (keep) t->spare_at[g] = t->written_at[g];
+// The first sub-group from g on that the update computes (one not kept), or nsg.
+static int next_update(const zinf_optim_tier *t, int g) {
+    while (g < t->nsg && kept(t, g))
+        g++;
+    return g;
 }
 
-static zinf_status update_all(zinf_optim_tier *t, const zinf_optim_hparams *h) {
-    if (t->c.device == ZINF_OFFLOAD_CPU) {
-        for (int g = 0; g < t->nsg; g++) {
-            if (t->speculated[g]) {
-                settle_speculated(t, g, t->keep);
-                if (t->keep) {
-                    ZINF_CHECK(store_group(t, g, held_of(t, g)));
-                    continue;
-                }
-            }
-            size_t at = t->spare_at[g];
+// Sub-group g's speculation settled: its new states are its own and its held parameters
+// stored (*taken), or what it wrote is dropped and the update computes it.
+static zinf_status take_kept(zinf_optim_tier *t, int g, bool *taken) {
+    *taken = kept(t, g);
+    if (t->speculated[g]) {
+        t->speculated[g] = false;
+        if (*taken) t->spare_at[g] = t->written_at[g];
+    }
+    return *taken ? store_group(t, g, held_of(t, g)) : ZINF_OK;
+}
+
+static zinf_status update_host(zinf_optim_tier *t, const zinf_optim_hparams *h) {
+    for (int g = 0; g < t->nsg; g++) {
+        bool taken;
+        ZINF_CHECK(take_kept(t, g, &taken));
+        size_t at = t->spare_at[g];
+        if (!taken)
             ZINF_CHECK(update_group(t, h, g, state_at(t, g, ZINF_TIER_MASTER, at),
                                     state_at(t, g, ZINF_TIER_EXP_AVG, at), state_at(t, g, ZINF_TIER_EXP_AVG_SQ, at)));
-        }
-        return t->held_free ? zinf_event_record(t->held_free, t->c.store_stream) : ZINF_OK;
     }
+    return ZINF_OK;
+}
+
+// The j-th sub-group computed goes through IO buffer j % nio, its states written back
+// where they live. The first ones may be read already (npreread: only in a step that
+// speculated nothing, so that they are sub-groups 0, 1, ...).
+static zinf_status update_swapped(zinf_optim_tier *t, const zinf_optim_hparams *h) {
     int pre = t->npreread;
     t->npreread = 0;
-    zinf_status st = t->nsg && !pre ? start_read(t, 0) : ZINF_OK;
-    for (int g = 0; st == ZINF_OK && g < t->nsg; g++) {
-        io_buf *b = &t->io[g % t->nio];
-        if (t->c.pipeline_read && g + 1 < t->nsg && g + 1 >= pre) st = start_read(t, g + 1);
+    int first = next_update(t, 0);
+    zinf_status st = first < t->nsg && !pre ? start_read(t, first, &t->io[0]) : ZINF_OK;
+    for (int g = 0, j = 0; st == ZINF_OK && g < t->nsg; g++) {
+        bool taken;
+        st = take_kept(t, g, &taken);
+        if (st != ZINF_OK || taken) continue;
+        io_buf *b = &t->io[j % t->nio], *next_b = &t->io[(j + 1) % t->nio];
+        int next = next_update(t, g + 1);
+        if (t->c.pipeline_read && next < t->nsg && j + 1 >= pre) st = start_read(t, next, next_b);
         if (st == ZINF_OK) st = wait_tickets(t, b);
         float *p = b->buf;
         if (st == ZINF_OK) st = update_group(t, h, g, p, p + t->sg_max, p + 2 * t->sg_max);
-        if (st == ZINF_OK) st = swap_io(t, g, b, true);
+        if (st == ZINF_OK) st = swap_io(t, g, t->spare_at[g], b, true, true);
         if (st == ZINF_OK && !t->c.pipeline_write) st = wait_tickets(t, b);
-        if (st == ZINF_OK && !t->c.pipeline_read && g + 1 < t->nsg) st = start_read(t, g + 1);
+        if (st == ZINF_OK && !t->c.pipeline_read && next < t->nsg) st = start_read(t, next, next_b);
+        j++;
     }
     // Every buffer's IO ends before the buffers are reused or the states read.
     for (int b = 0; b < t->nio; b++) {
@@ -489,10 +546,18 @@ static zinf_status update_all(zinf_optim_tier *t, const zinf_optim_hparams *h) {
     return st;
 }
 
+static zinf_status update_all(zinf_optim_tier *t, const zinf_optim_hparams *h) {
+    zinf_status st = t->c.device == ZINF_OFFLOAD_CPU ? update_host(t, h) : update_swapped(t, h);
+    if (st == ZINF_OK && t->held_free) st = zinf_event_record(t->held_free, t->c.store_stream);
+    return st;
+}
+
 zinf_status zinf_optim_tier_update(zinf_optim_tier *t, const zinf_optim_hparams *h) {
     int64_t t0 = zinf_clock_ns();
     zinf_status st = update_all(t, h);
     t->update_ns += zinf_clock_ns() - t0;
+    for (int w = 0; w < 2; w++)
+        __atomic_store_n(&t->last_io[w], __atomic_exchange_n(&t->next_io[w], 0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     return st;
 }
 
@@ -501,7 +566,7 @@ zinf_status zinf_optim_tier_update(zinf_optim_tier *t, const zinf_optim_hparams 
 zinf_status zinf_optim_tier_preread(zinf_optim_tier *t) {
     if (!t || t->c.device != ZINF_OFFLOAD_NVME || !t->c.pipeline_read || t->npreread) return ZINF_OK;
     for (int g = 0; g < t->nio && g < t->nsg; g++) {
-        ZINF_CHECK(start_read(t, g));
+        ZINF_CHECK(start_read(t, g, &t->io[g]));
         t->npreread = g + 1;
     }
     return ZINF_OK;
@@ -509,7 +574,7 @@ zinf_status zinf_optim_tier_preread(zinf_optim_tier *t) {
 
 // ---- speculation ----
 
-// The update of sub-group g with the guessed hyperparameters, from its states where
+// cpu: the update of sub-group g with the guessed hyperparameters, from its states where
 // they live to written_at[g], its parameters held.
 static zinf_status speculate_group(zinf_optim_tier *t, const zinf_optim_hparams *h, int g) {
     const subgroup *sg = &t->sg[g];
@@ -525,8 +590,9 @@ static zinf_status speculate_group(zinf_optim_tier *t, const zinf_optim_hparams 
     return ZINF_OK;
 }
 
-// A place of n elements in spare that no sub-group's states take (living there, or
-// written there by a speculative update), the first; HOME when there is none. Under mu.
+// A place of n elements in the spare area that no sub-group's states take (living
+// there, or written there by a speculative update), the first; HOME when there is none.
+// Under mu.
 static size_t spare_place(const zinf_optim_tier *t, size_t n) {
     size_t at = 0;
     for (bool moved = true; moved;) {
@@ -541,32 +607,36 @@ static size_t spare_place(const zinf_optim_tier *t, size_t n) {
     return at + n <= t->c.speculate_elements ? at : HOME;
 }
 
-// Where sub-group g's speculative update writes: home for states living in spare, else
-// a free place in spare (HOME when there is none: then it waits). Under mu.
+// Where sub-group g's speculative update may write, or its states' own place when
+// there is no room for it: home for states living in the spare area, else a free place
+// there; and no more held parameters than speculate_elements. Under mu.
 static size_t write_place(const zinf_optim_tier *t, int g) {
+    if (t->held_used + t->sg[g].n > t->c.speculate_elements) return t->spare_at[g];
     return t->spare_at[g] != HOME ? HOME : spare_place(t, t->sg[g].n);
 }
 
-// The last sub-group whose gradients are final, that is not speculated yet and that
-// has room for its new states (at *to, never where they are now) and parameters: the
-// backward finishes the last sub-groups first. Under mu.
+// cpu: the last sub-group whose gradients are final, that is not speculated yet and
+// that has room for its new states (at *to) and parameters: the backward finishes the
+// last sub-groups first. Under mu.
 static int next_final(const zinf_optim_tier *t, size_t *to) {
     for (int g = t->nsg - 1; g >= 0; g--) {
-        if (t->sg_final[g] != t->sg_segments[g] || t->speculated[g] ||
-            t->held_used + t->sg[g].n > t->c.speculate_elements)
-            continue;
+        if (t->sg_final[g] != t->sg_segments[g] || t->speculated[g]) continue;
         *to = write_place(t, g);
         if (*to != t->spare_at[g]) return g;
     }
     return -1;
 }
 
-// No more speculation; the sub-group in flight, if any, ends first.
-static void stop_speculating(zinf_optim_tier *t) {
+// No more speculation; the thread's speculative work ends first, on nvme updating the
+// sub-groups it has read when `finish` (their reads are not wasted).
+static void stop_speculating(zinf_optim_tier *t, bool finish) {
     pthread_mutex_lock(&t->mu);
-    t->speculating = false;
-    while (t->in_flight >= 0)
+    t->speculating = t->pending = false;
+    t->finishing = finish;
+    pthread_cond_broadcast(&t->cv); // a run waiting for final gradients
+    while (t->running)
         pthread_cond_wait(&t->cv, &t->mu);
+    t->finishing = false;
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -580,23 +650,35 @@ static int count_speculated(const zinf_optim_tier *t) {
 zinf_status zinf_optim_tier_cancel(zinf_optim_tier *t, int *dropped) {
     if (dropped) *dropped = 0;
     if (!t || !t->c.speculate_elements) return ZINF_OK;
-    stop_speculating(t);
+    stop_speculating(t, false);
     for (int g = 0; g < t->nsg; g++)
         if (t->speculated[g]) {
-            settle_speculated(t, g, false);
+            t->speculated[g] = false;
             if (dropped) ++*dropped;
         }
     t->held_used = 0;
     return ZINF_OK;
 }
 
-// Every sub-group's states at home, where reads and writes of ranges find them.
+// Every sub-group's states at home, where reads and writes of ranges find them (on
+// nvme through the first IO buffer).
 static zinf_status settle_home(zinf_optim_tier *t) {
+    if (!t || !t->c.speculate_elements) return ZINF_OK;
     ZINF_CHECK(zinf_optim_tier_cancel(t, NULL));
-    for (int g = 0; t && t->c.speculate_elements && g < t->nsg; g++) {
-        if (t->spare_at[g] == HOME) continue;
-        for (int s = 0; s < NSTATES; s++)
-            zinf_cpu_copy(t->c.cpu, state_at(t, g, s, HOME), state_at(t, g, s, t->spare_at[g]), t->sg[g].n);
+    for (int g = 0; g < t->nsg; g++) {
+        size_t at = t->spare_at[g];
+        if (at == HOME) continue;
+        if (t->c.device == ZINF_OFFLOAD_CPU) {
+            for (int s = 0; s < NSTATES; s++)
+                zinf_cpu_copy(t->c.cpu, state_at(t, g, s, HOME), state_at(t, g, s, at), t->sg[g].n);
+        } else {
+            io_buf *b = &t->io[0];
+            ZINF_CHECK(drop_preread(t));
+            ZINF_CHECK(swap_io(t, g, at, b, false, false));
+            ZINF_CHECK(wait_tickets(t, b));
+            ZINF_CHECK(swap_io(t, g, HOME, b, true, false));
+            ZINF_CHECK(wait_tickets(t, b));
+        }
         t->spare_at[g] = HOME;
     }
     return ZINF_OK;
@@ -605,10 +687,15 @@ static zinf_status settle_home(zinf_optim_tier *t) {
 zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hparams *h) {
     if (!t || !t->c.speculate_elements) return ZINF_OK;
     ZINF_CHECK(zinf_optim_tier_cancel(t, NULL));
+    // nvme: the speculation reads through the IO buffers. An early read (a backward of
+    // gradient accumulation before the last) is waited for and dropped.
+    ZINF_CHECK(drop_preread(t));
     pthread_mutex_lock(&t->mu);
     memset(t->sg_final, 0, (size_t)t->nsg * sizeof *t->sg_final);
     t->h_spec = *h;
     t->speculating = true;
+    t->pending = t->c.device == ZINF_OFFLOAD_NVME;
+    pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     return ZINF_OK;
 }
@@ -620,25 +707,26 @@ void zinf_optim_tier_grads_final(zinf_optim_tier *t, int seg) {
     pthread_mutex_unlock(&t->mu);
 }
 
-void zinf_optim_tier_stop_speculating(zinf_optim_tier *t) {
-    if (t && t->c.speculate_elements) stop_speculating(t);
-}
-
 static bool same_hparams(const zinf_optim_hparams *a, const zinf_optim_hparams *b) {
     return a->kind == b->kind && a->lr == b->lr && a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps &&
            a->weight_decay == b->weight_decay && a->bias_correction == b->bias_correction && a->step == b->step &&
            a->grad_scale == b->grad_scale;
 }
 
+void zinf_optim_tier_stop_speculating(zinf_optim_tier *t, const zinf_optim_hparams *h) {
+    if (t && t->c.speculate_elements) stop_speculating(t, h && same_hparams(h, &t->h_spec));
+}
+
 // ---- the update in the background ----
 
-// One sub-group's speculative update, from under mu (held again on return).
+// cpu: one sub-group's speculative update, from under mu (held again on return).
 static void speculate_next(zinf_optim_tier *t) {
     size_t to;
     int g = next_final(t, &to);
     zinf_optim_hparams h = t->h_spec;
     t->written_at[g] = to;
     t->in_flight = g;
+    t->running = true;
     t->held_at[g] = t->held_used;
     t->held_used += t->sg[g].n;
     pthread_mutex_unlock(&t->mu);
@@ -652,19 +740,112 @@ static void speculate_next(zinf_optim_tier *t) {
     t->speculated_ns += ns;
     t->speculated_count++;
     t->in_flight = -1;
+    t->running = false;
     pthread_cond_broadcast(&t->cv);
+}
+
+// nvme: the next sub-group in backward order from *next that has room, its new states'
+// place and its held parameters' reserved (it counts as speculated from here); -1 when
+// none is left. Under mu.
+static int reserve_next(zinf_optim_tier *t, int *next) {
+    for (; *next >= 0; --*next) {
+        int g = *next;
+        size_t to = write_place(t, g);
+        if (to == t->spare_at[g]) continue;
+        t->written_at[g] = to;
+        t->held_at[g] = t->held_used;
+        t->held_used += t->sg[g].n;
+        t->speculated[g] = true;
+        --*next;
+        return g;
+    }
+    return -1;
+}
+
+// nvme: the sub-groups in backward order, each one's states read ahead into the next IO
+// buffer while the backward still adds its gradients, updated in the buffer once they
+// are final, and written behind to the other place; a sub-group without room is passed
+// over. Ends when each is done or passed over, or when the speculation stops (after
+// updating those read, when finishing): then the sub-groups read but not updated are
+// not speculated, and after a failure none of this run's is. The IO waits are the backward's, not the update's
+// (io_wait_ns). From under mu, held again on return.
+static void speculate_swapped(zinf_optim_tier *t) {
+    t->pending = false;
+    t->running = true;
+    zinf_optim_hparams h = t->h_spec;
+    int64_t io_wait_ns = t->io_wait_ns;
+    int ahead = 1 + t->c.pipeline_read; // buffers being read or computed at once
+    int next = t->nsg - 1, read = 0, done = 0;
+    pthread_mutex_unlock(&t->mu);
+    zinf_status st = zinf_event_sync(t->held_free); // the last update's stores from held parameters passed
+    pthread_mutex_lock(&t->mu);
+    while (st == ZINF_OK && !t->stop && (t->speculating || (t->finishing && done < read))) {
+        int g;
+        while (st == ZINF_OK && t->speculating && read - done < ahead && (g = reserve_next(t, &next)) >= 0) {
+            t->order[read] = g;
+            io_buf *b = &t->io[read++ % t->nio];
+            pthread_mutex_unlock(&t->mu);
+            st = start_read(t, g, b);
+            pthread_mutex_lock(&t->mu);
+        }
+        if (st != ZINF_OK || done == read) break;
+        g = t->order[done];
+        while (t->speculating && !t->stop && t->sg_final[g] != t->sg_segments[g])
+            pthread_cond_wait(&t->cv, &t->mu);
+        if (t->stop || !(t->speculating || t->finishing)) break; // finishing: every gradient is final
+        pthread_mutex_unlock(&t->mu);
+        int64_t t0 = zinf_clock_ns();
+        io_buf *b = &t->io[done % t->nio];
+        float *p = b->buf;
+        const subgroup *sg = &t->sg[g];
+        st = wait_tickets(t, b);
+        if (st == ZINF_OK)
+            st =
+                adam(t, &h, sg->off, sg->n, (float *const[]){p, p + t->sg_max, p + 2 * t->sg_max}, NULL, held_of(t, g));
+        if (st == ZINF_OK) st = swap_io(t, g, t->written_at[g], b, true, true);
+        if (st == ZINF_OK && !t->c.pipeline_write) st = wait_tickets(t, b);
+        int64_t ns = zinf_clock_ns() - t0;
+        pthread_mutex_lock(&t->mu);
+        t->speculated_ns += ns;
+        t->speculated_count++;
+        done++;
+    }
+    pthread_mutex_unlock(&t->mu);
+    for (int b = 0; b < t->nio; b++) {
+        zinf_status s = wait_tickets(t, &t->io[b]);
+        if (st == ZINF_OK) st = s;
+    }
+    pthread_mutex_lock(&t->mu);
+    for (int k = st == ZINF_OK ? done : 0; k < read; k++)
+        t->speculated[t->order[k]] = false;
+    if (st != ZINF_OK) {
+        zinf_latch_set(t->c.failure, st);
+        t->speculating = false;
+    }
+    t->io_wait_ns = io_wait_ns;
+    t->running = false;
+    pthread_cond_broadcast(&t->cv);
+}
+
+// Whether the thread has speculative work: a final sub-group with room (cpu), or a run
+// to start (nvme). Under mu.
+static bool speculation_ready(const zinf_optim_tier *t) {
+    size_t to;
+    return t->speculating && (t->c.device == ZINF_OFFLOAD_NVME ? t->pending : next_final(t, &to) >= 0);
 }
 
 static void *thread_main(void *arg) {
     zinf_optim_tier *t = arg;
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        size_t to;
-        while (!t->job && !t->stop && !(t->speculating && next_final(t, &to) >= 0))
+        while (!t->job && !t->stop && !speculation_ready(t))
             pthread_cond_wait(&t->cv, &t->mu);
         if (t->stop) break;
         if (!t->job) {
-            speculate_next(t);
+            if (t->c.device == ZINF_OFFLOAD_NVME)
+                speculate_swapped(t);
+            else
+                speculate_next(t);
             continue;
         }
         zinf_optim_hparams h = t->h;
@@ -686,7 +867,7 @@ static void *thread_main(void *arg) {
 zinf_status zinf_optim_tier_start(zinf_optim_tier *t, const zinf_optim_hparams *h, int *redone) {
     *redone = 0;
     if (!t || !t->thread_up) return zinf_fail(ZINF_ERR_INTERNAL, "optimizer tier: no background thread to start");
-    if (t->c.speculate_elements) stop_speculating(t);
+    if (t->c.speculate_elements) stop_speculating(t, false);
     pthread_mutex_lock(&t->mu);
     t->keep = same_hparams(h, &t->h_spec);
     if (!t->keep) *redone = count_speculated(t);
@@ -746,6 +927,10 @@ void zinf_optim_tier_take_times(zinf_optim_tier *t, zinf_optim_tier_times *out) 
                                    .io_wait_ns = t->io_wait_ns,
                                    .speculated_ns = t->speculated_ns,
                                    .speculated = t->speculated_count};
+    for (int w = 0; w < 2; w++) {
+        out->update_io_bytes[w] = __atomic_exchange_n(&t->last_io[w], 0, __ATOMIC_RELAXED);
+        out->issued_io_bytes[w] = __atomic_exchange_n(&t->issued_io[w], 0, __ATOMIC_RELAXED);
+    }
     t->update_ns = t->io_wait_ns = t->speculated_ns = 0;
     t->speculated_count = 0;
     pthread_mutex_unlock(&t->mu);

@@ -210,9 +210,9 @@ typedef struct zinf_plan_choice {
                                 // swap buffers would not fit the pinned budget
     int64_t head_chunk_tokens;  // memory.head_chunk_tokens where a micro-batch's logits would
                                 // take more than 1/64 of the device
-    // super_offload on cpu: the elements of sub-groups updated under the backward at
-    // once (the whole partition where half the host memory the plan leaves free holds
-    // their backups, else what that half holds), and the partition's elements.
+    // super_offload: the elements of sub-groups updated under the backward at once (the
+    // whole partition where half of what the plan leaves free holds their second place
+    // and held parameters, else what that half holds), and the partition's elements.
     int64_t speculate_elements, partition_numel;
 } zinf_plan_choice;
 

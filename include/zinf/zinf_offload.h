@@ -199,10 +199,10 @@ typedef struct zinf_optim_tier_config {
     // The update runs on a thread of its own (zinf_optim_tier_start), and each
     // sub-group says when its parameters are stored (zinf_optim_tier_updated).
     bool background;
-    // cpu with background: sub-groups of up to this many elements at once may be
-    // updated under the backward (zinf_optim_tier_speculate), into spare states (12
-    // bytes per element, not pinned) with their parameters held (param_dtype's size,
-    // pinned as the rest); 0: none.
+    // With background: sub-groups of up to this many elements at once may be updated
+    // under the backward (zinf_optim_tier_speculate), into spare states (12 bytes per
+    // element: host memory, not pinned, on cpu; swap files on nvme) with their
+    // parameters held (param_dtype's size, pinned as the rest); 0: none.
     size_t speculate_elements;
     zinf_swap_config swap; // nvme: where the states go
     // borrowed
@@ -246,8 +246,10 @@ void zinf_optim_tier_join(zinf_optim_tier *t);
 // each of its segments (with their gradients final in host memory). No-op without it.
 zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hparams *h);
 void zinf_optim_tier_grads_final(zinf_optim_tier *t, int seg);
-// No more sub-groups start speculating; the one in flight ends.
-void zinf_optim_tier_stop_speculating(zinf_optim_tier *t);
+// No more sub-groups start speculating; the one in flight ends. With h (may be NULL) the
+// guessed hyperparameters, the sub-groups whose states are read already (nvme) are
+// updated first, so that their reads are not wasted.
+void zinf_optim_tier_stop_speculating(zinf_optim_tier *t, const zinf_optim_hparams *h);
 // What the speculated sub-groups wrote dropped (*dropped of them, when not NULL): a
 // skipped step, or states read or written between the backward and the step
 // (zinf_optim_tier_read, _write and _zero_states do it).
@@ -271,11 +273,14 @@ void zinf_optim_tier_get_stats(const zinf_optim_tier *t, zinf_optim_tier_stats *
 // NULL; stripe is the aio engine's block_size, the swap files' stripe unit.
 zinf_status zinf_optim_tier_plan(const zinf_optim_tier_config *cfg, uint64_t stripe, zinf_optim_tier_stats *out);
 // Since the last call (zeros for NULL): nanoseconds in updates and in waits on NVMe
-// among them, and in speculative updates of how many sub-groups.
+// among them, and in speculative updates of how many sub-groups. Swap bytes [read,
+// written]: of the last update to end, its early reads and speculation included (the
+// first call after it), and of every update's IO issued since the last call.
 typedef struct zinf_optim_tier_times {
     int64_t update_ns, io_wait_ns;
     int64_t speculated_ns;
     int speculated;
+    int64_t update_io_bytes[2], issued_io_bytes[2];
 } zinf_optim_tier_times;
 void zinf_optim_tier_take_times(zinf_optim_tier *t, zinf_optim_tier_times *out);
 

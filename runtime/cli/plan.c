@@ -141,18 +141,24 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
     if (m.optimizer_tier != ZINF_OFFLOAD_NONE)
         fprintf(f, "  CPU Adam: %d thread%s (cpuadam_cores_perc %g of this process's cores)\n", m.optimizer_threads,
                 m.optimizer_threads == 1 ? "" : "s", oo->cpuadam_cores_perc);
-    if (oo->device == ZINF_OFFLOAD_CPU && oo->super_offload) {
-        // The elements' backups and held parameters: 12 bytes and one 16-bit (or fp32) parameter each.
+    if (oo->device != ZINF_OFFLOAD_NONE && oo->super_offload) {
+        // The second place of the sub-groups' states (12 bytes an element) and their held
+        // 16-bit (or fp32) parameters.
         int64_t es = c->bf16 || c->fp16.enabled ? 2 : 4, n = ch->speculate_elements;
+        const char *budget = nvme ? "the host memory and the drives" : "the host memory";
         if (n)
             fprintf(f,
                     "  update under the backward (super_offload): sub-groups of up to %lld elements at once, %.0f%% of "
-                    "the partition (%s of backups and held parameters in host memory%s)\n",
-                    (long long)n, 100.0 * (double)n / (double)ch->partition_numel, sz(n * (12 + es), b[0]),
-                    n < ch->partition_numel ? "; half of the host memory the plan leaves free holds no more" : "");
+                    "the partition (%s of spare states %s, %s of held parameters in host memory%s%s%s)\n",
+                    (long long)n, 100.0 * (double)n / (double)ch->partition_numel, sz(n * 12, b[0]),
+                    nvme ? "in swap files" : "in host memory", sz(n * es, b[1]),
+                    n < ch->partition_numel ? "; half of what the plan leaves free of " : "",
+                    n < ch->partition_numel ? budget : "", n < ch->partition_numel ? " holds no more" : "");
         else
-            fprintf(f, "  update under the backward (super_offload): none, half of the host memory the plan leaves "
-                       "free holds no sub-group's backup\n");
+            fprintf(f,
+                    "  update under the backward (super_offload): none, half of what the plan leaves free of %s "
+                    "holds no sub-group's second place\n",
+                    budget);
     }
     if (ch->reduce_bucket_size || ch->sub_group_size || ch->head_chunk_tokens) {
         fprintf(f, "  chosen for this machine (the config leaves them out):");

@@ -170,7 +170,7 @@ const key zinf_config_keys[] = {
     BOOL(OO "pipeline_read", OFF(zero.offload_optimizer.pipeline_read), 1),   // zinf: on
     BOOL(OO "pipeline_write", OFF(zero.offload_optimizer.pipeline_write), 1), // zinf: on
     BOOL(OO "fast_init", OFF(zero.offload_optimizer.fast_init), 0),
-    BOOL(OO "super_offload", OFF(zero.offload_optimizer.super_offload), 1),                    // zinf: on (cpu)
+    BOOL(OO "super_offload", OFF(zero.offload_optimizer.super_offload), 1),                    // zinf: on
     REAL(OO "cpuadam_cores_perc", OFF(zero.offload_optimizer.cpuadam_cores_perc), 1, 0, 1, 0), // zinf: all
     UNSUPPORTED(OO "ratio", "1.0", "partial optimizer offload is not implemented"),
 

@@ -3,6 +3,8 @@
 // to be: reduce_bucket_size 5e8 keeps two 2 GB fp32 buckets on the device, and
 // sub_group_size 1e9 makes the NVMe optimizer tier pin three states of a billion
 // elements in swap buffers (more pinned memory than offloading to cpu takes).
+#include <sys/statvfs.h>
+
 #include "internal.h"
 
 // The largest of these whose two fp32 buckets take at most 1/64 of the device: 5e8 on
@@ -38,27 +40,49 @@ zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t
     return ZINF_OK;
 }
 
-// super_offload with the optimizer on cpu: the backward updates sub-groups as their
-// gradients become final, each backed up (12 bytes per element) with its new 16-bit
-// parameters held (pinned with pin_memory) until the step says the guess was right.
-// Room for the whole partition where half of what the plan leaves free of the host
-// (and pinned) budget holds it, else for what that half holds; the other half is the
-// user's. Less than a sub-group's room is none.
+// Bytes the drives of an nvme_path list hold free for files striped over them: the
+// emptiest's free space once per path; -1 where not known (a path not made yet, or a
+// file system that reports no blocks).
+static int64_t nvme_free(const zinf_path_list *pl) {
+    int64_t least = -1;
+    for (int i = 0; i < pl->count; i++) {
+        struct statvfs sv;
+        if (statvfs(pl->paths[i], &sv) != 0 || sv.f_blocks == 0) return -1;
+        int64_t free_bytes = (int64_t)sv.f_bavail * (int64_t)(sv.f_frsize ? sv.f_frsize : sv.f_bsize);
+        if (least < 0 || free_bytes < least) least = free_bytes;
+    }
+    return least < 0 ? -1 : least * pl->count;
+}
+
+// super_offload: the backward updates sub-groups as their gradients become final, their
+// new states written to a second place (12 bytes per element: spare host memory on cpu,
+// spare swap files on nvme) and their new 16-bit parameters held (pinned with
+// pin_memory) until the step says the guess was right. Room for the whole partition
+// where half of what the plan leaves free holds it, else for what that half holds: of
+// the host (and pinned) budget, and on nvme of the drives once the swap files of the
+// node's ranks are there; the other half is the user's. Less than a sub-group's room
+// is none.
 static zinf_status choose_speculation(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out) {
     zinf_offload_optimizer_config *oc = &cfg->zero.offload_optimizer;
     if (oc->speculate_elements_chosen) return ZINF_OK;
     oc->speculate_elements = 0;
     oc->speculate_elements_chosen = true; // the plan below is made without it
-    if (!oc->super_offload || oc->device != ZINF_OFFLOAD_CPU) return ZINF_OK;
+    if (!oc->super_offload || oc->device == ZINF_OFFLOAD_NONE) return ZINF_OK;
     zinf_plan p;
     ZINF_CHECK(zinf_engine_plan(cfg, t, &p));
     zinf_engine e0;
     engine_settings(&e0, cfg);
+    bool nvme = oc->device == ZINF_OFFLOAD_NVME;
     int64_t out_es = e0.dtype == ZINF_DTYPE_F32 ? 4 : (int64_t)e0.elem_size, n = p.mem.partition_numel;
-    int64_t room = (p.host.have - p.host.need) / 2 / (3 * 4 + out_es);
+    int64_t room = (p.host.have - p.host.need) / 2 / ((nvme ? 0 : 3 * 4) + out_es);
     if (oc->pin_memory && p.pinned.have >= 0) {
         int64_t pinned_room = (p.pinned.have - p.pinned.need) / 2 / out_es;
         if (pinned_room < room) room = pinned_room;
+    }
+    int64_t disk = nvme ? nvme_free(&oc->nvme_path) : -1, ranks = t->local_ranks > 0 ? t->local_ranks : 1;
+    if (disk >= 0) {
+        int64_t disk_room = (disk - ranks * p.mem.nvme) / 2 / ranks / (3 * 4);
+        if (disk_room < room) room = disk_room;
     }
     if (room > n) room = n;
     int64_t sub_group = cfg->zero.sub_group_size < n ? cfg->zero.sub_group_size : n;

@@ -63,17 +63,23 @@ static zinf_optim_hparams hparams(const zinf_engine *e, double lr, float grad_sc
                                 .grad_scale = grad_scale};
 }
 
+// Whether this step's last backward updates sub-groups under it: with super_offload's
+// room, where the gradients are final as that backward adds them (not with MiCS's
+// replicas), and not after a step that clipped or overflowed (the next likely does
+// too, and a wrong guess costs a second update).
+static bool speculates(const zinf_engine *e) {
+    return e->cfg.zero.offload_optimizer.speculate_elements > 0 && e->partition.replicas == 1 && !e->step.guess_missed;
+}
+
 // The step's hyperparameters if it neither clips nor overflows, given to the optimizer
-// tier to update sub-groups with as this backward makes their gradients final; not
-// after a step that clipped or overflowed (the next likely does too, and a wrong guess
-// costs a restore and a second update). The guess is the step's own bits: the same
-// learning rate, step count and loss scale.
+// tier to update sub-groups with as this backward makes their gradients final. The
+// guess is the step's own bits: the same learning rate, step count and loss scale.
 static zinf_status speculate(zinf_engine *e) {
     ZINF_CHECK(zinf_optim_tier_cancel(e->optim.tier, NULL)); // a backward without its step
     // The step's last backward: not one past it, whose gradients the last one's
     // speculation may still be reading.
     bool last = e->step.micro_batches + 1 == e->cfg.gradient_accumulation_steps;
-    if (!e->grads.norms_on_arrival || !last || e->step.guess_missed) return ZINF_OK;
+    if (!e->grads.norms_on_arrival || !last || !speculates(e)) return ZINF_OK;
     double lr = zinf_lr_at(&e->cfg.optimizer, &e->cfg.scheduler, e->step.steps_applied + 1);
     zinf_optim_hparams h = hparams(e, lr, (float)(1.0 / e->step.scaler.scale));
     return zinf_optim_tier_speculate(e->optim.tier, &h);
@@ -97,13 +103,14 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     zinf_optim_tier_join(e->optim.tier);
     ZINF_CHECK(zinf_latch_raise(e->failure));
     ZINF_CHECK(e->params.ops->settle(e));
-    ZINF_CHECK(zinf_optim_tier_preread(e->optim.tier));
     // The gradients are final as this backward adds them when it is the step's last
     // (but with MiCS, whose replicas add theirs at the step).
     e->grads.backwards++;
     e->grads.norms_on_arrival =
         e->step.micro_batches + 1 >= e->cfg.gradient_accumulation_steps && e->partition.replicas == 1;
     ZINF_CHECK(speculate(e));
+    // Not in a step that speculates: that reads through the same buffers, ahead, itself.
+    if (!speculates(e)) ZINF_CHECK(zinf_optim_tier_preread(e->optim.tier));
     int nf, nall;
     zinf_model_schedule(e->model, false, &nf);
     const zinf_model_op *ops = zinf_model_schedule(e->model, true, &nall);
@@ -228,8 +235,12 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     if (!e->aio) return ZINF_OK;
     zinf_aio_stats now;
     zinf_aio_get_stats(e->aio, &now);
-    info->nvme_read_bytes = (int64_t)(now.read_bytes - e->step.aio_seen.read_bytes);
-    info->nvme_write_bytes = (int64_t)(now.write_bytes - e->step.aio_seen.write_bytes);
+    // The optimizer's IO counts with its update: that update's early reads and
+    // speculation ran under the step before, the next one's under this step's backward.
+    info->nvme_read_bytes =
+        (int64_t)(now.read_bytes - e->step.aio_seen.read_bytes) - tt.issued_io_bytes[0] + tt.update_io_bytes[0];
+    info->nvme_write_bytes =
+        (int64_t)(now.write_bytes - e->step.aio_seen.write_bytes) - tt.issued_io_bytes[1] + tt.update_io_bytes[1];
     info->nvme_read_s = 1e-9 * (double)(now.read_busy_ns - e->step.aio_seen.read_busy_ns);
     info->nvme_write_s = 1e-9 * (double)(now.write_busy_ns - e->step.aio_seen.write_busy_ns);
     e->step.aio_seen = now;
@@ -264,7 +275,7 @@ static zinf_status run_in_step(zinf_engine *e, const zinf_optim_hparams *h, zinf
 // forgotten before the update hands its slices over. A skipped step restores the
 // sub-groups updated under its backward.
 static zinf_status run_in_background(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
-    zinf_optim_tier_stop_speculating(e->optim.tier);
+    zinf_optim_tier_stop_speculating(e->optim.tier, h);
     if (!h) {
         int restored;
         ZINF_CHECK(zinf_optim_tier_cancel(e->optim.tier, &restored));

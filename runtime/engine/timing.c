@@ -136,13 +136,16 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // cores, GPT-2 124M and large at stage 3 stepped in about the device's time
         // plus the optimizer threads'. Stages 1-2 follow the update the same way (each
         // module waits for its sub-group, then its all-gather), so they count alike.
-        // With super_offload (cpu) the share of the update the spare room holds runs under
-        // the last backward, beside the gradients' additions on the same threads.
+        // With super_offload the share of the update the second place holds runs under the
+        // last backward, beside the gradients' additions on the same threads; on nvme
+        // with that share's traffic, the whole update being the slower of Adam and the
+        // drives.
         double adds = accum * part / h->grad_add, norm_zero = part / h->grad_norm_zero;
-        double adam = part / h->adam,
-               under_backward = part > 0 ? adam * (double)p->choice.speculate_elements / part : 0;
+        double adam = part / h->adam, spec_share = part > 0 ? (double)p->choice.speculate_elements / part : 0;
+        bool on_nvme = m->optimizer_tier == ZINF_OFFLOAD_NVME;
+        double whole = on_nvme && nvme > adam ? nvme : adam, under_backward = whole * spec_share;
         out->cpu = adam + adds + norm_zero;
-        double update = adam - under_backward > nvme ? adam - under_backward : nvme;
+        double update = fmax(whole - under_backward, on_nvme ? nvme * (1 - spec_share) : nvme);
         out->step = fmax(device, adds + under_backward) + norm_zero + update;
     }
     const double busy[] = {out->compute, out->h2d, out->d2h, out->links, out->nvme_read, out->nvme_write, out->cpu};

@@ -1,14 +1,12 @@
-// The update under the backward (offload_optimizer cpu, super_offload): sub-groups are
-// updated as the step's last backward makes their gradients final, on the guess that
-// the step neither clips nor overflows, and restored and updated again when it does.
-// At stages 1, 2 and 3 with the optimizer on cpu, on 1 rank and on 2 (mpirun; the test
-// starts itself), eight steps of 2 micro-batches end with the weights, both moments and
-// every step's loss of the optimizer on the device at stage 0, bit for bit, with
-// clipping never, always and sometimes (a threshold the device run crosses after a
-// step under it), and under fp16 with a loss scale that overflows now and then; the
-// step says how many sub-groups went under the backward and how many were redone, and
-// both are what the clipping pattern calls for.
-// timeout: 30 san=75 cuda-emu=75 san-cuda-emu=180
+// The update under the backward (offload_optimizer cpu or nvme, super_offload):
+// sub-groups are updated as the step's last backward makes their gradients final, on
+// the guess that the step neither clips nor overflows, and updated again from the
+// states they left when it does. At stages 1, 2 and 3 with the optimizer on cpu and on
+// nvme, on 1 rank and on 2 (mpirun; the test starts itself), eight steps of 2 micro-batches end with the weights, both
+// moments and every step's loss of the optimizer on the device at stage 0, bit for bit, with clipping never, always and
+// sometimes (a threshold the device run crosses after a step under it), and under fp16 with a loss scale that overflows
+// now and then; the step says how many sub-groups went under the backward and how many were redone, and both are what
+// the clipping pattern calls for. timeout: 30 san=75 cuda-emu=75 san-cuda-emu=180
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +25,11 @@ typedef struct run_result {
     size_t n;
 } run_result;
 
-static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, int stage, bool cpu, double clip, bool fp16) {
+// The optimizer's tier: none (on the device), cpu or nvme (in nvme_dir).
+static const char *const tiers[] = {"none", "cpu", "nvme"};
+static char nvme_dir[] = "/var/tmp/zinf-speculate-XXXXXX";
+
+static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, int stage, int tier, double clip, bool fp16) {
     int W = zinf_comm_size(comm);
     char json[2048];
     snprintf(json, sizeof json,
@@ -35,14 +37,15 @@ static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, int stage, bool cpu,
              " \"gradient_clipping\": %.17g, %s"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-2, \"weight_decay\": 0.1}},"
              " \"zero_optimization\": {\"stage\": %d, \"sub_group_size\": 3000, \"reduce_bucket_size\": 4000,"
-             " \"offload_optimizer\": {\"device\": \"%s\"}},"
+             " \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}},"
              " \"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": %d, \"block_size\": %d},"
              " \"device\": {\"backend\": \"%s\"}}",
              GA * B * W, B, clip,
              fp16 ? "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 20, \"loss_scale_window\": 2,"
                     " \"hysteresis\": 1},"
                   : "\"bf16\": {\"enabled\": true},",
-             stage, cpu ? "cpu" : "none", V, T, getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host");
+             stage, tiers[tier], tier == 2 ? ", \"nvme_path\": \"" : "", tier == 2 ? nvme_dir : "",
+             tier == 2 ? "\"" : "", V, T, getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host");
     zinf_engine *e = NULL;
     CHECK(zinf_config_parse(cfg, json, "test config", &(zinf_config_options){.world_size = W}) == ZINF_OK, "%s",
           zinf_last_error());
@@ -59,11 +62,11 @@ static void batch(int key, int32_t *in, int32_t *tg) {
 
 // STEPS steps; between the last backward and the step a pause long enough for the
 // optimizer thread to update every final sub-group (each takes microseconds here).
-static bool run(zinf_comm *comm, int stage, bool cpu, double clip, bool fp16, run_result *out) {
+static bool run(zinf_comm *comm, int stage, int tier, double clip, bool fp16, run_result *out) {
     zinf_config cfg;
     int rank = zinf_comm_rank(comm);
     memset(out, 0, sizeof *out);
-    zinf_engine *e = make(comm, &cfg, stage, cpu, clip, fp16);
+    zinf_engine *e = make(comm, &cfg, stage, tier, clip, fp16);
     bool ok = e != NULL;
     for (int s = 0; ok && s < STEPS; s++) {
         for (int m = 0; ok && m < GA; m++) {
@@ -72,7 +75,7 @@ static bool run(zinf_comm *comm, int stage, bool cpu, double clip, bool fp16, ru
             batch(100 * s + 10 * rank + m, in, tg);
             ok = zinf_engine_forward(e, in, tg, B, &loss) == ZINF_OK && zinf_engine_backward(e) == ZINF_OK;
         }
-        if (ok && cpu) usleep(20 * 1000);
+        if (ok && tier) usleep(20 * 1000);
         zinf_step_info si;
         ok = ok && zinf_engine_step(e, &si) == ZINF_OK;
         if (!ok) break;
@@ -80,7 +83,7 @@ static bool run(zinf_comm *comm, int stage, bool cpu, double clip, bool fp16, ru
         out->clipped[s] = !si.skipped && clip > 0 && (si.grad_norm + 1e-6) / clip > 1;
         out->speculated[s] = si.optim_speculated, out->rolled_back[s] = si.optim_rolled_back;
     }
-    CHECK(ok, "stage %d %s: %s", stage, cpu ? "cpu" : "device", zinf_last_error());
+    CHECK(ok, "stage %d optimizer on %s: %s", stage, tiers[tier], zinf_last_error());
     for (int k = 0; ok && k < 3; k++)
         out->state[k] = engine_all_of(
             e, (zinf_state_kind[]){ZINF_STATE_PARAM, ZINF_STATE_EXP_AVG, ZINF_STATE_EXP_AVG_SQ}[k], &out->n);
@@ -114,11 +117,12 @@ static int check_pattern(const run_result *r, const char *what) {
 
 static void compare(zinf_comm *comm, const run_result *ref, double clip, bool fp16, const char *mode) {
     int W = zinf_comm_size(comm), rank = zinf_comm_rank(comm);
-    for (int stage = 1; stage <= 3; stage++) {
+    for (int r = 0; r < 6; r++) {
+        int stage = 1 + r % 3, tier = 1 + r / 3;
         char what[128];
-        snprintf(what, sizeof what, "%s, stage %d, %d rank(s)", mode, stage, W);
+        snprintf(what, sizeof what, "%s, stage %d, optimizer on %s, %d rank(s)", mode, stage, tiers[tier], W);
         run_result got;
-        if (!run(comm, stage, true, clip, fp16, &got)) continue;
+        if (!run(comm, stage, tier, clip, fp16, &got)) continue;
         CHECK(memcmp(got.loss, ref->loss, sizeof got.loss) == 0, "%s: step losses differ from the device's", what);
         const char *names[] = {"weights", "exp_avg", "exp_avg_sq"};
         for (int k = 0; k < 3; k++)
@@ -137,14 +141,14 @@ static void compare(zinf_comm *comm, const run_result *ref, double clip, bool fp
 static void test_modes(zinf_comm *comm) {
     run_result ref;
     // Never and always.
-    if (run(comm, 0, false, 0, false, &ref)) compare(comm, &ref, 0, false, "clipping never");
+    if (run(comm, 0, 0, 0, false, &ref)) compare(comm, &ref, 0, false, "clipping never");
     drop(&ref);
-    if (run(comm, 0, false, 1e-4, false, &ref)) compare(comm, &ref, 1e-4, false, "clipping always");
+    if (run(comm, 0, 0, 1e-4, false, &ref)) compare(comm, &ref, 1e-4, false, "clipping always");
     drop(&ref);
     // Sometimes: the first threshold, among the norms of an unclipped run, at which the
     // device run clips right after a step that did not.
     run_result free_run;
-    if (!run(comm, 0, false, 0, false, &free_run)) return;
+    if (!run(comm, 0, 0, 0, false, &free_run)) return;
     double sorted[STEPS];
     memcpy(sorted, free_run.norm, sizeof sorted);
     for (int i = 0; i < STEPS; i++)
@@ -157,7 +161,7 @@ static void test_modes(zinf_comm *comm) {
     bool found = false;
     for (int i = 0; !found && i < STEPS - 1; i++) {
         double clip = 0.5 * (sorted[i] + sorted[i + 1]);
-        if (!run(comm, 0, false, clip, false, &ref)) return;
+        if (!run(comm, 0, 0, clip, false, &ref)) return;
         for (int s = 1; s < STEPS; s++)
             found |= !ref.clipped[s - 1] && ref.clipped[s];
         if (found) compare(comm, &ref, clip, false, "clipping sometimes");
@@ -165,7 +169,7 @@ static void test_modes(zinf_comm *comm) {
     }
     CHECK(found, "no clipping threshold gives a clipped step after an unclipped one");
     // fp16: the scale doubles every 2 good steps, until it overflows again.
-    if (run(comm, 0, false, 0, true, &ref)) {
+    if (run(comm, 0, 0, 0, true, &ref)) {
         int skips = 0;
         for (int s = 0; s < STEPS; s++)
             skips += ref.skipped[s] && s > 0 && !ref.skipped[s - 1];
@@ -177,20 +181,24 @@ static void test_modes(zinf_comm *comm) {
 
 // Under mpirun: every mode on 2 ranks.
 static int child(void) {
+    CHECK(mkdtemp(nvme_dir) != NULL, "mkdtemp %s", nvme_dir);
     zinf_comm *comm;
     CHECK(zinf_comm_create(&comm, ZINF_COMM_MPI, 0) == ZINF_OK, "%s", zinf_last_error());
     test_modes(comm);
     zinf_comm_destroy(comm);
+    rmdir(nvme_dir);
     return check_exit("test_engine_speculate (mpi)");
 }
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "ranks") == 0) return child();
     setvbuf(stdout, NULL, _IOLBF, 0);
+    CHECK(mkdtemp(nvme_dir) != NULL, "mkdtemp %s", nvme_dir);
     zinf_comm *comm;
     CHECK(zinf_comm_create(&comm, ZINF_COMM_SINGLE, 0) == ZINF_OK, "%s", zinf_last_error());
     test_modes(comm);
     zinf_comm_destroy(comm);
+    rmdir(nvme_dir);
     engine_rerun_2_ranks("test_engine_speculate", "ranks", "every mode");
     return check_exit("test_engine_speculate");
 }

@@ -96,7 +96,9 @@ typedef struct variant {
     zinf_offload_device where;
     int64_t sub_group;
     bool read, write, background;
-    int speculate; // 0: no; 1: every guess right; 2: step 2's guess wrong, step 3's first cancelled
+    // 0: no; 1: every guess right; 2: step 2's guess wrong, step 3's first cancelled; 3
+    // (nvme): every guess right, the step before any gradient is final
+    int speculate;
     size_t room;   // speculate_elements: 0 for the whole partition
     int fits;      // the sub-groups that fit in it, the last first; 0: all
 } variant;
@@ -113,7 +115,7 @@ static void all_final(zinf_optim_tier *t, const variant *va, const char *what) {
     for (int i = NSEG; i-- > 0;)
         zinf_optim_tier_grads_final(t, i);
     usleep(200 * 1000);
-    zinf_optim_tier_stop_speculating(t);
+    zinf_optim_tier_stop_speculating(t, NULL);
     zinf_optim_tier_times tt;
     zinf_optim_tier_take_times(t, &tt);
     int want = va->fits ? va->fits : groups(t);
@@ -123,6 +125,17 @@ static void all_final(zinf_optim_tier *t, const variant *va, const char *what) {
 
 static void speculate(zinf_optim_tier *t, const variant *va, int step, const zinf_optim_hparams *h, const char *what) {
     zinf_optim_hparams guess = *h;
+    if (va->speculate == 3) { // the sub-groups read ahead by then are updated, not read again
+        TRY(zinf_optim_tier_speculate(t, &guess));
+        usleep(100 * 1000);
+        zinf_optim_tier_stop_speculating(t, h);
+        zinf_optim_tier_times tt;
+        zinf_optim_tier_take_times(t, &tt);
+        int want = 1 + va->read < groups(t) ? 1 + va->read : groups(t);
+        CHECK(tt.speculated == want, "%s: step %d: %d sub-groups updated at the stop, want %d", what, step,
+              tt.speculated, want);
+        return;
+    }
     if (va->speculate == 2 && step == 3) { // a step that overflowed: its guess is undone, the step skipped
         guess.grad_scale = 2.0f;
         TRY(zinf_optim_tier_speculate(t, &guess));
@@ -135,6 +148,18 @@ static void speculate(zinf_optim_tier *t, const variant *va, int step, const zin
     if (va->speculate == 2 && step == 2) guess.grad_scale = 0.25f; // the step clipped
     TRY(zinf_optim_tier_speculate(t, &guess));
     all_final(t, va, what);
+}
+
+// An update reads and writes each state of the partition once on nvme, its early reads
+// and speculation counted with it, none wasted (when the guess was right); nothing on
+// cpu.
+static void update_io(zinf_optim_tier *t, const variant *va, size_t n, int step, const char *what) {
+    zinf_optim_tier_times tt;
+    zinf_optim_tier_take_times(t, &tt);
+    int64_t want = va->where == ZINF_OFFLOAD_NVME ? (int64_t)(12 * n) : 0;
+    CHECK(tt.update_io_bytes[0] == want && tt.update_io_bytes[1] == want,
+          "%s: step %d: the update read %lld and wrote %lld swap bytes, want %lld", what, step,
+          (long long)tt.update_io_bytes[0], (long long)tt.update_io_bytes[1], (long long)want);
 }
 
 static void run(const variant *va, const reference *r, zinf_device *dev, zinf_cpu_pool *cpu, zinf_aio *aio,
@@ -184,12 +209,13 @@ static void run(const variant *va, const reference *r, zinf_device *dev, zinf_cp
     TRY(zinf_optim_tier_write(t, ZINF_TIER_MASTER, 0, n, buf));
     TRY(zinf_optim_tier_zero_states(t));
     for (int s = 1; s <= STEPS; s++) {
-        TRY(zinf_optim_tier_preread(t)); // as backward starts
+        if (!va->speculate) TRY(zinf_optim_tier_preread(t)); // as backward starts, as the engine
         grads_of(s, zinf_optim_tier_grads(t), n);
         zinf_optim_hparams h = hparams(s);
         if (!va->background) {
             TRY(zinf_optim_tier_update(t, &h));
             zinf_optim_tier_zero_grads(t);
+            update_io(t, va, n, s, what);
             continue;
         }
         int redone, wrong = va->speculate == 2 && s == 2;
@@ -202,6 +228,7 @@ static void run(const variant *va, const reference *r, zinf_device *dev, zinf_cp
         for (int i = 0; i < NSEG; i++)
             CHECK(zinf_optim_tier_updated(t, i), "%s: segment %d not updated after its wait", what, i);
         zinf_optim_tier_join(t);
+        if (va->speculate != 2 || s == 1) update_io(t, va, n, s, what); // a wrong guess reads again
         TRY(zinf_stream_sync(ss));
         zinf_optim_tier_settled(t);
         CHECK(zinf_latch_raise(failure) == ZINF_OK, "%s: %s", what, zinf_last_error());
@@ -252,13 +279,22 @@ int main(void) {
     reference r;
     make_reference(cpu, &r, total());
     const variant vs[] = {
-        {ZINF_OFFLOAD_CPU, 1, false, false, false, 0, 0, 0},    {ZINF_OFFLOAD_CPU, 12000, false, false, true, 0, 0, 0},
-        {ZINF_OFFLOAD_NVME, 1, true, true, false, 0, 0, 0},     {ZINF_OFFLOAD_NVME, 12000, true, false, false, 0, 0, 0},
-        {ZINF_OFFLOAD_NVME, 12000, false, true, true, 0, 0, 0}, {ZINF_OFFLOAD_NVME, 1 << 30, false, false, false, 0, 0, 0},
-        {ZINF_OFFLOAD_NVME, 1, true, true, true, 0, 0, 0},      {ZINF_OFFLOAD_CPU, 1, false, false, true, 1, 0, 0},
+        {ZINF_OFFLOAD_CPU, 1, false, false, false, 0, 0, 0},
+        {ZINF_OFFLOAD_CPU, 12000, false, false, true, 0, 0, 0},
+        {ZINF_OFFLOAD_NVME, 1, true, true, false, 0, 0, 0},
+        {ZINF_OFFLOAD_NVME, 12000, true, false, false, 0, 0, 0},
+        {ZINF_OFFLOAD_NVME, 12000, false, true, true, 0, 0, 0},
+        {ZINF_OFFLOAD_NVME, 1 << 30, false, false, false, 0, 0, 0},
+        {ZINF_OFFLOAD_NVME, 1, true, true, true, 0, 0, 0},
+        {ZINF_OFFLOAD_CPU, 1, false, false, true, 1, 0, 0},
         {ZINF_OFFLOAD_CPU, 12000, false, false, true, 2, 0, 0},
         // Sub-groups of 4096, 10240, 8192 and 10240 elements: the last two fit in 19000.
         {ZINF_OFFLOAD_CPU, 12000, false, false, true, 2, 19000, 2},
+        // nvme: through one buffer, three (read ahead, write behind), and two.
+        {ZINF_OFFLOAD_NVME, 1, false, false, true, 1, 0, 0},
+        {ZINF_OFFLOAD_NVME, 12000, true, true, true, 2, 0, 0},
+        {ZINF_OFFLOAD_NVME, 12000, true, false, true, 2, 19000, 2},
+        {ZINF_OFFLOAD_NVME, 1, true, true, true, 3, 0, 0},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
         run(&vs[i], &r, dev, cpu, aio, dir);
