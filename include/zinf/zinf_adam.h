@@ -135,6 +135,17 @@ void zinf_cpu_pool_range(const zinf_cpu_pool *pool, size_t n, int i, size_t *lo,
 // so the pages are placed on the NUMA node of the worker that will use them.
 void zinf_cpu_pool_touch(zinf_cpu_pool *pool, void *buf, size_t n, size_t elem_size);
 
+// DeepSpeed's bind_cores_to_rank: bind this process, and the threads it starts from
+// now on, to local_rank's share of core_list ("0,2-4,6": ascending ranges that do not
+// overlap; NULL: cores 0 to the machine's physical cores - 1) split evenly over the
+// local_ranks ranks on this host (at least one core each), with memory bound to the
+// NUMA node that holds all of its cores, where one does. desc (may be NULL) gets
+// "cores 2-3, memory on NUMA node 0".
+zinf_status zinf_cpu_bind_rank(int local_rank, int local_ranks, const char *core_list, char *desc, size_t desc_size);
+// The cores of such a list (at most max of them, *n), or ZINF_ERR_INVAL naming what is
+// wrong with it.
+zinf_status zinf_cpu_parse_cores(const char *list, int *cores, int max, int *n);
+
 // zinf_optim_update and zinf_grad_stats_compute over the pool at zinf_simd_active().
 zinf_status zinf_optim_step(zinf_cpu_pool *pool, const zinf_optim_hparams *h, const zinf_optim_tile *t);
 zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dtype dtype, size_t n,

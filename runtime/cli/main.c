@@ -33,6 +33,7 @@ static const command commands[] = {
      "  --json       one JSON object on stdout\n"},
     {"train", cli_train, "train a model",
      "zinf train CONFIG.json [--steps N] [--json] [--op-profile] [--set key.path=value ...]\n"
+     "                  [--bind-cores-to-rank [--bind-core-list LIST]]\n"
      "  Trains the config's model on its data with its optimizer and ZeRO stage, on one\n"
      "  rank or on every rank mpirun starts (mpirun -np N zinf train ...). Prints the\n"
      "  plan (what lives where, in bytes, and whether it fits) before it allocates, and\n"
@@ -46,7 +47,10 @@ static const command commands[] = {
      "  digest of the fp32 master weights: identical runs print identical digests);\n"
      "  the plan and logs then go to stderr. --op-profile: at the end, every device op of\n"
      "  the steps after the first, per step, beside the sim's model of it (as zinf\n"
-     "  device-bench prints them; each op is timed alone, so streams no longer overlap).\n"},
+     "  device-bench prints them; each op is timed alone, so streams no longer overlap).\n"
+     "  --bind-cores-to-rank (DeepSpeed's launcher option): each rank on a host runs on\n"
+     "  its own share of the cores, split evenly, its memory on their NUMA node;\n"
+     "  --bind-core-list 0,2-4,6 the cores to split (default: 0 to physical cores - 1).\n"},
     {"eval", cli_eval, "mean loss of GPT-2 weights on a token file",
      "zinf eval --model FILE.safetensors|DIR --data FILE [--config CONFIG.json] [--json]\n"
      "  --model: a safetensors file, or a Hugging Face model directory (config.json and\n"

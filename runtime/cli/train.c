@@ -19,6 +19,8 @@
 typedef struct trainer {
     zinf_config cfg;
     bool have_cfg, json, op_profile;
+    bool bind_cores;          // --bind-cores-to-rank
+    const char *core_list;    // --bind-core-list, or NULL
     zinf_sim_params op_model; // --op-profile: the GPU the ops are set beside
     int64_t steps;
     zinf_comm *comm;
@@ -38,6 +40,8 @@ static int parse(trainer *t, int argc, char **argv) {
         {"json", no_argument, NULL, 'j'},
         {"set", required_argument, NULL, 's'},
         {"op-profile", no_argument, NULL, 'o'},
+        {"bind-cores-to-rank", no_argument, NULL, 'b'},
+        {"bind-core-list", required_argument, NULL, 'l'},
         {NULL, 0, NULL, 0},
     };
     const char **sets = calloc((size_t)argc, sizeof *sets);
@@ -54,10 +58,17 @@ static int parse(trainer *t, int argc, char **argv) {
             break;
         case 'j': t->json = true; break;
         case 'o': t->op_profile = true; break;
+        case 'b': t->bind_cores = true; break;
+        case 'l': t->core_list = optarg; break;
         case 's': sets[co.nsets++] = optarg; break;
         default: rc = cli_usage("train", "unknown option %s", argv[optind - 1]); break;
         }
     }
+    if (rc == CLI_OK && t->core_list && !t->bind_cores)
+        rc = cli_usage("train", "--bind-core-list needs --bind-cores-to-rank");
+    int ncores, cores[1];
+    if (rc == CLI_OK && t->core_list && zinf_cpu_parse_cores(t->core_list, cores, 1, &ncores) != ZINF_OK)
+        rc = cli_fail("train", CLI_USAGE);
     if (rc == CLI_OK && optind != argc - 1)
         rc = cli_usage("train", optind == argc ? "missing CONFIG.json" : "unexpected argument \"%s\"", argv[argc - 1]);
     if (rc == CLI_OK) {
@@ -107,6 +118,13 @@ static zinf_status plan(trainer *t, const zinf_model_shape *shape) {
 
 static zinf_status open_all(trainer *t) {
     TRY(zinf_comm_create(&t->comm, ZINF_COMM_AUTO, 0));
+    if (t->bind_cores) { // before the engine starts its threads and counts its cores
+        char desc[320];
+        TRY(zinf_cpu_bind_rank(zinf_comm_local_rank(t->comm), zinf_comm_local_size(t->comm), t->core_list, desc,
+                               sizeof desc));
+        ZINF_LOG_INFO("bind_cores_to_rank: local rank %d of %d on %s", zinf_comm_local_rank(t->comm),
+                      zinf_comm_local_size(t->comm), desc);
+    }
     TRY(zinf_tokens_open(&t->tok, t->cfg.data.path, t->cfg.data.format));
     zinf_model_shape shape;
     TRY(zinf_model_shape_from_config(&t->cfg.model, &shape));

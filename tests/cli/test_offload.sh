@@ -8,7 +8,8 @@
 # rounding of the plain run; so do nvme with each pipeline setting, several sub-groups per step, and the
 # parameter pool at one buffer. The swap store's files are gone after the run; the
 # plan says where everything lives; a missing nvme_path is made (its parent must
-# exist), offloading at stage 0 is refused, and so is a plan past the pinned budget.
+# exist), offloading at stage 0 is refused, and so is a plan past the pinned budget;
+# --bind-cores-to-rank gives each of 2 ranks its own core.
 # timeout: 80 san=165 cuda-emu=260
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -112,6 +113,16 @@ half=$((${all:-0} / 2))
 [ "$half" -ge 1 ] || half=1
 grep -q "^  CPU Adam: $half threads* (cpuadam_cores_perc 0.5 of this process's cores)\$" "$tmp/out" ||
   fail "cpuadam_cores_perc 0.5 of $all threads: $(grep 'CPU Adam' "$tmp/out")"
+# DeepSpeed's bind_cores_to_rank: two ranks on cores 0-1, one core each, one CPU Adam
+# thread each; a bad core list is a usage error.
+expect 0 mpirun -np 2 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=2 --set $OO.device=cpu \
+  --bind-cores-to-rank --bind-core-list 0-1
+grep -q "bind_cores_to_rank: local rank 0 of 2 on cores 0, memory on NUMA node 0\$" "$tmp/err" ||
+  fail "bind_cores_to_rank: $(grep bind "$tmp/err")"
+grep -q "^  CPU Adam: 1 thread (cpuadam_cores_perc 1 of this process's cores)\$" "$tmp/out" ||
+  fail "bind_cores_to_rank: $(grep 'CPU Adam' "$tmp/out")"
+expect 2 "$Z" train "$tmp/cfg.json" --bind-cores-to-rank --bind-core-list 1,0
+grep -q 'core list "1,0": the ranges must be in ascending order' "$tmp/err" || fail "bad core list: $(cat "$tmp/err")"
 run 1 "$tmp/j" --steps 2 --set $OO.device=nvme --set zero_optimization.stage=3 --set $OP.device=nvme
 python3 - "$tmp/j" <<'PY' || fail "step times: $(head -c 600 "$tmp/j")"
 import json, sys

@@ -1,0 +1,71 @@
+// DeepSpeed's bind_cores_to_rank (zinf_cpu_bind_rank): core lists parse as DeepSpeed's
+// launcher parses them ("0,2-4,6"; ranges ascending, not overlapping), bad ones are
+// refused naming what is wrong, the cores are split evenly over the ranks (at least
+// one each), and a rank runs on its share afterwards: its affinity, and the cores a
+// CPU pool counts.
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
+#include <sched.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "zinf.h"
+
+static void parses(const char *list, const int *want, int nwant) {
+    int cores[16], n = -1;
+    CHECK(zinf_cpu_parse_cores(list, cores, 16, &n) == ZINF_OK, "\"%s\": %s", list, zinf_last_error());
+    CHECK(n == nwant, "\"%s\": %d cores, want %d", list, n, nwant);
+    for (int i = 0; i < n && i < nwant; i++)
+        CHECK(cores[i] == want[i], "\"%s\": core %d is %d, want %d", list, i, cores[i], want[i]);
+}
+
+static void refused(const char *list, const char *says) {
+    int cores[16], n;
+    CHECK(zinf_cpu_parse_cores(list, cores, 16, &n) == ZINF_ERR_INVAL, "\"%s\" was accepted", list);
+    CHECK_CONTAINS(zinf_last_error(), says);
+}
+
+int main(void) {
+    parses("0,2-4,6", (const int[]){0, 2, 3, 4, 6}, 5);
+    parses("7", (const int[]){7}, 1);
+    parses("1-2,5-6", (const int[]){1, 2, 5, 6}, 4);
+    refused("4-2", "\"4-2\" is not a core or a range");
+    refused("0,2,2", "ascending order and must not overlap");
+    refused("3,1", "ascending order and must not overlap");
+    refused("0-3,2-5", "ascending order and must not overlap");
+    refused("a", "\"a\" is not a core");
+    refused("", "is not a core");
+    refused("1,", "is not a core");
+    refused("-1", "is not a core");
+    refused("0 1", "is not a core");
+
+    char desc[128];
+    CHECK(zinf_cpu_bind_rank(0, 3, "0-1", desc, sizeof desc) == ZINF_ERR_INVAL, "3 ranks on 2 cores bound");
+    CHECK_CONTAINS(zinf_last_error(), "at least one core needs to be assigned to each rank");
+    CHECK(zinf_cpu_bind_rank(2, 2, "0-1", desc, sizeof desc) == ZINF_ERR_INVAL, "local rank 2 of 2 bound");
+    CHECK(zinf_cpu_bind_rank(0, 1, "1000", desc, sizeof desc) != ZINF_OK, "bound to core 1000");
+    CHECK_CONTAINS(zinf_last_error(), "cores 1000 for local rank 0");
+
+    // The last of 2 ranks on cores 0-1 (every machine has them; the affinity may widen).
+    cpu_set_t all;
+    CHECK(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity");
+    if (!CPU_ISSET(0, &all) || !CPU_ISSET(1, &all)) {
+        printf("test_cpu_bind: skipping the binding itself: this process may not run on cores 0 and 1\n");
+        return check_exit("test_cpu_bind");
+    }
+    // Without a list: cores 0 to the physical cores - 1, as DeepSpeed takes them.
+    zinf_cpu_info info;
+    zinf_cpu_probe(&info);
+    char want[32];
+    snprintf(want, sizeof want, info.physical_cores > 1 ? "cores 0-%d" : "cores 0", info.physical_cores - 1);
+    CHECK(zinf_cpu_bind_rank(0, 1, NULL, desc, sizeof desc) == ZINF_OK, "%s", zinf_last_error());
+    CHECK_CONTAINS(desc, want);
+    CHECK(zinf_cpu_bind_rank(0, 2, "0-1", desc, sizeof desc) == ZINF_OK, "%s", zinf_last_error());
+    CHECK_CONTAINS(desc, "cores 0");
+    CHECK(zinf_cpu_bind_rank(1, 2, "0-1", desc, sizeof desc) == ZINF_OK, "%s", zinf_last_error());
+    CHECK_CONTAINS(desc, "cores 1");
+    cpu_set_t set;
+    CHECK(sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1 && CPU_ISSET(1, &set),
+          "after binding: %d cores allowed", CPU_COUNT(&set));
+    CHECK(zinf_cpu_pool_cores() == 1, "a pool would count %d cores", zinf_cpu_pool_cores());
+    return check_exit("test_cpu_bind");
+}
