@@ -388,7 +388,9 @@ zinf_status zinf_optim_tier_zero_states(zinf_optim_tier *t) {
     return ZINF_OK;
 }
 
-void zinf_optim_tier_zero_grads(zinf_optim_tier *t) { memset(t->grads, 0, t->n * sizeof(float)); }
+// On the pool's threads: one thread's memset of a large partition is held to what one
+// core can write.
+void zinf_optim_tier_zero_grads(zinf_optim_tier *t) { zinf_cpu_pool_touch(t->c.cpu, t->grads, t->n, sizeof(float)); }
 
 float *zinf_optim_tier_grads(zinf_optim_tier *t) { return t->grads; }
 
@@ -851,10 +853,7 @@ static void *thread_main(void *arg) {
         zinf_optim_hparams h = t->h;
         pthread_mutex_unlock(&t->mu);
         zinf_status st = zinf_optim_tier_update(t, &h);
-        if (st == ZINF_OK)
-            zinf_optim_tier_zero_grads(t);
-        else
-            zinf_latch_set(t->c.failure, st);
+        if (st != ZINF_OK) zinf_latch_set(t->c.failure, st);
         pthread_mutex_lock(&t->mu);
         t->job = false;
         t->published = t->nsg; // a failure also lets every waiter go on, to the latch

@@ -154,6 +154,9 @@ zinf_status zinf_grad_stats_pool(zinf_cpu_pool *pool, const void *grad, zinf_dty
 // dst[i] = dst[i] + src[i] for i < n, in fp32, each worker its share (the offloaded
 // optimizer's gradient accumulation; the same additions as the device's zinf_add).
 void zinf_cpu_add(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);
+// dst[i] = 0 + src[i]: zinf_cpu_add into zeros, the same bits (a -0 comes out +0),
+// without zeroing dst first or reading it.
+void zinf_cpu_add_first(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);
 // dst[i] = src[i] for i < n, each worker its share (one pass a single thread would take
 // several times as long over).
 void zinf_cpu_copy(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);

@@ -234,8 +234,8 @@ zinf_status zinf_optim_tier_update(zinf_optim_tier *t, const zinf_optim_hparams 
 // Start reading the next update's first sub-groups (nvme with pipeline_read, once per
 // step; called as backward starts, so that the update computes at once).
 zinf_status zinf_optim_tier_preread(zinf_optim_tier *t);
-// background: start one update on the tier's thread (it zeroes the gradients when
-// done); wait for it to end (its failure goes to the latch). NULL or no update: no-op.
+// background: start one update on the tier's thread (it reads the gradients and leaves
+// them); wait for it to end (its failure goes to the latch). NULL or no update: no-op.
 // Sub-groups speculated with other hyperparameters than h are updated again from the
 // states they left (*redone of them); with the same, their held parameters are stored.
 zinf_status zinf_optim_tier_start(zinf_optim_tier *t, const zinf_optim_hparams *h, int *redone);

@@ -50,10 +50,11 @@ typedef struct mod_layout {
 // bigger than what is left of a bucket is split, so reduce_bucket_size bounds the
 // buckets whatever the module sizes. A tiled module is reduced after every op that
 // takes its gradient tiles (a tied embedding: the head's backward and its own), each
-// time in pieces of its own.
+// time in pieces of its own; `first`: of the module's first reduction in a backward.
 typedef struct piece {
     int mod, bucket, op;
     size_t lo, n, off;
+    bool first;
 } piece;
 
 // Pieces whose gradients are reduced together (in the order backward finishes their
@@ -225,6 +226,9 @@ typedef struct gradients {
     double *host_norms;
     int64_t backwards;     // backward passes so far
     bool norms_on_arrival; // the backward under way is the step's last
+    // Offloaded: the host partition holds the last step's gradients, which the next
+    // backward's first additions overwrite (states.c) instead of their being zeroed.
+    bool host_stale;
     int64_t *norms_taken;  // per module: the backward whose arrival filled its host_norms, or -1
 } gradients;
 

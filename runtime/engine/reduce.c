@@ -36,7 +36,13 @@ static zinf_status plan_buckets(zinf_engine *e) {
     size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->module_count + maxb + tiles;
     e->grads.buckets = calloc(maxb, sizeof *e->grads.buckets);
     e->grads.pieces = calloc(maxp, sizeof *e->grads.pieces);
-    if (!e->grads.buckets || !e->grads.pieces) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    int *first_op = malloc(((size_t)e->module_count + 1) * sizeof *first_op); // per module: its first reduction's op
+    if (!e->grads.buckets || !e->grads.pieces || !first_op) {
+        free(first_op);
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    }
+    for (int i = 0; i < e->module_count; i++)
+        first_op[i] = -1;
     // At each op, first the tiled modules whose gradient tiles it reduces as it runs, then
     // the modules it finishes.
     for (int k = nf; k < nall; k++) {
@@ -48,6 +54,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
                 (tiled ? !grad : e->grads.last_backward_op[i] != k))
                 continue;
             e->grads.first_piece[i] = e->grads.piece_count;
+            if (first_op[i] < 0) first_op[i] = k;
             // A tiled module's gradient comes tile by tile, the last first (zinf_tile_source):
             // its pieces are planned in that order, and none crosses a tile.
             zinf_tiling t = tiling_of(e, i);
@@ -60,8 +67,13 @@ static zinf_status plan_buckets(zinf_engine *e) {
                         *b = (bucket){.first = e->grads.piece_count};
                     }
                     size_t n = end - lo < per - b->block ? end - lo : per - b->block;
-                    e->grads.pieces[e->grads.piece_count++] = (piece){
-                        .mod = i, .bucket = (int)(b - e->grads.buckets), .op = k, .lo = lo, .n = n, .off = b->block};
+                    e->grads.pieces[e->grads.piece_count++] = (piece){.mod = i,
+                                                                      .bucket = (int)(b - e->grads.buckets),
+                                                                      .op = k,
+                                                                      .lo = lo,
+                                                                      .n = n,
+                                                                      .off = b->block,
+                                                                      .first = first_op[i] == k};
                     b->count++;
                     b->block += n;
                     lo += n;
@@ -72,6 +84,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
     }
     for (int k = 0; k < e->grads.piece_count; k++)
         e->grads.last_piece[e->grads.pieces[k].mod] = k;
+    free(first_op);
     return ZINF_OK;
 }
 

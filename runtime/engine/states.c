@@ -92,6 +92,10 @@ void states_destroy(zinf_engine *e) {
 }
 
 zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, float *dst) {
+    if (s == ZINF_TIER_GRAD && e->grads.host_stale) { // no backward since the step
+        memset(dst, 0, n * sizeof *dst);
+        return ZINF_OK;
+    }
     if (e->optim.tier) return zinf_optim_tier_read(e->optim.tier, s, off, n, dst);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, *dev_state(e, s) + off, n * sizeof *dst, ZINF_COPY_D2H));
     return zinf_stream_sync(e->compute_stream);
@@ -100,6 +104,10 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src) {
     for (int i = 0; s == ZINF_TIER_GRAD && e->grads.norms_taken && i < e->module_count; i++)
         e->grads.norms_taken[i] = -1; // the norms taken as they arrived are of other values
+    if (s == ZINF_TIER_GRAD && e->grads.host_stale) { // the rest of the partition is zero from now
+        zinf_optim_tier_zero_grads(e->optim.tier);
+        e->grads.host_stale = false;
+    }
     if (e->optim.tier) return zinf_optim_tier_write(e->optim.tier, s, off, n, src);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, *dev_state(e, s) + off, src, n * sizeof *src, ZINF_COPY_H2D));
     return zinf_stream_sync(e->compute_stream);
@@ -117,7 +125,7 @@ zinf_status states_zero(zinf_engine *e) {
 zinf_status states_zero_grads(zinf_engine *e) {
     if (!e->optim.tier)
         return zinf_memset_async(e->compute_stream, e->optim.grads32, 0, e->partition.numel * sizeof(float));
-    zinf_optim_tier_zero_grads(e->optim.tier);
+    e->grads.host_stale = true; // overwritten by the next backward (grad_add_run)
     return ZINF_OK;
 }
 
@@ -141,12 +149,16 @@ typedef struct grad_add_job {
     const float *src; // reduced bucket in pinned memory
     int bucket;
     bool packed;      // this rank's block is at src, not at src + rank * block
+    bool overwrite;   // the step's first backward over the last step's gradients
     int64_t backward; // the step's last backward, whose final gradients' norms are taken; else -1
 } grad_add_job;
 
 // On the communication stream's thread: grads += the reduced bucket, in fp32, the same
 // additions the device does when the states are on the device, on the optimizer's
 // threads (a pass over memory one thread would take several times as long over). In
+// the step's first backward a module's first reduction overwrites what the last step
+// left, with the bits of adding to zeros: no pass zeroing the gradients, and no read of
+// them in that addition. In
 // the step's last backward a module whose last piece this adds has its final gradient:
 // its norms are taken now, under the rest of the backward, instead of in the step.
 static void grad_add_run(void *arg) {
@@ -160,8 +172,11 @@ static void grad_add_run(void *arg) {
         for (size_t r = 0; r < W; r++) {
             if (!partition_holds(e, r)) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
-            zinf_cpu_add(e->optim.pool, e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo, src,
-                         p->n);
+            float *dst = e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
+            if (j->overwrite && p->first)
+                zinf_cpu_add_first(e->optim.pool, dst, src, p->n);
+            else
+                zinf_cpu_add(e->optim.pool, dst, src, p->n);
         }
         if (j->backward < 0 || e->grads.last_piece[p->mod] != k) continue;
         zinf_status st = states_grad_norms(e, p->mod, e->grads.host_norms);
@@ -178,7 +193,7 @@ static void grad_add_run(void *arg) {
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed) {
     grad_add_job *j = malloc(sizeof *j);
     if (!j) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    *j = (grad_add_job){e, src, b, packed, e->grads.norms_on_arrival ? e->grads.backwards : -1};
+    *j = (grad_add_job){e, src, b, packed, e->grads.host_stale, e->grads.norms_on_arrival ? e->grads.backwards : -1};
     zinf_status st = zinf_stream_host_fn(e->comm_stream, grad_add_run, j);
     if (st != ZINF_OK) free(j);
     return st;

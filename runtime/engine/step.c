@@ -126,6 +126,7 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
             if (e->grads.last_backward_op[i] == k) ZINF_CHECK(reduce_module_ready(e, i));
     }
     e->step.have_forward = false;
+    e->grads.host_stale = false; // this backward's additions are queued, the first ones overwriting
     e->step.micro_batches++;
     e->step.loss_sum += e->step.last_loss;
     return ZINF_OK;
@@ -286,6 +287,7 @@ static zinf_status run_in_background(zinf_engine *e, const zinf_optim_hparams *h
     ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(e->params.ops->end_step(e));
     ZINF_CHECK(zinf_optim_tier_start(e->optim.tier, h, &info->optim_rolled_back));
+    ZINF_CHECK(states_zero_grads(e)); // the update reads them; the next backward overwrites them
     share_start(e);
     return ZINF_OK;
 }
