@@ -90,6 +90,14 @@ static bool run(zinf_comm *comm, int stage, int tier, double clip, bool fp16, ru
     for (int k = 0; ok && k < 3; k++)
         out->state[k] = engine_all_of(
             e, (zinf_state_kind[]){ZINF_STATE_PARAM, ZINF_STATE_EXP_AVG, ZINF_STATE_EXP_AVG_SQ}[k], &out->n);
+    // No gradient since the last step (offloaded, the host partition still holds it,
+    // for the next backward to overwrite).
+    size_t ng = 0, nonzero = 0;
+    float *grad = ok ? engine_all_of(e, ZINF_STATE_GRAD, &ng) : NULL;
+    for (size_t i = 0; i < ng; i++)
+        nonzero += grad[i] != 0;
+    CHECK(nonzero == 0, "stage %d optimizer on %s: %zu gradients after the step", stage, tiers[tier], nonzero);
+    free(grad);
     zinf_engine_destroy(e);
     zinf_config_free(&cfg);
     return ok;
