@@ -629,16 +629,16 @@ static int next_final(const zinf_optim_tier *t, size_t *to) {
     return -1;
 }
 
-// No more speculation; the thread's speculative work ends first, on nvme updating the
-// sub-groups it has read when `finish` (their reads are not wasted).
+// No more speculation. The thread's speculative work ends first; or, with `finish`, it
+// ends on the thread before the next update there: the sub-group in flight (cpu), the
+// sub-groups whose states are read (nvme: their reads are not wasted).
 static void stop_speculating(zinf_optim_tier *t, bool finish) {
     pthread_mutex_lock(&t->mu);
     t->speculating = t->pending = false;
     t->finishing = finish;
     pthread_cond_broadcast(&t->cv); // a run waiting for final gradients
-    while (t->running)
+    while (!finish && t->running)
         pthread_cond_wait(&t->cv, &t->mu);
-    t->finishing = false;
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -731,6 +731,7 @@ static void speculate_next(zinf_optim_tier *t) {
     t->running = true;
     t->held_at[g] = t->held_used;
     t->held_used += t->sg[g].n;
+    t->speculated_count++; // counted as it starts: a step's figures are taken before it ends
     pthread_mutex_unlock(&t->mu);
     int64_t t0 = zinf_clock_ns();
     zinf_status st = speculate_group(t, &h, g);
@@ -740,7 +741,6 @@ static void speculate_next(zinf_optim_tier *t) {
     t->speculated[g] = st == ZINF_OK; // a failed one left its states as they were
     if (st != ZINF_OK) t->speculating = false;
     t->speculated_ns += ns;
-    t->speculated_count++;
     t->in_flight = -1;
     t->running = false;
     pthread_cond_broadcast(&t->cv);
@@ -758,6 +758,7 @@ static int reserve_next(zinf_optim_tier *t, int *next) {
         t->held_at[g] = t->held_used;
         t->held_used += t->sg[g].n;
         t->speculated[g] = true;
+        t->speculated_count++; // as on cpu; uncounted if dropped
         --*next;
         return g;
     }
@@ -809,7 +810,6 @@ static void speculate_swapped(zinf_optim_tier *t) {
         int64_t ns = zinf_clock_ns() - t0;
         pthread_mutex_lock(&t->mu);
         t->speculated_ns += ns;
-        t->speculated_count++;
         done++;
     }
     pthread_mutex_unlock(&t->mu);
@@ -818,14 +818,16 @@ static void speculate_swapped(zinf_optim_tier *t) {
         if (st == ZINF_OK) st = s;
     }
     pthread_mutex_lock(&t->mu);
-    for (int k = st == ZINF_OK ? done : 0; k < read; k++)
+    for (int k = st == ZINF_OK ? done : 0; k < read; k++) {
         t->speculated[t->order[k]] = false;
+        t->speculated_count--;
+    }
     if (st != ZINF_OK) {
         zinf_latch_set(t->c.failure, st);
         t->speculating = false;
     }
     t->io_wait_ns = io_wait_ns;
-    t->running = false;
+    t->running = t->finishing = false;
     pthread_cond_broadcast(&t->cv);
 }
 
@@ -866,9 +868,14 @@ static void *thread_main(void *arg) {
 zinf_status zinf_optim_tier_start(zinf_optim_tier *t, const zinf_optim_hparams *h, int *redone) {
     *redone = 0;
     if (!t || !t->thread_up) return zinf_fail(ZINF_ERR_INTERNAL, "optimizer tier: no background thread to start");
-    if (t->c.speculate_elements) stop_speculating(t, false);
+    // With the guessed hyperparameters what is speculated stands, and what is being
+    // finished ends on the thread before this update; else it ends now and is redone.
     pthread_mutex_lock(&t->mu);
-    t->keep = same_hparams(h, &t->h_spec);
+    bool keep = same_hparams(h, &t->h_spec);
+    pthread_mutex_unlock(&t->mu);
+    if (t->c.speculate_elements) stop_speculating(t, keep);
+    pthread_mutex_lock(&t->mu);
+    t->keep = keep;
     if (!t->keep) *redone = count_speculated(t);
     t->h = *h;
     t->published = 0;

@@ -246,9 +246,11 @@ void zinf_optim_tier_join(zinf_optim_tier *t);
 // each of its segments (with their gradients final in host memory). No-op without it.
 zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hparams *h);
 void zinf_optim_tier_grads_final(zinf_optim_tier *t, int seg);
-// No more sub-groups start speculating; the one in flight ends. With h (may be NULL) the
-// guessed hyperparameters, the sub-groups whose states are read already (nvme) are
-// updated first, so that their reads are not wasted.
+// No more sub-groups start speculating; the one in flight ends before this returns. With
+// h (may be NULL) the guessed hyperparameters, it ends on the tier's thread instead,
+// before the update there, and so do the sub-groups whose states are read already
+// (nvme), so that their reads are not wasted; this returns at once. Sub-groups count
+// as speculated (zinf_optim_tier_take_times) from when they start.
 void zinf_optim_tier_stop_speculating(zinf_optim_tier *t, const zinf_optim_hparams *h);
 // What the speculated sub-groups wrote dropped (*dropped of them, when not NULL): a
 // skipped step, or states read or written between the backward and the step

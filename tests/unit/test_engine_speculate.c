@@ -9,7 +9,7 @@
 // step under it), and under fp16 with a loss scale that overflows now and then; the
 // step says how many sub-groups went under the backward and how many were redone, and
 // both are what the clipping pattern calls for.
-// timeout: 40 san=90 cuda-emu=90 san-cuda-emu=200
+// timeout: 60 san=90 cuda-emu=90 san-cuda-emu=200
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

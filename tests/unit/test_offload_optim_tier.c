@@ -125,7 +125,7 @@ static void all_final(zinf_optim_tier *t, const variant *va, const char *what) {
 
 static void speculate(zinf_optim_tier *t, const variant *va, int step, const zinf_optim_hparams *h, const char *what) {
     zinf_optim_hparams guess = *h;
-    if (va->speculate == 3) { // the sub-groups read ahead by then are updated, not read again
+    if (va->speculate == 3) { // the sub-groups read ahead by then are updated (on the thread), not read again
         TRY(zinf_optim_tier_speculate(t, &guess));
         usleep(100 * 1000);
         zinf_optim_tier_stop_speculating(t, h);
