@@ -317,7 +317,8 @@ void zinf_optim_tier_destroy(zinf_optim_tier *t) {
 
 // ---- any range, synchronously ----
 
-static zinf_status wait_tickets(zinf_optim_tier *t, io_buf *b) {
+// timed: a wait of the update (io_wait_ns), not of the speculation or a range's IO.
+static zinf_status wait_tickets(zinf_optim_tier *t, io_buf *b, bool timed) {
     int64_t t0 = zinf_clock_ns();
     zinf_status st = ZINF_OK;
     for (int k = 0; k < b->nt; k++) {
@@ -325,7 +326,7 @@ static zinf_status wait_tickets(zinf_optim_tier *t, io_buf *b) {
         if (st == ZINF_OK) st = s;
     }
     b->nt = 0;
-    t->io_wait_ns += zinf_clock_ns() - t0;
+    if (timed) t->io_wait_ns += zinf_clock_ns() - t0;
     return st;
 }
 
@@ -333,7 +334,7 @@ static zinf_status wait_tickets(zinf_optim_tier *t, io_buf *b) {
 static zinf_status drop_preread(zinf_optim_tier *t) {
     zinf_status st = ZINF_OK;
     for (int b = 0; b < t->npreread; b++) {
-        zinf_status s = wait_tickets(t, &t->io[b]);
+        zinf_status s = wait_tickets(t, &t->io[b], false);
         if (st == ZINF_OK) st = s;
     }
     t->npreread = 0;
@@ -429,8 +430,8 @@ static zinf_status swap_io(zinf_optim_tier *t, int g, size_t at, io_buf *b, bool
 
 // Start reading sub-group g's states from where they live into b, once b's last
 // write-back has passed.
-static zinf_status start_read(zinf_optim_tier *t, int g, io_buf *b) {
-    ZINF_CHECK(wait_tickets(t, b));
+static zinf_status start_read(zinf_optim_tier *t, int g, io_buf *b, bool timed) {
+    ZINF_CHECK(wait_tickets(t, b, timed));
     return swap_io(t, g, t->spare_at[g], b, false, true);
 }
 
@@ -524,25 +525,25 @@ static zinf_status update_swapped(zinf_optim_tier *t, const zinf_optim_hparams *
     int pre = t->npreread;
     t->npreread = 0;
     int first = next_update(t, 0);
-    zinf_status st = first < t->nsg && !pre ? start_read(t, first, &t->io[0]) : ZINF_OK;
+    zinf_status st = first < t->nsg && !pre ? start_read(t, first, &t->io[0], true) : ZINF_OK;
     for (int g = 0, j = 0; st == ZINF_OK && g < t->nsg; g++) {
         bool taken;
         st = take_kept(t, g, &taken);
         if (st != ZINF_OK || taken) continue;
         io_buf *b = &t->io[j % t->nio], *next_b = &t->io[(j + 1) % t->nio];
         int next = next_update(t, g + 1);
-        if (t->c.pipeline_read && next < t->nsg && j + 1 >= pre) st = start_read(t, next, next_b);
-        if (st == ZINF_OK) st = wait_tickets(t, b);
+        if (t->c.pipeline_read && next < t->nsg && j + 1 >= pre) st = start_read(t, next, next_b, true);
+        if (st == ZINF_OK) st = wait_tickets(t, b, true);
         float *p = b->buf;
         if (st == ZINF_OK) st = update_group(t, h, g, p, p + t->sg_max, p + 2 * t->sg_max);
         if (st == ZINF_OK) st = swap_io(t, g, t->spare_at[g], b, true, true);
-        if (st == ZINF_OK && !t->c.pipeline_write) st = wait_tickets(t, b);
-        if (st == ZINF_OK && !t->c.pipeline_read && next < t->nsg) st = start_read(t, next, next_b);
+        if (st == ZINF_OK && !t->c.pipeline_write) st = wait_tickets(t, b, true);
+        if (st == ZINF_OK && !t->c.pipeline_read && next < t->nsg) st = start_read(t, next, next_b, true);
         j++;
     }
     // Every buffer's IO ends before the buffers are reused or the states read.
     for (int b = 0; b < t->nio; b++) {
-        zinf_status s = wait_tickets(t, &t->io[b]);
+        zinf_status s = wait_tickets(t, &t->io[b], true);
         if (st == ZINF_OK) st = s;
     }
     return st;
@@ -568,7 +569,7 @@ zinf_status zinf_optim_tier_update(zinf_optim_tier *t, const zinf_optim_hparams 
 zinf_status zinf_optim_tier_preread(zinf_optim_tier *t) {
     if (!t || t->c.device != ZINF_OFFLOAD_NVME || !t->c.pipeline_read || t->npreread) return ZINF_OK;
     for (int g = 0; g < t->nio && g < t->nsg; g++) {
-        ZINF_CHECK(start_read(t, g, &t->io[g]));
+        ZINF_CHECK(start_read(t, g, &t->io[g], false));
         t->npreread = g + 1;
     }
     return ZINF_OK;
@@ -677,9 +678,9 @@ static zinf_status settle_home(zinf_optim_tier *t) {
             io_buf *b = &t->io[0];
             ZINF_CHECK(drop_preread(t));
             ZINF_CHECK(swap_io(t, g, at, b, false, false));
-            ZINF_CHECK(wait_tickets(t, b));
+            ZINF_CHECK(wait_tickets(t, b, false));
             ZINF_CHECK(swap_io(t, g, HOME, b, true, false));
-            ZINF_CHECK(wait_tickets(t, b));
+            ZINF_CHECK(wait_tickets(t, b, false));
         }
         t->spare_at[g] = HOME;
     }
@@ -770,13 +771,12 @@ static int reserve_next(zinf_optim_tier *t, int *next) {
 // are final, and written behind to the other place; a sub-group without room is passed
 // over. Ends when each is done or passed over, or when the speculation stops (after
 // updating those read, when finishing): then the sub-groups read but not updated are
-// not speculated, and after a failure none of this run's is. The IO waits are the backward's, not the update's
-// (io_wait_ns). From under mu, held again on return.
+// not speculated, and after a failure none of this run's is. Its IO waits are not the
+// update's (io_wait_ns). From under mu, held again on return.
 static void speculate_swapped(zinf_optim_tier *t) {
     t->pending = false;
     t->running = true;
     zinf_optim_hparams h = t->h_spec;
-    int64_t io_wait_ns = t->io_wait_ns;
     int ahead = 1 + t->c.pipeline_read; // buffers being read or computed at once
     int next = t->nsg - 1, read = 0, done = 0;
     pthread_mutex_unlock(&t->mu);
@@ -788,7 +788,7 @@ static void speculate_swapped(zinf_optim_tier *t) {
             t->order[read] = g;
             io_buf *b = &t->io[read++ % t->nio];
             pthread_mutex_unlock(&t->mu);
-            st = start_read(t, g, b);
+            st = start_read(t, g, b, false);
             pthread_mutex_lock(&t->mu);
         }
         if (st != ZINF_OK || done == read) break;
@@ -801,12 +801,12 @@ static void speculate_swapped(zinf_optim_tier *t) {
         io_buf *b = &t->io[done % t->nio];
         float *p = b->buf;
         const subgroup *sg = &t->sg[g];
-        st = wait_tickets(t, b);
+        st = wait_tickets(t, b, false);
         if (st == ZINF_OK)
             st =
                 adam(t, &h, sg->off, sg->n, (float *const[]){p, p + t->sg_max, p + 2 * t->sg_max}, NULL, held_of(t, g));
         if (st == ZINF_OK) st = swap_io(t, g, t->written_at[g], b, true, true);
-        if (st == ZINF_OK && !t->c.pipeline_write) st = wait_tickets(t, b);
+        if (st == ZINF_OK && !t->c.pipeline_write) st = wait_tickets(t, b, false);
         int64_t ns = zinf_clock_ns() - t0;
         pthread_mutex_lock(&t->mu);
         t->speculated_ns += ns;
@@ -814,7 +814,7 @@ static void speculate_swapped(zinf_optim_tier *t) {
     }
     pthread_mutex_unlock(&t->mu);
     for (int b = 0; b < t->nio; b++) {
-        zinf_status s = wait_tickets(t, &t->io[b]);
+        zinf_status s = wait_tickets(t, &t->io[b], false);
         if (st == ZINF_OK) st = s;
     }
     pthread_mutex_lock(&t->mu);
@@ -826,7 +826,6 @@ static void speculate_swapped(zinf_optim_tier *t) {
         zinf_latch_set(t->c.failure, st);
         t->speculating = false;
     }
-    t->io_wait_ns = io_wait_ns;
     t->running = t->finishing = false;
     pthread_cond_broadcast(&t->cv);
 }

@@ -12,7 +12,7 @@
 # estimated pinned bytes, training runs to the same weights digest; 256 device bytes
 # (one allocation unit) or one pinned byte less, train refuses the plan before it
 # allocates, and the example program, which makes the engine without asking the plan,
-# runs out; with the optimizer offloaded, whose pinned held parameters (super_offload)
+# runs out; with super_offload (on cpu by default, asked for on nvme), whose pinned held parameters
 # take what the plan leaves, one pinned byte less trains the same within it. (Creation itself fails on any difference between what it takes and the
 # plan.) Without a limit the measured peak only bounds the estimate from above: the
 # engine frees a buffer once the stream has passed it, and waits for that only when the
@@ -186,9 +186,10 @@ PY
   [ "$pinned" = 0 ] || shorts+=("device.pinned_memory_limit=$((pinned - 1)) pinned host memory")
   for short in "${shorts[@]}"; do
     local set=${short%% *} says=${short#* }
-    # With the optimizer offloaded, super_offload's held parameters take the pinned bytes
+    # With super_offload its held parameters take the pinned bytes
     # the plan leaves: a byte less, the plan holds fewer, and trains the same within it.
-    if [[ $set == device.pinned_memory_limit=* && " ${sets[*]} " == *"offload_optimizer.device="[cn][pv]*" "* &&
+    if [[ $set == device.pinned_memory_limit=* && ( " ${sets[*]} " == *"offload_optimizer.device=cpu "* ||
+      " ${sets[*]} " == *"offload_optimizer.super_offload=true "* ) &&
       " ${sets[*]} " != *"offload_optimizer.pin_memory=false "* ]]; then
       "${launch[@]}" "$Z" train "$tmp/cfg.json" --json "${sets[@]}" "${at[@]}" --set "$set" > "$tmp/l.out" 2> "$tmp/l.err" ||
         { fail "$what: with $set the plan did not make room: $(tail -n 2 "$tmp/l.err")"; continue; }
@@ -217,6 +218,7 @@ before=$fails
 compare 1 zero_optimization.stage=0
 compare 1 zero_optimization.stage=2 bf16.enabled=true $OO.device=cpu $OO.pin_memory=false
 compare 1 zero_optimization.stage=2 $OO.device=nvme
+compare 1 zero_optimization.stage=3 $OO.device=nvme $OO.super_offload=true
 compare 1 zero_optimization.stage=3 bf16.enabled=true "${CO[@]}" 'activation_checkpointing={}'
 compare 1 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme
 compare 1 zero_optimization.stage=3 bf16.enabled=true $OO.device=cpu 'activation_checkpointing={"cpu_checkpointing":true}'

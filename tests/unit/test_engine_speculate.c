@@ -47,8 +47,9 @@ static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, int stage, int tier,
              fp16 ? "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 20, \"loss_scale_window\": 2,"
                     " \"hysteresis\": 1},"
                   : "\"bf16\": {\"enabled\": true},",
-             stage, tiers[tier], tier == 2 ? ", \"nvme_path\": \"" : "", tier == 2 ? nvme_dir : "",
-             tier == 2 ? "\"" : "", V, T, getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host");
+             stage, tiers[tier], tier == 2 ? ", \"super_offload\": true, \"nvme_path\": \"" : "",
+             tier == 2 ? nvme_dir : "", tier == 2 ? "\"" : "", V, T,
+             getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host");
     zinf_engine *e = NULL;
     CHECK(zinf_config_parse(cfg, json, "test config", &(zinf_config_options){.world_size = W}) == ZINF_OK, "%s",
           zinf_last_error());
