@@ -255,36 +255,28 @@ typedef struct add_job {
     float *dst;
     const float *src;
     size_t n;
+    bool first; // add to zeros, not to dst
 } add_job;
 
+// With `first` the addition is 0 + src, dst never read: the same value, and -0 comes
+// out +0 (the compiler keeps the addition: no -ffast-math).
 static void add_worker(void *arg, int i, int nthreads) {
     (void)nthreads;
     const add_job *j = arg;
     size_t lo, hi;
     zinf_cpu_pool_range(j->pool, j->n, i, &lo, &hi);
     for (size_t x = lo; x < hi; x++)
-        j->dst[x] = j->dst[x] + j->src[x];
+        j->dst[x] = (j->first ? 0.0f : j->dst[x]) + j->src[x];
 }
 
 void zinf_cpu_add(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
-    add_job j = {pool, dst, src, n};
+    add_job j = {pool, dst, src, n, false};
     zinf_cpu_pool_run(pool, add_worker, &j);
 }
 
-// src + 0 rounds as 0 + src: the same value, and -0 comes out +0 (the compiler keeps
-// the addition: no -ffast-math).
-static void add_first_worker(void *arg, int i, int nthreads) {
-    (void)nthreads;
-    const add_job *j = arg;
-    size_t lo, hi;
-    zinf_cpu_pool_range(j->pool, j->n, i, &lo, &hi);
-    for (size_t x = lo; x < hi; x++)
-        j->dst[x] = j->src[x] + 0.0f;
-}
-
 void zinf_cpu_add_first(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
-    add_job j = {pool, dst, src, n};
-    zinf_cpu_pool_run(pool, add_first_worker, &j);
+    add_job j = {pool, dst, src, n, true};
+    zinf_cpu_pool_run(pool, add_worker, &j);
 }
 
 static void copy_worker(void *arg, int i, int nthreads) {
@@ -296,7 +288,7 @@ static void copy_worker(void *arg, int i, int nthreads) {
 }
 
 void zinf_cpu_copy(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
-    add_job j = {pool, dst, src, n};
+    add_job j = {pool, dst, src, n, false};
     zinf_cpu_pool_run(pool, copy_worker, &j);
 }
 

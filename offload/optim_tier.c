@@ -102,7 +102,6 @@ struct zinf_optim_tier {
     bool pending;     // nvme: the run through the final sub-groups is yet to start
     bool finishing;   // nvme: the run is to update the sub-groups it has read, and end
     bool running;     // the thread is updating sub-groups speculatively
-    int in_flight;    // cpu: the sub-group the thread is speculating on, or -1
     zinf_optim_hparams h_spec;
     bool keep; // the running update keeps the speculated sub-groups
     int64_t speculated_ns;
@@ -269,7 +268,6 @@ zinf_status zinf_optim_tier_create(zinf_optim_tier **out, const zinf_optim_tier_
     zinf_optim_tier *t = calloc(1, sizeof *t);
     if (!t) return zinf_fail(ZINF_ERR_NOMEM, "optimizer tier: out of memory");
     t->c = *cfg;
-    t->in_flight = -1;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     zinf_status st = create(t, cfg);
@@ -601,7 +599,7 @@ static size_t spare_place(const zinf_optim_tier *t, size_t n) {
     for (bool moved = true; moved;) {
         moved = false;
         for (int g = 0; g < t->nsg; g++) {
-            size_t taken[2] = {t->spare_at[g], t->speculated[g] || g == t->in_flight ? t->written_at[g] : HOME};
+            size_t taken[2] = {t->spare_at[g], t->speculated[g] ? t->written_at[g] : HOME};
             for (int k = 0; k < 2; k++)
                 if (taken[k] != HOME && taken[k] < at + n && at < taken[k] + t->sg[g].n)
                     at = taken[k] + t->sg[g].n, moved = true;
@@ -722,44 +720,47 @@ void zinf_optim_tier_stop_speculating(zinf_optim_tier *t, const zinf_optim_hpara
 
 // ---- the update in the background ----
 
+// Sub-group g's new states' place (to) and its held parameters' taken: it counts as
+// speculated from here, as it starts (a step's figures are taken before it ends), and
+// is uncounted if dropped before it ends. Under mu.
+static void reserve(zinf_optim_tier *t, int g, size_t to) {
+    t->written_at[g] = to;
+    t->held_at[g] = t->held_used;
+    t->held_used += t->sg[g].n;
+    t->speculated[g] = true;
+    t->speculated_count++;
+}
+
 // cpu: one sub-group's speculative update, from under mu (held again on return).
 static void speculate_next(zinf_optim_tier *t) {
     size_t to;
     int g = next_final(t, &to);
     zinf_optim_hparams h = t->h_spec;
-    t->written_at[g] = to;
-    t->in_flight = g;
+    reserve(t, g, to);
     t->running = true;
-    t->held_at[g] = t->held_used;
-    t->held_used += t->sg[g].n;
-    t->speculated_count++; // counted as it starts: a step's figures are taken before it ends
     pthread_mutex_unlock(&t->mu);
     int64_t t0 = zinf_clock_ns();
     zinf_status st = speculate_group(t, &h, g);
     int64_t ns = zinf_clock_ns() - t0;
     if (st != ZINF_OK) zinf_latch_set(t->c.failure, st);
     pthread_mutex_lock(&t->mu);
-    t->speculated[g] = st == ZINF_OK; // a failed one left its states as they were
-    if (st != ZINF_OK) t->speculating = false;
+    if (st != ZINF_OK) { // it left its states as they were
+        t->speculated[g] = t->speculating = false;
+        t->speculated_count--;
+    }
     t->speculated_ns += ns;
-    t->in_flight = -1;
     t->running = false;
     pthread_cond_broadcast(&t->cv);
 }
 
-// nvme: the next sub-group in backward order from *next that has room, its new states'
-// place and its held parameters' reserved (it counts as speculated from here); -1 when
-// none is left. Under mu.
+// nvme: the next sub-group in backward order from *next that has room, reserved; -1
+// when none is left. Under mu.
 static int reserve_next(zinf_optim_tier *t, int *next) {
     for (; *next >= 0; --*next) {
         int g = *next;
         size_t to = write_place(t, g);
         if (to == t->spare_at[g]) continue;
-        t->written_at[g] = to;
-        t->held_at[g] = t->held_used;
-        t->held_used += t->sg[g].n;
-        t->speculated[g] = true;
-        t->speculated_count++; // as on cpu; uncounted if dropped
+        reserve(t, g, to);
         --*next;
         return g;
     }

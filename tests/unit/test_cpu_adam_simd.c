@@ -471,6 +471,19 @@ static void pool_add(zinf_cpu_pool **pools, int npools) {
                       want[i]);
             if (n < 300) CHECK(dst[n] == 42.0f, "add of %zu wrote past its end", n);
         }
+        // zinf_cpu_add_first: the bits of adding to zeros whatever dst held, -0 to +0
+        // and a NaN kept, and nothing past its end.
+        float dst[8], src[8] = {1.5f, -0.0f, 0.0f, -3.0f, NAN, 0x1p-149f, -0x1p-149f, 7.0f};
+        for (int i = 0; i < 8; i++)
+            dst[i] = 99.0f;
+        zinf_cpu_add_first(pools[k], dst, src, 7);
+        for (int i = 0; i < 7; i++) {
+            float want = 0.0f + src[i];
+            CHECK(memcmp(&dst[i], &want, sizeof want) == 0, "add_first on %d threads: element %d %a, want %a", k + 1, i,
+                  dst[i], want);
+        }
+        CHECK(!signbit(dst[1]), "add_first kept a -0");
+        CHECK(dst[7] == 99.0f, "add_first wrote past its end");
     }
 }
 

@@ -8,7 +8,9 @@
 // clipping never, always and sometimes (a threshold the device run crosses after a
 // step under it), and under fp16 with a loss scale that overflows now and then; the
 // step says how many sub-groups went under the backward and how many were redone, and
-// both are what the clipping pattern calls for.
+// both are what the clipping pattern calls for. After the steps no gradient reads back
+// (offloaded, the host partition keeps it for the next backward to overwrite), and one
+// parameter's gradient set reads back with every other zero.
 // timeout: 60 san=90 cuda-emu=90 san-cuda-emu=200
 #include <math.h>
 #include <stdio.h>
@@ -99,6 +101,22 @@ static bool run(zinf_comm *comm, int stage, int tier, double clip, bool fp16, ru
         nonzero += grad[i] != 0;
     CHECK(nonzero == 0, "stage %d optimizer on %s: %zu gradients after the step", stage, tiers[tier], nonzero);
     free(grad);
+    // Setting one parameter's gradient then: it reads back, and every other stays zero
+    // (not fp16, whose gradients are not set under a loss scale).
+    if (ok && !fp16) {
+        const zinf_param_info *first = &zinf_model_module(zinf_engine_model(e), 0)->params[0];
+        float *ones = malloc(first->numel * sizeof *ones);
+        for (size_t i = 0; i < first->numel; i++)
+            ones[i] = 1.0f;
+        CHECK(zinf_engine_set_full(e, first->name, ZINF_STATE_GRAD, ones) == ZINF_OK, "%s", zinf_last_error());
+        grad = engine_all_of(e, ZINF_STATE_GRAD, &ng);
+        size_t wrong = 0;
+        for (size_t i = 0; i < ng; i++)
+            wrong += grad[i] != (i < first->numel ? 1.0f : 0.0f);
+        CHECK(wrong == 0, "stage %d optimizer on %s: %zu gradients wrong after setting %s's", stage, tiers[tier], wrong,
+              first->name);
+        free(grad), free(ones);
+    }
     zinf_engine_destroy(e);
     zinf_config_free(&cfg);
     return ok;
