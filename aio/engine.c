@@ -51,7 +51,13 @@ static int release(ticket_slot *s) {
 void aio_chunk_done(zinf_aio *aio, chunk *c, int err) {
     pthread_mutex_lock(&aio->lock);
     ticket_slot *s = &aio->slots[c->slot];
-    if (err && !s->err) {
+    if (err == EBADMSG && !s->err) {
+        s->err = err;
+        snprintf(s->detail, sizeof s->detail,
+                 "%s %s at offset %llu (%u bytes): the bytes fail their checksum: the drive returned other data "
+                 "than it was given, without an error",
+                 c->write ? "write" : "read", c->path, (unsigned long long)c->offset, c->len);
+    } else if (err && !s->err) {
         s->err = err;
         snprintf(s->detail, sizeof s->detail, "%s %s at offset %llu (%u bytes): %s", c->write ? "write" : "read",
                  c->path, (unsigned long long)(c->offset + c->done), c->len - c->done, strerror(err));
@@ -61,6 +67,40 @@ void aio_chunk_done(zinf_aio *aio, chunk *c, int err) {
         if (--aio->inflight[c->write] == 0) aio->busy_ns[c->write] += zinf_clock_ns() - aio->busy_since[c->write];
     }
     pthread_mutex_unlock(&aio->lock);
+}
+
+static int check(const chunk *c) {
+    const zinf_aio_file *f = c->file;
+    return f->check ? -f->check(f->check_arg, c->write, c->logical, c->buf, c->len) : 0;
+}
+
+int aio_first_submission(chunk *c) {
+    c->asked = true;
+    c->fault = zinf_fault_next(c->write ? ZINF_FAULT_WRITE : ZINF_FAULT_READ);
+    return c->write ? check(c) : 0;
+}
+
+int aio_completion(const chunk *c, int res) {
+    // res == 0 with bytes left: a read past the end of the file (or a write that made no
+    // progress); never report it as success.
+    if (res <= 0) return res < 0 ? -res : EIO;
+    return c->write ? 0 : check(c);
+}
+
+int aio_fault_apply(chunk *c, int res) {
+    int f = c->fault;
+    c->fault = 0;
+    if (!f || res < 0) return res;
+    if (f == ZINF_FAULT_CORRUPT) {
+        if (res > 0) c->buf[c->done] ^= 0x10; // the drive's data, one bit wrong
+        return res;
+    }
+    if (f == ZINF_FAULT_SHORT) {
+        // Half of it, in whole 4 KiB blocks as O_DIRECT transfers stop: the rest follows.
+        int half = res / 2 / 4096 * 4096;
+        return half > 0 ? half : res;
+    }
+    return -f;
 }
 
 // lookup() for the public calls: an unknown ticket is a caller error with a message.
@@ -151,6 +191,8 @@ static size_t split(const zinf_aio_file *f, uint32_t block, uint64_t off, char *
         if (chunks) {
             int d = (int)(unit % (uint64_t)f->n);
             chunks[n] = (chunk){.fd = f->fds[d],
+                                .file = f,
+                                .logical = at,
                                 .fixed_file = f->fixed[d],
                                 .buf_index = -1,
                                 .dir = d,
@@ -261,8 +303,8 @@ void zinf_aio_get_stats(zinf_aio *aio, zinf_aio_stats *out) {
     int64_t now = zinf_clock_ns(), busy[2];
     for (int d = 0; d < 2; d++)
         busy[d] = aio->busy_ns[d] + (aio->inflight[d] ? now - aio->busy_since[d] : 0);
-    *out = (zinf_aio_stats){.read_bytes = aio->bytes[0], .write_bytes = aio->bytes[1], .read_busy_ns = busy[0],
-                            .write_busy_ns = busy[1]};
+    *out = (zinf_aio_stats){
+        .read_bytes = aio->bytes[0], .write_bytes = aio->bytes[1], .read_busy_ns = busy[0], .write_busy_ns = busy[1]};
     pthread_mutex_unlock(&aio->lock);
     for (uint32_t i = 0; i < aio->cfg.threads; i++) {
         const worker *w = &aio->workers[i];

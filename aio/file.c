@@ -77,6 +77,8 @@ int zinf_aio_file_open(zinf_aio *aio, zinf_aio_file **out, const zinf_aio_file_c
     }
     zinf_aio_file *f = calloc(1, sizeof *f);
     if (f) {
+        f->check = cfg->check;
+        f->check_arg = cfg->check_arg;
         f->fds = malloc((size_t)cfg->ndirs * sizeof *f->fds);
         f->fixed = malloc((size_t)cfg->ndirs * sizeof *f->fixed);
         f->paths = calloc((size_t)cfg->ndirs, sizeof *f->paths);

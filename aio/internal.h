@@ -22,7 +22,9 @@ typedef struct chunk {
     int fd;
     int dir;          // which of the file's directories
     const char *path; // for error messages
-    uint64_t offset;  // in that file
+    const zinf_aio_file *file;
+    uint64_t logical; // offset in the whole (striped) file
+    uint64_t offset;  // in that directory's file
     char *buf;
     uint32_t len;
     uint32_t done; // bytes transferred so far (short transfers resume from here)
@@ -30,6 +32,8 @@ typedef struct chunk {
     uint32_t slot;  // ticket slot
     int fixed_file; // index in the rings' file table, -1 for the plain fd
     int buf_index;  // registered buffer entry holding [buf, buf+len), -1 for none
+    bool asked;     // zinf_fault_next was asked about this request
+    int fault;      // what it said, not yet applied
 } chunk;
 
 typedef struct ticket_slot {
@@ -109,10 +113,25 @@ struct zinf_aio_file {
     uint32_t align;
     bool direct;
     bool keep;
+    int (*check)(void *arg, bool write, uint64_t offset, const void *buf, size_t len);
+    void *check_arg;
 };
 
 // The O_DIRECT offset alignment of an open file (statx, else sysfs); 0 when unknown.
 uint32_t aio_logical_block(int fd, dev_t dev);
+
+// Before a request's first submission: ask whether a test wants it to fail, and run
+// the file's check of a write's bytes; 0, or the errno to fail it with unsubmitted.
+int aio_first_submission(chunk *c);
+// What a test asked for applied to the request's result res (bytes or -errno) once it
+// completes: the result the worker then acts on.
+int aio_fault_apply(chunk *c, int res);
+// A completed request's errno (0: success) from its last result, after the file's
+// check of a read that has arrived whole.
+int aio_completion(const chunk *c, int res);
+
+// One more of a worker's counters (read by zinf_aio_get_stats on other threads).
+static inline void aio_count(uint64_t *counter) { __atomic_store_n(counter, *counter + 1, __ATOMIC_RELAXED); }
 
 // Record that c finished with err (0: success) and wake waiters when its ticket is
 // complete. Called by workers.

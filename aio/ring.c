@@ -37,8 +37,6 @@ static int setup(struct io_uring *ring, const zinf_aio_params *cfg, unsigned *us
     return ret;
 }
 
-static void count(uint64_t *counter) { __atomic_store_n(counter, *counter + 1, __ATOMIC_RELAXED); }
-
 static void prep(worker *w, struct io_uring_sqe *sqe, chunk *c) {
     int fd = c->fixed_file >= 0 ? c->fixed_file : c->fd;
     char *buf = c->buf + c->done;
@@ -54,9 +52,9 @@ static void prep(worker *w, struct io_uring_sqe *sqe, chunk *c) {
         io_uring_prep_read(sqe, fd, buf, len, off);
     if (c->fixed_file >= 0) sqe->flags |= IOSQE_FIXED_FILE; // after prep, which clears flags
     io_uring_sqe_set_data(sqe, c);
-    count(&w->requests);
-    if (c->buf_index >= 0) count(&w->fixed_buffer);
-    if (c->fixed_file >= 0) count(&w->fixed_file);
+    aio_count(&w->requests);
+    if (c->buf_index >= 0) aio_count(&w->fixed_buffer);
+    if (c->fixed_file >= 0) aio_count(&w->fixed_file);
 }
 
 // Apply a pending change to this ring's registered tables (see register.c).
@@ -116,12 +114,17 @@ void *aio_ring_worker(void *arg) {
                 todo_last = todo_last->next;
         }
         while (inflight < aio->cfg.queue_depth && todo) {
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-            if (!sqe) break;
             chunk *c = todo;
+            int refused = c->asked ? 0 : aio_first_submission(c);
+            struct io_uring_sqe *sqe = refused ? NULL : io_uring_get_sqe(&ring);
+            if (!refused && !sqe) break;
             todo = c->next;
             if (!todo) todo_last = NULL;
             c->next = NULL;
+            if (refused) {
+                aio_chunk_done(aio, c, refused);
+                continue;
+            }
             prep(w, sqe, c);
             inflight++;
         }
@@ -138,22 +141,20 @@ void *aio_ring_worker(void *arg) {
             seen++;
             inflight--;
             chunk *c = io_uring_cqe_get_data(cqe);
-            int res = cqe->res;
+            int res = aio_fault_apply(c, cqe->res);
             bool again = res == -EINTR || res == -EAGAIN;
             if (!again && res > 0 && (uint32_t)res < c->len - c->done) {
                 c->done += (uint32_t)res; // short transfer: resubmit the rest
                 again = true;
             }
             if (again) {
-                count(&w->resubmitted);
+                aio_count(&w->resubmitted);
                 c->next = todo;
                 todo = c;
                 if (!todo_last) todo_last = c;
                 continue;
             }
-            // res == 0 with bytes left: a read past the end of the file (or a write
-            // that made no progress); never report it as success.
-            aio_chunk_done(aio, c, res < 0 ? -res : res == 0 ? EIO : 0);
+            aio_chunk_done(aio, c, aio_completion(c, res));
         }
         io_uring_cq_advance(&ring, seen);
     }

@@ -1,20 +1,29 @@
 // The fallback worker where io_uring is refused: blocking pread/pwrite on a thread
-// per worker, with the same completion rules (short transfers continue, 0 is EIO).
+// per worker, with the same completion rules (short transfers continue, EINTR and EAGAIN
+// are tried again, 0 is EIO).
 #include <errno.h>
 #include <unistd.h>
 
 #include "internal.h"
 
-static int transfer(chunk *c) {
-    while (c->done < c->len) {
+static int transfer(worker *w, chunk *c) {
+    int err = aio_first_submission(c);
+    if (err) return err;
+    for (;;) {
         ssize_t r = c->write ? pwrite(c->fd, c->buf + c->done, c->len - c->done, (off_t)(c->offset + c->done))
                              : pread(c->fd, c->buf + c->done, c->len - c->done, (off_t)(c->offset + c->done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return errno;
-        if (r == 0) return EIO;
-        c->done += (uint32_t)r;
+        int res = aio_fault_apply(c, r < 0 ? -errno : (int)r);
+        bool again = res == -EINTR || res == -EAGAIN;
+        if (!again && res > 0 && (uint32_t)res < c->len - c->done) {
+            c->done += (uint32_t)res;
+            again = true;
+        }
+        if (again) {
+            aio_count(&w->resubmitted);
+            continue;
+        }
+        return aio_completion(c, res);
     }
-    return 0;
 }
 
 void *aio_thread_worker(void *arg) {
@@ -26,7 +35,7 @@ void *aio_thread_worker(void *arg) {
     for (chunk *c; (c = aio_worker_take(w, true));) {
         while (c) {
             chunk *next = c->next;
-            aio_chunk_done(w->aio, c, transfer(c));
+            aio_chunk_done(w->aio, c, transfer(w, c));
             c = next;
         }
     }

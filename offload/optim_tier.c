@@ -47,6 +47,7 @@ typedef struct io_buf {
     float *buf; // master | exp_avg | exp_avg_sq, sg_max floats each
     zinf_aio_ticket t[NSTATES];
     int nt;
+    int group; // the sub-group its IO is for, named when the IO fails
 } io_buf;
 
 struct zinf_optim_tier {
@@ -95,13 +96,13 @@ struct zinf_optim_tier {
     size_t held_used;      // elements
     zinf_event *held_free; // recorded on store_stream after an update's stores
     int *order;            // nvme: the sub-groups a speculative run reads, in order
-    int *sg_segments; // per sub-group: its segments with elements
-    int *sg_final;    // per sub-group: those whose gradients are final in this backward
-    bool *speculated; // per sub-group: updated with h_spec, its new states and parameters aside
-    bool speculating; // final sub-groups are to be updated with h_spec
-    bool pending;     // nvme: the run through the final sub-groups is yet to start
-    bool finishing;   // nvme: the run is to update the sub-groups it has read, and end
-    bool running;     // the thread is updating sub-groups speculatively
+    int *sg_segments;      // per sub-group: its segments with elements
+    int *sg_final;         // per sub-group: those whose gradients are final in this backward
+    bool *speculated;      // per sub-group: updated with h_spec, its new states and parameters aside
+    bool speculating;      // final sub-groups are to be updated with h_spec
+    bool pending;          // nvme: the run through the final sub-groups is yet to start
+    bool finishing;        // nvme: the run is to update the sub-groups it has read, and end
+    bool running;          // the thread is updating sub-groups speculatively
     zinf_optim_hparams h_spec;
     bool keep; // the running update keeps the speculated sub-groups
     int64_t speculated_ns;
@@ -325,7 +326,12 @@ static zinf_status wait_tickets(zinf_optim_tier *t, io_buf *b, bool timed) {
     }
     b->nt = 0;
     if (timed) t->io_wait_ns += zinf_clock_ns() - t0;
-    return st;
+    if (st == ZINF_OK) return ZINF_OK;
+    const subgroup *g = &t->sg[b->group];
+    return zinf_fail(st,
+                     "optimizer states of sub-group %d (modules %d to %d, elements %zu to %zu of this rank's "
+                     "partition): %s",
+                     b->group, g->first, g->last, g->off, g->off + g->n, zinf_last_error());
 }
 
 // States written outside the update (initialization, loading) make early reads stale.
@@ -414,6 +420,7 @@ static zinf_status swap_io(zinf_optim_tier *t, int g, size_t at, io_buf *b, bool
         __atomic_add_fetch(&t->next_io[write], (int64_t)(NSTATES * len), __ATOMIC_RELAXED);
         __atomic_add_fetch(&t->issued_io[write], (int64_t)(NSTATES * len), __ATOMIC_RELAXED);
     }
+    b->group = g;
     for (int s = 0; s < NSTATES; s++) {
         float *p = b->buf + (size_t)s * t->sg_max;
         int id;

@@ -194,6 +194,7 @@ typedef enum { JOB_READ, JOB_WRITE, JOB_HANDOFF } job_kind;
 typedef struct swap_job {
     zinf_param_tier *t;
     job_kind kind;
+    int mod; // named when its IO fails
     uint64_t off;
     void *buf;
     const void *src;
@@ -210,7 +211,10 @@ static void swap_job_run(void *arg) {
         zinf_status st = j->kind == JOB_WRITE ? zinf_swap_write(t->swap, t->swap_id, j->off, j->buf, j->len, &tk)
                                               : zinf_swap_read(t->swap, t->swap_id, j->off, j->buf, j->len, &tk);
         if (st == ZINF_OK) st = zinf_swap_wait(t->swap, tk);
-        if (st != ZINF_OK) zinf_latch_set(t->c.failure, st);
+        if (st != ZINF_OK) {
+            zinf_fail(st, "16-bit parameters of module %d: %s", j->mod, zinf_last_error());
+            zinf_latch_set(t->c.failure, st);
+        }
     }
     free(j);
 }
@@ -218,7 +222,7 @@ static void swap_job_run(void *arg) {
 static zinf_status queue_job(zinf_param_tier *t, job_kind kind, int mod, void *buf, const void *src) {
     swap_job *j = malloc(sizeof *j);
     if (!j) return zinf_fail(ZINF_ERR_NOMEM, "parameter tier: out of memory");
-    *j = (swap_job){t, kind, disk_off(t, mod), buf, src, t->slice[mod] * t->es};
+    *j = (swap_job){t, kind, mod, disk_off(t, mod), buf, src, t->slice[mod] * t->es};
     zinf_status st = zinf_stream_host_fn(t->ps, swap_job_run, j);
     if (st != ZINF_OK) free(j);
     return st;

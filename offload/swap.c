@@ -1,7 +1,11 @@
 // The swap store: one rank's NVMe-tier files under <nvme_path>/zinf-<run>/rank<R>/,
 // preallocated and striped by the aio engine (aio/file.c), with aligned async IO for
 // the pipelines and a bounce-buffered synchronous path for single tensors. The layout
-// follows DeepSpeed's swap folders (runtime/swap_tensor), one file per state.
+// follows DeepSpeed's swap folders (runtime/swap_tensor), one file per state. Every
+// 4 KiB block written has its CRC-32C kept in memory and checked when it is read back:
+// the drive holds the only copy of the states between steps, and a wrong block must
+// stop the run rather than train on. The table is this process's: a run that stops
+// resumes from a checkpoint, never from the swap files.
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -15,17 +19,34 @@
 #include "zinf_internal.h"
 #include "zinf_offload.h"
 
-// Bounds: paths (drives) per store, files per store, name lengths, and the bounce
-// buffer the synchronous calls move data through.
-enum { MAX_PATHS = 64, MAX_FILES = 256, MAX_NAME = 64, MAX_RUN = 128, BOUNCE_BYTES = 4 << 20 };
+// Bounds: paths (drives) per store, files per store, name lengths, the bounce buffer
+// the synchronous calls move data through; the checksummed block, and how many
+// checksums a read's check computes at a time (on the stack).
+enum {
+    MAX_PATHS = 64,
+    MAX_FILES = 256,
+    MAX_NAME = 64,
+    MAX_RUN = 128,
+    BOUNCE_BYTES = 4 << 20,
+    SUM_BLOCK = 4096,
+    SUM_BATCH = 255,
+};
 // The largest O_DIRECT alignment the store takes (logical blocks are 512 B to 64 KiB).
 #define MAX_ALIGN (1u << 20)
+
+// The checksum of each SUM_BLOCK of a file as last written, in an allocation of its own
+// that the aio engine's workers hold on to (the files' array moves as it grows).
+typedef struct block_sums {
+    uint8_t *written; // (n) 1 where a block was written: it has a sum
+    uint32_t crc[];   // (n) CRC-32C
+} block_sums;
 
 typedef struct swap_file {
     char name[MAX_NAME + 1];
     zinf_aio_file *f;
     uint64_t size;      // logical bytes, a multiple of the alignment
     uint64_t allocated; // bytes preallocated over all paths (stripe rounding included)
+    block_sums *sums;   // NULL without checksums
 } swap_file;
 
 struct zinf_swap {
@@ -40,6 +61,7 @@ struct zinf_swap {
     int nfiles;
     pthread_mutex_t bounce_lock; // the synchronous calls share the bounce buffer
     unsigned char *h_bounce;     // BOUNCE_BYTES, aligned; made on first synchronous call
+    bool checksums;              // keep and check the blocks' sums (aio.checksum)
 };
 
 // ---- helpers ----
@@ -95,6 +117,8 @@ static void free_store(zinf_swap *s) {
     free(s->rank_dirs);
     free(s->run_dirs);
     free(s->devs);
+    for (int i = 0; i < s->nfiles; i++)
+        free(s->files[i].sums);
     free(s->files);
     free(s->h_bounce);
     pthread_mutex_destroy(&s->bounce_lock);
@@ -162,6 +186,7 @@ zinf_status zinf_swap_open(zinf_swap **out, const zinf_swap_config *cfg) {
     if (!s) return zinf_fail(ZINF_ERR_NOMEM, "swap: out of memory");
     pthread_mutex_init(&s->bounce_lock, NULL);
     s->aio = cfg->aio;
+    s->checksums = !cfg->without_checksums;
     s->npaths = n;
     s->run_dirs = calloc((size_t)n, sizeof *s->run_dirs);
     s->rank_dirs = calloc((size_t)n, sizeof *s->rank_dirs);
@@ -226,10 +251,36 @@ zinf_status zinf_swap_open(zinf_swap **out, const zinf_swap_config *cfg) {
         ZINF_LOG_WARN("swap: nvme_path %s%s refuses O_DIRECT: swap files there run buffered through the page cache "
                       "(slower, and they compete with pinned memory)",
                       refused, used >= sizeof refused ? "..." : "");
-    ZINF_LOG_DEBUG("swap: rank %d stores under %s%s, alignment %u, %s", cfg->rank, s->rank_dirs[0],
-                   n > 1 ? " and more (striped)" : "", s->align, s->direct ? "O_DIRECT" : "buffered");
+    ZINF_LOG_DEBUG("swap: rank %d stores under %s%s, alignment %u, %s, %s", cfg->rank, s->rank_dirs[0],
+                   n > 1 ? " and more (striped)" : "", s->align, s->direct ? "O_DIRECT" : "buffered",
+                   !s->checksums            ? "no checksums"
+                   : zinf_crc32c_hardware() ? "CRC-32C on the CPU's instruction"
+                                            : "CRC-32C from a table (no SSE4.2)");
     *out = s;
     return ZINF_OK;
+}
+
+// ---- checksums ----
+
+// The aio engine's check (zinf_aio_file_config.check), on its worker threads: a write's
+// blocks get their sums before it is submitted; a read's blocks, once arrived, are held
+// to theirs (blocks never written have none: the drive's zeros are nobody's data).
+static int check_blocks(void *arg, bool write, uint64_t off, const void *buf, size_t len) {
+    block_sums *sums = arg;
+    size_t first = off / SUM_BLOCK, n = len / SUM_BLOCK;
+    if (write) {
+        zinf_crc32c_blocks(buf, n, SUM_BLOCK, sums->crc + first);
+        memset(sums->written + first, 1, n);
+        return 0;
+    }
+    uint32_t got[SUM_BATCH];
+    for (size_t i = 0; i < n; i += SUM_BATCH) {
+        size_t k = n - i < SUM_BATCH ? n - i : SUM_BATCH;
+        zinf_crc32c_blocks((const unsigned char *)buf + i * SUM_BLOCK, k, SUM_BLOCK, got);
+        for (size_t j = 0; j < k; j++)
+            if (sums->written[first + i + j] && got[j] != sums->crc[first + i + j]) return -EBADMSG;
+    }
+    return 0;
 }
 
 // ---- files ----
@@ -300,6 +351,13 @@ zinf_status zinf_swap_add(zinf_swap *s, const char *name, uint64_t bytes, int *i
     swap_file *sf = &s->files[s->nfiles];
     *sf = (swap_file){.size = size};
     snprintf(sf->name, sizeof sf->name, "%s", name);
+    if (s->checksums) {
+        size_t n = size / SUM_BLOCK;
+        sf->sums = calloc(1, sizeof *sf->sums + n * (sizeof sf->sums->crc[0] + 1));
+        if (!sf->sums)
+            return zinf_fail(ZINF_ERR_NOMEM, "swap add %s: out of memory for the checksums of %zu blocks", name, n);
+        sf->sums->written = (uint8_t *)(sf->sums->crc + n);
+    }
 
     // Strict where every path took O_DIRECT in the probe: a refusal now is a surprise
     // worth failing on, not a silent fall back to the page cache.
@@ -307,9 +365,12 @@ zinf_status zinf_swap_add(zinf_swap *s, const char *name, uint64_t bytes, int *i
                                .ndirs = s->npaths,
                                .name = name,
                                .size = size,
-                               .strict_direct = s->direct};
+                               .strict_direct = s->direct,
+                               .check = sf->sums ? check_blocks : NULL,
+                               .check_arg = sf->sums};
     int ret = zinf_aio_file_open(s->aio, &sf->f, &fc);
     if (ret) {
+        free(sf->sums);
         char detail[768];
         snprintf(detail, sizeof detail, "%s", zinf_last_error());
         if (ret == -ENOSPC || ret == -EDQUOT || ret == -EFBIG)
@@ -322,6 +383,7 @@ zinf_status zinf_swap_add(zinf_swap *s, const char *name, uint64_t bytes, int *i
     uint32_t fa = zinf_aio_file_alignment(sf->f);
     if (s->align % fa) {
         zinf_aio_file_close(sf->f);
+        free(sf->sums);
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "swap add %s: the file needs alignment %u, the paths promised %u", name,
                          fa, s->align);
     }

@@ -116,6 +116,13 @@ typedef struct zinf_aio_file_config {
     uint64_t stripe_unit; // bytes per directory in turn (0: block_size); aligned
     bool strict_direct;   // fail where O_DIRECT is refused instead of buffering
     bool keep;            // leave the files on close (default: removed)
+    // Optional: called on a worker thread with each request's bytes and their offset in
+    // the (logical, unstriped) file, before a write is submitted and once a read has
+    // completed whole, so a check runs where the data is and beside the IO still in
+    // flight. 0, or -errno to fail the request: -EBADMSG for bytes that fail the check
+    // (the ticket's error then names the path and offset on the drive).
+    int (*check)(void *arg, bool write, uint64_t offset, const void *buf, size_t len);
+    void *check_arg;
 } zinf_aio_file_config;
 
 // Open (creating) and preallocate the file in every directory; its descriptors are

@@ -51,9 +51,9 @@ typedef struct zinf_zero_config {
     int64_t stage; // 0..3
     bool contiguous_gradients;
     bool reduce_scatter;
-    bool round_robin_gradients; // accepted; zinf's gradient path has no use for it
+    bool round_robin_gradients;              // accepted; zinf's gradient path has no use for it
     bool gather_16bit_weights_on_model_save; // each save also writes the model as a Hugging Face directory
-    int64_t reduce_bucket_size; // elements
+    int64_t reduce_bucket_size;              // elements
     // Whether the config gave these two; left out, the engine chooses them for the
     // machine (zinf_plan_choice) instead of keeping DeepSpeed's defaults.
     bool reduce_bucket_size_given, sub_group_size_given;
@@ -65,7 +65,7 @@ typedef struct zinf_zero_config {
     int64_t param_persistence_threshold;
     int64_t max_live_parameters;
     int64_t max_reuse_distance;
-    bool quantized_weights; // ZeRO++ qwZ: stage-3 gathers move int8 weights
+    bool quantized_weights;     // ZeRO++ qwZ: stage-3 gathers move int8 weights
     int64_t hpz_partition_size; // ZeRO++ hpZ: ranks of a secondary group (1: off)
     bool quantized_gradients;   // ZeRO++ qgZ: stage-3 gradient reduce-scatter as int4 all-to-alls
     int64_t mics_shard_size;    // MiCS: ranks a model's states are partitioned over (-1: all)
@@ -122,6 +122,7 @@ typedef struct zinf_aio_config {
     int64_t intra_op_parallelism; // rings (workers); alias thread_count
     bool single_submit;           // accepted; no meaning for io_uring
     bool overlap_events;          // accepted; no meaning for io_uring
+    bool checksum;                // CRC-32C of every swap block, checked on read (zinf's key)
 } zinf_aio_config;
 
 typedef struct zinf_activation_checkpointing_config {
@@ -180,7 +181,7 @@ typedef struct zinf_model_config {
     int64_t max_window_layers;          // Qwen2: layers below this one see all keys; -1: 0
     bool tie_word_embeddings;           // the head is the embedding (GPT-2: always)
     bool attention_bias, mlp_bias;      // Llama's: biases on q, k, v, o / gate, up, down
-    char *init_from; // safetensors file or Hugging Face model directory, or NULL
+    char *init_from;                    // safetensors file or Hugging Face model directory, or NULL
 } zinf_model_config;
 
 // The model section a Hugging Face model directory implies (DIR/config.json, read as
@@ -234,11 +235,16 @@ typedef struct zinf_memory_config {
     int64_t tile_bound;
 } zinf_memory_config;
 
+// What a training run does when a checkpoint cannot be written (a full or failing
+// drive): stop (the previous checkpoint stays whole), or warn and train on.
+typedef enum zinf_ckpt_on_error { ZINF_CKPT_ON_ERROR_STOP = 0, ZINF_CKPT_ON_ERROR_WARN = 1 } zinf_ckpt_on_error;
+
 typedef struct zinf_checkpoint_config {
-    char *dir;        // NULL: no checkpoints
-    int64_t interval; // steps between saves; 0: only at the end of the run
-    int64_t keep;     // newest checkpoints kept; 0: all
-    char *load;       // NULL, "latest" or a checkpoint directory
+    char *dir;                   // NULL: no checkpoints
+    int64_t interval;            // steps between saves; 0: only at the end of the run
+    int64_t keep;                // newest checkpoints kept; 0: all
+    char *load;                  // NULL, "latest" or a checkpoint directory
+    zinf_ckpt_on_error on_error; // "stop" or "warn"
 } zinf_checkpoint_config;
 
 typedef struct zinf_config {

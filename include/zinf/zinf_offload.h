@@ -113,6 +113,10 @@ typedef struct zinf_swap_config {
     const char *run; // names the run's directory zinf-<run> (e.g. a pid or timestamp)
     int rank;
     zinf_aio *aio; // borrowed; outlives the store
+    // Every 4 KiB block written gets a CRC-32C, checked when it is read back, so a drive
+    // that returns other data than it was given stops the run (aio.checksum): true
+    // leaves that out.
+    bool without_checksums;
 } zinf_swap_config;
 
 // Probes every path (a directory, made when missing; writable; O_DIRECT) and makes
@@ -140,7 +144,8 @@ uint32_t zinf_swap_alignment(const zinf_swap *s);
 zinf_status zinf_swap_read(zinf_swap *s, int id, uint64_t off, void *buf, size_t len, zinf_aio_ticket *t);
 zinf_status zinf_swap_write(zinf_swap *s, int id, uint64_t off, const void *buf, size_t len, zinf_aio_ticket *t);
 // Wait for and release one ticket: ZINF_OK or the failure of its first request (path,
-// offset and errno text in zinf_last_error()).
+// offset and errno text in zinf_last_error()); for a read, ZINF_ERR_CORRUPT where a
+// block fails its checksum (the file, the block's offset and both checksums named).
 zinf_status zinf_swap_wait(zinf_swap *s, zinf_aio_ticket t);
 
 // Synchronous, any offset/length/buffer, through an internal aligned bounce buffer of
@@ -265,10 +270,10 @@ void zinf_optim_tier_settled(zinf_optim_tier *t);
 
 typedef struct zinf_optim_tier_stats {
     int subgroups;
-    size_t subgroup_max; // elements
-    int64_t host_bytes;  // host memory the tier holds
+    size_t subgroup_max;  // elements
+    int64_t host_bytes;   // host memory the tier holds
     int64_t pinned_bytes; // of it pinned
-    int64_t nvme_bytes;  // its swap store
+    int64_t nvme_bytes;   // its swap store
 } zinf_optim_tier_stats;
 void zinf_optim_tier_get_stats(const zinf_optim_tier *t, zinf_optim_tier_stats *out);
 // What zinf_optim_tier_create would take with cfg, taking nothing: cfg's handles may be

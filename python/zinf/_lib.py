@@ -60,7 +60,7 @@ class AioParams(ctypes.Structure):
 class AioFileConfig(ctypes.Structure):
     _fields_ = [("dirs", ctypes.POINTER(ctypes.c_char_p)), ("ndirs", ctypes.c_int), ("name", ctypes.c_char_p),
                 ("size", ctypes.c_uint64), ("stripe_unit", ctypes.c_uint64), ("strict_direct", ctypes.c_bool),
-                ("keep", ctypes.c_bool)]
+                ("keep", ctypes.c_bool), ("check", c_ptr), ("check_arg", c_ptr)]
 
 
 class AioStats(ctypes.Structure):

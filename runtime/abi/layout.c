@@ -30,6 +30,8 @@ static const struct {
     FIELD(zinf_aio_file_config, stripe_unit),
     FIELD(zinf_aio_file_config, strict_direct),
     FIELD(zinf_aio_file_config, keep),
+    FIELD(zinf_aio_file_config, check),
+    FIELD(zinf_aio_file_config, check_arg),
     SIZE(zinf_aio_stats),
     FIELD(zinf_aio_stats, requests),
     FIELD(zinf_aio_stats, fixed_buffer),

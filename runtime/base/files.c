@@ -13,7 +13,8 @@ zinf_status zinf_file_write_synced(const char *path, const char *data, size_t le
     if (fd < 0) return zinf_fail_errno(errno, "%s", path);
     zinf_status s = ZINF_OK;
     for (size_t at = 0; s == ZINF_OK && at < len;) {
-        ssize_t w = write(fd, data + at, len - at);
+        int fault = zinf_fault_next(ZINF_FAULT_SAVE);
+        ssize_t w = fault ? (errno = fault, -1) : write(fd, data + at, len - at);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0)
             s = zinf_fail_errno(w < 0 ? errno : EIO, "%s: write", path);

@@ -33,6 +33,7 @@ zinf_status zinf_status_from_errno(int err) {
     case EDQUOT:
     case EFBIG: return ZINF_ERR_NOSPC;
     case ENOMEM: return ZINF_ERR_NOMEM;
+    case EBADMSG: return ZINF_ERR_CORRUPT; // aio: a request's bytes failed the file's check
     case EINVAL: return ZINF_ERR_INVAL;
     case ENOSYS:
     case EOPNOTSUPP: return ZINF_ERR_UNSUPPORTED;

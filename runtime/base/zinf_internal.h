@@ -46,6 +46,28 @@ zinf_status zinf_file_write_synced(const char *path, const char *data, size_t le
 zinf_status zinf_dir_sync(const char *dir);
 zinf_status zinf_rm_tree(const char *path);
 
+// CRC-32C (crc32c.c) over n bytes, continuing crc (0 to start): the CPU's instruction
+// where it has one. _blocks: nblocks independent checksums of block bytes each, one per
+// block of data, into out (three at a time on the instruction).
+uint32_t zinf_crc32c(uint32_t crc, const void *data, size_t n);
+void zinf_crc32c_blocks(const void *data, size_t nblocks, size_t block, uint32_t *out);
+bool zinf_crc32c_hardware(void);
+
+// Faults on demand for tests (fault.c): the requests of a kind that ZINF_FAULT (or the
+// last zinf_fault_set) names fail. zinf_fault_next counts one request of the kind and
+// says what to do to it: 0 nothing, a positive errno to fail it with, or one of these.
+typedef enum zinf_fault_kind {
+    ZINF_FAULT_READ,  // a block_size request reading a swap file (any aio file)
+    ZINF_FAULT_WRITE, // a block_size request writing one
+    ZINF_FAULT_SAVE,  // a write() of a checkpoint or export file
+    ZINF_FAULT_KINDS,
+} zinf_fault_kind;
+enum { ZINF_FAULT_SHORT = -1, ZINF_FAULT_CORRUPT = -2 }; // a short transfer; a read's byte flipped
+int zinf_fault_next(zinf_fault_kind kind);
+// Replace the faults with spec ("KIND:N:WHAT[@RANK],...", NULL for none) and restart
+// the counts: ZINF_ERR_INVAL naming a bad item.
+zinf_status zinf_fault_set(const char *spec);
+
 static inline bool zinf_ends_with(const char *s, const char *tail) {
     size_t a = strlen(s), b = strlen(tail);
     return a >= b && strcmp(s + a - b, tail) == 0;

@@ -31,7 +31,8 @@ typedef struct trainer {
     int64_t first_step; // steps already taken when this run began (a resumed run)
     int64_t position;   // training sequences consumed so far
     int32_t *in, *tg;
-    FILE *log; // human output: stdout, or stderr under --json
+    FILE *log;             // human output: stdout, or stderr under --json
+    char save_error[1024]; // checkpoint.on_error "warn": why the last save failed, until one succeeds
 } trainer;
 
 static int parse(trainer *t, int argc, char **argv) {
@@ -210,17 +211,18 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
         json_t *o = json_pack(
             "{s:I, s:o, s:f, s:o, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:I, s:I}", "step", (json_int_t)si->step, "loss",
             si->simulated ? json_null() : json_real(si->loss), "lr", si->lr, "grad_norm",
-            isfinite(si->grad_norm) && !si->simulated ? json_real(si->grad_norm) : json_null(),
-            "step_seconds", secs, "tokens_per_s", tps, "tflops", tflops, "loss_scale", si->loss_scale, "skipped",
-            si->skipped, "device_bytes", (json_int_t)m.device_in_use, "device_peak_bytes", (json_int_t)m.device_peak,
-            "pinned_bytes", (json_int_t)m.pinned, "nvme_bytes", (json_int_t)m.nvme);
+            isfinite(si->grad_norm) && !si->simulated ? json_real(si->grad_norm) : json_null(), "step_seconds", secs,
+            "tokens_per_s", tps, "tflops", tflops, "loss_scale", si->loss_scale, "skipped", si->skipped, "device_bytes",
+            (json_int_t)m.device_in_use, "device_peak_bytes", (json_int_t)m.device_peak, "pinned_bytes",
+            (json_int_t)m.pinned, "nvme_bytes", (json_int_t)m.nvme);
+        json_object_set_new(o, "checkpoint_error", t->save_error[0] ? json_string(t->save_error) : json_null());
         json_t *times = json_pack(
-            "{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:I}", "wait_params_s", si->wait_params_s, "wait_params_nvme_s",
-            si->wait_params_nvme_s, "optim_s", si->optim_s, "optim_io_wait_s", si->optim_io_wait_s, "wait_optim_s",
-            si->wait_optim_s, "nvme_read_bytes", (json_int_t)si->nvme_read_bytes, "nvme_write_bytes",
-            (json_int_t)si->nvme_write_bytes, "nvme_read_s", si->nvme_read_s, "nvme_write_s", si->nvme_write_s,
-            "comm_bytes_intra", (json_int_t)si->comm_bytes_intra, "comm_bytes_inter", (json_int_t)si->comm_bytes_inter,
-            "param_handoff_bytes", (json_int_t)si->param_handoff_bytes);
+            "{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:I}", "wait_params_s", si->wait_params_s,
+            "wait_params_nvme_s", si->wait_params_nvme_s, "optim_s", si->optim_s, "optim_io_wait_s",
+            si->optim_io_wait_s, "wait_optim_s", si->wait_optim_s, "nvme_read_bytes", (json_int_t)si->nvme_read_bytes,
+            "nvme_write_bytes", (json_int_t)si->nvme_write_bytes, "nvme_read_s", si->nvme_read_s, "nvme_write_s",
+            si->nvme_write_s, "comm_bytes_intra", (json_int_t)si->comm_bytes_intra, "comm_bytes_inter",
+            (json_int_t)si->comm_bytes_inter, "param_handoff_bytes", (json_int_t)si->param_handoff_bytes);
         json_object_update(o, times);
         json_decref(times);
         json_t *spec = json_pack("{s:f, s:i, s:i}", "optim_backward_s", si->optim_backward_s, "optim_speculated",
@@ -231,9 +233,9 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
             json_t *busy = json_object();
             for (int i = 0; i < nb; i++)
                 json_object_set_new(busy, rows[i].key, json_real(rows[i].s));
-            json_t *sim = json_pack("{s:b, s:o, s:s, s:f, s:f}", "simulated", 1, "busy_s", busy, "bound",
-                                    rows[bound].key, "bound_s", rows[bound].s, "step_over_bound",
-                                    rows[bound].s > 0 ? secs / rows[bound].s : 0.0);
+            json_t *sim =
+                json_pack("{s:b, s:o, s:s, s:f, s:f}", "simulated", 1, "busy_s", busy, "bound", rows[bound].key,
+                          "bound_s", rows[bound].s, "step_over_bound", rows[bound].s > 0 ? secs / rows[bound].s : 0.0);
             json_object_update(o, sim);
             json_decref(sim);
         }
@@ -269,6 +271,7 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
         if (zinf_comm_size(t->comm) > 1)
             fprintf(t->log, " | received %s in node, %s across", sz(si->comm_bytes_intra, b[0]),
                     sz(si->comm_bytes_inter, b[1]));
+        if (t->save_error[0]) fprintf(t->log, " | warning: %s", t->save_error);
         if (si->simulated) {
             fprintf(t->log, " | busy:");
             for (int i = 0; i < nb; i++)
@@ -319,9 +322,39 @@ static zinf_status resume(trainer *t) {
     return ZINF_OK;
 }
 
-static zinf_status save(trainer *t) {
+// A checkpoint of this step. One that cannot be written stops the run (the previous one
+// stays whole), or with checkpoint.on_error "warn" is said and kept in every step line
+// until a later one is written; the failed directory is gone either way.
+static zinf_status save(trainer *t, int64_t step, int64_t *saved) {
     const zinf_checkpoint_config *k = &t->cfg.checkpoint;
-    return zinf_engine_save(t->e, k->dir, k->keep, t->position, t->cfg.seed);
+    zinf_status st = zinf_engine_save(t->e, k->dir, k->keep, t->position, t->cfg.seed);
+    if (st == ZINF_OK) {
+        t->save_error[0] = 0;
+        *saved = step;
+        return ZINF_OK;
+    }
+    if (k->on_error == ZINF_CKPT_ON_ERROR_STOP) return st;
+    snprintf(t->save_error, sizeof t->save_error, "%s", zinf_last_error());
+    if (zinf_comm_rank(t->comm) == 0)
+        fprintf(t->log, "checkpoint: warning: %s; training goes on (checkpoint.on_error \"warn\")\n", t->save_error);
+    return ZINF_OK;
+}
+
+// After a run failed: where to resume from, for rank 0 to say.
+static void resume_hint(const trainer *t) {
+    const char *dir = t->cfg.checkpoint.dir;
+    if (!dir || zinf_comm_rank(t->comm) != 0) return;
+    char p[4096], tag[256] = "";
+    snprintf(p, sizeof p, "%s/latest", dir);
+    FILE *f = fopen(p, "r");
+    if (f && fgets(tag, sizeof tag, f)) tag[strcspn(tag, "\r\n")] = 0;
+    if (f) fclose(f);
+    if (tag[0])
+        fprintf(stderr,
+                "zinf train: the newest checkpoint is %s/%s: resume from it with --set checkpoint.load=latest\n", dir,
+                tag);
+    else
+        fprintf(stderr, "zinf train: no checkpoint was saved in %s: a new run starts from step 0\n", dir);
 }
 
 // --op-profile: every op of the steps after the first, timed on the device beside the
@@ -367,15 +400,13 @@ static zinf_status train(trainer *t) {
         loss = si.loss;
         simulated = si.simulated;
         if (speak) report(t, &si, zinf_clock_s() - t0, fpt);
-        if (k->dir && k->interval > 0 && si.step % k->interval == 0) {
-            TRY(save(t));
-            saved = si.step;
-        }
+        if (k->dir && k->interval > 0 && si.step % k->interval == 0) TRY(save(t, si.step, &saved));
         if (t->op_profile && i == t->first_step) TRY(op_profile_start(t)); // the first step warms up
     }
     if (t->op_profile && t->steps > t->first_step + 1) TRY(op_profile_report(t, t->steps - t->first_step - 1));
     // The run's end is always kept when there is a checkpoint.dir.
-    if (k->dir && saved != (t->first_step > t->steps ? t->first_step : t->steps)) TRY(save(t));
+    int64_t last = t->first_step > t->steps ? t->first_step : t->steps;
+    if (k->dir && saved != last) TRY(save(t, last, &saved));
     char digest[17];
     TRY(zinf_engine_weights_digest(t->e, digest));
     int64_t ran = t->steps > t->first_step ? t->steps - t->first_step : 0;
@@ -383,11 +414,11 @@ static zinf_status train(trainer *t) {
     zinf_engine_memory m;
     zinf_engine_memory_get(t->e, &m);
     if (speak && t->json)
-        cli_print_json_line(json_pack("{s:b, s:I, s:o, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "final", 1, "steps",
-                                      (json_int_t)t->steps, "loss", simulated ? json_null() : json_real(loss), "seconds", secs, "tokens", tokens,
-                                      "tokens_per_s", tokens / secs, "device_peak_bytes", (json_int_t)m.device_peak,
-                                      "gathered_peak_bytes", (json_int_t)m.gathered_max, "peak_rss_bytes",
-                                      (json_int_t)peak_rss(), "weights_digest", digest));
+        cli_print_json_line(json_pack(
+            "{s:b, s:I, s:o, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "final", 1, "steps", (json_int_t)t->steps, "loss",
+            simulated ? json_null() : json_real(loss), "seconds", secs, "tokens", tokens, "tokens_per_s", tokens / secs,
+            "device_peak_bytes", (json_int_t)m.device_peak, "gathered_peak_bytes", (json_int_t)m.gathered_max,
+            "peak_rss_bytes", (json_int_t)peak_rss(), "weights_digest", digest));
     if (speak) {
         fprintf(t->log, "done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s), ", (long long)t->steps, tokens, secs,
                 tokens / secs);
@@ -403,7 +434,11 @@ int cli_train(int argc, char **argv) {
     trainer t = {0};
     int rc = parse(&t, argc, argv);
     t.log = t.json ? stderr : stdout;
-    if (rc == CLI_OK && (open_all(&t) != ZINF_OK || train(&t) != ZINF_OK)) rc = cli_fail("train", CLI_FAIL);
+    if (rc == CLI_OK && open_all(&t) != ZINF_OK) rc = cli_fail("train", CLI_FAIL);
+    if (rc == CLI_OK && train(&t) != ZINF_OK) {
+        rc = cli_fail("train", CLI_FAIL);
+        resume_hint(&t);
+    }
     close_all(&t);
     return rc;
 }

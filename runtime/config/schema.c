@@ -13,6 +13,7 @@
 #define BIG        ((double)CONFIG_INT_MAX)
 
 static const char *const offload_devices[] = {"none", "cpu", "nvme", NULL};
+static const char *const ckpt_on_error[] = {"stop", "warn", NULL};
 static const char *const optimizer_types[] = {"Adam", "AdamW", NULL};
 static const char *const scheduler_types[] = {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", NULL};
 static const char *const warmup_types[] = {"log", "linear", NULL};
@@ -223,6 +224,7 @@ const key zinf_config_keys[] = {
      .alias = "thread_count"},
     BOOL("aio.single_submit", OFF(aio.single_submit), 0),
     BOOL("aio.overlap_events", OFF(aio.overlap_events), 1),
+    BOOL("aio.checksum", OFF(aio.checksum), 1),
     UNSUPPORTED("aio.use_gds", "false", "GPUDirect Storage is not implemented"),
 
     // ---- activation checkpointing (optional: present = every block recomputes) ----
@@ -343,6 +345,7 @@ const key zinf_config_keys[] = {
     INT("checkpoint.interval", OFF(checkpoint.interval), 0, 0, BIG, 0),
     INT("checkpoint.keep", OFF(checkpoint.keep), 0, 0, BIG, 0),
     STRING("checkpoint.load", OFF(checkpoint.load), F_NULL),
+    ENUM("checkpoint.on_error", OFF(checkpoint.on_error), ZINF_CKPT_ON_ERROR_STOP, ckpt_on_error, 0),
     INERT("checkpoint.tag_validation", "zinf checkpoints carry no tags; each is checked against its checksums"),
     UNSUPPORTED("checkpoint.use_node_local_storage", "false", NULL),
     UNSUPPORTED("checkpoint.load_universal", "false", "zinf checkpoints load at any world size as they are"),

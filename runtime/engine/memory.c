@@ -6,8 +6,12 @@
 #include "internal.h"
 
 zinf_swap_config engine_swap_config(zinf_engine *e, const zinf_path_list *pl) {
-    return (zinf_swap_config){
-        .paths = (const char *const *)pl->paths, .npaths = pl->count, .run = e->run, .rank = e->rank, .aio = e->aio};
+    return (zinf_swap_config){.paths = (const char *const *)pl->paths,
+                              .npaths = pl->count,
+                              .run = e->run,
+                              .rank = e->rank,
+                              .aio = e->aio,
+                              .without_checksums = !e->cfg.aio.checksum};
 }
 
 zinf_status engine_reap(zinf_engine *e, bool wait) {

@@ -22,7 +22,7 @@ enum { MAX_HEADER = 100 << 20 };
 
 struct zinf_safetensors {
     char *path;
-    int fd; // open for streaming
+    int fd;       // open for streaming
     json_t *meta; // __metadata__, or NULL
     void *map;
     size_t size;
@@ -258,15 +258,15 @@ enum { STAGE_BYTES = 8 << 20, DIRECT_ALIGN = 4096 };
 
 struct zinf_st_writer {
     char *path, *tmp;
-    int fd;               // the data's writes (O_DIRECT where allowed)
-    int hfd;              // buffered: the header's rewrite, fsync
+    int fd;  // the data's writes (O_DIRECT where allowed)
+    int hfd; // buffered: the header's rewrite, fsync
     bool direct;
     unsigned char *stage; // direct: bytes not yet written, from file offset `at`
     size_t fill;
     uint64_t at;
-    json_t *header;       // rewritten with the CRCs at the end, at the same length
+    json_t *header; // rewritten with the CRCs at the end, at the same length
     size_t hlen;
-    int n, cur;           // tensors, and the one being appended to
+    int n, cur;            // tensors, and the one being appended to
     uint64_t *nbytes, got; // each tensor's size, and the bytes of cur so far
     char **names;
     uLong crc;
@@ -275,7 +275,8 @@ struct zinf_st_writer {
 static zinf_status write_at(int fd, const void *buf, size_t len, uint64_t off, const char *path) {
     const char *p = buf;
     while (len) {
-        ssize_t w = pwrite(fd, p, len, (off_t)off);
+        int fault = zinf_fault_next(ZINF_FAULT_SAVE);
+        ssize_t w = fault ? (errno = fault, -1) : pwrite(fd, p, len, (off_t)off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return zinf_fail_errno(w < 0 ? errno : EIO, "%s: write", path);
         p += w, off += (uint64_t)w;

@@ -4,9 +4,16 @@
 // boundaries, more than one bounce window) checked against an in-memory model of each
 // file, on one directory and striped over two; and the errors: missing, unwritable and
 // repeated paths, bad names, out-of-range and unaligned IO, a file too big for the file
-// system, a stale file on disk; a file system without O_DIRECT said once.
+// system, a stale file on disk; a file system without O_DIRECT said once. Checksums: a
+// byte changed on the drive behind the store's back fails the read that meets it
+// (async and synchronous), naming the striped file and its offset, and goes unseen
+// with aio.checksum off; faults on demand (ZINF_FAULT) on io_uring and on the
+// pread/pwrite threads: EIO and ENOSPC fail naming path, operation and offset, EINTR,
+// EAGAIN and short transfers are carried on to the same bytes, a flipped byte is
+// caught by its checksum.
 // timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mount.h>
@@ -15,6 +22,7 @@
 
 #include "check.h"
 #include "zinf.h"
+#include "zinf_internal.h"
 
 enum { BLOCK = 64 << 10 }; // the aio block size, so also the stripe unit
 
@@ -329,6 +337,132 @@ static void errors(zinf_aio *aio, char **dirs) {
     free(buf);
 }
 
+// One byte of a stripe file changed through the file system, not the store.
+static void flip_on_disk(const char *path, uint64_t off) {
+    int fd = open(path, O_RDWR);
+    unsigned char b = 0;
+    CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1, "open %s: %s", path, strerror(errno));
+    b ^= 0x40;
+    CHECK(fd >= 0 && pwrite(fd, &b, 1, (off_t)off) == 1 && fsync(fd) == 0, "write %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+}
+
+// A store striped over both directories in BLOCK units, a file written whole; a byte
+// flipped on the drive at logical block 3 (the second directory's file, its second
+// stripe unit) is caught by every read that covers it and by no other.
+static void corruption(zinf_aio *aio, char **dirs, bool checksums) {
+    const char *what = checksums ? "checksums" : "without checksums";
+    zinf_swap_config c = {
+        .paths = (const char *const *)dirs, .npaths = 2, .run = "c", .aio = aio, .without_checksums = !checksums};
+    zinf_swap *s = NULL;
+    int id = -1;
+    CHECK(zinf_swap_open(&s, &c) == ZINF_OK && zinf_swap_add(s, "exp_avg", 8 * BLOCK, &id) == ZINF_OK, "%s: %s", what,
+          zinf_last_error());
+    if (!s || id < 0) return;
+    size_t size = 8 * BLOCK;
+    unsigned char *src = aligned(size), *got = aligned(size);
+    fill(src, size);
+    zinf_aio_ticket t;
+    CHECK(zinf_swap_write(s, id, 0, src, 6 * BLOCK, &t) == ZINF_OK && zinf_swap_wait(s, t) == ZINF_OK, "%s: write: %s",
+          what, zinf_last_error());
+    char path[300];
+    snprintf(path, sizeof path, "%s/zinf-c/rank0/exp_avg", dirs[1]);
+    flip_on_disk(path, BLOCK + 777); // logical 3 * BLOCK + 777
+    zinf_status st = zinf_swap_read(s, id, 0, got, size, &t);
+    if (st == ZINF_OK) st = zinf_swap_wait(s, t);
+    if (checksums) {
+        CHECK(st == ZINF_ERR_CORRUPT, "%s: the whole file read back gives %d", what, st);
+        CHECK_CONTAINS(zinf_last_error(), path);
+        CHECK_CONTAINS(zinf_last_error(), "read");
+        CHECK_CONTAINS(zinf_last_error(), "at offset 65536");
+        CHECK_CONTAINS(zinf_last_error(), "checksum");
+        CHECK(zinf_swap_pread(s, id, 3 * BLOCK + 700, got, 100) == ZINF_ERR_CORRUPT, "%s: pread over the byte", what);
+        CHECK_CONTAINS(zinf_last_error(), "checksum");
+    } else {
+        CHECK(st == ZINF_OK && got[3 * BLOCK + 777] == (src[3 * BLOCK + 777] ^ 0x40), "%s: %d, the flip unseen", what,
+              st);
+    }
+    // The blocks around it read back whole; never-written ones (the drive's zeros) too.
+    CHECK(zinf_swap_read(s, id, 0, got, 3 * BLOCK, &t) == ZINF_OK && zinf_swap_wait(s, t) == ZINF_OK &&
+              memcmp(got, src, 3 * BLOCK) == 0,
+          "%s: the blocks before it: %s", what, zinf_last_error());
+    CHECK(zinf_swap_read(s, id, 4 * BLOCK, got, 4 * BLOCK, &t) == ZINF_OK && zinf_swap_wait(s, t) == ZINF_OK &&
+              memcmp(got, src + 4 * BLOCK, 2 * BLOCK) == 0 && got[7 * BLOCK] == 0,
+          "%s: the blocks after it: %s", what, zinf_last_error());
+    // Written again through the store, it is the store's again.
+    CHECK(zinf_swap_pwrite(s, id, 3 * BLOCK, src + 3 * BLOCK, BLOCK) == ZINF_OK &&
+              zinf_swap_pread(s, id, 3 * BLOCK, got, BLOCK) == ZINF_OK && memcmp(got, src + 3 * BLOCK, BLOCK) == 0,
+          "%s: rewritten: %s", what, zinf_last_error());
+    zinf_swap_close(s);
+    free(src), free(got);
+}
+
+// Each fault once, on a 4-block file in 1-block requests: what the store returns and
+// what the bytes are afterwards.
+static void faults(zinf_aio *aio, const char *dir, const char *kind) {
+    const char *paths[] = {dir};
+    zinf_swap_config c = {.paths = paths, .npaths = 1, .run = "f", .aio = aio};
+    zinf_swap *s = NULL;
+    int id = -1;
+    CHECK(zinf_swap_open(&s, &c) == ZINF_OK && zinf_swap_add(s, "params", 4 * BLOCK, &id) == ZINF_OK, "%s: %s", kind,
+          zinf_last_error());
+    if (!s || id < 0) return;
+    unsigned char *src = aligned(4 * BLOCK), *got = aligned(4 * BLOCK);
+    fill(src, 4 * BLOCK);
+    char path[300];
+    snprintf(path, sizeof path, "%s/zinf-f/rank0/params", dir);
+    const struct {
+        const char *spec;
+        bool write;
+        zinf_status want;
+        const char *says;
+    } cases[] = {
+        {"write:2:eio", true, ZINF_ERR_IO, "write"},
+        {"write:3:enospc", true, ZINF_ERR_NOSPC, "No space left"},
+        {"read:2:eio", false, ZINF_ERR_IO, "Input/output error"},
+        {"read:4:corrupt", false, ZINF_ERR_CORRUPT, "checksum"},
+        {"write:1:eintr", true, ZINF_OK, NULL},
+        {"write:2:eagain", true, ZINF_OK, NULL},
+        {"write:3:short", true, ZINF_OK, NULL},
+        {"read:1:eintr", false, ZINF_OK, NULL},
+        {"read:3:eagain", false, ZINF_OK, NULL},
+        {"read:2:short", false, ZINF_OK, NULL},
+    };
+    for (size_t i = 0; i < ZINF_ARRAY_LEN(cases); i++) {
+        // The bytes in place first (no fault), then the request the fault is for.
+        zinf_fault_set(NULL);
+        zinf_aio_ticket t;
+        CHECK(zinf_swap_write(s, id, 0, src, 4 * BLOCK, &t) == ZINF_OK && zinf_swap_wait(s, t) == ZINF_OK, "%s: %s",
+              kind, zinf_last_error());
+        zinf_aio_stats before, after;
+        zinf_aio_get_stats(aio, &before);
+        CHECK(zinf_fault_set(cases[i].spec) == ZINF_OK, "%s", zinf_last_error());
+        memset(got, 0x5c, 4 * BLOCK);
+        zinf_status st = cases[i].write ? zinf_swap_write(s, id, 0, src, 4 * BLOCK, &t)
+                                        : zinf_swap_read(s, id, 0, got, 4 * BLOCK, &t);
+        if (st == ZINF_OK) st = zinf_swap_wait(s, t);
+        zinf_aio_get_stats(aio, &after);
+        zinf_fault_set(NULL);
+        CHECK(st == cases[i].want, "%s: %s gives %d, want %d: %s", kind, cases[i].spec, st, cases[i].want,
+              zinf_last_error());
+        if (cases[i].says) {
+            CHECK_CONTAINS(zinf_last_error(), path);
+            CHECK_CONTAINS(zinf_last_error(), cases[i].says);
+            CHECK_CONTAINS(zinf_last_error(), "at offset");
+            continue;
+        }
+        CHECK(after.resubmitted > before.resubmitted, "%s: %s was not resubmitted", kind, cases[i].spec);
+        if (!cases[i].write) {
+            CHECK(memcmp(got, src, 4 * BLOCK) == 0, "%s: %s: other bytes read", kind, cases[i].spec);
+        } else {
+            CHECK(zinf_swap_pread(s, id, 0, got, 4 * BLOCK) == ZINF_OK && memcmp(got, src, 4 * BLOCK) == 0,
+                  "%s: %s: other bytes written: %s", kind, cases[i].spec, zinf_last_error());
+        }
+    }
+    zinf_swap_close(s);
+    free(src), free(got);
+}
+
 static void count_swap_warnings(zinf_log_level level, int rank, const char *msg, void *user) {
     (void)rank;
     if (level == ZINF_LOG_LEVEL_WARN && strncmp(msg, "swap:", 5) == 0) ++*(int *)user;
@@ -391,6 +525,15 @@ int main(void) {
         store(aio, dirs, 2);
         errors(aio, dirs);
         buffered(aio, dirs[0]);
+        corruption(aio, dirs, true);
+        corruption(aio, dirs, false);
+        faults(aio, dirs[0], "io_uring");
+        zinf_aio_destroy(aio);
+    }
+    zinf_aio_params threads = {.block_size = BLOCK, .threads = 2, .use_threads = true};
+    CHECK(zinf_aio_create(&aio, &threads) == 0, "aio on threads: %s", zinf_last_error());
+    if (aio) {
+        faults(aio, dirs[0], "pread/pwrite threads");
         zinf_aio_destroy(aio);
     }
     for (int i = 0; i < 2; i++) {
