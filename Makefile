@@ -101,8 +101,9 @@ comma := ,
 # command to run. The stamp makes a fresh build dir check once, not on every make.
 # libaio-dev: DeepSpeed's aio op, a peer of `make bench` (tests/bench/python_peers.py).
 # pkgconf: test_install builds a program against the installed zinf as users would.
+# fuse3, libfuse2: test_faults mounts a file system that fails on demand (tests/cli/faultfs.py).
 DEBIAN_PKGS := build-essential libjansson-dev zlib1g-dev liburing-dev libnuma-dev libopenblas-dev \
-  openmpi-bin libopenmpi-dev fio python3 python3-venv libaio-dev pkgconf
+  openmpi-bin libopenmpi-dev fio python3 python3-venv libaio-dev pkgconf fuse3 libfuse2
 deps:
 	@missing=$$(for p in $(DEBIAN_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if ! command -v dpkg-query >/dev/null; then \

@@ -7,7 +7,9 @@
 #    1.10 against memory), where the nvme step's time goes (the compute stream's waits
 #    for parameters and for the background update, the update and its NVMe waits,
 #    bytes and link busy time; "n/a" where this build does not report a field), and the
-#    weights digests of the three runs, which must be identical (exit 1 if not).
+#    weights digests of the three runs, which must be identical (exit 1 if not). Then
+#    the nvme run again with aio.checksum off: what the swap blocks' CRC-32C costs per
+#    step (goal <= 3%), with the same weights.
 # 2. Capacity: a GPT whose model states (16 bytes per parameter) are >= 1.5x this
 #    machine's RAM trains 2 steps at stage 3 with both tiers on NVMe and a 2G device,
 #    without being killed: parameters, states vs RAM, peak RSS, pinned and NVMe bytes,
@@ -61,6 +63,8 @@ OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
 "$Z" train "$dir/o.json" --json --set $OO.device=cpu --set $OP.device=cpu > "$dir/cpu.out" 2> "$dir/cpu.err" ||
   failed "the cpu run ($Z train $dir/o.json, tiers cpu)" "$dir/cpu.err"
 "$Z" train "$dir/o.json" --json > "$dir/nvme.out" 2> "$dir/nvme.err" || failed "the nvme run ($Z train $dir/o.json)" "$dir/nvme.err"
+"$Z" train "$dir/o.json" --json --set aio.checksum=false > "$dir/nosum.out" 2> "$dir/nosum.err" ||
+  failed "the nvme run without checksums ($Z train $dir/o.json --set aio.checksum=false)" "$dir/nosum.err"
 PYTHONPATH="$(dirname "$0")" python3 - "$dir" "$steps" "$skip" <<'PY'
 import re, sys
 from steps import load, med, print_where
@@ -68,19 +72,22 @@ d, steps, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 mem, mem_final = load(f"{d}/mem.out")
 cpu, cpu_final = load(f"{d}/cpu.out")
 nv, nv_final = load(f"{d}/nvme.out")
+nosum, nosum_final = load(f"{d}/nosum.out")
 plan = re.search(r"\(([0-9.]+) M parameters\)", open(f"{d}/nvme.err").read()).group(1)
 print(f"offload overhead: GPT 6 x 768, {plan} M parameters, stage 3, host backend, micro-batch 2 x 256 tokens; "
       f"median of steps {skip + 1}-{steps}")
-tm, tc, tn = (med(r, "step_seconds", skip) for r in (mem, cpu, nv))
+tm, tc, tn, tu = (med(r, "step_seconds", skip) for r in (mem, cpu, nv, nosum))
 print("%-22s %8s %7s" % ("tiers (optim/params)", "s/step", "ratio"))
 print("%-22s %8.3f %7.3f" % ("none/none (memory)", tm, 1.0))
 print("%-22s %8.3f %7.3f" % ("cpu/cpu", tc, tc / tm))
 print("%-22s %8.3f %7.3f   goal <= 1.10: %s; vs cpu/cpu %.3f" % ("nvme/nvme", tn, tn / tm,
       "met" if tn / tm <= 1.10 else "NOT met", tn / tc))
 print_where(nv, skip)
-digests = [f["weights_digest"] for f in (mem_final, cpu_final, nv_final)]
+print("checksums: nvme/nvme %.3f s/step with aio.checksum, %.3f without: they cost %+.1f%% of the step "
+      "(goal <= 3%%: %s)" % (tn, tu, 100 * (tn / tu - 1), "met" if tn / tu <= 1.03 else "NOT met"))
+digests = [f["weights_digest"] for f in (mem_final, cpu_final, nv_final, nosum_final)]
 same = len(set(digests)) == 1
-print("weights digest: memory %s, cpu %s, nvme %s: %s" % (*digests,
+print("weights digest: memory %s, cpu %s, nvme %s, nvme without checksums %s: %s" % (*digests,
       "identical" if same else "DIFFERENT (the tiers must be bit-identical)"))
 sys.exit(0 if same else 1)
 PY

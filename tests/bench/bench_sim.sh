@@ -10,7 +10,8 @@
 # that step's NVMe bytes (one reader and one writer at once, aio's block size and queue
 # depth, O_DIRECT, io_uring), and zinf adam-bench over the same parameter count; the
 # floor is the slower of the two. Last, the planner's pick among every stage and tier
-# that fits, on the H100 and on an RTX 4090.
+# that fits, on the H100 and on an RTX 4090. The both-tiers-on-nvme row runs again
+# with aio.checksum off ("sums off"): what the swap blocks' CRC-32C costs there.
 # A row whose host memory does not fit this machine is skipped, saying so. The
 # figures are the modeled GPU's with this machine's drive and CPU, never a GPU's.
 # ZINF_BENCH_DIR (default /var/tmp) should sit on the drive offload will use.
@@ -66,18 +67,20 @@ echo "  floor: the slower of fio moving the step's NVMe bytes and adam-bench ove
 printf '%-14s %-10s %8s %-14s %9s %8s %10s %7s %7s %7s %10s\n' model "optim/par" s/step bound step/bound "dev busy" \
   predicted error "fio s" "adam s" step/floor
 for m in gpt2l llama; do
-  for tiers in "cpu none" "nvme none" "nvme nvme"; do
+  for tiers in "cpu none true" "nvme none true" "nvme nvme true" "nvme nvme false"; do
     set -- $tiers
-    sets=(--set "zero_optimization.offload_optimizer.device=\"$1\"" --set "zero_optimization.offload_param.device=\"$2\"")
+    sets=(--set "zero_optimization.offload_optimizer.device=\"$1\"" --set "zero_optimization.offload_param.device=\"$2\""
+      --set "aio.checksum=$3")
+    label=$1/$2$([ "$3" = true ] || echo " sums off")
     if ! "$Z" estimate --config "$dir/$m.json" "${sets[@]}" --time --measure --json > "$dir/plan" 2> "$dir/plan.err"; then
       echo "bench_sim: estimate failed: $(tail -c 300 "$dir/plan.err")"; exit 1
     fi
     if ! "$Z" train "$dir/$m.json" "${sets[@]}" --json > "$dir/run" 2> "$dir/run.err"; then
       if grep -q "verdict: does not fit" "$dir/run.err"; then
-        printf '%-14s %-10s  skipped: %s\n' "$m" "$1/$2" "$(grep -o 'does not fit: .*' "$dir/run.err" | head -1 | cut -c1-90)"
+        printf '%-14s %-10s  skipped: %s\n' "$m" "$label" "$(grep -o 'does not fit: .*' "$dir/run.err" | head -1 | cut -c1-90)"
         continue
       fi
-      echo "bench_sim: the $m $1/$2 run failed; stderr ends:"; tail -n 15 "$dir/run.err" | sed 's/^/  /'; exit 1
+      echo "bench_sim: the $m $label run failed; stderr ends:"; tail -n 15 "$dir/run.err" | sed 's/^/  /'; exit 1
     fi
     rm -rf "$dir/nvme"/*
     python3 - "$dir/run" > "$dir/median" <<'PY'
@@ -91,7 +94,7 @@ p = [o for o in map(json.loads, open(sys.argv[2])) if o.get('plan')][0]; \
 print(s['nvme_read_bytes'], s['nvme_write_bytes'], p['model_numel'])" "$dir/median" "$dir/plan")
     fio_s=$(fio_step "$rd" "$wr") || { echo "bench_sim: fio failed"; exit 1; }
     "$Z" adam-bench --params "$np" --steps 3 --json > "$dir/adam" || { echo "bench_sim: adam-bench failed"; exit 1; }
-    python3 - "$dir/plan" "$dir/median" "$dir/adam" "$fio_s" "$m" "$1/$2" <<'PY'
+    python3 - "$dir/plan" "$dir/median" "$dir/adam" "$fio_s" "$m" "$label" <<'PY'
 import json, sys
 plan = [o for o in map(json.loads, open(sys.argv[1])) if o.get("plan")][0]
 s = json.load(open(sys.argv[2]))
