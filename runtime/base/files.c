@@ -17,7 +17,7 @@ zinf_status zinf_file_write_synced(const char *path, const char *data, size_t le
         ssize_t w = fault ? (errno = fault, -1) : write(fd, data + at, len - at);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0)
-            s = zinf_fail_errno(w < 0 ? errno : EIO, "%s: write", path);
+            s = zinf_fail_errno(w < 0 ? errno : EIO, "%s: write at offset %zu (%zu bytes)", path, at, len - at);
         else
             at += (size_t)w;
     }

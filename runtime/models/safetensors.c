@@ -278,7 +278,9 @@ static zinf_status write_at(int fd, const void *buf, size_t len, uint64_t off, c
         int fault = zinf_fault_next(ZINF_FAULT_SAVE);
         ssize_t w = fault ? (errno = fault, -1) : pwrite(fd, p, len, (off_t)off);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return zinf_fail_errno(w < 0 ? errno : EIO, "%s: write", path);
+        if (w <= 0)
+            return zinf_fail_errno(w < 0 ? errno : EIO, "%s: write at offset %llu (%zu bytes)", path,
+                                   (unsigned long long)off, len);
         p += w, off += (uint64_t)w;
         len -= (size_t)w;
     }

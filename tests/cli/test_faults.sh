@@ -81,7 +81,7 @@ nvme="$tmp/nvme/zinf-"
 stopped read_eio read:250:eio "error: .*read $nvme" "Input/output error" "at offset" "of module\|of sub-group"
 stopped write_enospc write:260:enospc "error: .*write $nvme" "No space left on device" "at offset"
 stopped read_corrupt read:230:corrupt "read $nvme" "fail their checksum" "at offset" "of module\|of sub-group"
-stopped save_eio save:6:eio "global_step6 was not saved" "Input/output error" "latest still names global_step3"
+stopped save_eio save:6:eio "global_step6 was not saved: .*: write at offset" "Input/output error" "latest still names global_step3"
 
 # With aio.checksum off the same flipped byte goes unseen: the check is what caught it.
 rm -rf "$tmp/ck"
