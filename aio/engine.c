@@ -74,17 +74,15 @@ static int check(const chunk *c) {
     return f->check ? -f->check(f->check_arg, c->write, c->logical, c->buf, c->len) : 0;
 }
 
-int aio_first_submission(chunk *c) {
+void aio_fault_ask(chunk *c) {
     c->asked = true;
     c->fault = zinf_fault_next(c->write ? ZINF_FAULT_WRITE : ZINF_FAULT_READ);
-    return c->write ? check(c) : 0;
 }
 
 int aio_completion(const chunk *c, int res) {
     // res == 0 with bytes left: a read past the end of the file (or a write that made no
     // progress); never report it as success.
-    if (res <= 0) return res < 0 ? -res : EIO;
-    return c->write ? 0 : check(c);
+    return res <= 0 ? (res < 0 ? -res : EIO) : check(c);
 }
 
 int aio_fault_apply(chunk *c, int res) {

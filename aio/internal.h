@@ -34,6 +34,7 @@ typedef struct chunk {
     int buf_index;  // registered buffer entry holding [buf, buf+len), -1 for none
     bool asked;     // zinf_fault_next was asked about this request
     int fault;      // what it said, not yet applied
+    int res;        // the last completion's result, until its check has run
 } chunk;
 
 typedef struct ticket_slot {
@@ -120,14 +121,14 @@ struct zinf_aio_file {
 // The O_DIRECT offset alignment of an open file (statx, else sysfs); 0 when unknown.
 uint32_t aio_logical_block(int fd, dev_t dev);
 
-// Before a request's first submission: ask whether a test wants it to fail, and run
-// the file's check of a write's bytes; 0, or the errno to fail it with unsubmitted.
-int aio_first_submission(chunk *c);
+// Before a request's first submission: ask whether a test wants it to fail.
+void aio_fault_ask(chunk *c);
 // What a test asked for applied to the request's result res (bytes or -errno) once it
 // completes: the result the worker then acts on.
 int aio_fault_apply(chunk *c, int res);
 // A completed request's errno (0: success) from its last result, after the file's
-// check of a read that has arrived whole.
+// check of its bytes (a read's as they arrived, a write's as they went; the caller
+// does not touch a buffer before its ticket completes).
 int aio_completion(const chunk *c, int res);
 
 // One more of a worker's counters (read by zinf_aio_get_stats on other threads).

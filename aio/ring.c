@@ -92,9 +92,10 @@ void *aio_ring_worker(void *arg) {
                        w->tables ? "registered buffers and files" : "no registered tables");
 
     chunk *todo = NULL, *todo_last = NULL; // taken from the queue, not yet submitted
+    chunk *finished = NULL;                // completed, their checks not yet run
     unsigned inflight = 0;
     for (;;) {
-        bool idle = inflight == 0 && !todo;
+        bool idle = inflight == 0 && !todo && !finished;
         chunk *got = aio_worker_take(w, idle);
         apply_update(w, &ring);
         if (!got && idle) {
@@ -114,19 +115,27 @@ void *aio_ring_worker(void *arg) {
                 todo_last = todo_last->next;
         }
         while (inflight < aio->cfg.queue_depth && todo) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+            if (!sqe) break;
             chunk *c = todo;
-            int refused = c->asked ? 0 : aio_first_submission(c);
-            struct io_uring_sqe *sqe = refused ? NULL : io_uring_get_sqe(&ring);
-            if (!refused && !sqe) break;
             todo = c->next;
             if (!todo) todo_last = NULL;
             c->next = NULL;
-            if (refused) {
-                aio_chunk_done(aio, c, refused);
-                continue;
-            }
+            if (!c->asked) aio_fault_ask(c);
             prep(w, sqe, c);
             inflight++;
+        }
+        // The next requests go to the drive before the finished ones' checks run (a
+        // checksum of a block_size request takes a good part of the time the drive
+        // takes to move it), so the queue never drains while this thread computes.
+        if (finished) {
+            io_uring_submit(&ring); // a refusal is met again, and said, just below
+            for (chunk *c = finished, *next; c; c = next) {
+                next = c->next;
+                c->next = NULL;
+                aio_chunk_done(aio, c, aio_completion(c, c->res));
+            }
+            finished = NULL;
         }
         int ret = io_uring_submit_and_wait(&ring, inflight ? 1 : 0);
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
@@ -154,7 +163,9 @@ void *aio_ring_worker(void *arg) {
                 if (!todo_last) todo_last = c;
                 continue;
             }
-            aio_chunk_done(aio, c, aio_completion(c, res));
+            c->res = res;
+            c->next = finished;
+            finished = c;
         }
         io_uring_cq_advance(&ring, seen);
     }

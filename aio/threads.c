@@ -7,8 +7,7 @@
 #include "internal.h"
 
 static int transfer(worker *w, chunk *c) {
-    int err = aio_first_submission(c);
-    if (err) return err;
+    aio_fault_ask(c);
     for (;;) {
         ssize_t r = c->write ? pwrite(c->fd, c->buf + c->done, c->len - c->done, (off_t)(c->offset + c->done))
                              : pread(c->fd, c->buf + c->done, c->len - c->done, (off_t)(c->offset + c->done));

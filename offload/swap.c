@@ -262,9 +262,9 @@ zinf_status zinf_swap_open(zinf_swap **out, const zinf_swap_config *cfg) {
 
 // ---- checksums ----
 
-// The aio engine's check (zinf_aio_file_config.check), on its worker threads: a write's
-// blocks get their sums before it is submitted; a read's blocks, once arrived, are held
-// to theirs (blocks never written have none: the drive's zeros are nobody's data).
+// The aio engine's check (zinf_aio_file_config.check), on its worker threads once a
+// request completes: a write's blocks get their sums; a read's blocks are held to
+// theirs (blocks never written have none: the drive's zeros are nobody's data).
 static int check_blocks(void *arg, bool write, uint64_t off, const void *buf, size_t len) {
     block_sums *sums = arg;
     size_t first = off / SUM_BLOCK, n = len / SUM_BLOCK;

@@ -117,10 +117,11 @@ typedef struct zinf_aio_file_config {
     bool strict_direct;   // fail where O_DIRECT is refused instead of buffering
     bool keep;            // leave the files on close (default: removed)
     // Optional: called on a worker thread with each request's bytes and their offset in
-    // the (logical, unstriped) file, before a write is submitted and once a read has
-    // completed whole, so a check runs where the data is and beside the IO still in
-    // flight. 0, or -errno to fail the request: -EBADMSG for bytes that fail the check
-    // (the ticket's error then names the path and offset on the drive).
+    // the (logical, unstriped) file once the request has completed whole (a write's
+    // bytes as they went out: the buffer is the caller's until its ticket completes),
+    // after the worker has handed the drive its next requests, so a check runs beside
+    // the IO in flight. 0, or -errno to fail the request: -EBADMSG for bytes that fail
+    // the check (the ticket's error then names the path and offset on the drive).
     int (*check)(void *arg, bool write, uint64_t offset, const void *buf, size_t len);
     void *check_arg;
 } zinf_aio_file_config;
