@@ -74,6 +74,10 @@ struct zinf_optim_tier {
     // reads and speculation, then its own), for the last one to end, and since the last
     // zinf_optim_tier_take_times.
     int64_t next_io[2], last_io[2], issued_io[2];
+    // Held while an update's IO is counted and submitted, and while the counts and the
+    // aio engine's are taken together: a request in one and not yet in the other would
+    // move its bytes from one step's figures to the next.
+    pthread_mutex_t io_mu;
 
     // background: one update per zinf_optim_tier_start on the tier's thread.
     pthread_t thread;
@@ -270,6 +274,7 @@ zinf_status zinf_optim_tier_create(zinf_optim_tier **out, const zinf_optim_tier_
     if (!t) return zinf_fail(ZINF_ERR_NOMEM, "optimizer tier: out of memory");
     t->c = *cfg;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->io_mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     zinf_status st = create(t, cfg);
     if (st != ZINF_OK) {
@@ -310,6 +315,7 @@ void zinf_optim_tier_destroy(zinf_optim_tier *t) {
     free(t->sg_done), free(t->sg_of), free(t->sg);
     free(t->seg_n), free(t->seg_off);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->io_mu);
     pthread_cond_destroy(&t->cv);
     free(t);
 }
@@ -417,19 +423,23 @@ static char *held_of(zinf_optim_tier *t, int g) { return t->held + t->held_at[g]
 static zinf_status swap_io(zinf_optim_tier *t, int g, size_t at, io_buf *b, bool write, bool update) {
     size_t len = t->sg[g].n * sizeof(float);
     if (update) {
+        pthread_mutex_lock(&t->io_mu);
         __atomic_add_fetch(&t->next_io[write], (int64_t)(NSTATES * len), __ATOMIC_RELAXED);
         __atomic_add_fetch(&t->issued_io[write], (int64_t)(NSTATES * len), __ATOMIC_RELAXED);
     }
     b->group = g;
-    for (int s = 0; s < NSTATES; s++) {
+    zinf_status st = ZINF_OK;
+    for (int s = 0; st == ZINF_OK && s < NSTATES; s++) {
         float *p = b->buf + (size_t)s * t->sg_max;
         int id;
         uint64_t off;
         swap_at(t, g, s, at, &id, &off);
-        ZINF_CHECK(write ? zinf_swap_write(t->swap, id, off, p, len, &b->t[b->nt])
-                         : zinf_swap_read(t->swap, id, off, p, len, &b->t[b->nt]));
-        b->nt++;
+        st = write ? zinf_swap_write(t->swap, id, off, p, len, &b->t[b->nt])
+                   : zinf_swap_read(t->swap, id, off, p, len, &b->t[b->nt]);
+        if (st == ZINF_OK) b->nt++;
     }
+    if (update) pthread_mutex_unlock(&t->io_mu);
+    ZINF_CHECK(st);
     return ZINF_OK;
 }
 
@@ -940,10 +950,16 @@ void zinf_optim_tier_take_times(zinf_optim_tier *t, zinf_optim_tier_times *out) 
                                    .io_wait_ns = t->io_wait_ns,
                                    .speculated_ns = t->speculated_ns,
                                    .speculated = t->speculated_count};
+    pthread_mutex_lock(&t->io_mu);
     for (int w = 0; w < 2; w++) {
         out->update_io_bytes[w] = __atomic_exchange_n(&t->last_io[w], 0, __ATOMIC_RELAXED);
         out->issued_io_bytes[w] = __atomic_exchange_n(&t->issued_io[w], 0, __ATOMIC_RELAXED);
     }
+    if (t->swap) {
+        zinf_aio_get_stats(t->c.swap.aio, &out->aio);
+        out->have_aio = true;
+    }
+    pthread_mutex_unlock(&t->io_mu);
     t->update_ns = t->io_wait_ns = t->speculated_ns = 0;
     t->speculated_count = 0;
     pthread_mutex_unlock(&t->mu);

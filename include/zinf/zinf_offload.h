@@ -288,6 +288,10 @@ typedef struct zinf_optim_tier_times {
     int64_t speculated_ns;
     int speculated;
     int64_t update_io_bytes[2], issued_io_bytes[2];
+    // nvme: the aio engine's counters, taken at the same moment as issued_io_bytes (no
+    // request of the tier's is in one and not the other).
+    bool have_aio;
+    zinf_aio_stats aio;
 } zinf_optim_tier_times;
 void zinf_optim_tier_take_times(zinf_optim_tier *t, zinf_optim_tier_times *out);
 

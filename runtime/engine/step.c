@@ -234,8 +234,8 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
         e->step.handoff_seen = ps.handoff_bytes;
     }
     if (!e->aio) return ZINF_OK;
-    zinf_aio_stats now;
-    zinf_aio_get_stats(e->aio, &now);
+    zinf_aio_stats now = tt.aio;
+    if (!tt.have_aio) zinf_aio_get_stats(e->aio, &now);
     // The optimizer's IO counts with its update: that update's early reads and
     // speculation ran under the step before, the next one's under this step's backward.
     info->nvme_read_bytes =
