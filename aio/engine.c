@@ -74,11 +74,6 @@ static int check(const chunk *c) {
     return f->check ? -f->check(f->check_arg, c->write, c->logical, c->buf, c->len) : 0;
 }
 
-void aio_fault_ask(chunk *c) {
-    c->asked = true;
-    c->fault = zinf_fault_next(c->write ? ZINF_FAULT_WRITE : ZINF_FAULT_READ);
-}
-
 int aio_completion(const chunk *c, int res) {
     // res == 0 with bytes left: a read past the end of the file (or a write that made no
     // progress); never report it as success.
@@ -217,6 +212,10 @@ static int submit(zinf_aio *aio, zinf_aio_file *f, uint64_t off, char *buf, size
         return -ENOMEM;
     }
     split(f, aio->cfg.block_size, off, buf, len, chunks);
+    // A test's faults, asked for here in the order of submission, whichever worker runs
+    // the request.
+    for (size_t i = 0; i < n; i++)
+        chunks[i].fault = zinf_fault_next(write ? ZINF_FAULT_WRITE : ZINF_FAULT_READ);
 
     pthread_mutex_lock(&aio->lock);
     int64_t slot = take_slot(aio);

@@ -32,8 +32,7 @@ typedef struct chunk {
     uint32_t slot;  // ticket slot
     int fixed_file; // index in the rings' file table, -1 for the plain fd
     int buf_index;  // registered buffer entry holding [buf, buf+len), -1 for none
-    bool asked;     // zinf_fault_next was asked about this request
-    int fault;      // what it said, not yet applied
+    int fault;      // what zinf_fault_next said of it, until applied
     int res;        // the last completion's result, until its check has run
 } chunk;
 
@@ -121,8 +120,6 @@ struct zinf_aio_file {
 // The O_DIRECT offset alignment of an open file (statx, else sysfs); 0 when unknown.
 uint32_t aio_logical_block(int fd, dev_t dev);
 
-// Before a request's first submission: ask whether a test wants it to fail.
-void aio_fault_ask(chunk *c);
 // What a test asked for applied to the request's result res (bytes or -errno) once it
 // completes: the result the worker then acts on.
 int aio_fault_apply(chunk *c, int res);

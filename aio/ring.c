@@ -121,7 +121,6 @@ void *aio_ring_worker(void *arg) {
             todo = c->next;
             if (!todo) todo_last = NULL;
             c->next = NULL;
-            if (!c->asked) aio_fault_ask(c);
             prep(w, sqe, c);
             inflight++;
         }

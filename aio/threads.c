@@ -7,7 +7,6 @@
 #include "internal.h"
 
 static int transfer(worker *w, chunk *c) {
-    aio_fault_ask(c);
     for (;;) {
         ssize_t r = c->write ? pwrite(c->fd, c->buf + c->done, c->len - c->done, (off_t)(c->offset + c->done))
                              : pread(c->fd, c->buf + c->done, c->len - c->done, (off_t)(c->offset + c->done));

@@ -340,21 +340,20 @@ static zinf_status save(trainer *t, int64_t step, int64_t *saved) {
     return ZINF_OK;
 }
 
-// After a run failed: where to resume from, for rank 0 to say.
+// After a run failed: where to resume from (a checkpoint that opens whole), for rank 0
+// to say.
 static void resume_hint(const trainer *t) {
     const char *dir = t->cfg.checkpoint.dir;
     if (!dir || zinf_comm_rank(t->comm) != 0) return;
-    char p[4096], tag[256] = "";
-    snprintf(p, sizeof p, "%s/latest", dir);
-    FILE *f = fopen(p, "r");
-    if (f && fgets(tag, sizeof tag, f)) tag[strcspn(tag, "\r\n")] = 0;
-    if (f) fclose(f);
-    if (tag[0])
-        fprintf(stderr,
-                "zinf train: the newest checkpoint is %s/%s: resume from it with --set checkpoint.load=latest\n", dir,
-                tag);
-    else
-        fprintf(stderr, "zinf train: no checkpoint was saved in %s: a new run starts from step 0\n", dir);
+    zinf_ckpt *ck;
+    if (zinf_ckpt_open(&ck, dir) == ZINF_OK) {
+        fprintf(stderr, "zinf train: the newest checkpoint is %s: resume from it with --set checkpoint.load=latest\n",
+                zinf_ckpt_dir(ck));
+        zinf_ckpt_close(ck);
+    } else {
+        fprintf(stderr, "zinf train: no checkpoint in %s to resume from (%s): a new run starts from step 0\n", dir,
+                zinf_last_error());
+    }
 }
 
 // --op-profile: every op of the steps after the first, timed on the device beside the

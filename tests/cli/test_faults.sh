@@ -83,6 +83,13 @@ stopped write_enospc write:260:enospc "error: .*write $nvme" "No space left on d
 stopped read_corrupt read:230:corrupt "read $nvme" "fail their checksum" "at offset" "of module\|of sub-group"
 stopped save_eio save:6:eio "global_step6 was not saved: .*: write at offset" "Input/output error" "latest still names global_step3"
 
+# Before the first checkpoint there is none to name.
+rm -rf "$tmp/ck"
+ZINF_FAULT=read:20:eio "$Z" train "$tmp/cfg.json" --json > "$tmp/early" 2> "$tmp/early.err"
+[ $? = 1 ] || fail "a fault in step 1: exit $?, want 1"
+grep -q "no checkpoint in $tmp/ck to resume from (.*): a new run starts from step 0" "$tmp/early.err" ||
+  fail "a fault in step 1: $(tail -c 300 "$tmp/early.err")"
+
 # With aio.checksum off the same flipped byte goes unseen: the check is what caught it.
 rm -rf "$tmp/ck"
 ZINF_FAULT=read:230:corrupt run 1 "$tmp/unchecked" --set aio.checksum=false
