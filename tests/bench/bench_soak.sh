@@ -7,7 +7,8 @@
 # samples the zinf process: resident memory (VmRSS, /proc/PID/status), open files
 # (entries of /proc/PID/fd), threads (Threads), the swap files (the sum of st_size, and of
 # allocated blocks, of every file under the swap directory), the checkpoint directory's
-# bytes, and the step line's pinned_bytes. Then a table, one row per checkpoint interval
+# bytes, and the step line's pinned_bytes and heap_bytes (the heap in use, glibc's count,
+# taken by zinf at the step line: what a leak raises exactly). Then a table, one row per checkpoint interval
 # (its last sample), and a verdict per column: after the warm-up (the first two
 # checkpoint intervals or the first 10% of the steps, whichever is later) every sample
 # must be within +-1% of the first one after it (open files and threads: equal), else
@@ -15,7 +16,9 @@
 # judged otherwise: a step allocates and frees buffers (the main job: ~8 MiB per
 # micro-batch), so a sample taken inside one is lifted by them; it is also read every
 # 50 ms between the step lines, and each checkpoint interval's lowest reading must be
-# within +-3% (--rss-tolerance) of the first interval wholly after the warm-up.
+# within +-3% (--rss-tolerance) of the first interval wholly after the warm-up: where the
+# heap in use stays flat, what resident memory gains beyond it is the allocator's
+# fragmentation and what it keeps from trimming, or memory zinf maps itself.
 # A save opens files for a moment (the checkpoint being written), so samples are taken
 # between checkpoints only: a sample taken after step line k counts when no save can
 # have run while it was taken, that is when no checkpoint step lies between k and the
@@ -30,14 +33,14 @@
 #   --rss-tolerance PCT  the band for resident memory, in percent (default 3; the
 #                  other byte columns keep 1): glibc's heap settles at a level that
 #                  moves by 1-2% between checkpoint intervals of a healthy main job
-#   --no-rss       show resident memory but do not judge it (an ASan build: its
-#                  allocator's quarantine and stack depot grow; LeakSanitizer checks
-#                  the heap at exit instead)
+#   --no-memory    show resident memory and the heap but judge neither (an ASan
+#                  build: its allocator's quarantine and stack depot grow, and glibc's
+#                  heap it replaces counts nothing; LeakSanitizer checks at exit instead)
 #   --config FILE  the config (default examples/gpt-bytes-zero3.json, which reads
 #                  build/data/english.txt: `make all corpus` makes both)
 #   --csv FILE     every kept sample, one CSV row each: step, seconds since the start,
 #                  VmRSS (rss_low/rss_high: the lowest/highest reading since the step
-#                  line before), RssAnon, RssFile, pinned_bytes, nvme_bytes, open files,
+#                  line before), RssAnon, RssFile, heap_bytes, pinned_bytes, nvme_bytes, open files,
 #                  threads, swap size/allocated bytes, checkpoint bytes, warmup (1 in it)
 #   -- ARGS        passed to zinf train unchanged, after the soak's own --set options
 #                  (e.g. -- --set model.n_layer=2 --set train_batch_size=4)
@@ -47,14 +50,14 @@
 set -u
 usage() { sed -n '/^# Usage:/,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 bad() { echo "bench_soak: $*" >&2; echo "(tests/bench/bench_soak.sh --help for usage)" >&2; exit 2; }
-steps=3000 interval=50 rsstol=3 judge_rss=1 config= csv= extra=()
+steps=3000 interval=50 rsstol=3 judge_memory=1 config= csv= extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --steps|--interval|--rss-tolerance|--config|--csv) [ $# -ge 2 ] || bad "$1 wants a value" ;;&
     --steps) steps=$2; shift 2 ;;
     --interval) interval=$2; shift 2 ;;
     --rss-tolerance) rsstol=$2; shift 2 ;;
-    --no-rss) judge_rss=0; shift ;;
+    --no-memory) judge_memory=0; shift ;;
     --config) config=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -107,12 +110,12 @@ cmd=("$Z" train "$config" --json --steps "$steps"
 echo "bench_soak: ${cmd[*]}"
 echo "bench_soak: warm-up: $warmup steps ($why); checkpoint every $interval steps"
 
-python3 - "$dir" "$steps" "$interval" "$warmup" "$why" "$csv" "$rsstol" "$judge_rss" "${cmd[@]}" <<'PY'
+python3 - "$dir" "$steps" "$interval" "$warmup" "$why" "$csv" "$rsstol" "$judge_memory" "${cmd[@]}" <<'PY'
 import json, os, select, signal, subprocess, sys, time
 
 d, steps, interval, warmup, why, csv_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \
     sys.argv[5], sys.argv[6]
-rss_tol, judge_rss = float(sys.argv[7]) / 100, sys.argv[8] == "1"
+rss_tol, judge_memory = float(sys.argv[7]) / 100, sys.argv[8] == "1"
 cmd = sys.argv[9:]
 swap, ckpt = os.path.join(d, "swap"), os.path.join(d, "ckpt")
 MiB = 2**20
@@ -211,7 +214,7 @@ try:
         if any(x % interval == 0 for x in range(k, newest + 1)) or newest >= steps:
             dropped += 1  # a save may have run meanwhile
             continue
-        s.update(step=k, t=time.monotonic() - t0, pinned=o["pinned_bytes"], nvme=o["nvme_bytes"],
+        s.update(step=k, t=time.monotonic() - t0, pinned=o["pinned_bytes"], heap=o["heap_bytes"], nvme=o["nvme_bytes"],
                  rss_low=min(step_low or s["rss"], s["rss"]), rss_high=max(step_high or s["rss"], s["rss"]))
         samples.append(s)
 except BaseException as e:  # interrupted (SIGINT, SIGTERM) or broken: zinf goes too
@@ -231,16 +234,17 @@ if last_step != steps:
     sys.exit(1)
 
 cols = [  # key, table heading, scale, tolerance (None: equal)
-    ("rss", "RSS MiB", MiB, rss_tol), ("rss_max", "RSS max MiB", MiB, None), ("pinned", "pinned MiB", MiB, 0.01),
+    ("rss", "RSS MiB", MiB, rss_tol), ("rss_max", "RSS max MiB", MiB, None), ("heap", "heap MiB", MiB, 0.01),
+    ("pinned", "pinned MiB", MiB, 0.01),
     ("files", "open files", 1, None), ("threads", "threads", 1, None), ("swap_size", "swap MiB", MiB, 0.01),
     ("swap_alloc", "swap alloc MiB", MiB, 0.01), ("ckpt", "ckpt MiB", MiB, 0.01)]
 fmt = lambda v, scale: f"{v / scale:.1f}" if scale != 1 else str(v)  # noqa: E731
 
 if csv_path:
-    keys = ["step", "t", "rss", "rss_low", "rss_high", "rss_anon", "rss_file", "pinned", "nvme", "files", "threads",
+    keys = ["step", "t", "rss", "rss_low", "rss_high", "rss_anon", "rss_file", "heap", "pinned", "nvme", "files", "threads",
             "swap_size", "swap_alloc", "ckpt"]
     with open(csv_path, "w") as f:
-        f.write("step,seconds,rss_bytes,rss_low_bytes,rss_high_bytes,rss_anon_bytes,rss_file_bytes,pinned_bytes,nvme_bytes,open_files,threads,"
+        f.write("step,seconds,rss_bytes,rss_low_bytes,rss_high_bytes,rss_anon_bytes,rss_file_bytes,heap_bytes,pinned_bytes,nvme_bytes,open_files,threads,"
                 "swap_size_bytes,swap_alloc_bytes,ckpt_bytes,warmup\n")
         for s in samples:
             f.write(",".join(f"{s[k]:.3f}" if k == "t" else str(s[k]) for k in keys) + f",{int(s['step'] <= warmup)}\n")
@@ -291,8 +295,8 @@ ok = True
 for key, head, scale, tol in cols:
     if key == "rss_max":
         continue  # shown, not judged: the lowest sample carries what stays
-    if key == "rss" and not judge_rss:
-        print(f"  {head + ':':16} not judged (--no-rss): {verdict(full, key, scale, tol)}")
+    if key in ("rss", "heap") and not judge_memory:
+        print(f"  {head + ':':16} not judged (--no-memory): {verdict(full if key == 'rss' else after, key, scale, tol)}")
         continue
     v = verdict(full if key == "rss" else after, key, scale, tol)
     ok = ok and v == "flat"

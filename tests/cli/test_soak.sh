@@ -3,12 +3,14 @@
 # (2 layers of 64, 16 sequences of 32 bytes a step in 2 micro-batches, still ZeRO stage 3
 # with the optimizer states and the parameters in swap files on NVMe, in 6 sub-groups
 # and with the parameters above 1000 elements offloaded), 200 steps with a checkpoint
-# every 20: after the warm-up (40 steps) the step's pinned bytes, the swap files' size
-# and allocated blocks and the checkpoint directory stay within 1%, its open files and
-# threads do not change, and each checkpoint interval's lowest resident memory stays
-# within 5% of the first's (this 24 MiB process's heap settles up to ~1 MiB higher when
-# another test shares the cores; in an ASan build it is shown, not judged, as ASan's
-# quarantine and stack depot grow it, and LeakSanitizer checks the heap at exit).
+# every 20: after the warm-up (40 steps) the heap in use, the step's pinned bytes, the
+# swap files' size and allocated blocks and the checkpoint directory stay within 1%, its
+# open files and threads do not change, and each checkpoint interval's lowest resident
+# memory stays within 10% of the first's (the heap in use moves by 0.1% here, but this
+# 24 MiB process's resident memory settled 5.4% higher on a CI machine whose cores other
+# tests shared: the allocator's fragmentation, which the heap column leaves out). In an
+# ASan build both are shown, not judged: ASan's quarantine and stack depot grow resident
+# memory, glibc's heap counts nothing there, and LeakSanitizer checks the heap at exit.
 # It trains on the README's corpus, build/data/english.txt, which `make tests` makes
 # (make corpus); where that is missing, on a token file made here (lib.sh's tokens), so
 # that it never needs the network.
@@ -31,8 +33,8 @@ if [ ! -s build/data/english.txt ]; then
   shrink+=(--set data.path="$tmp/train.tokens" --set data.format=tokens-u16)
 fi
 
-rss=(--rss-tolerance 5)
-grep -q __asan_init "$ZINF_BUILD/zinf" && rss=(--no-rss)
+rss=(--rss-tolerance 10)
+grep -q __asan_init "$ZINF_BUILD/zinf" && rss=(--no-memory)
 ZINF_BENCH_DIR=$tmp expect 0 tests/bench/bench_soak.sh --steps 200 --interval 20 "${rss[@]}" --csv "$tmp/soak.csv" \
   -- "${shrink[@]}"
 cat "$tmp/out"
