@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# examples/tokenize.py, offline, with BPE tokenizers trained here by the `tokenizers`
+# examples/tokenize_text.py, offline, with BPE tokenizers trained here by the `tokenizers`
 # package (GPT-2's byte-level pattern, Llama 3's, and one that prefixes a space to every
 # text): the llm.c header of each format (magic, version, count; the size is header +
 # count ids), the ids Tokenizer.encode gives each document however it is cut into
@@ -13,7 +13,7 @@
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 PY=${ZINF_PY:-build/pyenv/bin/python}
-T=examples/tokenize.py
+T=examples/tokenize_text.py
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
@@ -216,7 +216,7 @@ PY
 
 # ---- errors ----
 expect 2 "$PY" $T --tokenizer "$tmp/nope" --out "$tmp/x.bin" "$tmp/doc2.txt"
-grep -q "^tokenize.py: --tokenizer $tmp/nope: no such directory$" "$tmp/err" || fail "missing tokenizer: $(cat "$tmp/err")"
+grep -q "^tokenize_text.py: --tokenizer $tmp/nope: no such directory$" "$tmp/err" || fail "missing tokenizer: $(cat "$tmp/err")"
 mkdir "$tmp/empty"
 expect 2 "$PY" $T --tokenizer "$tmp/empty" --out "$tmp/x.bin" "$tmp/doc2.txt"
 grep -q "no tokenizer.json in it" "$tmp/err" || fail "no tokenizer.json: $(cat "$tmp/err")"

@@ -30,13 +30,13 @@ grows with the largest document). The token count is written into the header at 
 end; the file appears under its name only when complete.
 
 Usage:
-  python examples/tokenize.py --tokenizer DIR --out FILE.bin [--format u16|u32]
+  python examples/tokenize_text.py --tokenizer DIR --out FILE.bin [--format u16|u32]
       [--append-eos] [--prepend-bos] [--eos-token TOK] [--bos-token TOK]
       [--line-docs] [--chunk-chars N] TEXT_FILE... ('-' reads standard input)
 
 Example, then training on it (model.vocab_size at least the largest id + 1, which the
 last line printed says):
-  python examples/tokenize.py --tokenizer ~/models/gpt2 --out build/data/english.gpt2.bin \\
+  python examples/tokenize_text.py --tokenizer ~/models/gpt2 --out build/data/english.gpt2.bin \\
       --append-eos build/data/english.txt
   build/zinf train examples/gpt-bytes-zero3.json --set data.path=build/data/english.gpt2.bin \\
       --set data.format=tokens-u16 --set model.vocab_size=50257
@@ -75,7 +75,7 @@ class UsageError(Exception):
 
 
 def die(msg, code):
-    print(f"tokenize.py: {msg}", file=sys.stderr)
+    print(f"tokenize_text.py: {msg}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -241,7 +241,7 @@ class TokenWriter:
 
 def main():
     p = argparse.ArgumentParser(
-        prog="tokenize.py",
+        prog="tokenize_text.py",
         description="Encode text files with a Hugging Face tokenizer into an llm.c token file "
         "(zinf's data.format tokens-u16 / tokens-u32).")
     p.add_argument("--tokenizer", required=True, metavar="DIR",
@@ -295,12 +295,12 @@ def main():
         die(e, 2)
 
     if fmt == "u16" and top_id > FORMATS["u16"][3]:
-        print(f"tokenize.py: warning: the vocabulary's largest id, {top_id}, does not fit u16; an id "
+        print(f"tokenize_text.py: warning: the vocabulary's largest id, {top_id}, does not fit u16; an id "
               "past 65535 in the text will stop the run", file=sys.stderr)
     chunk = args.chunk_chars
     if not args.line_docs and not cut_is_safe(tok):
         chunk = float("inf")
-        print("tokenize.py: this tokenizer encodes text cut at line breaks differently from the whole "
+        print("tokenize_text.py: this tokenizer encodes text cut at line breaks differently from the whole "
               "text; each document is encoded whole (memory grows with the largest document)",
               file=sys.stderr)
     # Pieces go to encode_batch together (it encodes in parallel); a batch of text and
