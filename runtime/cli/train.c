@@ -84,7 +84,9 @@ static int parse(trainer *t, int argc, char **argv) {
     if (t->steps < 0) t->steps = t->cfg.steps;
     if (t->steps < 0) return cli_usage("train", "%s: set \"steps\" in the config or pass --steps N", argv[optind]);
     if (!t->cfg.data.present || !t->cfg.data.path)
-        return cli_usage("train", "%s: no \"data\" section; add {\"data\": {\"path\": FILE, \"format\": ...}}",
+        return cli_usage("train",
+                         "%s: no data.path: zinf train reads its tokens from a file; add {\"data\": {\"path\": FILE, "
+                         "\"format\": ...}}",
                          argv[optind]);
     if (!t->cfg.model.present)
         return cli_usage("train", "%s: no \"model\" section; add e.g. {\"model\": {\"preset\": \"gpt2\"}}",

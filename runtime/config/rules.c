@@ -98,7 +98,8 @@ zinf_status zinf_data_megatron_files(const char *path, char **bin, char **idx) {
 static zinf_status data_rules(zinf_config *c, const parse_ctx *ctx) {
     zinf_data_config *d = &c->data;
     if (!d->present) return ZINF_OK;
-    if (d->format == ZINF_DATA_MEGATRON) {
+    // Without a path the program gives the tokens (zinf.Engine): only seq_len is read.
+    if (d->path && d->format == ZINF_DATA_MEGATRON) {
         // data.path names the .bin or the prefix it shares with the .idx: both must be there.
         char *bin, *idx;
         ZINF_CHECK(zinf_data_megatron_files(d->path, &bin, &idx));
@@ -106,7 +107,7 @@ static zinf_status data_rules(zinf_config *c, const parse_ctx *ctx) {
         if (st == ZINF_OK) st = config_check_file(ctx, "data.path", idx);
         free(bin), free(idx);
         ZINF_CHECK(st);
-    } else {
+    } else if (d->path) {
         ZINF_CHECK(config_check_file(ctx, "data.path", d->path));
     }
     if (d->seq_len < 0) d->seq_len = c->model.present ? c->model.block_size : 1024;

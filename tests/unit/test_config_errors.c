@@ -224,7 +224,6 @@ static const bad_case cases[] = {
      {"zero_optimization.offload_optimizer.nvme_path", "\"/proc\" is not writable"}},
     {"{" TB "\"data\": {\"path\": \"@DIR/none.bin\"}}", NULL, 1, ZINF_ERR_INVAL, {"data.path", "none.bin"}},
     {"{" TB "\"data\": {\"path\": \"@DIR\"}}", NULL, 1, ZINF_ERR_INVAL, {"data.path", "is not a regular file"}},
-    {"{" TB "\"data\": {\"format\": \"text-bytes\"}}", NULL, 1, ZINF_ERR_INVAL, {"data.path: missing"}},
     // a Megatron dataset is a .bin and the .idx beside it (@FILE is data.bin)
     {"{" TB "\"data\": {\"path\": \"@FILE\", \"format\": \"megatron\"}}",
      NULL,
