@@ -24,6 +24,13 @@ def _find():
 
 
 LIB_PATH = _find()
+try:
+    # Before libzinf: both link NCCL and the CUDA runtime, and the dynamic linker serves
+    # a library's soname to whoever comes later from whichever copy came first. torch
+    # needs its own (newer) copies; libzinf runs on them as well.
+    import torch  # noqa: F401
+except ImportError:
+    pass
 lib = ctypes.CDLL(LIB_PATH)
 CLI_PATH = os.path.join(os.path.dirname(LIB_PATH), "zinf")
 
@@ -104,6 +111,16 @@ def _check_mirrors():
 _check_mirrors()
 
 
+def abi(name):
+    """A size, a field offset or a constant of the library (zinf_abi), for the structs the
+    package holds as opaque buffers of the library's size and reads by field."""
+    value = lib.zinf_abi(name.encode())
+    if value < 0:
+        raise ImportError(f"zinf: {LIB_PATH} does not know {name}: install the package and the library from the "
+                          "same build")
+    return value
+
+
 def _sig(name, res, *args):
     f = getattr(lib, name)
     f.restype, f.argtypes = res, list(args)
@@ -127,3 +144,32 @@ _sig("zinf_cpu_pool_create", ctypes.c_int, ctypes.POINTER(c_ptr), ctypes.c_int)
 _sig("zinf_cpu_pool_destroy", None, c_ptr)
 _sig("zinf_optim_step", ctypes.c_int, c_ptr, ctypes.POINTER(OptimHparams), ctypes.POINTER(OptimTile))
 _sig("zinf_optim_update", ctypes.c_int, ctypes.POINTER(OptimHparams), ctypes.POINTER(OptimTile), ctypes.c_int)
+_sig("zinf_config_parse", ctypes.c_int, c_ptr, ctypes.c_char_p, ctypes.c_char_p, c_ptr)
+_sig("zinf_config_to_json", ctypes.c_int, c_ptr, ctypes.POINTER(ctypes.c_char_p))
+_sig("zinf_config_free", None, c_ptr)
+_sig("zinf_comm_create", ctypes.c_int, ctypes.POINTER(c_ptr), ctypes.c_int, ctypes.c_double)
+_sig("zinf_comm_destroy", None, c_ptr)
+_sig("zinf_comm_rank", ctypes.c_int, c_ptr)
+_sig("zinf_comm_size", ctypes.c_int, c_ptr)
+_sig("zinf_comm_allreduce_f64", ctypes.c_int, c_ptr, c_ptr, c_size)
+_sig("zinf_engine_target", ctypes.c_int, c_ptr, c_ptr, c_ptr)
+_sig("zinf_engine_plan", ctypes.c_int, c_ptr, c_ptr, c_ptr)
+_sig("zinf_plan_verdict", ctypes.c_int, c_ptr)
+_sig("zinf_engine_create", ctypes.c_int, ctypes.POINTER(c_ptr), c_ptr, c_ptr)
+_sig("zinf_engine_destroy", None, c_ptr)
+_sig("zinf_engine_model", c_ptr, c_ptr)
+_sig("zinf_model_get_params", c_ptr, c_ptr)
+_sig("zinf_model_find_param", c_ptr, c_ptr, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
+_sig("zinf_engine_forward", ctypes.c_int, c_ptr, c_ptr, c_ptr, ctypes.c_int, ctypes.POINTER(ctypes.c_double))
+_sig("zinf_engine_backward", ctypes.c_int, c_ptr)
+_sig("zinf_engine_step", ctypes.c_int, c_ptr, c_ptr)
+_sig("zinf_engine_memory_get", None, c_ptr, c_ptr)
+_sig("zinf_engine_get_full", ctypes.c_int, c_ptr, ctypes.c_char_p, ctypes.c_int, c_ptr)
+_sig("zinf_engine_set_full", ctypes.c_int, c_ptr, ctypes.c_char_p, ctypes.c_int, c_ptr)
+_sig("zinf_engine_weights_digest", ctypes.c_int, c_ptr, ctypes.c_char_p)
+_sig("zinf_engine_save", ctypes.c_int, c_ptr, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+_sig("zinf_engine_load", ctypes.c_int, c_ptr, ctypes.c_char_p, c_ptr)
+
+# What the library malloc'd for the caller to free (zinf_config_to_json's text).
+libc_free = ctypes.CDLL(None).free
+libc_free.restype, libc_free.argtypes = None, [c_ptr]
