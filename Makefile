@@ -133,7 +133,7 @@ ifeq ($(filter deps clean distclean,$(MAKECMDGOALS)),)
 endif
 
 # ---- flags ----
-MODULES := runtime runtime/base aio cpu_adam gpu offload
+MODULES := runtime runtime/base runtime/monitor aio cpu_adam gpu offload
 CPPFLAGS := -I$(B) -Iinclude/zinf $(addprefix -I,$(MODULES)) -D_GNU_SOURCE
 # No floating-point contraction: kernels fuse exactly where they say so (fmaf,
 # _mm256_fmadd_ps), which is what makes every SIMD level round the same. -fPIC: the
@@ -175,7 +175,7 @@ endif
 # ---- sources ----
 # Every module's C files; backend- and dependency-specific files are picked by name.
 LIB_C := $(filter-out runtime/comm/nccl_load.c,$(wildcard runtime/base/*.c runtime/config/*.c runtime/comm/*.c \
-  runtime/models/*.c runtime/checkpoint/*.c runtime/engine/*.c runtime/abi/*.c aio/*.c cpu_adam/*.c gpu/*.c \
+  runtime/models/*.c runtime/checkpoint/*.c runtime/engine/*.c runtime/monitor/*.c runtime/abi/*.c aio/*.c cpu_adam/*.c gpu/*.c \
   gpu/host/*.c gpu/sim/*.c offload/*.c))
 ifneq ($(ZINF_HAVE_CUDA),1)
   LIB_CU :=

@@ -235,6 +235,14 @@ typedef struct zinf_memory_config {
     int64_t tile_bound;
 } zinf_memory_config;
 
+// DeepSpeed's tensorboard and csv_monitor sections: rank 0 writes every step's figures
+// under output_path/job_name (an event file; one CSV per figure).
+typedef struct zinf_monitor_config {
+    bool enabled;
+    char *output_path; // NULL or "": the working directory
+    char *job_name;    // NULL: "DeepSpeedJobName", DeepSpeed's default
+} zinf_monitor_config;
+
 // What a training run does when a checkpoint cannot be written (a full or failing
 // drive): stop (the previous checkpoint stays whole), or warn and train on.
 typedef enum zinf_ckpt_on_error { ZINF_CKPT_ON_ERROR_STOP = 0, ZINF_CKPT_ON_ERROR_WARN = 1 } zinf_ckpt_on_error;
@@ -269,6 +277,7 @@ typedef struct zinf_config {
     zinf_device_config device;
     zinf_memory_config memory;
     zinf_checkpoint_config checkpoint;
+    zinf_monitor_config tensorboard, csv_monitor;
 } zinf_config;
 
 typedef struct zinf_config_options {

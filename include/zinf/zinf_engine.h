@@ -48,6 +48,9 @@ typedef struct zinf_step_info {
     double grad_norm;  // global L2 norm of the gradient, before clipping (unscaled)
     double loss_scale; // the scale this step's gradients carried
     bool skipped;      // inf or NaN in the gradients: no update (fp16: the scale was lowered)
+    // Wall seconds from the step's first forward (an evaluation's forward before it does
+    // not count) to the end of zinf_engine_step.
+    double step_seconds;
     // Where the time went since the last step: how long the compute stream waited for
     // gathered parameters (all of them, and those read from NVMe); the offloaded
     // optimizer's update and its wait on NVMe in it (the update runs in the background

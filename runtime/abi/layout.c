@@ -85,6 +85,7 @@ static const struct {
     FIELD(zinf_step_info, grad_norm),
     FIELD(zinf_step_info, loss_scale),
     FIELD(zinf_step_info, skipped),
+    FIELD(zinf_step_info, step_seconds),
     FIELD(zinf_step_info, wait_params_s),
     FIELD(zinf_step_info, wait_params_nvme_s),
     FIELD(zinf_step_info, optim_s),

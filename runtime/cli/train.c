@@ -395,7 +395,7 @@ static zinf_status train(trainer *t) {
     // The step of the newest checkpoint in checkpoint.dir, as far as this run knows.
     int64_t saved = k->load && strcmp(k->load, "latest") == 0 ? t->first_step : -1;
     for (int64_t i = t->first_step; i < t->steps; i++) {
-        double t0 = zinf_clock_s(), l;
+        double l;
         for (int m = 0; m < t->cfg.gradient_accumulation_steps; m++) {
             TRY(load_micro(t, m));
             TRY(zinf_engine_forward(t->e, t->in, t->tg, t->micro, &l));
@@ -406,7 +406,7 @@ static zinf_status train(trainer *t) {
         t->position += t->cfg.train_batch_size;
         loss = si.loss;
         simulated = si.simulated;
-        if (speak) report(t, &si, zinf_clock_s() - t0, fpt);
+        if (speak) report(t, &si, si.step_seconds, fpt);
         if (k->dir && k->interval > 0 && si.step % k->interval == 0) TRY(save(t, si.step, &saved));
         if (t->op_profile && i == t->first_step) TRY(op_profile_start(t)); // the first step warms up
     }

@@ -36,6 +36,7 @@ enum {
     F_REQUIRED = 1u << 4, // must be given when its section is present
     F_LLAMA = 1u << 5,    // a model key of the Llama family: printed only for its archs
     F_SIM = 1u << 6,      // a key of the simulated device: printed only with device.backend "sim"
+    F_EMPTY = 1u << 7,    // a string that may be "" (DeepSpeed's own default for it)
     // scheduler.params keys: which schedules take them
     F_WLR = 1u << 8,
     F_WDLR = 1u << 9,

@@ -240,7 +240,7 @@ static zinf_status set_value(zinf_config *cfg, const parse_ctx *ctx, const key *
         return ZINF_OK;
     }
     case K_STRING: {
-        if (!json_is_string(v) || !json_string_value(v)[0])
+        if (!json_is_string(v) || (!json_string_value(v)[0] && !(k->flags & F_EMPTY)))
             return bad_value(ctx, path, v, "expected a non-empty string");
         char **dst = config_field(cfg, k);
         if (!(*dst = strdup(json_string_value(v)))) return zinf_fail(ZINF_ERR_NOMEM, "%s: out of memory", ctx->name);
@@ -514,5 +514,8 @@ void zinf_config_free(zinf_config *cfg) {
     free(cfg->data.path);
     free(cfg->checkpoint.dir);
     free(cfg->checkpoint.load);
+    zinf_monitor_config *monitors[] = {&cfg->tensorboard, &cfg->csv_monitor};
+    for (int i = 0; i < 2; i++)
+        free(monitors[i]->output_path), free(monitors[i]->job_name);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -237,6 +237,16 @@ const key zinf_config_keys[] = {
     UNSUPPORTED("activation_checkpointing.synchronize_checkpoint_boundary", "false", NULL),
     UNSUPPORTED("activation_checkpointing.profile", "false", NULL),
 
+    // ---- monitors: rank 0 writes each step's figures (runtime/monitor) ----
+    SECTION("tensorboard", NONE, 0),
+    BOOL("tensorboard.enabled", OFF(tensorboard.enabled), 0),
+    STRING("tensorboard.output_path", OFF(tensorboard.output_path), F_NULL | F_EMPTY),
+    STRING("tensorboard.job_name", OFF(tensorboard.job_name), F_NULL),
+    SECTION("csv_monitor", NONE, 0),
+    BOOL("csv_monitor.enabled", OFF(csv_monitor.enabled), 0),
+    STRING("csv_monitor.output_path", OFF(csv_monitor.output_path), F_NULL | F_EMPTY),
+    STRING("csv_monitor.job_name", OFF(csv_monitor.job_name), F_NULL),
+
     // ---- DeepSpeed features zinf does not have ----
     UNSUPPORTED("prescale_gradients", "false", NULL),
     UNSUPPORTED("gradient_predivide_factor", "1.0", NULL),
@@ -246,10 +256,8 @@ const key zinf_config_keys[] = {
     UNSUPPORTED("dump_state", "false", NULL),
     SWITCHED_OFF("amp"),
     SWITCHED_OFF("flops_profiler"),
-    SWITCHED_OFF("tensorboard"),
-    SWITCHED_OFF("wandb"),
-    SWITCHED_OFF("csv_monitor"),
-    SWITCHED_OFF("comet"),
+    UNSUPPORTED("wandb", "{\"enabled\": false}", "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
+    UNSUPPORTED("comet", "{\"enabled\": false}", "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
     SWITCHED_OFF("comms_logger"),
     SWITCHED_OFF("elasticity"),
     SWITCHED_OFF("autotuning"),

@@ -108,6 +108,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     if (e->aio) zinf_aio_get_stats(e->aio, &e->step.aio_seen); // steps count their own IO and traffic
     zinf_comm_get_bytes(e->comm, &e->step.comm_seen);
     zinf_device_get_busy(e->dev, &e->step.busy_seen);
+    if (e->rank == 0) ZINF_CHECK(zinf_monitor_open(&e->monitor, cfg));
     return ZINF_OK;
 }
 
@@ -133,6 +134,7 @@ zinf_status zinf_engine_create(zinf_engine **out, const zinf_config *cfg, zinf_c
 void zinf_engine_destroy(zinf_engine *e) {
     if (!e) return;
     zinf_optim_tier_join(e->optim.tier);
+    zinf_monitor_close(e->monitor);
     if (e->comm_stream) zinf_stream_sync(e->comm_stream);
     if (e->compute_stream) zinf_stream_sync(e->compute_stream);
     engine_reap(e, true);

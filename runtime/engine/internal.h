@@ -19,6 +19,7 @@
 #include "zinf_adam.h"
 #include "zinf_aio.h"
 #include "zinf_engine.h"
+#include "monitor.h"
 #include "zinf_internal.h"
 #include "zinf_offload.h"
 #include "zinf_schedule.h"
@@ -282,6 +283,7 @@ typedef struct zeropp_state {
 // The step under way (engine.c, step.c).
 typedef struct step_state {
     int micro_batches;   // since the last step
+    double started_at;   // zinf_clock_s at its first forward (an evaluation's before it does not count)
     double loss_sum;     // their mean losses, summed in order
     double last_loss;    // of the last forward
     bool have_forward;   // a forward waits for its backward
@@ -327,6 +329,7 @@ struct zinf_engine {
     float *staging;           // pinned: staging for every host collective on comm_stream (which runs them in order)
     size_t staging_bytes;
     pending_frees pending;
+    zinf_monitor *monitor; // rank 0: the config's tensorboard and csv_monitor; NULL: none
 
     parameters params;
     gradients grads;

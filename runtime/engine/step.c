@@ -30,6 +30,7 @@ zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int
     if (!e || !tokens || !targets || !loss)
         return zinf_fail(ZINF_ERR_INVAL, "engine forward: a required argument is NULL");
     ZINF_CHECK(zinf_latch_raise(e->failure));
+    if (e->step.micro_batches == 0) e->step.started_at = zinf_clock_s();
     // The objective is the mean over every micro-batch of every rank; fp16 scales it.
     double scale = e->step.scaler.scale;
     float dloss = (float)(scale / ((double)e->cfg.gradient_accumulation_steps * e->world));
@@ -248,6 +249,28 @@ static zinf_status step_times(zinf_engine *e, zinf_step_info *info) {
     return ZINF_OK;
 }
 
+// The step's figures to the monitors (rank 0), stepped by the samples trained so far and
+// named as DeepSpeed's own where it has them (train_loss, lr, loss_scale). A simulated
+// device's loss and norm mean nothing, and a skipped step's norm is not finite: left out.
+static zinf_status monitor_step(zinf_engine *e, const zinf_step_info *si) {
+    if (!e->monitor) return ZINF_OK;
+    double tokens = (double)e->cfg.train_batch_size * zinf_model_get_params(e->model)->seq_len;
+    zinf_monitor_event ev[12];
+    int n = 0;
+    if (!si->simulated) ev[n++] = (zinf_monitor_event){"Train/Samples/train_loss", si->loss};
+    if (!si->simulated && isfinite(si->grad_norm))
+        ev[n++] = (zinf_monitor_event){"Train/Samples/grad_norm", si->grad_norm};
+    ev[n++] = (zinf_monitor_event){"Train/Samples/lr", si->lr};
+    ev[n++] = (zinf_monitor_event){"Train/Samples/loss_scale", si->loss_scale};
+    ev[n++] = (zinf_monitor_event){"Train/Samples/step_seconds", si->step_seconds};
+    ev[n++] = (zinf_monitor_event){"Train/Samples/tokens_per_s", tokens / si->step_seconds};
+    ev[n++] = (zinf_monitor_event){"Train/Samples/wait_params_s", si->wait_params_s};
+    ev[n++] = (zinf_monitor_event){"Train/Samples/wait_optim_s", si->wait_optim_s};
+    ev[n++] = (zinf_monitor_event){"Train/Samples/optim_s", si->optim_s};
+    ev[n++] = (zinf_monitor_event){"Train/Samples/optim_backward_s", si->optim_backward_s};
+    return zinf_monitor_write(e->monitor, si->step * e->cfg.train_batch_size, ev, n);
+}
+
 static zinf_status finish(zinf_engine *e) {
     e->step.steps_taken++;
     e->step.micro_batches = 0;
@@ -326,6 +349,8 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
         zeropp_invalidate(e); // before the next forward's gathers, which the update may run under
     }
     ZINF_CHECK(e->optim.update->run(e, info->skipped ? NULL : &h, info));
+    info->step_seconds = zinf_clock_s() - e->step.started_at;
+    ZINF_CHECK(monitor_step(e, info));
     return finish(e);
 }
 
