@@ -64,6 +64,31 @@ typedef struct zinf_comm_bytes {
 } zinf_comm_bytes;
 void zinf_comm_get_bytes(const zinf_comm *c, zinf_comm_bytes *out);
 
+// DeepSpeed's comms logger: every collective of c (and of the communicators split from
+// it) of the kinds chosen is timed and counted, by kind, message size, ranks and path
+// ("mpi", "nccl", "sim"), from now on. A message is what one rank gives: an all-reduce's
+// and a broadcast's buffer, an all-gather's block, a reduce-scatter's output block, an
+// all-to-all's whole input. Time is wall time on the host paths, the NCCL stream's
+// time between the collective's start and end on a GPU, and the modeled links' time
+// on a simulated device. verbose: every collective is logged as it completes (rank 0).
+typedef enum zinf_comm_op {
+    ZINF_COMM_ALL_REDUCE = 0,
+    ZINF_COMM_ALL_GATHER = 1,
+    ZINF_COMM_REDUCE_SCATTER = 2,
+    ZINF_COMM_BROADCAST = 3,
+    ZINF_COMM_ALL_TO_ALL = 4,
+    ZINF_COMM_BARRIER = 5,
+    ZINF_COMM_OPS = 6,
+} zinf_comm_op;
+// DeepSpeed's names, "all_reduce", ..., by zinf_comm_op, then NULL.
+extern const char *const zinf_comm_op_names[ZINF_COMM_OPS + 1];
+// ops: a bit (1 << op) per kind logged.
+zinf_status zinf_comm_log_start(zinf_comm *c, unsigned ops, bool verbose);
+// What has been logged, as DeepSpeed's comms summary table (malloc'd; free()): per kind
+// and message size the count, total and mean latency (ms), and the mean algorithm and
+// bus bandwidth (Gbps, as nccl-tests defines them); "" when nothing was logged.
+zinf_status zinf_comm_log_summary(const zinf_comm *c, char **out);
+
 // Every rank of c calls it: the ranks with equal color (>= 0) form *out, ranked in c's
 // order, with c's timeout and nodes. *out must be destroyed before c. A rank that does
 // not join makes the others fail within the timeout.

@@ -243,6 +243,14 @@ typedef struct zinf_monitor_config {
     char *job_name;    // NULL: "DeepSpeedJobName", DeepSpeed's default
 } zinf_monitor_config;
 
+// DeepSpeed's comms_logger: the collectives of the kinds chosen (a bit per zinf_comm_op)
+// timed and counted, the summary logged by rank 0 every steps_per_print steps and when
+// the engine is destroyed; verbose: each collective as it completes.
+typedef struct zinf_comms_logger_config {
+    bool enabled, verbose, prof_all;
+    unsigned prof_ops; // logged besides all of them with prof_all
+} zinf_comms_logger_config;
+
 // What a training run does when a checkpoint cannot be written (a full or failing
 // drive): stop (the previous checkpoint stays whole), or warn and train on.
 typedef enum zinf_ckpt_on_error { ZINF_CKPT_ON_ERROR_STOP = 0, ZINF_CKPT_ON_ERROR_WARN = 1 } zinf_ckpt_on_error;
@@ -278,6 +286,7 @@ typedef struct zinf_config {
     zinf_memory_config memory;
     zinf_checkpoint_config checkpoint;
     zinf_monitor_config tensorboard, csv_monitor;
+    zinf_comms_logger_config comms_logger;
 } zinf_config;
 
 typedef struct zinf_config_options {

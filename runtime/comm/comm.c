@@ -137,6 +137,7 @@ void zinf_comm_destroy(zinf_comm *c) {
     zinf_comm_detach_device(c);
     if (c->ops) c->ops->close(c);
     free(c->scratch);
+    comm_log_free(c->own_log);
     free(c->host_of), free(c->node_of);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -274,6 +275,17 @@ static void sum_f64(double *dst, const double *src, size_t m, int w) {
     }
 }
 
+// The comms logger's view of a host collective: its start (0: not logged, or no
+// backend: one rank's copies move nothing), then its completion.
+static double log_start(const zinf_comm *c, zinf_comm_op op) {
+    return c->ops && comm_log_wants(c, op) ? zinf_clock_s() : 0;
+}
+
+static zinf_status logged(zinf_comm *c, zinf_comm_op op, size_t bytes, double t0, zinf_status st) {
+    if (t0 > 0 && st == ZINF_OK) comm_log_record(c, op, bytes, name(c), zinf_clock_s() - t0);
+    return st;
+}
+
 #define NO_COMM(op) zinf_fail(ZINF_ERR_INVAL, "comm %s: c is NULL", op)
 #define NULL_ARG(c, op, arg, n)                                                                                        \
     zinf_fail(ZINF_ERR_INVAL, "comm %s: %s: " #arg " is NULL with " #n " %zu", name(c), op, (size_t)(n))
@@ -297,6 +309,7 @@ zinf_status zinf_comm_reduce_scatter_f32(zinf_comm *c, const float *in, float *o
         if (count && out != in) memcpy(out, in, count * sizeof *out);
         return leave(c, st);
     }
+    double t0 = log_start(c, ZINF_COMM_REDUCE_SCATTER);
     const size_t s = per_round(c, sizeof(float));
     float *sc = NULL;
     if (count) st = scratch(c, op, W * min_size(s, count) * sizeof(float), (void **)&sc);
@@ -305,7 +318,7 @@ zinf_status zinf_comm_reduce_scatter_f32(zinf_comm *c, const float *in, float *o
         st = alltoall(c, op, in + o, count * sizeof(float), sc, m * sizeof(float));
         if (st == ZINF_OK) sum_f32(out + o, sc, m, c->size);
     }
-    return leave(c, st);
+    return logged(c, ZINF_COMM_REDUCE_SCATTER, count * sizeof(float), t0, leave(c, st));
 }
 
 // Rounds of W blocks of m floats: rank r sums block r, then all gather the sums in
@@ -320,6 +333,7 @@ zinf_status zinf_comm_allreduce_f32(zinf_comm *c, float *buf, size_t n) {
     ZINF_CHECK(enter(c, op));
     zinf_status st = ZINF_OK;
     if (!c->ops || n == 0) return leave(c, st);
+    double t0 = log_start(c, ZINF_COMM_ALL_REDUCE);
     const size_t W = (size_t)c->size, s = per_round(c, sizeof(float)), tail = n % W;
     size_t most = min_size(s, n / W);
     if (tail > most) most = tail;
@@ -340,7 +354,7 @@ zinf_status zinf_comm_allreduce_f32(zinf_comm *c, float *buf, size_t n) {
         st = allgather(c, op, buf + o, sc, len, len);
         if (st == ZINF_OK) sum_f32(buf + o, sc, n - o, c->size);
     }
-    return leave(c, st);
+    return logged(c, ZINF_COMM_ALL_REDUCE, n * sizeof(float), t0, leave(c, st));
 }
 
 // Small arrays (losses, norms, flags): gather everything and sum locally.
@@ -351,6 +365,7 @@ zinf_status zinf_comm_allreduce_f64(zinf_comm *c, double *buf, size_t n) {
     ZINF_CHECK(enter(c, op));
     zinf_status st = ZINF_OK;
     if (!c->ops || n == 0) return leave(c, st);
+    double t0 = log_start(c, ZINF_COMM_ALL_REDUCE);
     const size_t s = per_round(c, sizeof(double));
     double *sc;
     st = scratch(c, op, (size_t)c->size * min_size(s, n) * sizeof(double), (void **)&sc);
@@ -360,7 +375,7 @@ zinf_status zinf_comm_allreduce_f64(zinf_comm *c, double *buf, size_t n) {
         st = allgather(c, op, buf + o, sc, len, len);
         if (st == ZINF_OK) sum_f64(buf + o, sc, m, c->size);
     }
-    return leave(c, st);
+    return logged(c, ZINF_COMM_ALL_REDUCE, n * sizeof(double), t0, leave(c, st));
 }
 
 // What every call moving W blocks of `bytes` checks first.
@@ -386,11 +401,12 @@ zinf_status zinf_comm_allgather(zinf_comm *c, const void *in, void *out, size_t 
         if (bytes && !in_place) memcpy(out, in, bytes);
         return leave(c, st);
     }
+    double t0 = log_start(c, ZINF_COMM_ALL_GATHER);
     for (size_t o = 0, len; st == ZINF_OK && o < bytes; o += len) {
         len = min_size(c->chunk_bytes, bytes - o);
         st = allgather(c, op, in_place ? NULL : (const char *)in + o, (char *)out + o, bytes, len);
     }
-    return leave(c, st);
+    return logged(c, ZINF_COMM_ALL_GATHER, bytes, t0, leave(c, st));
 }
 
 // Rounds of at most chunk_bytes per rank through the scratch, each block then put in
@@ -407,6 +423,7 @@ zinf_status zinf_comm_alltoall(zinf_comm *c, const void *in, void *out, size_t b
         if (bytes) memcpy(out, in, bytes);
         return leave(c, st);
     }
+    double t0 = log_start(c, ZINF_COMM_ALL_TO_ALL);
     const size_t s = per_round(c, 1);
     char *sc = NULL;
     if (bytes) st = scratch(c, op, W * min_size(s, bytes), (void **)&sc);
@@ -416,7 +433,7 @@ zinf_status zinf_comm_alltoall(zinf_comm *c, const void *in, void *out, size_t b
         for (size_t r = 0; st == ZINF_OK && r < W; r++)
             memcpy((char *)out + r * bytes + o, sc + r * len, len);
     }
-    return leave(c, st);
+    return logged(c, ZINF_COMM_ALL_TO_ALL, W * bytes, t0, leave(c, st));
 }
 
 zinf_status zinf_comm_broadcast(zinf_comm *c, void *buf, size_t bytes, int root) {
@@ -427,18 +444,20 @@ zinf_status zinf_comm_broadcast(zinf_comm *c, void *buf, size_t bytes, int root)
     if (bytes && !buf) return NULL_ARG(c, op, buf, bytes);
     ZINF_CHECK(enter(c, op));
     zinf_status st = ZINF_OK;
+    double t0 = log_start(c, ZINF_COMM_BROADCAST);
     for (size_t o = 0, len; c->ops && st == ZINF_OK && o < bytes; o += len) {
         len = min_size(c->chunk_bytes, bytes - o);
         st = bcast(c, op, (char *)buf + o, len, root);
     }
-    return leave(c, st);
+    return logged(c, ZINF_COMM_BROADCAST, bytes, t0, leave(c, st));
 }
 
 zinf_status zinf_comm_barrier(zinf_comm *c) {
     static const char op[] = "barrier";
     if (!c) return NO_COMM(op);
     ZINF_CHECK(enter(c, op));
-    return leave(c, c->ops ? moved(c, c->ops->barrier(c, op)) : ZINF_OK);
+    double t0 = log_start(c, ZINF_COMM_BARRIER);
+    return logged(c, ZINF_COMM_BARRIER, 0, t0, leave(c, c->ops ? moved(c, c->ops->barrier(c, op)) : ZINF_OK));
 }
 
 // ---- sub-communicators ----
@@ -475,6 +494,7 @@ zinf_status zinf_comm_split(zinf_comm *c, int color, zinf_comm **out) {
     }
     sub->timeout_s = c->timeout_s, sub->chunk_bytes = c->chunk_bytes, sub->scratch_max = c->scratch_max;
     sub->counts = c->counts;
+    sub->log = c->log;
     sub->size = 1;
     pthread_mutex_init(&sub->lock, NULL);
     // Every rank is here and agrees on the members before the backend joins them.

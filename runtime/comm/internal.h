@@ -68,11 +68,19 @@ struct zinf_comm {
     void *impl; // the backend's state
     struct nccl_state *nccl; // device collectives, once attached to a CUDA device (nccl.c)
     struct sim_link *sim;    // or to a simulated one (device.c)
+    struct comm_log *log;     // the comms logger (log.c): own_log, or the parent's; NULL: off
+    struct comm_log *own_log; // started on this communicator, freed with it
 };
 
 // Count bytes received from rank `from` (or, from < 0, the same from every other rank);
 // what this call added, from the node and from other nodes.
 zinf_comm_bytes zinf_comm_count(zinf_comm *c, int from, size_t bytes);
+
+// The comms logger (log.c): whether c logs op, and a completed collective of op.
+typedef struct comm_log comm_log;
+bool comm_log_wants(const zinf_comm *c, zinf_comm_op op);
+void comm_log_record(zinf_comm *c, zinf_comm_op op, size_t bytes, const char *path, double seconds);
+void comm_log_free(comm_log *l);
 
 // The device collectives on a CUDA device through NCCL (nccl.c), which device.c's
 // public calls forward to unless the device is simulated.

@@ -24,6 +24,7 @@ typedef enum key_kind {
     K_STRING,  // char * (owned)
     K_ENUM,    // int, index into names; matched case-insensitively
     K_PATHS,   // zinf_path_list: a string or an array of strings
+    K_NAMES,   // unsigned, a bit per name: an array of names from names
     K_OFF,     // a DeepSpeed key zinf does not implement yet: only its "off" value passes
     K_INERT,   // a DeepSpeed key with no meaning in zinf: accepted, noted in the log
 } key_kind;

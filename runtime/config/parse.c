@@ -213,6 +213,27 @@ static zinf_status set_paths(zinf_config *cfg, const parse_ctx *ctx, const key *
     return ZINF_OK;
 }
 
+static zinf_status set_names(zinf_config *cfg, const parse_ctx *ctx, const key *k, const char *path, json_t *v) {
+    unsigned *bits = config_field(cfg, k);
+    char rule[256] = "expected an array of";
+    for (int i = 0; k->names[i]; i++) {
+        size_t used = strlen(rule);
+        snprintf(rule + used, sizeof rule - used, "%s \"%s\"", i ? "," : "", k->names[i]);
+    }
+    if (!json_is_array(v)) return bad_value(ctx, path, v, rule);
+    *bits = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        int j = 0;
+        while (k->names[j] && !(json_is_string(e) && strcmp(k->names[j], json_string_value(e)) == 0))
+            j++;
+        if (!k->names[j]) return bad_value(ctx, path, e, rule);
+        *bits |= 1u << j;
+    }
+    return ZINF_OK;
+}
+
 static zinf_status set_value(zinf_config *cfg, const parse_ctx *ctx, const key *k, const char *path, json_t *v) {
     char val[96];
     if (json_is_null(v) && (k->flags & F_NULL) && k->kind != K_PATHS) {
@@ -248,6 +269,7 @@ static zinf_status set_value(zinf_config *cfg, const parse_ctx *ctx, const key *
     }
     case K_ENUM: return set_enum(cfg, ctx, k, path, v);
     case K_PATHS: return set_paths(cfg, ctx, k, path, v);
+    case K_NAMES: return set_names(cfg, ctx, k, path, v);
     case K_OFF: {
         json_error_t e;
         json_t *off = json_loads(k->off_json, JSON_DECODE_ANY, &e);

@@ -48,6 +48,12 @@ static json_t *value_json(const zinf_config *cfg, const key *k) {
             json_array_append_new(a, json_string(pl->paths[i]));
         return a;
     }
+    case K_NAMES: {
+        json_t *a = json_array();
+        for (int i = 0; k->names[i]; i++)
+            if (*(const unsigned *)f & (1u << i)) json_array_append_new(a, json_string(k->names[i]));
+        return a;
+    }
     default: return NULL;
     }
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "zinf_comm.h"
 
 #define OFF(field) ((ptrdiff_t)offsetof(zinf_config, field))
 #define NONE       ((ptrdiff_t)-1)
@@ -247,6 +248,15 @@ const key zinf_config_keys[] = {
     STRING("csv_monitor.output_path", OFF(csv_monitor.output_path), F_NULL | F_EMPTY),
     STRING("csv_monitor.job_name", OFF(csv_monitor.job_name), F_NULL),
 
+    // ---- the comms logger (runtime/comm/log.c) ----
+    SECTION("comms_logger", NONE, 0),
+    BOOL("comms_logger.enabled", OFF(comms_logger.enabled), 0),
+    BOOL("comms_logger.verbose", OFF(comms_logger.verbose), 0),
+    BOOL("comms_logger.prof_all", OFF(comms_logger.prof_all), 1),
+    {.path = "comms_logger.prof_ops", .kind = K_NAMES, .off = OFF(comms_logger.prof_ops),
+     .names = zinf_comm_op_names},
+    INERT("comms_logger.debug", "zinf's records already name each collective's path (mpi, nccl, sim) and ranks"),
+
     // ---- DeepSpeed features zinf does not have ----
     UNSUPPORTED("prescale_gradients", "false", NULL),
     UNSUPPORTED("gradient_predivide_factor", "1.0", NULL),
@@ -258,7 +268,6 @@ const key zinf_config_keys[] = {
     SWITCHED_OFF("flops_profiler"),
     UNSUPPORTED("wandb", "{\"enabled\": false}", "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
     UNSUPPORTED("comet", "{\"enabled\": false}", "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
-    SWITCHED_OFF("comms_logger"),
     SWITCHED_OFF("elasticity"),
     SWITCHED_OFF("autotuning"),
     SWITCHED_OFF("data_efficiency"),

@@ -440,6 +440,8 @@ zinf_status mics_allgather(zinf_engine *e, const void *mine, bool mine_host, voi
 zinf_status mics_reduce_grads(zinf_engine *e);
 // Bytes that receives from each other replica.
 int64_t mics_grads_bytes(const zinf_engine *e);
+// step.c: rank 0 logs the comms logger's summary so far (when: "step 10", "the run").
+void engine_log_comms(zinf_engine *e, const char *when);
 // zeropp.c
 zinf_status zeropp_create(zinf_engine *e);
 void zeropp_destroy(zinf_engine *e);

@@ -11,6 +11,7 @@
 // under that backward on the guess that the step will neither clip nor overflow; the
 // step keeps them or has them redone (offload/optim_tier.c).
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -271,6 +272,18 @@ static zinf_status monitor_step(zinf_engine *e, const zinf_step_info *si) {
     return zinf_monitor_write(e->monitor, si->step * e->cfg.train_batch_size, ev, n);
 }
 
+void engine_log_comms(zinf_engine *e, const char *when) {
+    char *table;
+    if (e->rank != 0 || zinf_comm_log_summary(e->comm, &table) != ZINF_OK) return;
+    ZINF_LOG_INFO("comms_logger: the collectives of this rank so far (%s):%s", when,
+                  table[0] ? "" : " none (one rank: nothing moves)");
+    // A line a message: the table is longer than one log message holds.
+    char *rest;
+    for (char *line = strtok_r(table, "\n", &rest); line; line = strtok_r(NULL, "\n", &rest))
+        ZINF_LOG_INFO("%s", line);
+    free(table);
+}
+
 static zinf_status finish(zinf_engine *e) {
     e->step.steps_taken++;
     e->step.micro_batches = 0;
@@ -351,6 +364,11 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     ZINF_CHECK(e->optim.update->run(e, info->skipped ? NULL : &h, info));
     info->step_seconds = zinf_clock_s() - e->step.started_at;
     ZINF_CHECK(monitor_step(e, info));
+    if (e->cfg.comms_logger.enabled && info->step % e->cfg.steps_per_print == 0) {
+        char when[48];
+        snprintf(when, sizeof when, "step %lld", (long long)info->step);
+        engine_log_comms(e, when);
+    }
     return finish(e);
 }
 

@@ -78,6 +78,7 @@ static json_t *schema_default(const key *k) {
     case K_ENUM: return k->names[(int)k->def][0] ? json_string(k->names[(int)k->def]) : json_null();
     case K_STRING:
     case K_PATHS: return json_null();
+    case K_NAMES: return json_array();
     case K_OFF: return json_loads(k->off_json, JSON_DECODE_ANY, NULL);
     case K_SECTION:
     case K_INERT: return NULL;
