@@ -103,14 +103,19 @@ zinf_status reduce_create(zinf_engine *e) {
     }
     bool host_grads = e->optim.offload != ZINF_OFFLOAD_NONE, host_comm = e->world > 1 && !e->nccl;
     if (!host_grads && !host_comm) return ZINF_OK;
-    // One pinned staging buffer serves every collective and the gradients' way to the
-    // host: the communication stream runs them one after another. A reduce-scatter
+    // One pinned staging buffer serves every host collective and the gradients' way to
+    // the host: the communication stream runs them one after another. A reduce-scatter
     // needs its input and one block of output; a gather one module's 16-bit buffer.
+    // Without host collectives (NCCL, or one rank) it carries only the sums down to the
+    // host partition: this rank's block of a bucket at stages 1-3 over several ranks
+    // (flush), the whole bucket otherwise.
     size_t bytes = 0, block = e->grads.bucket_capacity / (size_t)e->partition.ranks;
     for (int i = 0; host_comm && i < e->module_count; i++)
         if (e->layout[i].padded * e->elem_size > bytes) bytes = e->layout[i].padded * e->elem_size;
-    if ((e->grads.bucket_capacity + block) * sizeof(float) > bytes)
-        bytes = (e->grads.bucket_capacity + block) * sizeof(float);
+    size_t sums = host_comm ? e->grads.bucket_capacity + block
+                  : e->partition.split && e->partition.ranks > 1 ? block
+                                                                 : e->grads.bucket_capacity;
+    if (sums * sizeof(float) > bytes) bytes = sums * sizeof(float);
     ZINF_CHECK(engine_take_pinned(e, bytes, "communication staging", (void **)&e->staging));
     e->staging_bytes = bytes;
     return ZINF_OK;
