@@ -70,6 +70,7 @@ struct zinf_optim_tier {
     int nio;
     int npreread; // the next update's first sub-groups already read into io[0 ..)
     int64_t host_bytes, pinned_bytes, update_ns, io_wait_ns;
+    int64_t output_bytes, swap_buffer_bytes, speculation_bytes; // of host_bytes (zinf_optim_tier_stats)
     // Swap bytes read and written for updates (atomic): for the next update (its early
     // reads and speculation, then its own), for the last one to end, and since the last
     // zinf_optim_tier_take_times.
@@ -188,15 +189,20 @@ static zinf_status shape(zinf_optim_tier *t, const zinf_optim_tier_config *cfg) 
 static zinf_status take_buffers(zinf_optim_tier *t) {
     size_t bytes = t->n * sizeof(float);
     ZINF_CHECK(host_alloc(t, bytes, "fp32 gradients", (void **)&t->grads));
+    int64_t before = t->host_bytes;
     for (int b = 0; b < 2; b++)
         ZINF_CHECK(host_alloc(t, t->sg_max * t->out_es, "16-bit optimizer output", &t->out[b]));
+    t->output_bytes = t->host_bytes - before;
     for (int s = 0; t->c.device == ZINF_OFFLOAD_CPU && s < NSTATES; s++)
         ZINF_CHECK(host_alloc(t, bytes, state_what[s], (void **)&t->state[s]));
+    before = t->host_bytes;
     for (int b = 0; b < t->nio; b++)
         ZINF_CHECK(
             host_alloc(t, NSTATES * t->sg_max * sizeof(float), "optimizer swap buffers", (void **)&t->io[b].buf));
+    t->swap_buffer_bytes = t->host_bytes - before;
     size_t spec = t->c.speculate_elements;
     if (!spec) return ZINF_OK;
+    before = t->host_bytes;
     // Not pinned: nothing but this tier's threads read the spare states.
     if (t->c.device == ZINF_OFFLOAD_CPU && t->c.host) {
         ZINF_CHECK(zinf_host_pool_alloc(t->c.host, NSTATES * spec * sizeof(float), false,
@@ -204,7 +210,9 @@ static zinf_status take_buffers(zinf_optim_tier *t) {
         zinf_cpu_pool_touch(t->c.cpu, t->spare, NSTATES * spec, sizeof(float)); // not in the first step's backward
     }
     if (t->c.device == ZINF_OFFLOAD_CPU) t->host_bytes += (int64_t)(NSTATES * spec * sizeof(float));
-    return host_alloc(t, spec * t->out_es, "speculated 16-bit parameters", (void **)&t->held);
+    ZINF_CHECK(host_alloc(t, spec * t->out_es, "speculated 16-bit parameters", (void **)&t->held));
+    t->speculation_bytes = t->host_bytes - before;
+    return ZINF_OK;
 }
 
 static void *thread_main(void *arg);
@@ -939,6 +947,9 @@ void zinf_optim_tier_get_stats(const zinf_optim_tier *t, zinf_optim_tier_stats *
                                    .subgroup_max = t->sg_max,
                                    .host_bytes = t->host_bytes,
                                    .pinned_bytes = t->pinned_bytes,
+                                   .output_bytes = t->output_bytes,
+                                   .swap_buffer_bytes = t->swap_buffer_bytes,
+                                   .speculation_bytes = t->speculation_bytes,
                                    .nvme_bytes = t->swap ? (int64_t)zinf_swap_bytes(t->swap) : 0};
 }
 

@@ -158,6 +158,9 @@ typedef struct zinf_engine_memory {
     int64_t staging;                    // pinned host: communication and gradient staging
     int64_t activation_host;            // pinned host: the activation checkpoints (cpu_checkpointing)
     int64_t host;                       // host memory of the optimizer tier: states (cpu), gradients, IO buffers
+    // Of host: the 16-bit output buffers, the swap buffers (nvme), the second place of
+    // the speculated sub-groups (super_offload) (zinf_optim_tier_stats).
+    int64_t optim_output, optim_swap_buffers, optim_speculation;
     int64_t pinned;                     // pinned host in all: staging, and the tiers' host memory where pin_memory
     int64_t pinned_budget;
     int64_t host_total; // host memory the tiers and staging hold, pinned or not

@@ -273,6 +273,11 @@ typedef struct zinf_optim_tier_stats {
     size_t subgroup_max;  // elements
     int64_t host_bytes;   // host memory the tier holds
     int64_t pinned_bytes; // of it pinned
+    // Of host_bytes besides the gradient partition and (cpu) the states: the two buffers
+    // of a sub-group's new 16-bit parameters on their way out; (nvme) the swap buffers,
+    // the three states of the largest sub-group per buffer; (speculation) the spare
+    // states (cpu) and the held 16-bit parameters.
+    int64_t output_bytes, swap_buffer_bytes, speculation_bytes;
     int64_t nvme_bytes;   // its swap store
 } zinf_optim_tier_stats;
 void zinf_optim_tier_get_stats(const zinf_optim_tier *t, zinf_optim_tier_stats *out);

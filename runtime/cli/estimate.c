@@ -80,7 +80,18 @@ static json_t *time_json(const zinf_step_time *t) {
 }
 
 static json_t *row_json(const plan *p) {
+    const zinf_engine_memory *m = &p->r.mem;
     json_t *o = row_fields(p);
+    // Each row's model states and buffers: where the device, pinned and pageable bytes go.
+    json_t *states = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "params16_bytes", (json_int_t)m->params16,
+                               "master_bytes", (json_int_t)m->master, "optim_states_bytes", (json_int_t)m->optim_states,
+                               "grads32_bytes", (json_int_t)m->grads32, "reduce_bucket_bytes",
+                               (json_int_t)m->reduce_bufs, "staging_bytes", (json_int_t)m->staging,
+                               "reduce_bucket_size",
+                               (json_int_t)(p->r.choice.reduce_bucket_size ? p->r.choice.reduce_bucket_size
+                                                                           : p->cfg.zero.reduce_bucket_size));
+    json_object_update(o, states);
+    json_decref(states);
     if (p->timed) {
         json_t *t = time_json(&p->tm);
         json_object_update(o, t);
@@ -167,12 +178,12 @@ static json_t *plan_json(const plan *p, const features *f) {
     const zinf_engine_memory *m = &p->r.mem;
     json_t *o = row_json(p);
     json_t *more = json_pack(
-        "{s:b, s:I, s:I, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I}", "plan", 1, "params16_bytes",
-        (json_int_t)m->params16, "params_host_bytes", (json_int_t)m->params_host, "params_resident", m->params_resident,
-        "param_buffers", m->param_buffers, "param_buffer_bytes", (json_int_t)m->param_buffer_bytes, "master_bytes",
-        (json_int_t)m->master, "optim_states_bytes", (json_int_t)m->optim_states, "grads32_bytes",
-        (json_int_t)m->grads32, "reduce_bucket_bytes", (json_int_t)m->reduce_bufs, "staging_bytes",
-        (json_int_t)m->staging, "optimizer_host_bytes", (json_int_t)m->host, "host_bytes", (json_int_t)m->host_total,
+        "{s:b, s:I, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I}", "plan", 1, "params_host_bytes",
+        (json_int_t)m->params_host, "params_resident", m->params_resident, "param_buffers", m->param_buffers,
+        "param_buffer_bytes", (json_int_t)m->param_buffer_bytes, "optimizer_host_bytes", (json_int_t)m->host,
+        "optim_output_bytes", (json_int_t)m->optim_output, "optim_swap_buffer_bytes",
+        (json_int_t)m->optim_swap_buffers, "optim_speculation_bytes", (json_int_t)m->optim_speculation,
+        "host_bytes", (json_int_t)m->host_total,
         "hpz_secondary_bytes", (json_int_t)m->secondary, "subgroups", m->subgroups, "subgroup_max", (json_int_t)m->subgroup_max);
     bool chunked = f->head_chunk < f->tokens;
     json_t *feat = json_pack("{s:I, s:I, s:I}", "head_chunk_tokens", (json_int_t)f->head_chunk,
@@ -276,15 +287,15 @@ static zinf_model_shape shape_for(uint64_t n) {
 
 // The built-in config of --params: bf16, one sequence of block_size tokens per rank,
 // every other setting zinf's default.
-static int params_config(uint64_t n, int world, zinf_config *cfg) {
+static int params_config(uint64_t n, int world, const char *const *sets, int nsets, zinf_config *cfg) {
     zinf_model_shape s = shape_for(n);
     char json[512];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}, \"model\": {\"n_layer\": %d, "
              "\"n_head\": %d, \"n_embd\": %d, \"vocab_size\": %d, \"block_size\": %d}}",
              s.n_layer, s.n_head, s.n_embd, s.vocab_size, s.block_size);
-    if (zinf_config_parse(cfg, json, "--params", &(zinf_config_options){.world_size = world}) != ZINF_OK)
-        return cli_fail("estimate", CLI_FAIL);
+    zinf_config_options co = {.sets = sets, .nsets = nsets, .world_size = world};
+    if (zinf_config_parse(cfg, json, "--params", &co) != ZINF_OK) return cli_usage("estimate", "%s", zinf_last_error());
     return CLI_OK;
 }
 
@@ -362,7 +373,6 @@ static int parse(args *a, int argc, char **argv) {
     if (a->have_params == (a->config != NULL))
         return cli_usage("estimate", a->config ? "--params and --config: give one of them, not both"
                                                : "give --params N or --config CONFIG.json");
-    if (a->nsets && !a->config) return cli_usage("estimate", "--set: overrides a key of --config; there is none");
     if (!a->time && (a->gpu || a->measure || a->rates.nvme_read || a->rates.nvme_write || a->rates.adam))
         return cli_usage("estimate", "--gpu, --measure, --nvme-read, --nvme-write and --adam go with --time");
     if ((int64_t)a->gpus * a->nodes > 1 << 20)
@@ -515,8 +525,10 @@ static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, 
     return CLI_OK;
 }
 
+// The header; reduce_bucket_size as the rows use it: the config's, or the one zinf chose
+// for the device where the config leaves it out (every row has the same device).
 static void print_head(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t,
-                       const args *a) {
+                       const args *a, int64_t chosen_bucket) {
     char b[3][32], what[256];
     int world = t->world;
     zinf_model_shape_describe(s, what, sizeof what);
@@ -526,8 +538,9 @@ static void print_head(const zinf_config *cfg, const zinf_model_shape *s, int se
            zinf_dtype_name(dtype_of(cfg)), (long long)cfg->train_micro_batch_size_per_gpu, seq_len,
            (long long)cfg->gradient_accumulation_steps, world, world > 1 ? "s" : "", a->gpus, a->nodes,
            a->nodes > 1 ? "s" : "", zinf_backend_name(t->backend));
-    printf("Per rank; traffic per optimizer step; sub_group_size %lld, reduce_bucket_size %lld, aio block %s%s\n",
-           (long long)cfg->zero.sub_group_size, (long long)cfg->zero.reduce_bucket_size, sz(cfg->aio.block_size, b[0]),
+    printf("Per rank; traffic per optimizer step; sub_group_size %lld, reduce_bucket_size %lld%s, aio block %s%s\n",
+           (long long)cfg->zero.sub_group_size, (long long)(chosen_bucket ? chosen_bucket : cfg->zero.reduce_bucket_size),
+           chosen_bucket ? " (chosen for this device: the config leaves it out)" : "", sz(cfg->aio.block_size, b[0]),
            cfg->activation_checkpointing.enabled ? ", activation checkpointing" : "");
     printf("Fits: a device of %s; this machine's host memory (%s available) shared by %d rank%s, pinned %s\n\n",
            t->device_capacity > 0 ? sz(t->device_capacity, b[1]) : "unknown capacity (set device.memory_limit)",
@@ -549,7 +562,11 @@ static int estimate(args *a, zinf_config *cfg) {
         if (a->gpu && (rc = cli_sim_gpu("estimate", a->gpu, &cfg->device.sim.gpu)) != CLI_OK) return rc;
     }
     if (target_of(cfg, a->gpus * a->nodes, a->gpus, &t) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
-    if (!a->json) print_head(cfg, &s, seq_len, &t, a);
+    if (!a->json) {
+        zinf_plan head;
+        if (zinf_engine_plan(cfg, &t, &head) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+        print_head(cfg, &s, seq_len, &t, a, head.choice.reduce_bucket_size);
+    }
     // The rates: measured, or the gradient passes' from Adam's by the bytes they move.
     if (a->measure && (rc = measure(cfg, &a->rates, a->json)) != CLI_OK) return rc;
     if (!a->rates.grad_add) a->rates.grad_add = a->rates.adam * 30 / 12;
@@ -578,7 +595,7 @@ static int estimate(args *a, zinf_config *cfg) {
 
 // The config the rows come from: --config's (with --set), or --params' built-in one.
 static int load(const args *a, zinf_config *cfg) {
-    if (!a->config) return params_config(a->params, a->gpus * a->nodes, cfg);
+    if (!a->config) return params_config(a->params, a->gpus * a->nodes, a->sets, a->nsets, cfg);
     zinf_config_options co = {.sets = a->sets, .nsets = a->nsets, .world_size = a->gpus * a->nodes};
     if (zinf_config_load(cfg, a->config, &co) != ZINF_OK)
         return cli_usage("estimate", "--config: %s", zinf_last_error());

@@ -134,7 +134,7 @@ static const command commands[] = {
      "  --params N (124M, 1.5B, 1.5e9, 1T): a GPT-2-like model (vocab 50257, block 1024,\n"
      "  head size 64, n_embd / n_layer from 48 to 80) whose count is nearest N (124M is\n"
      "  gpt2), bf16, one sequence of 1024 tokens per rank, no activation checkpointing,\n"
-     "  zinf's defaults otherwise, on GPUs.\n"
+     "  zinf's defaults otherwise, on GPUs; --set sets any other key (device.memory_limit).\n"
      "  --config CONFIG.json: that model, batch and settings (--set overrides a key);\n"
      "  also prints the plan zinf train would print for the config, per rank. Device\n"
      "  backend auto counts as cuda (NCCL between ranks); \"host\" estimates the host\n"

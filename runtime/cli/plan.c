@@ -89,7 +89,7 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
         fprintf(f,
                 "  per rank, optimizer offloaded to %s: %s fp32 master and %s optimizer states %s, %s fp32 "
                 "gradients in %s host memory (partition of %lld elements); %d sub-group%s of up to %lld "
-                "elements%s\n",
+                "elements%s; also in host memory: 16-bit output buffers %s%s%s\n",
                 nvme ? "nvme" : "cpu", sz(m.master, b[0]), sz(m.optim_states, b[1]),
                 nvme             ? "on NVMe"
                 : oo->pin_memory ? "in pinned host memory"
@@ -100,7 +100,8 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
                         : oo->pipeline_read                     ? ", reads pipelined"
                         : oo->pipeline_write                    ? ", writes pipelined"
                                                                 : ", not pipelined")
-                     : "");
+                     : "",
+                sz(m.optim_output, b[3]), nvme ? ", swap buffers " : "", nvme ? sz(m.optim_swap_buffers, b[4]) : "");
     zinf_sim_rates sim;
     zinf_sim_rates_of(&c->device.sim, &sim);
     fprintf(f, "  per rank, device: %s activations, %s gradient buckets; %s in use of %s%s%s\n", sz(m.activations, b[0]),

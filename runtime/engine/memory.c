@@ -95,6 +95,9 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     const zinf_optim_tier_stats *os = &e->optim.tier_stats;
     const zinf_param_tier_stats *ps = &e->params.tier_stats;
     out->host = os->host_bytes;
+    out->optim_output = os->output_bytes;
+    out->optim_swap_buffers = os->swap_buffer_bytes;
+    out->optim_speculation = os->speculation_bytes;
     out->params_tier = e->params.offload;
     out->params_host = ps->host_bytes;
     out->params_resident = ps->resident;

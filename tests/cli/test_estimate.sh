@@ -48,8 +48,13 @@ expect 2 "$Z" estimate --params 1B --gpus-per-node 0
 grep -q -- '--gpus-per-node' "$tmp/err" || fail "0 GPUs: $(cat "$tmp/err")"
 expect 2 "$Z" estimate --params 1B --nodes x
 grep -q -- '--nodes' "$tmp/err" || fail "bad nodes: $(cat "$tmp/err")"
-expect 2 "$Z" estimate --params 1B --set zero_optimization.stage=3
-grep -q -- '--set' "$tmp/err" || fail "--set without --config: $(cat "$tmp/err")"
+expect 2 "$Z" estimate --params 1B --set zero_optimization.stage=7
+grep -q -- '--params: zero_optimization.stage: expected an integer from 0 to 3, got 7' "$tmp/err" ||
+  fail "--params with a bad --set: $(cat "$tmp/err")"
+expect 0 "$Z" estimate --params 124M --set device.memory_limit=24GB
+grep -q '^Fits: a device of 24 GiB;' "$tmp/out" || fail "--params with --set device.memory_limit: $(head -3 "$tmp/out")"
+grep -q 'reduce_bucket_size 50000000 (chosen for this device: the config leaves it out)' "$tmp/out" ||
+  fail "the header's reduce_bucket_size is not the one the rows use: $(sed -n 2p "$tmp/out")"
 expect 0 "$Z" estimate --help
 grep -q 'zinf estimate (--params N | --config CONFIG.json)' "$tmp/out" || fail "--help: $(cat "$tmp/out")"
 
@@ -68,7 +73,8 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = ("stage optimizer params world_size model_numel partition_numel device_bytes device_peak_bytes "
         "gathered_peak_bytes pinned_bytes pageable_bytes nvme_bytes activation_bytes pcie_h2d_bytes pcie_d2h_bytes "
-        "nvme_read_bytes nvme_write_bytes comm_bytes_intra comm_bytes_inter tiled fits").split()
+        "nvme_read_bytes nvme_write_bytes comm_bytes_intra comm_bytes_inter tiled fits params16_bytes master_bytes "
+        "optim_states_bytes grads32_bytes reduce_bucket_bytes staging_bytes reduce_bucket_size").split()
 assert len(rows) == 16, len(rows)
 tiers = [(r["stage"], r["optimizer"], r["params"]) for r in rows]
 want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none", "cpu", "nvme")] + \
@@ -80,6 +86,11 @@ for r in rows:
     assert r["fits"] is None, r  # a GPU of a capacity not known
     assert r["world_size"] == 8 and r["model_numel"] == 124439808, r
     assert r["device_peak_bytes"] >= r["device_bytes"] > r["activation_bytes"] > 0, r
+    # each row's model states: fp32 master, two moments and fp32 gradients of its partition
+    assert r["master_bytes"] == r["grads32_bytes"] == 4 * r["partition_numel"] and \
+        r["optim_states_bytes"] == 2 * r["master_bytes"], r
+    # DeepSpeed's 5e8 where the device's capacity is not known; two fp32 buckets at most
+    assert r["reduce_bucket_size"] == 500000000 and 0 < r["reduce_bucket_bytes"] <= 8 * r["reduce_bucket_size"], r
 row = {t: r for t, r in zip(tiers, rows)}
 # Stage 0 keeps the whole padded model per rank; stages 1-3 an eighth of it.
 assert row[0, "none", "none"]["partition_numel"] == 8 * row[1, "none", "none"]["partition_numel"] >= 124439808
@@ -156,6 +167,13 @@ steps = [json.loads(l) for l in open(sys.argv[1])]
 est = json.loads(open(sys.argv[2]).readlines()[-1])
 assert est["plan"] is True, est
 bad = []
+# The host memory the plan names adds up to its total: the optimizer tier's parts, then
+# the tiers, the staging and the activation checkpoints.
+cpu = est["optimizer"] == "cpu"
+tier = est["optimizer"] != "none" and (est["grads32_bytes"] + (est["master_bytes"] + est["optim_states_bytes"] if cpu else 0)
+        + est["optim_output_bytes"] + est["optim_swap_buffer_bytes"] + est["optim_speculation_bytes"])
+if est["optimizer"] != "none" and tier != est["optimizer_host_bytes"]:
+    bad.append(f"the optimizer tier's parts sum to {tier}, its host bytes are {est['optimizer_host_bytes']}")
 for s in steps[:-1]:
     # A slice the update handed to the parameter pool is a read the step did not make.
     s["nvme_read_bytes"] += s["param_handoff_bytes"]
