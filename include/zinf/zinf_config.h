@@ -251,6 +251,16 @@ typedef struct zinf_comms_logger_config {
     unsigned prof_ops; // logged besides all of them with prof_all
 } zinf_comms_logger_config;
 
+// DeepSpeed's flops_profiler: the engine times every op of step profile_step on the
+// device beside the sim model's time for it, and rank 0 writes the table (per op and
+// shape with detailed, else per op) with the step's time, model FLOPs and TFLOPS to
+// output_file, or logs it.
+typedef struct zinf_flops_profiler_config {
+    bool enabled, detailed;
+    int64_t profile_step;
+    char *output_file; // NULL: the log
+} zinf_flops_profiler_config;
+
 // What a training run does when a checkpoint cannot be written (a full or failing
 // drive): stop (the previous checkpoint stays whole), or warn and train on.
 typedef enum zinf_ckpt_on_error { ZINF_CKPT_ON_ERROR_STOP = 0, ZINF_CKPT_ON_ERROR_WARN = 1 } zinf_ckpt_on_error;
@@ -287,6 +297,7 @@ typedef struct zinf_config {
     zinf_checkpoint_config checkpoint;
     zinf_monitor_config tensorboard, csv_monitor;
     zinf_comms_logger_config comms_logger;
+    zinf_flops_profiler_config flops_profiler;
 } zinf_config;
 
 typedef struct zinf_config_options {

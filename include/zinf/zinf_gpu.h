@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "zinf_adam.h"
 #include "zinf_base.h"
@@ -203,6 +204,16 @@ typedef struct zinf_op_time {
 } zinf_op_time;
 zinf_status zinf_device_profile_start(zinf_device *d, const zinf_sim_params *model);
 zinf_status zinf_device_profile_stop(zinf_device *d, zinf_op_time *out, int max, int *n);
+// The GPU a profile sets a device beside: a sim device's own model (sim, real time);
+// else the preset the card's name matches (H200, A100, RTX 4090), an H100 otherwise.
+void zinf_device_profile_model(const zinf_device_caps *caps, const zinf_sim_params *sim, zinf_sim_params *out);
+// The rows in printing order: one per op and dtype (with shapes, per shape too), the
+// longest first; returns how many.
+int zinf_op_times_arrange(zinf_op_time *rows, int n, bool shapes);
+// Arranged and printed as a table: per op the count, device and model ms and their
+// ratio, each divided by `per` (steps), and a total line; returns the rows printed.
+int zinf_op_times_print(FILE *f, zinf_op_time *rows, int n, double per, bool shapes);
+double zinf_op_times_sum(const zinf_op_time *rows, int n, bool modeled); // seconds, or the model's
 
 // Device memory, accounted against the capacity. `what` names the buffer in errors
 // and in the in-use report. Beyond the capacity: ZINF_ERR_NOMEM saying how many bytes

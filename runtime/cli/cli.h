@@ -48,16 +48,12 @@ double cli_median(double *v, int n);
 // The modeled GPU named name (--gpu: h100, h200, a100, rtx4090); a usage error otherwise.
 int cli_sim_gpu(const char *cmd, const char *name, zinf_sim_gpu *out);
 // The op profile's rows (zinf_device_profile_stop). The GPU they are modeled on: --gpu
-// (gpu, else NULL), else a sim device's own, else the preset the card's name matches,
-// else an H100; a usage error for an unknown gpu.
+// (gpu, else NULL), else zinf_device_profile_model's; a usage error for an unknown gpu.
 int cli_op_model(const char *cmd, const char *gpu, const zinf_config *cfg, const zinf_device_caps *caps,
                  zinf_sim_params *out);
-// Prints rows (per op and dtype, or per shape), the longest first, divided by per (the
-// steps or passes they cover), and their total; returns the rows now in rows.
-int cli_print_op_times(FILE *f, zinf_op_time *rows, int n, double per, bool shapes);
-// The same as one JSON line per row (--json); returns the rows now in rows.
+// The rows as zinf_op_times_print arranges them, one JSON line each (--json); returns
+// the rows now in rows.
 int cli_op_times_json(zinf_op_time *rows, int n, bool shapes);
-double cli_op_times_sum(const zinf_op_time *rows, int n, bool modeled);
 
 int cli_adam_bench(int argc, char **argv);
 // The offloaded optimizer's host work over n elements with a thread per physical core,

@@ -72,12 +72,12 @@ static int bench(const args *a, const zinf_config *cfg) {
     if (rc == CLI_OK && a->json) {
         n = cli_op_times_json(rows, n, a->shapes);
         cli_print_json_line(json_pack("{s:b, s:s, s:s, s:f, s:f, s:f}", "total", 1, "device", caps->name, "model",
-                                      r.name, "pass_seconds", pass_s, "ops_seconds", cli_op_times_sum(rows, n, false),
-                                      "modeled_seconds", cli_op_times_sum(rows, n, true)));
+                                      r.name, "pass_seconds", pass_s, "ops_seconds", zinf_op_times_sum(rows, n, false),
+                                      "modeled_seconds", zinf_op_times_sum(rows, n, true)));
     } else if (rc == CLI_OK) {
         printf("one micro-batch's forward and backward on %s, beside the sim's %s\n", caps->name, r.name);
-        n = cli_print_op_times(stdout, rows, n, 1, a->shapes);
-        double model_s = cli_op_times_sum(rows, n, true);
+        n = zinf_op_times_print(stdout, rows, n, 1, a->shapes);
+        double model_s = zinf_op_times_sum(rows, n, true);
         printf("%-47s %11.3f %11.3f %13.2f\n", "pass (untimed)", 1e3 * pass_s, 1e3 * model_s, pass_s / model_s);
     }
     zinf_device_destroy(d);

@@ -382,7 +382,7 @@ static zinf_status op_profile_report(trainer *t, int64_t steps) {
     zinf_sim_rates_of(&t->op_model, &r);
     fprintf(t->log, "op profile: per step over the last %lld, on %s, beside the sim's %s\n", (long long)steps,
             zinf_device_get_caps(d)->name, r.name);
-    cli_print_op_times(t->log, rows, n, (double)steps, false);
+    zinf_op_times_print(t->log, rows, n, (double)steps, false);
     return ZINF_OK;
 }
 

@@ -536,6 +536,7 @@ void zinf_config_free(zinf_config *cfg) {
     free(cfg->data.path);
     free(cfg->checkpoint.dir);
     free(cfg->checkpoint.load);
+    free(cfg->flops_profiler.output_file);
     zinf_monitor_config *monitors[] = {&cfg->tensorboard, &cfg->csv_monitor};
     for (int i = 0; i < 2; i++)
         free(monitors[i]->output_path), free(monitors[i]->job_name);

@@ -257,6 +257,16 @@ const key zinf_config_keys[] = {
      .names = zinf_comm_op_names},
     INERT("comms_logger.debug", "zinf's records already name each collective's path (mpi, nccl, sim) and ranks"),
 
+    // ---- the flops profiler (the engine's op profile of one step) ----
+    SECTION("flops_profiler", NONE, 0),
+    BOOL("flops_profiler.enabled", OFF(flops_profiler.enabled), 0),
+    INT("flops_profiler.profile_step", OFF(flops_profiler.profile_step), 1, 1, BIG, 0),
+    BOOL("flops_profiler.detailed", OFF(flops_profiler.detailed), 1),
+    STRING("flops_profiler.output_file", OFF(flops_profiler.output_file), F_NULL),
+    INERT("flops_profiler.module_depth", "zinf profiles the device's ops, not a module tree"),
+    INERT("flops_profiler.top_modules", "zinf profiles the device's ops, not a module tree"),
+    INERT("flops_profiler.recompute_fwd_factor", "zinf counts the model FLOPs without recomputation"),
+
     // ---- DeepSpeed features zinf does not have ----
     UNSUPPORTED("prescale_gradients", "false", NULL),
     UNSUPPORTED("gradient_predivide_factor", "1.0", NULL),
@@ -265,7 +275,6 @@ const key zinf_config_keys[] = {
     UNSUPPORTED("memory_breakdown", "false", "zinf logs memory per tier every step"),
     UNSUPPORTED("dump_state", "false", NULL),
     SWITCHED_OFF("amp"),
-    SWITCHED_OFF("flops_profiler"),
     UNSUPPORTED("wandb", "{\"enabled\": false}", "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
     UNSUPPORTED("comet", "{\"enabled\": false}", "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
     SWITCHED_OFF("elasticity"),

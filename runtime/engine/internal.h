@@ -284,6 +284,7 @@ typedef struct zeropp_state {
 typedef struct step_state {
     int micro_batches;   // since the last step
     double started_at;   // zinf_clock_s at its first forward (an evaluation's before it does not count)
+    bool profiling;      // flops_profiler: this step's ops are being timed
     double loss_sum;     // their mean losses, summed in order
     double last_loss;    // of the last forward
     bool have_forward;   // a forward waits for its backward

@@ -10,6 +10,7 @@
 // cpu, the sub-groups whose gradients the step's last backward makes final are updated
 // under that backward on the guess that the step will neither clip nor overflow; the
 // step keeps them or has them redone (offload/optim_tier.c).
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,11 +28,78 @@ static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
     return e->params.ops->after_op(e, op);
 }
 
+// flops_profiler: the ops of step profile_step are timed from its first forward.
+static zinf_status profile_start(zinf_engine *e) {
+    const zinf_flops_profiler_config *fp = &e->cfg.flops_profiler;
+    if (!fp->enabled || e->step.profiling || e->step.steps_taken + 1 != fp->profile_step) return ZINF_OK;
+    zinf_sim_params model;
+    zinf_device_profile_model(zinf_device_get_caps(e->dev), &e->cfg.device.sim, &model);
+    ZINF_CHECK(zinf_device_profile_start(e->dev, &model));
+    e->step.profiling = true;
+    return ZINF_OK;
+}
+
+// At the profiled step's end: every rank stops its profile; rank 0 writes the table with
+// the step's time and model FLOPs (6 per parameter and token, and attention's scores and
+// weighted sums) to output_file, or logs it.
+static zinf_status profile_report(zinf_engine *e, const zinf_step_info *si) {
+    if (!e->step.profiling) return ZINF_OK;
+    e->step.profiling = false;
+    enum { MAX_ROWS = 512 };
+    zinf_op_time *rows = malloc(MAX_ROWS * sizeof *rows);
+    if (!rows) return zinf_fail(ZINF_ERR_NOMEM, "flops_profiler: out of memory");
+    int n;
+    zinf_status st = zinf_device_profile_stop(e->dev, rows, MAX_ROWS, &n);
+    if (st != ZINF_OK || e->rank != 0) {
+        free(rows);
+        return st;
+    }
+    const zinf_model_params *mp = zinf_model_get_params(e->model);
+    const zinf_model_shape *s = &mp->shape;
+    double tokens = (double)e->cfg.train_batch_size * mp->seq_len;
+    double flops = tokens * (6.0 * (double)e->model_numel + 12.0 * s->n_layer * mp->seq_len * s->n_head * s->head_dim);
+    zinf_sim_params model;
+    zinf_sim_rates rates;
+    zinf_device_profile_model(zinf_device_get_caps(e->dev), &e->cfg.device.sim, &model);
+    zinf_sim_rates_of(&model, &rates);
+    const char *path = e->cfg.flops_profiler.output_file;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = path ? fopen(path, "w") : open_memstream(&text, &len);
+    if (!f) {
+        free(rows);
+        return path ? zinf_fail_errno(errno, "flops_profiler: output_file %s", path)
+                    : zinf_fail(ZINF_ERR_NOMEM, "flops_profiler: out of memory");
+    }
+    fprintf(f, "flops_profiler: step %lld on %s beside a modeled %s: %.3f s, %.0f tokens, %.4g model FLOPs, %.3f "
+               "TFLOPS%s\n",
+            (long long)si->step, zinf_device_get_caps(e->dev)->name, rates.name, si->step_seconds, tokens, flops,
+            flops / si->step_seconds / 1e12, e->sim ? " (modeled time)" : "");
+    zinf_op_times_print(f, rows, n, 1, e->cfg.flops_profiler.detailed);
+    free(rows);
+    if (fclose(f) != 0) {
+        free(text);
+        return zinf_fail_errno(errno ? errno : EIO, "flops_profiler: writing %s", path ? path : "the profile");
+    }
+    if (path) {
+        ZINF_LOG_INFO("flops_profiler: step %lld's profile written to %s", (long long)si->step, path);
+        return ZINF_OK;
+    }
+    char *rest;
+    for (char *line = strtok_r(text, "\n", &rest); line; line = strtok_r(NULL, "\n", &rest))
+        ZINF_LOG_INFO("%s", line);
+    free(text);
+    return ZINF_OK;
+}
+
 zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss) {
     if (!e || !tokens || !targets || !loss)
         return zinf_fail(ZINF_ERR_INVAL, "engine forward: a required argument is NULL");
     ZINF_CHECK(zinf_latch_raise(e->failure));
-    if (e->step.micro_batches == 0) e->step.started_at = zinf_clock_s();
+    if (e->step.micro_batches == 0) {
+        e->step.started_at = zinf_clock_s();
+        ZINF_CHECK(profile_start(e));
+    }
     // The objective is the mean over every micro-batch of every rank; fp16 scales it.
     double scale = e->step.scaler.scale;
     float dloss = (float)(scale / ((double)e->cfg.gradient_accumulation_steps * e->world));
@@ -364,6 +432,7 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     ZINF_CHECK(e->optim.update->run(e, info->skipped ? NULL : &h, info));
     info->step_seconds = zinf_clock_s() - e->step.started_at;
     ZINF_CHECK(monitor_step(e, info));
+    ZINF_CHECK(profile_report(e, info));
     if (e->cfg.comms_logger.enabled && info->step % e->cfg.steps_per_print == 0) {
         char when[48];
         snprintf(when, sizeof when, "step %lld", (long long)info->step);
