@@ -98,7 +98,8 @@ typedef enum zinf_env_knob {
     ZINF_ENV_COMM_TIMEOUT = 2,
     ZINF_ENV_RANKS_PER_NODE = 3,
     ZINF_ENV_FAULT = 4,
-    ZINF_ENV_COUNT = 5,
+    ZINF_ENV_PROGRESS = 5,
+    ZINF_ENV_COUNT = 6,
 } zinf_env_knob;
 
 // The value seen at first use (NULL when unset).

@@ -12,6 +12,7 @@ static const struct {
     [ZINF_ENV_COMM_TIMEOUT] = {"ZINF_COMM_TIMEOUT", "seconds a rank waits in a collective before it gives up on the others (default 300)"},
     [ZINF_ENV_RANKS_PER_NODE] = {"ZINF_RANKS_PER_NODE", "treat every K consecutive ranks as one node (ZeRO++ and the communication counters; default: the ranks on one host)"},
     [ZINF_ENV_SIMD] = {"ZINF_SIMD", "cap the CPU kernels' SIMD level: scalar, avx2 or avx512 (default: the best the CPU has)"},
+    [ZINF_ENV_PROGRESS] = {"ZINF_PROGRESS", "seconds between the progress lines of long work (reading init_from, exports and consolidate, io-tune; default 10; 0: every step of it)"},
     [ZINF_ENV_FAULT] = {"ZINF_FAULT", "for tests: make requests fail, KIND:N:WHAT[@RANK],... (the Nth read, write or save of this process fails with eio, enospc, eintr, eagain, short or corrupt; docs/fault-tolerance.md)"},
 };
 

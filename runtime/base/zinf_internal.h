@@ -46,6 +46,21 @@ zinf_status zinf_file_write_synced(const char *path, const char *data, size_t le
 zinf_status zinf_dir_sync(const char *dir);
 zinf_status zinf_rm_tree(const char *path);
 
+// Progress of long, otherwise silent work (progress.c): logged at info level every
+// ZINF_PROGRESS seconds (default 10; 0: every add) as "what: done of total (P%), T s,
+// about R s to go", counted in bytes or in items; work shorter than one interval
+// logs nothing, and a last line with the total when any line was logged.
+typedef struct zinf_progress {
+    const char *what;
+    int64_t total, done;
+    bool bytes;
+    double start, last, interval;
+    bool said;
+} zinf_progress;
+void zinf_progress_start(zinf_progress *p, const char *what, int64_t total, bool bytes);
+void zinf_progress_add(zinf_progress *p, int64_t n);
+void zinf_progress_end(zinf_progress *p);
+
 // CRC-32C (crc32c.c) over n bytes, continuing crc (0 to start): the CPU's instruction
 // where it has one. _blocks: nblocks independent checksums of block bytes each, one per
 // block of data, into out (three at a time on the instruction).

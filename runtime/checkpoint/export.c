@@ -33,6 +33,7 @@ typedef struct exporter {
     int *hf;
     char (*names)[96];
     void *buf, *conv;
+    zinf_progress progress; // bytes written of the files' tensors
 } exporter;
 
 typedef struct out_ctx {
@@ -44,6 +45,7 @@ typedef struct out_ctx {
 
 static zinf_status append_as(exporter *x, zinf_st_writer *w, const char *src, size_t n) {
     size_t os = zinf_dtype_size(x->to), per = CHUNK_BYTES / os;
+    zinf_progress_add(&x->progress, (int64_t)(n * os));
     if (x->from == x->to) return zinf_st_writer_append(w, src, n * os);
     for (size_t at = 0; at < n; at += per) {
         size_t m = n - at < per ? n - at : per;
@@ -151,6 +153,10 @@ static zinf_status exporter_init(exporter *x, zinf_ckpt *ck, zinf_ckpt_state sta
         }
     }
     qsort_r(x->hf, (size_t)x->n, sizeof *x->hf, by_rank, x);
+    int64_t total = 0;
+    for (int k = 0; k < x->n; k++)
+        total += (int64_t)x->t[k].nbytes;
+    zinf_progress_start(&x->progress, "export: tensor bytes written", total, true);
     return ZINF_OK;
 }
 
@@ -159,6 +165,7 @@ zinf_status zinf_ckpt_export_file(zinf_ckpt *c, const char *path, zinf_ckpt_stat
     exporter x;
     ZINF_CHECK(exporter_init(&x, c, state, dt));
     zinf_status s = write_file_of(&x, path, x.hf, x.n);
+    if (s == ZINF_OK) zinf_progress_end(&x.progress);
     exporter_free(&x);
     return s;
 }
@@ -285,6 +292,7 @@ zinf_status zinf_ckpt_export_dir(zinf_ckpt *c, const char *dir, zinf_ckpt_state 
     else
         slash[slash == parent] = '\0'; // "/x" -> "/", "a/b" -> "a"
     if (s == ZINF_OK) s = zinf_dir_sync(parent);
+    if (s == ZINF_OK) zinf_progress_end(&x.progress);
     exporter_free(&x);
     return s;
 }

@@ -21,6 +21,7 @@ void cli_print_io_result(const io_spec *s, const io_result *r, bool json) {
     printf("%-6s %10s %10s %6u %8u %6d %7s %9.3f %9.3f\n", r->op,
            zinf_size_format(r->bytes, size, sizeof size), zinf_size_format(s->block_size, block, sizeof block),
            s->queue_depth, s->threads, s->ndirs, r->direct ? "yes" : "no", r->bytes_per_s / 1e9, r->seconds);
+    fflush(stdout); // each result as it is measured, into a pipe too
 }
 
 void cli_print_io_header(void) {

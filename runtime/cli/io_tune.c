@@ -70,6 +70,8 @@ int cli_io_tune(int argc, char **argv) {
     double best_time = 0;
     io_spec best = {0};
     if (rc == CLI_OK && !json) cli_print_io_header();
+    zinf_progress progress; // a setting takes seconds; a grid of them, minutes
+    zinf_progress_start(&progress, "io-tune: settings measured", (int64_t)nb * nq * nt, false);
     for (int b = 0; rc == CLI_OK && b < nb; b++) {
         for (int q = 0; rc == CLI_OK && q < nq; q++) {
             for (int t = 0; rc == CLI_OK && t < nt; t++) {
@@ -91,9 +93,11 @@ int cli_io_tune(int argc, char **argv) {
                     cli_print_io_result(&s, &res[i], json);
                 double total = res[0].seconds + res[1].seconds;
                 if (best_time == 0 || total < best_time) best_time = total, best = s;
+                zinf_progress_add(&progress, 1);
             }
         }
     }
+    if (rc == CLI_OK) zinf_progress_end(&progress);
     if (rc == CLI_OK) {
         json_t *aio = json_pack("{s:{s:I, s:I, s:I, s:b, s:b}}", "aio", "block_size", (json_int_t)best.block_size,
                                 "queue_depth", (json_int_t)best.queue_depth, "intra_op_parallelism",

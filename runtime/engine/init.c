@@ -54,6 +54,11 @@ zinf_status init_partition(zinf_engine *e) {
     if (from) file = malloc(most * sizeof *file);
     zinf_status st =
         vals && tmp && bufs && (file || !from) ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "engine init: out of memory");
+    int reading = 0; // the modules with parameters of their own (a tied head has none)
+    for (int i = 0; from && i < e->module_count; i++)
+        reading += e->layout[i].numel > 0;
+    zinf_progress progress; // a large model directory takes minutes to read
+    zinf_progress_start(&progress, "engine: modules read from model.init_from", reading, false);
     for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
         if (!l->numel) continue;
@@ -62,6 +67,7 @@ zinf_status init_partition(zinf_engine *e) {
             st = zinf_model_read_weights(e->model, from, ZINF_DTYPE_F32, bufs);
             bufs[i] = NULL;
             if (st != ZINF_OK) break;
+            zinf_progress_add(&progress, 1);
         }
         // The 16-bit parameters this rank holds: the whole buffer, or at stage 3 its slice.
         size_t lo = l->param_lo, n = l->param_n;
@@ -71,6 +77,7 @@ zinf_status init_partition(zinf_engine *e) {
         st = e->params.storage->write(e, i, lo, n, tmp);
         if (st == ZINF_OK) st = states_write(e, ZINF_TIER_MASTER, l->part_off, l->part_n, vals + (l->part_lo - lo));
     }
+    if (st == ZINF_OK) zinf_progress_end(&progress);
     if (st == ZINF_OK) st = states_zero(e);
     free(vals), free(tmp), free(file), free(bufs);
     return st;

@@ -190,4 +190,14 @@ expect 1 "$Z" consolidate "$tmp/bad" "$tmp/xdir"
 grep -q 'rank0.safetensors: tensor "[^"]*": checksum' "$tmp/err" || fail "a corrupted rank file, into a directory: $(cat "$tmp/err")"
 [ -z "$(ls "$tmp" | grep '^xdir')" ] || fail "a failed export left $(ls "$tmp" | grep xdir)"
 
+# Progress (ZINF_PROGRESS=0: a line for every piece): the bytes written grow to the
+# total, then one line says it is done.
+ZINF_PROGRESS=0 expect 0 "$Z" consolidate "$tmp/ck" "$tmp/progress.safetensors"
+python3 - "$tmp/err" <<'PY' || fail "progress lines: $(head -3 "$tmp/err"; tail -2 "$tmp/err")"
+import re, sys
+lines = [l for l in open(sys.argv[1]) if "export: tensor bytes written" in l]
+done = [float(m.group(1)) for m in (re.search(r"written: ([0-9.]+) [KMG]iB of", l) for l in lines) if m]
+assert len(done) > 3 and done == sorted(done), done
+assert re.search(r"export: tensor bytes written: done, [0-9.]+ [KMG]iB in [0-9]+ s$", lines[-1]), lines[-1]
+PY
 finish test_consolidate

@@ -57,7 +57,16 @@ print(f"{name}: losses within {worst:.2g} (relative) of torch's, weights within 
 PY
 }
 
-run 1 "$tmp/s0" --set checkpoint.dir="$tmp/s0.ck"
+ZINF_PROGRESS=0 run 1 "$tmp/s0" --set checkpoint.dir="$tmp/s0.ck"
+# Reading init_from says how far it is (ZINF_PROGRESS=0: after every module).
+python3 - "$tmp/s0.err" <<'PY' || fail "init_from progress: $(grep init_from "$tmp/s0.err" | head -3)"
+import re, sys
+got = [re.search(r"engine: modules read from model.init_from: (\d+) of (\d+) ", l) for l in open(sys.argv[1])]
+got = [(int(m.group(1)), int(m.group(2))) for m in got if m]
+n = got[0][1]
+assert [k for k, _ in got] == list(range(1, n)) and {t for _, t in got} == {n}, got
+assert any(f"model.init_from: done, {n} in" in l for l in open(sys.argv[1]))
+PY
 against_torch s0 "$tmp/s0"
 run 1 "$tmp/n1" --set checkpoint.dir="$tmp/n1.ck" "${nvme[@]}"
 against_torch n1 "$tmp/n1"
