@@ -1,15 +1,12 @@
 """zinf.Engine: training from Python gives `zinf train`'s losses and weights bit for bit,
 its checkpoints resume either way, DeepSpeed's safe_get/set_full names read and write
 the states, and bad input raises ZinfError naming what is wrong."""
-import json
-import subprocess
-
 import numpy as np
 import pytest
 import torch
+from zinf_train import zinf_train
 
 import zinf
-from zinf._lib import CLI_PATH
 
 CONFIG = "examples/gpt-bytes-zero3.json"  # ZeRO stage 3, optimizer states and parameters on NVMe
 SEQ = 32
@@ -36,13 +33,7 @@ def run(tmp_path):
 
 
 def cli(sets, *args):
-    argv = [CLI_PATH, "train", CONFIG, "--json", *args]
-    for k, v in sets.items():
-        argv += ["--set", f"{k}={v}"]
-    r = subprocess.run(argv, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    lines = [json.loads(l) for l in r.stdout.splitlines()]
-    return [l for l in lines if "step" in l and not l.get("final")], lines[-1]
+    return zinf_train(CONFIG, sets, *args)
 
 
 def test_train_batch_gives_zinf_trains_losses_and_weights(run):

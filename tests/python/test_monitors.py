@@ -3,13 +3,13 @@ with TensorBoard's own reader and as CSV, and every value is the one `zinf train
 printed for the step (TensorBoard holds float32); a resumed run appends; zinf.Engine
 writes the same; wandb is refused naming the two that work."""
 import csv
-import json
 import pathlib
 import subprocess
 
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from zinf_train import zinf_train
 
 import zinf
 from zinf._lib import CLI_PATH
@@ -38,12 +38,7 @@ def sets(tmp_path):
 
 
 def train(sets, *args):
-    argv = [CLI_PATH, "train", CONFIG, "--json", *args]
-    for k, v in sets.items():
-        argv += ["--set", f"{k}={v}"]
-    r = subprocess.run(argv, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return [l for l in map(json.loads, r.stdout.splitlines()) if not l.get("final")]
+    return zinf_train(CONFIG, sets, *args)[0]
 
 
 def tensorboard(directory):
