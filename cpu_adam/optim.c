@@ -279,6 +279,53 @@ void zinf_cpu_add_first(zinf_cpu_pool *pool, float *dst, const float *src, size_
     zinf_cpu_pool_run(pool, add_worker, &j);
 }
 
+typedef struct add_stats_job {
+    zinf_cpu_pool *pool;
+    sumsq_fn f;
+    float *dst;
+    const float *src;
+    size_t n, nblocks;
+    bool first;
+    double *sums;
+} add_stats_job;
+
+// Whole blocks of the norm's, each added (add_worker's arithmetic) and then squared
+// (stats_worker's kernel) while it is in cache.
+static void add_stats_worker(void *arg, int i, int nthreads) {
+    (void)nthreads;
+    const add_stats_job *j = arg;
+    size_t lo, hi;
+    zinf_cpu_pool_range(j->pool, j->nblocks * 64, i, &lo, &hi);
+    for (size_t b = lo / 64; b < hi / 64; b++) {
+        float *d = j->dst + b * STATS_BLOCK;
+        const float *s = j->src + b * STATS_BLOCK;
+        size_t len = block_len(j->n, b);
+        for (size_t x = 0; x < len; x++)
+            d[x] = (j->first ? 0.0f : d[x]) + s[x];
+        j->sums[b] = j->f(d, ZINF_DTYPE_F32, len);
+    }
+}
+
+zinf_status zinf_cpu_add_stats(zinf_cpu_pool *pool, float *dst, const float *src, size_t n, bool first,
+                               zinf_grad_stats *out) {
+    ZINF_CHECK(check_grad(dst, ZINF_DTYPE_F32, n));
+    size_t nblocks = (n + STATS_BLOCK - 1) / STATS_BLOCK;
+    double *sums = malloc((nblocks ? nblocks : 1) * sizeof *sums);
+    if (!sums) return zinf_fail(ZINF_ERR_NOMEM, "cpu_adam: out of memory for %zu block sums", nblocks);
+    add_stats_job j = {.pool = pool,
+                       .f = kernels_for(zinf_simd_active()).sumsq,
+                       .dst = dst,
+                       .src = src,
+                       .n = n,
+                       .nblocks = nblocks,
+                       .first = first,
+                       .sums = sums};
+    zinf_cpu_pool_run(pool, add_stats_worker, &j);
+    finish(sums, nblocks, out);
+    free(sums);
+    return ZINF_OK;
+}
+
 static void copy_worker(void *arg, int i, int nthreads) {
     (void)nthreads;
     const add_job *j = arg;

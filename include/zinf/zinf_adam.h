@@ -157,6 +157,11 @@ void zinf_cpu_add(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);
 // dst[i] = 0 + src[i]: zinf_cpu_add into zeros, the same bits (a -0 comes out +0),
 // without zeroing dst first or reading it.
 void zinf_cpu_add_first(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);
+// zinf_cpu_add (zinf_cpu_add_first with first) and then zinf_grad_stats_pool of dst, in
+// one pass: each block of the norm's is added and then squared while it is in cache.
+// The same bits as the two calls.
+zinf_status zinf_cpu_add_stats(zinf_cpu_pool *pool, float *dst, const float *src, size_t n, bool first,
+                               zinf_grad_stats *out);
 // dst[i] = src[i] for i < n, each worker its share (one pass a single thread would take
 // several times as long over).
 void zinf_cpu_copy(zinf_cpu_pool *pool, float *dst, const float *src, size_t n);

@@ -128,9 +128,9 @@ zinf_status zinf_comm_log_summary(const zinf_comm *c, char **out) {
         pthread_mutex_lock(&l->lock);
         comm_record *r = malloc((size_t)(l->count ? l->count : 1) * sizeof *r);
         int n = r ? l->count : 0;
-        if (r) memcpy(r, l->records, (size_t)n * sizeof *r);
+        if (n) memcpy(r, l->records, (size_t)n * sizeof *r); // (no records yet: no array)
         pthread_mutex_unlock(&l->lock);
-        qsort(r, (size_t)n, sizeof *r, by_op_then_size);
+        if (n) qsort(r, (size_t)n, sizeof *r, by_op_then_size);
         if (n)
             fprintf(f, "%-20s%-20s%-20s%-20s%-20s%-20s%-20s%-8s%s\n", "Comm. Op", "Message Size", "Count",
                     "Total Latency(ms)", "Avg Latency(ms)", "tput_avg (Gbps)", "busbw_avg (Gbps)", "Ranks", "Path");

@@ -160,7 +160,8 @@ typedef struct grad_add_job {
 // left, with the bits of adding to zeros: no pass zeroing the gradients, and no read of
 // them in that addition. In
 // the step's last backward a module whose last piece this adds has its final gradient:
-// its norms are taken now, under the rest of the backward, instead of in the step.
+// its norms are taken now, under the rest of the backward, instead of in the step; when
+// that piece is the module's whole slice, in the same pass as the addition.
 static void grad_add_run(void *arg) {
     grad_add_job *j = arg;
     zinf_engine *e = j->e;
@@ -169,17 +170,26 @@ static void grad_add_run(void *arg) {
     for (int k = bk->first; k < bk->first + bk->count; k++) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
+        bool last = j->backward >= 0 && e->grads.last_piece[p->mod] == k, whole = last && p->lo == 0 && p->n == l->slice;
+        zinf_status st = ZINF_OK;
         for (size_t r = 0; r < W; r++) {
             if (!partition_holds(e, r)) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
             float *dst = e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
-            if (j->overwrite && p->first)
+            bool first = j->overwrite && p->first;
+            if (whole) { // the norms of the slice, as states_grad_norms takes them
+                zinf_grad_stats gs = {0};
+                if (st == ZINF_OK) st = zinf_cpu_add_stats(e->optim.pool, dst, src, p->n, first, &gs);
+                double *norm = &e->grads.host_norms[2 * ((size_t)p->mod * W + r)];
+                norm[0] = gs.sumsq, norm[1] = gs.nonfinite;
+            } else if (first) {
                 zinf_cpu_add_first(e->optim.pool, dst, src, p->n);
-            else
+            } else {
                 zinf_cpu_add(e->optim.pool, dst, src, p->n);
+            }
         }
-        if (j->backward < 0 || e->grads.last_piece[p->mod] != k) continue;
-        zinf_status st = states_grad_norms(e, p->mod, e->grads.host_norms);
+        if (!last) continue;
+        if (!whole) st = states_grad_norms(e, p->mod, e->grads.host_norms);
         if (st != ZINF_OK) {
             zinf_latch_set(e->failure, st);
             continue;

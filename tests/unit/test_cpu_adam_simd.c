@@ -441,6 +441,39 @@ static void errors(void) {
     zinf_cpu_pool_destroy(pool);
 }
 
+// zinf_cpu_add_stats: the same dst and the same norm, to the bit, as zinf_cpu_add (or
+// _first) followed by zinf_grad_stats_pool, over lengths of several blocks with ragged
+// ends, on every pool; an inf in the sums is flagged the same way.
+static void pool_add_stats(zinf_cpu_pool **pools, int npools) {
+    const size_t lens[] = {0, 1, 37, 65536, 65537, 3 * 65536 + 4099};
+    size_t nlens = sizeof lens / sizeof lens[0], most = lens[nlens - 1];
+    float *a = malloc(most * sizeof *a), *b = malloc(most * sizeof *b), *src = malloc(most * sizeof *src);
+    CHECK(a && b && src, "out of memory");
+    for (int k = 0; a && b && src && k < npools; k++)
+        for (size_t li = 0; li < nlens; li++)
+            for (int first = 0; first < 2; first++) {
+                size_t n = lens[li];
+                for (size_t i = 0; i < n; i++) {
+                    a[i] = b[i] = 0x1p-8f * (float)(i % 1013) - 1.0f;
+                    src[i] = 0x1p-12f * (float)((i * 7) % 509) - 0.06f;
+                }
+                if (n > 70000) src[70000] = INFINITY;
+                zinf_grad_stats want, got;
+                if (first)
+                    zinf_cpu_add_first(pools[k], a, src, n);
+                else
+                    zinf_cpu_add(pools[k], a, src, n);
+                CHECK(zinf_grad_stats_pool(pools[k], a, ZINF_DTYPE_F32, n, &want) == ZINF_OK, "%s", zinf_last_error());
+                CHECK(zinf_cpu_add_stats(pools[k], b, src, n, first, &got) == ZINF_OK, "%s", zinf_last_error());
+                CHECK(memcmp(a, b, n * sizeof *a) == 0, "add_stats of %zu (first %d) on %d threads: other values", n,
+                      first, k + 1);
+                CHECK(memcmp(&want.sumsq, &got.sumsq, sizeof want.sumsq) == 0 && want.nonfinite == got.nonfinite,
+                      "add_stats of %zu (first %d) on %d threads: norm %a (%d), want %a (%d)", n, first, k + 1,
+                      got.sumsq, got.nonfinite, want.sumsq, want.nonfinite);
+            }
+    free(a), free(b), free(src);
+}
+
 // zinf_cpu_copy: every element, whatever the pool's split of odd lengths, and none past.
 static void pool_copy(zinf_cpu_pool **pools, int npools) {
     for (int k = 0; k < npools; k++)
@@ -504,6 +537,7 @@ int main(void) {
     stats(pools, 3);
     pool_steps(pools, 3);
     pool_add(pools, 3);
+    pool_add_stats(pools, 3);
     pool_copy(pools, 3);
     from_elsewhere();
     errors();
