@@ -91,6 +91,8 @@ static int parse(trainer *t, int argc, char **argv) {
     if (!t->cfg.model.present)
         return cli_usage("train", "%s: no \"model\" section; add e.g. {\"model\": {\"preset\": \"gpt2\"}}",
                          argv[optind]);
+    if (t->op_profile && t->cfg.flops_profiler.enabled)
+        return cli_usage("train", "--op-profile and flops_profiler.enabled both profile the device's ops; use one");
     if (zinf_schedule_check(&t->cfg.scheduler) != ZINF_OK) return cli_fail("train", CLI_USAGE);
     return CLI_OK;
 }

@@ -5,7 +5,7 @@
 # times its seconds), then per op and shape (detailed) the count, device and model ms;
 # each op's count is what `--op-profile` counts per step over the later steps. Without
 # output_file, rank 0 logs it; on 2 ranks too. An output_file that cannot be written
-# stops the run naming it.
+# stops the run naming it; --op-profile beside it is a usage error.
 # timeout: 40 san=90 cuda-emu=60 san-cuda-emu=200
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -67,6 +67,9 @@ grep -q "^zinf\[rank 0\]: info: flops_profiler: step 2 on " "$tmp/two.err" || fa
 grep -q "^zinf\[rank 0\]: info: gemm  *bf16  " "$tmp/two.err" || fail "2 ranks: no gemm row: $(grep -A3 flops_profiler "$tmp/two.err")"
 [ "$(grep -c "flops_profiler: step" "$tmp/two.err")" = 1 ] || fail "2 ranks: more than rank 0 logged"
 
+expect 2 "$Z" train "$tmp/cfg.json" --steps 2 --op-profile
+grep -q -- "--op-profile and flops_profiler.enabled both profile the device's ops; use one" "$tmp/err" ||
+  fail "--op-profile with flops_profiler: $(cat "$tmp/err")"
 expect 1 "$Z" train "$tmp/cfg.json" --steps 2 --set flops_profiler.output_file="$tmp/no/such/dir/p.txt"
 grep -q "flops_profiler: output_file $tmp/no/such/dir/p.txt" "$tmp/err" || fail "unwritable file: $(cat "$tmp/err")"
 finish test_flops_profiler
