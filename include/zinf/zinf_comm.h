@@ -84,6 +84,9 @@ typedef enum zinf_comm_op {
 extern const char *const zinf_comm_op_names[ZINF_COMM_OPS + 1];
 // ops: a bit (1 << op) per kind logged.
 zinf_status zinf_comm_log_start(zinf_comm *c, unsigned ops, bool verbose);
+// Stop logging and drop the records (a later start begins afresh); after the
+// communicators split from c are destroyed. Not started: a no-op.
+void zinf_comm_log_stop(zinf_comm *c);
 // What has been logged, as DeepSpeed's comms summary table (malloc'd; free()): per kind
 // and message size the count, total and mean latency (ms), and the mean algorithm and
 // bus bandwidth (Gbps, as nccl-tests defines them); "" when nothing was logged.

@@ -9,6 +9,7 @@ The config is a DeepSpeed-style file or dict, validated by zinf's own parser; `s
 overrides keys as `zinf train --set` does. Before the engine allocates anything the plan
 is judged on every rank, and a plan past a budget raises ZinfError as the CLI refuses it.
 """
+import atexit
 import ctypes
 import json
 import os
@@ -45,6 +46,19 @@ def _read(buf, struct, field, ctype):
 
 def _struct(name):
     return (ctypes.c_char * abi(name))()
+
+
+_process_comm = None  # the job's communicator: one per process, kept until exit (MPI starts once)
+
+
+def _comm():
+    global _process_comm
+    if _process_comm is None:
+        comm = c_ptr()
+        check_status(lib.zinf_comm_create(ctypes.byref(comm), abi("ZINF_COMM_AUTO"), 0.0))
+        _process_comm = comm
+        atexit.register(lib.zinf_comm_destroy, comm)
+    return _process_comm
 
 
 def _sets(set):
@@ -84,9 +98,7 @@ class Engine:
             self.config = json.loads(ctypes.string_at(out).decode())  # normalized, every default filled in
         finally:
             libc_free(out)
-        comm = c_ptr()
-        check_status(lib.zinf_comm_create(ctypes.byref(comm), abi("ZINF_COMM_AUTO"), 0.0))
-        self._comm = comm
+        self._comm = comm = _comm()
         self.rank, self.world_size = lib.zinf_comm_rank(comm), lib.zinf_comm_size(comm)
         self._admit()
         engine = c_ptr()
@@ -274,14 +286,12 @@ class Engine:
     # ---- the end ----
 
     def close(self):
-        """Free the engine, leave the job (MPI is finalized when the engine started it) and
-        free the config. The engine is unusable after."""
+        """Free the engine and the config. The engine is unusable after; the process stays
+        in the job (MPI starts once a process), so another Engine may follow."""
         if self._engine:
             lib.zinf_engine_destroy(self._engine)
             self._engine = None
-        if self._comm:
-            lib.zinf_comm_destroy(self._comm)
-            self._comm = None
+        self._comm = None
         if self._cfg_loaded:
             lib.zinf_config_free(self._cfg)
             self._cfg_loaded = False

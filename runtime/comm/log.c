@@ -40,6 +40,12 @@ zinf_status zinf_comm_log_start(zinf_comm *c, unsigned ops, bool verbose) {
     return ZINF_OK;
 }
 
+void zinf_comm_log_stop(zinf_comm *c) {
+    if (!c || !c->own_log) return;
+    comm_log_free(c->own_log);
+    c->log = c->own_log = NULL;
+}
+
 void comm_log_free(comm_log *l) {
     if (!l) return;
     pthread_mutex_destroy(&l->lock);

@@ -110,8 +110,10 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     zinf_device_get_busy(e->dev, &e->step.busy_seen);
     if (e->rank == 0) ZINF_CHECK(zinf_monitor_open(&e->monitor, cfg));
     const zinf_comms_logger_config *cl = &cfg->comms_logger;
-    if (cl->enabled)
+    if (cl->enabled) {
         ZINF_CHECK(zinf_comm_log_start(comm, cl->prof_all ? (1u << ZINF_COMM_OPS) - 1 : cl->prof_ops, cl->verbose));
+        e->comms_logged = true;
+    }
     return ZINF_OK;
 }
 
@@ -138,7 +140,7 @@ void zinf_engine_destroy(zinf_engine *e) {
     if (!e) return;
     zinf_optim_tier_join(e->optim.tier);
     zinf_monitor_close(e->monitor);
-    if (e->cfg.comms_logger.enabled) engine_log_comms(e, "the run");
+    if (e->comms_logged) engine_log_comms(e, "the run");
     if (e->comm_stream) zinf_stream_sync(e->comm_stream);
     if (e->compute_stream) zinf_stream_sync(e->compute_stream);
     engine_reap(e, true);
@@ -163,6 +165,7 @@ void zinf_engine_destroy(zinf_engine *e) {
     zinf_stream_destroy(e->compute_stream);
     zinf_device_destroy(e->dev);
     zinf_latch_destroy(e->failure);
+    if (e->comms_logged) zinf_comm_log_stop(e->comm); // the communicators split from it are gone
     free(e);
 }
 

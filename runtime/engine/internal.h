@@ -331,6 +331,7 @@ struct zinf_engine {
     size_t staging_bytes;
     pending_frees pending;
     zinf_monitor *monitor; // rank 0: the config's tensorboard and csv_monitor; NULL: none
+    bool comms_logged;     // this engine started the comms logger on comm (stopped when destroyed)
 
     parameters params;
     gradients grads;

@@ -433,7 +433,7 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     info->step_seconds = zinf_clock_s() - e->step.started_at;
     ZINF_CHECK(monitor_step(e, info));
     ZINF_CHECK(profile_report(e, info));
-    if (e->cfg.comms_logger.enabled && info->step % e->cfg.steps_per_print == 0) {
+    if (e->comms_logged && info->step % e->cfg.steps_per_print == 0) {
         char when[48];
         snprintf(when, sizeof when, "step %lld", (long long)info->step);
         engine_log_comms(e, when);

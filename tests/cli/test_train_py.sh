@@ -5,8 +5,9 @@
 # with the example's config (ZeRO stage 3, optimizer states and parameters on NVMe).
 # One rank and two (mpirun) give the same weights; the directory it writes loads with
 # transformers' from_pretrained, holds the tokenizer, and differs from the model it
-# started from. A text too short for one window is refused naming the file.
-# timeout: 60 san=150 cuda-emu=60
+# started from. Two engines one after the other in each of 2 ranks both train (the
+# process stays in the job). A text too short for one window is refused naming the file.
+# timeout: 70 san=200 cuda-emu=90
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
@@ -75,6 +76,25 @@ moved = [k for k in b if not torch.equal(b[k].float(), a[k].float())]
 assert moved, "nothing moved"
 PY
 
+# Two engines one after the other in each of 2 ranks (a notebook's second run): the
+# process stays in the job, and the second engine's comms logger starts afresh.
+cat > "$tmp/two.py" <<'PY' # a file: mpirun gives its standard input to rank 0 alone
+import sys
+import numpy as np
+import zinf
+tmp, backend = sys.argv[1:]
+sets = {"device.backend": backend, "train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
+        "model": '{"init_from": "%s/model"}' % tmp, "data": '{"seq_len": 16}', "checkpoint": "{}",
+        "zero_optimization.offload_optimizer.nvme_path": tmp + "/swap",
+        "zero_optimization.offload_param.nvme_path": tmp + "/swap", "comms_logger.enabled": True}
+for run in range(2):
+    with zinf.Engine("examples/llama-3.2-1b-nvme.json", set=sets) as e:
+        assert e.world_size == 2
+        e.train_batch(np.arange(2 * 17).reshape(2, 17) % 300)
+        print(f"run {run}: rank {e.rank} step {e.global_steps}")
+PY
+expect 0 mpirun -np 2 "$PY" "$tmp/two.py" "$tmp" "$backend"
+[ "$(grep -c "^run [01]: rank [01] step 1$" "$tmp/out")" = 4 ] || fail "two engines in a row: $(cat "$tmp/out"; tail -5 "$tmp/err")"
 expect 1 "$PY" examples/train.py "$tmp/model" "$tmp/short.txt" --seq-len 32 "${sets[@]}"
 grep -q "short.txt: [0-9]* tokens hold no window of 32 + 1" "$tmp/err" || fail "short text: $(cat "$tmp/err")"
 finish test_train_py
