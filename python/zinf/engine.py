@@ -45,7 +45,9 @@ def _read(buf, struct, field, ctype):
 
 
 def _struct(name):
-    return (ctypes.c_char * abi(name))()
+    """A zeroed buffer of the library's size for struct name, aligned as its doubles and
+    pointers need."""
+    return (ctypes.c_uint64 * ((abi(name) + 7) // 8))()
 
 
 _process_comm = None  # the job's communicator: one per process, kept until exit (MPI starts once)
