@@ -80,7 +80,9 @@ typedef enum zinf_comm_op {
     ZINF_COMM_BARRIER = 5,
     ZINF_COMM_OPS = 6,
 } zinf_comm_op;
-// DeepSpeed's names, "all_reduce", ..., by zinf_comm_op, then NULL.
+// DeepSpeed's names, by zinf_comm_op, then NULL: an initializer, so that the config's
+// schema (which does not link the comm layer) spells them from the same list.
+#define ZINF_COMM_OP_NAMES {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", NULL}
 extern const char *const zinf_comm_op_names[ZINF_COMM_OPS + 1];
 // ops: a bit (1 << op) per kind logged.
 zinf_status zinf_comm_log_start(zinf_comm *c, unsigned ops, bool verbose);

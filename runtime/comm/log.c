@@ -9,8 +9,7 @@
 
 #include "internal.h"
 
-const char *const zinf_comm_op_names[ZINF_COMM_OPS + 1] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                                            "all_to_all", "barrier",    NULL};
+const char *const zinf_comm_op_names[ZINF_COMM_OPS + 1] = ZINF_COMM_OP_NAMES;
 
 typedef struct comm_record {
     zinf_comm_op op;

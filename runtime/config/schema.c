@@ -37,6 +37,7 @@ static const char *const data_formats[] = {"tokens-u16", "text-bytes", "tokens-u
 static const char *const samplings[] = {"random", "sequential", NULL};
 static const char *const backends[] = {"auto", "host", "cuda", "sim", NULL};
 static const char *const sim_gpus[] = {"h100", "h200", "a100", "rtx4090", NULL};
+static const char *const comm_ops[] = ZINF_COMM_OP_NAMES; // comms_logger.prof_ops: a bit per zinf_comm_op
 
 #define SECTION(p, o, fl)                                                                                              \
     { .path = p, .kind = K_SECTION, .off = o, .flags = fl }
@@ -254,7 +255,7 @@ const key zinf_config_keys[] = {
     BOOL("comms_logger.verbose", OFF(comms_logger.verbose), 0),
     BOOL("comms_logger.prof_all", OFF(comms_logger.prof_all), 1),
     {.path = "comms_logger.prof_ops", .kind = K_NAMES, .off = OFF(comms_logger.prof_ops),
-     .names = zinf_comm_op_names},
+     .names = comm_ops},
     INERT("comms_logger.debug", "zinf's records already name each collective's path (mpi, nccl, sim) and ranks"),
 
     // ---- the flops profiler (the engine's op profile of one step) ----
