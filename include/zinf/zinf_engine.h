@@ -84,6 +84,11 @@ typedef struct zinf_step_info {
 // Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients.
 zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info);
 
+// Model FLOPs per token of a training step (forward and backward, no recompute): 6 per
+// parameter, and attention's scores and weighted sums, 12 * n_layer * seq_len * n_head *
+// head_dim (a sliding window's saving not counted). What TFLOPS figures divide.
+double zinf_engine_flops_per_token(const zinf_engine *e);
+
 // The fp16 loss scale the next step's gradients carry (1 without fp16).
 double zinf_engine_loss_scale(const zinf_engine *e);
 

@@ -70,6 +70,7 @@ def _cpu(t, what, dtypes):
 class _Optimizer(torch.optim.Optimizer):
     # The state tensors: the kernel's field for each, and torch's name for it.
     _states = {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}
+    _takes_sparse = False  # sparse gradients: torch's Adagrad takes them, its Adam does not
 
     def __init__(self, params, defaults, threads, fp32_optimizer_states=True):
         super().__init__(params, defaults)
@@ -112,7 +113,8 @@ class _Optimizer(torch.optim.Optimizer):
     def _update(self, group, p, g, o, i, st=None):
         name = f"parameter {i}"
         _cpu(p, name, tuple(_DTYPES))
-        _cpu(g, f"the gradient of {name}", tuple(_DTYPES)) if not g.is_sparse else None
+        if not g.is_sparse:
+            _cpu(g, f"the gradient of {name}", tuple(_DTYPES))
         if g.numel() != p.numel():
             raise ZinfError(f"zinf.optim: the gradient of {name} has {g.numel()} elements, the parameter {p.numel()}")
         if o is not None:
@@ -159,7 +161,7 @@ class _Optimizer(torch.optim.Optimizer):
     def _sparse(self, p, g, states, h, name):
         """A sparse gradient (Adagrad): the kernel over the entries it holds, gathered and
         put back; torch.optim.Adagrad's update of those entries."""
-        if not isinstance(self, Adagrad):
+        if not self._takes_sparse:
             raise ZinfError(f"zinf.optim: the gradient of {name} is sparse; only Adagrad takes sparse gradients")
         if h.weight_decay:
             raise ZinfError(f"zinf.optim: the gradient of {name} is sparse, and weight_decay is not 0: torch's "
@@ -261,6 +263,7 @@ class AdamW(CPUAdam):
 class Adagrad(_Optimizer):
     """torch.optim.Adagrad with initial_accumulator_value 0; its state "sum"."""
     _states = {"exp_avg_sq": "sum"}
+    _takes_sparse = True
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, eps=1e-10, fp32_optimizer_states=True, threads=0):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps), threads,

@@ -490,6 +490,30 @@ static int time_row(plan *p, const zinf_host_rates *h) {
     return CLI_OK;
 }
 
+// The header; reduce_bucket_size as the rows use it: the config's, or the one zinf chose
+// for the device where the config leaves it out (every row has the same device, so the
+// first row's choice is every row's).
+static void print_head(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t,
+                       const args *a, int64_t chosen_bucket) {
+    char b[3][32], what[256];
+    int world = t->world;
+    zinf_model_shape_describe(s, what, sizeof what);
+    printf("%s block %d (%lld parameters), %s, micro-batch %lld x %d "
+           "tokens, accumulation %lld, %d rank%s (%d per node x %d node%s), %s backend\n",
+           what, s->block_size, (long long)zinf_model_param_count(s),
+           zinf_dtype_name(dtype_of(cfg)), (long long)cfg->train_micro_batch_size_per_gpu, seq_len,
+           (long long)cfg->gradient_accumulation_steps, world, world > 1 ? "s" : "", a->gpus, a->nodes,
+           a->nodes > 1 ? "s" : "", zinf_backend_name(t->backend));
+    printf("Per rank; traffic per optimizer step; sub_group_size %lld, reduce_bucket_size %lld%s, aio block %s%s\n",
+           (long long)cfg->zero.sub_group_size, (long long)(chosen_bucket ? chosen_bucket : cfg->zero.reduce_bucket_size),
+           chosen_bucket ? " (chosen for this device: the config leaves it out)" : "", sz(cfg->aio.block_size, b[0]),
+           cfg->activation_checkpointing.enabled ? ", activation checkpointing" : "");
+    printf("Fits: a device of %s; this machine's host memory (%s available) shared by %d rank%s, pinned %s\n\n",
+           t->device_capacity > 0 ? sz(t->device_capacity, b[1]) : "unknown capacity (set device.memory_limit)",
+           sz((int64_t)t->host.available_bytes, b[2]), t->local_ranks, t->local_ranks > 1 ? "s" : "",
+           cfg->device.pinned_memory_limit >= 0 ? "up to device.pinned_memory_limit" : "up to half of it");
+}
+
 // One row per stage and offload choice (offload_optimizer from stage 1, offload_param
 // at stage 3); with mark, the config's own is marked (and *own points at it); with
 // --time, the fastest that fits too.
@@ -512,7 +536,10 @@ static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, 
                     mine = n;
                 n++;
             }
-    if (!a->json) table_head(a->time);
+    if (!a->json) { // the rows' plans chose the bucket size the header names
+        print_head(cfg, s, seq_len, t, a, ps[0].r.choice.reduce_bucket_size);
+        table_head(a->time);
+    }
     for (int i = 0; i < n; i++) {
         if (a->json) {
             cli_print_json_line(row_json(&ps[i]));
@@ -523,29 +550,6 @@ static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, 
     if (a->time && !a->json) print_fastest(fastest >= 0 ? &ps[fastest] : NULL);
     *own = mine >= 0 ? &ps[mine] : NULL;
     return CLI_OK;
-}
-
-// The header; reduce_bucket_size as the rows use it: the config's, or the one zinf chose
-// for the device where the config leaves it out (every row has the same device).
-static void print_head(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, const zinf_plan_target *t,
-                       const args *a, int64_t chosen_bucket) {
-    char b[3][32], what[256];
-    int world = t->world;
-    zinf_model_shape_describe(s, what, sizeof what);
-    printf("%s block %d (%lld parameters), %s, micro-batch %lld x %d "
-           "tokens, accumulation %lld, %d rank%s (%d per node x %d node%s), %s backend\n",
-           what, s->block_size, (long long)zinf_model_param_count(s),
-           zinf_dtype_name(dtype_of(cfg)), (long long)cfg->train_micro_batch_size_per_gpu, seq_len,
-           (long long)cfg->gradient_accumulation_steps, world, world > 1 ? "s" : "", a->gpus, a->nodes,
-           a->nodes > 1 ? "s" : "", zinf_backend_name(t->backend));
-    printf("Per rank; traffic per optimizer step; sub_group_size %lld, reduce_bucket_size %lld%s, aio block %s%s\n",
-           (long long)cfg->zero.sub_group_size, (long long)(chosen_bucket ? chosen_bucket : cfg->zero.reduce_bucket_size),
-           chosen_bucket ? " (chosen for this device: the config leaves it out)" : "", sz(cfg->aio.block_size, b[0]),
-           cfg->activation_checkpointing.enabled ? ", activation checkpointing" : "");
-    printf("Fits: a device of %s; this machine's host memory (%s available) shared by %d rank%s, pinned %s\n\n",
-           t->device_capacity > 0 ? sz(t->device_capacity, b[1]) : "unknown capacity (set device.memory_limit)",
-           sz((int64_t)t->host.available_bytes, b[2]), t->local_ranks, t->local_ranks > 1 ? "s" : "",
-           cfg->device.pinned_memory_limit >= 0 ? "up to device.pinned_memory_limit" : "up to half of it");
 }
 
 static int estimate(args *a, zinf_config *cfg) {
@@ -562,11 +566,6 @@ static int estimate(args *a, zinf_config *cfg) {
         if (a->gpu && (rc = cli_sim_gpu("estimate", a->gpu, &cfg->device.sim.gpu)) != CLI_OK) return rc;
     }
     if (target_of(cfg, a->gpus * a->nodes, a->gpus, &t) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
-    if (!a->json) {
-        zinf_plan head;
-        if (zinf_engine_plan(cfg, &t, &head) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
-        print_head(cfg, &s, seq_len, &t, a, head.choice.reduce_bucket_size);
-    }
     // The rates: measured, or the gradient passes' from Adam's by the bytes they move.
     if (a->measure && (rc = measure(cfg, &a->rates, a->json)) != CLI_OK) return rc;
     if (!a->rates.grad_add) a->rates.grad_add = a->rates.adam * 30 / 12;

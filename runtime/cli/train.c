@@ -159,16 +159,6 @@ static void close_all(trainer *t) {
 
 static const char *sz(int64_t bytes, char *buf) { return zinf_size_format((uint64_t)bytes, buf, 32); }
 
-// Model FLOPs per token of a training step (forward and backward, no recompute): 6 per
-// parameter, and attention's scores and weighted sums, 12 * n_layer * T * n_head *
-// head_dim (a sliding window's saving not counted).
-static double flops_per_token(const trainer *t) {
-    const zinf_model_shape *s = &zinf_model_get_params(zinf_engine_model(t->e))->shape;
-    zinf_engine_memory m;
-    zinf_engine_memory_get(t->e, &m);
-    return 6.0 * (double)m.model_numel + 12.0 * s->n_layer * (double)t->seq_len * s->n_head * s->head_dim;
-}
-
 // Rank r's micro-batch m of the next global batch (the sampling contract).
 static zinf_status load_micro(trainer *t, int m) {
     int world = zinf_comm_size(t->comm), rank = zinf_comm_rank(t->comm);
@@ -392,7 +382,7 @@ static zinf_status train(trainer *t) {
     bool speak = zinf_comm_rank(t->comm) == 0;
     TRY(resume(t));
     const zinf_checkpoint_config *k = &t->cfg.checkpoint;
-    double fpt = flops_per_token(t), start = zinf_clock_s(), loss = NAN;
+    double fpt = zinf_engine_flops_per_token(t->e), start = zinf_clock_s(), loss = NAN;
     bool simulated = false; // a simulated device's loss means nothing: none is reported
     // The step of the newest checkpoint in checkpoint.dir, as far as this run knows.
     int64_t saved = k->load && strcmp(k->load, "latest") == 0 ? t->first_step : -1;

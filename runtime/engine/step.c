@@ -28,6 +28,14 @@ static zinf_status run_op(zinf_engine *e, const zinf_model_op *op) {
     return e->params.ops->after_op(e, op);
 }
 
+// A table logged a line a message (a table is longer than one log message holds); text
+// is cut up.
+static void log_lines(char *text) {
+    char *rest;
+    for (char *line = strtok_r(text, "\n", &rest); line; line = strtok_r(NULL, "\n", &rest))
+        ZINF_LOG_INFO("%s", line);
+}
+
 // flops_profiler: the ops of step profile_step are timed from its first forward.
 static zinf_status profile_start(zinf_engine *e) {
     const zinf_flops_profiler_config *fp = &e->cfg.flops_profiler;
@@ -54,10 +62,8 @@ static zinf_status profile_report(zinf_engine *e, const zinf_step_info *si) {
         free(rows);
         return st;
     }
-    const zinf_model_params *mp = zinf_model_get_params(e->model);
-    const zinf_model_shape *s = &mp->shape;
-    double tokens = (double)e->cfg.train_batch_size * mp->seq_len;
-    double flops = tokens * (6.0 * (double)e->model_numel + 12.0 * s->n_layer * mp->seq_len * s->n_head * s->head_dim);
+    double tokens = (double)e->cfg.train_batch_size * zinf_model_get_params(e->model)->seq_len;
+    double flops = tokens * zinf_engine_flops_per_token(e);
     zinf_sim_params model;
     zinf_sim_rates rates;
     zinf_device_profile_model(zinf_device_get_caps(e->dev), &e->cfg.device.sim, &model);
@@ -85,9 +91,7 @@ static zinf_status profile_report(zinf_engine *e, const zinf_step_info *si) {
         ZINF_LOG_INFO("flops_profiler: step %lld's profile written to %s", (long long)si->step, path);
         return ZINF_OK;
     }
-    char *rest;
-    for (char *line = strtok_r(text, "\n", &rest); line; line = strtok_r(NULL, "\n", &rest))
-        ZINF_LOG_INFO("%s", line);
+    log_lines(text);
     free(text);
     return ZINF_OK;
 }
@@ -345,10 +349,7 @@ void engine_log_comms(zinf_engine *e, const char *when) {
     if (e->rank != 0 || zinf_comm_log_summary(e->comm, &table) != ZINF_OK) return;
     ZINF_LOG_INFO("comms_logger: the collectives of this rank so far (%s):%s", when,
                   table[0] ? "" : " none (one rank: nothing moves)");
-    // A line a message: the table is longer than one log message holds.
-    char *rest;
-    for (char *line = strtok_r(table, "\n", &rest); line; line = strtok_r(NULL, "\n", &rest))
-        ZINF_LOG_INFO("%s", line);
+    log_lines(table);
     free(table);
 }
 
@@ -439,6 +440,12 @@ zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
         engine_log_comms(e, when);
     }
     return finish(e);
+}
+
+double zinf_engine_flops_per_token(const zinf_engine *e) {
+    const zinf_model_params *mp = zinf_model_get_params(e->model);
+    const zinf_model_shape *s = &mp->shape;
+    return 6.0 * (double)e->model_numel + 12.0 * s->n_layer * (double)mp->seq_len * s->n_head * s->head_dim;
 }
 
 double zinf_engine_loss_scale(const zinf_engine *e) { return e ? e->step.scaler.scale : 1.0; }
