@@ -160,6 +160,7 @@ typedef struct zinf_engine_memory {
     int64_t grads32;                    // fp32 gradient partition (host memory when the optimizer is offloaded)
     int64_t activations;                // device: the model's activations and scratch
     int64_t reduce_bufs;                // device: gradient buckets
+    int64_t accumulated_grads;          // device: stage 1's whole fp32 gradient summed over micro-batches
     int64_t staging;                    // pinned host: communication and gradient staging
     int64_t activation_host;            // pinned host: the activation checkpoints (cpu_checkpointing)
     int64_t host;                       // host memory of the optimizer tier: states (cpu), gradients, IO buffers

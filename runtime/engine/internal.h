@@ -64,6 +64,7 @@ typedef struct piece {
 typedef struct bucket {
     int first, count; // pieces[first .. first + count)
     size_t block;     // elements per rank block (sum of the pieces' n)
+    size_t at;        // where its W blocks start in gradients.accumulated
 } bucket;
 
 // Timed events on the compute stream around one wait: for a gather (disk when the
@@ -207,7 +208,15 @@ typedef struct partition {
 
 // The gradients (reduce.c): the 16-bit buffers the backward adds to, and their buckets.
 typedef struct gradients {
-    bool scattered;        // the buckets are reduce-scattered (stages 2-3), else all-reduced
+    bool scattered; // the buckets are reduce-scattered (stages 1-3), else all-reduced
+    // Stage 1 over several micro-batches: each rank sums its whole gradient over the
+    // step's micro-batches in fp32 on the device, bucket by bucket (a bucket's W blocks at
+    // its `at`), and the buckets are reduced once, in the step's last backward.
+    bool accumulate_locally;
+    float *accumulated; // device: every bucket's elements, in bucket order; NULL unless accumulating locally
+    size_t accumulated_bytes;
+    bool accumulating;     // it holds the sums of this step's backward passes so far
+    bool last_backward;    // the backward under way is the step's last
     void **buffers16;      // per module during backward
     int *last_backward_op; // per module: index in the schedule of its last backward use, or -1
     int current_op;        // the backward's op running now (its index in the schedule)
@@ -226,7 +235,7 @@ typedef struct gradients {
     // the step to sum. Per (module, rank slice) piece, sumsq and the inf/NaN flag.
     double *host_norms;
     int64_t backwards;     // backward passes so far
-    bool norms_on_arrival; // the backward under way is the step's last
+    bool norms_on_arrival; // the backward under way is the step's last (and not MiCS's)
     // Offloaded: the host partition holds the last step's gradients, which the next
     // backward's first additions overwrite (states.c) instead of their being zeroed.
     bool host_stale;

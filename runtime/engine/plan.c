@@ -156,7 +156,7 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
 
 // Bytes moved per optimizer step: what the replay's movers counted (the gathers at
 // stage 3, the new parameters' all-gather at stages 1-2), then following the engine's
-// copies: each micro-batch's gradient buckets to the host (reduce.c flush: the whole
+// copies: each micro-batch's gradient buckets (stage 1: the step's) to the host (reduce.c flush: the whole
 // bucket, every rank's block, where a host collective needs it or at stage 0; with NCCL
 // at stages 1-3 this rank's block), the new 16-bit parameters (the optimizer tier's
 // stores, step.c update), and on NVMe the three optimizer states read and written once,
@@ -165,7 +165,7 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
 // and losses (a few bytes per token) are left out.
 static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
     size_t W = (size_t)e->world, pad4 = 0, slice4 = 0;
-    int64_t ga = e->cfg.gradient_accumulation_steps;
+    int64_t ga = e->cfg.gradient_accumulation_steps, reductions = e->grads.accumulate_locally ? 1 : ga;
     bool staged = W > 1 && !e->nccl, offloaded = e->optim.offload != ZINF_OFFLOAD_NONE;
     out->h2d += e->counted.h2d, out->d2h += e->counted.d2h;
     for (int i = 0; i < e->module_count; i++) {
@@ -183,11 +183,11 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
             zeropp_reduce_traffic(e, (int64_t)e->grads.buckets[b].block, &intra, &inter, &pcie);
         out->d2h += (pcie + (offloaded ? (int64_t)slice4 : 0)) * ga, out->h2d += pcie * ga;
     } else if (staged) {
-        out->d2h += (int64_t)pad4 * ga;
+        out->d2h += (int64_t)pad4 * reductions;
     } else if (offloaded) {
-        out->d2h += (int64_t)(e->partition.split && W > 1 ? slice4 : pad4) * ga;
+        out->d2h += (int64_t)(e->partition.split && W > 1 ? slice4 : pad4) * reductions;
     }
-    if (staged && !offloaded && !e->zeropp.qgz) out->h2d += (int64_t)(e->grads.scattered ? slice4 : pad4) * ga;
+    if (staged && !offloaded && !e->zeropp.qgz) out->h2d += (int64_t)(e->grads.scattered ? slice4 : pad4) * reductions;
     if (e->partition.replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
         out->d2h += (int64_t)(e->partition.numel * sizeof(float)),
             out->h2d += (int64_t)(e->partition.numel * sizeof(float));
@@ -208,14 +208,16 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
 // Bytes rank 0 receives per optimizer step, as the communicator counts them, from the
 // members of each group it is in, added to what the replay's movers counted (the
 // stage-3 gathers, the stage-1/2 all-gather of the new parameters). Over the
-// partition's ranks (the world, or MiCS's shard group): each micro-batch's buckets
-// (reduce.c flush: a reduce-scatter of a block at stages 2-3, an all-reduce, twice
-// that, at 0-1; the blocks add up to the slices; qgZ's all-to-alls instead) and the
+// partition's ranks (the world, or MiCS's shard group): each micro-batch's buckets, at
+// stage 1 the step's once (reduce.c flush: a reduce-scatter of a block at stages 1-3,
+// an all-reduce, twice that, at 0; the blocks add up to the slices; qgZ's all-to-alls
+// instead) and the
 // gradient norms' pieces at stages 1-3 (step.c). Over the world: the loss and
 // micro-batch count. With MiCS, over the replication group: the gradient partition's
 // all-reduce (mics.c).
 static void comm_traffic(zinf_engine *e, zinf_plan *out) {
     int64_t part = 0, slices = 0, ga = e->cfg.gradient_accumulation_steps;
+    int64_t reductions = e->grads.accumulate_locally ? 1 : ga;
     if (e->world == 1) return;
     for (int i = 0; i < e->module_count; i++)
         slices += (int64_t)e->layout[i].slice;
@@ -226,7 +228,7 @@ static void comm_traffic(zinf_engine *e, zinf_plan *out) {
         engine_count_from(e, &e->zeropp.qgz_node, ga * intra);
         engine_count_from(e, &e->zeropp.qgz_cross, ga * inter);
     } else {
-        part += ga * slices * (int64_t)sizeof(float) * (e->grads.scattered ? 1 : 2);
+        part += reductions * slices * (int64_t)sizeof(float) * (e->grads.scattered ? 1 : 2);
     }
     if (e->partition.split) part += 2 * (int64_t)e->module_count * e->partition.ranks * (int64_t)sizeof(double);
     engine_count_from(e, &e->partition.group, part);

@@ -69,7 +69,12 @@ static const param_ops sliced = {
 void policy_choose(zinf_engine *e) {
     int64_t stage = e->cfg.zero.stage;
     e->partition.split = stage > 0;
-    e->grads.scattered = stage >= 2;
+    // Each rank needs only its part of the sums at stages 1-3: a reduce-scatter.
+    e->grads.scattered = stage >= 1;
+    // Stage 1 keeps the whole gradient and reduces it once per step, as the ZeRO paper's
+    // P_os and DeepSpeed's stage 1 do: one reduction instead of one per micro-batch, for
+    // a whole gradient's memory (stage 2's per-micro-batch reductions need none).
+    e->grads.accumulate_locally = stage == 1 && e->cfg.gradient_accumulation_steps > 1;
     e->params.storage = stage == 3 ? &params_sliced : &params_whole;
     e->params.ops = stage == 3 ? &sliced : stage > 0 ? &partitioned : &replicated;
     // The update runs under the next forward at every stage that offloads it (1-3).

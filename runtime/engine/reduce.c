@@ -1,11 +1,13 @@
 // Gradient reduction. As backward finishes a module (the last op that adds to its
 // gradient), its 16-bit gradient is widened into buckets of reduce_bucket_size elements
 // (split where one fills, so that size bounds them); a full bucket goes to the
-// communication stream, which sums it over the ranks in fp32 (all-reduce at stages
-// 0-1, reduce-scatter into the owners' slices at 2-3) and adds each rank's part to its
-// fp32 gradient partition, while the compute stream goes on with backward
-// (overlap_comm). Every stage forms the same sums in the same order, so for one world
-// size all stages accumulate bit-identical gradients.
+// communication stream, which sums it over the ranks in fp32 (all-reduce at stage 0,
+// reduce-scatter into the owners' slices at 1-3) and adds each rank's part to its fp32
+// gradient partition, while the compute stream goes on with backward (overlap_comm).
+// Stages 0, 2 and 3 reduce every micro-batch's gradients and add the sums over the
+// micro-batches; stage 1 adds each rank's micro-batches first and reduces once per step.
+// The two orders agree where a step has one micro-batch per rank or one rank: there,
+// for one world size, all stages accumulate bit-identical gradients.
 #include "internal.h"
 
 static zinf_status plan_buckets(zinf_engine *e) {
@@ -84,6 +86,8 @@ static zinf_status plan_buckets(zinf_engine *e) {
     }
     for (int k = 0; k < e->grads.piece_count; k++)
         e->grads.last_piece[e->grads.pieces[k].mod] = k;
+    for (int b = 1; b < e->grads.bucket_count; b++)
+        e->grads.buckets[b].at = e->grads.buckets[b - 1].at + W * e->grads.buckets[b - 1].block;
     free(first_op);
     return ZINF_OK;
 }
@@ -100,6 +104,12 @@ zinf_status reduce_create(zinf_engine *e) {
         ZINF_CHECK(engine_take_device(e, e->grads.bucket_capacity * sizeof(float), "gradient buckets",
                                       (void **)&e->grads.device_buckets[s]));
         if (!e->plan) ZINF_CHECK(zinf_event_create(e->dev, &e->grads.bucket_free[s]));
+    }
+    if (e->grads.accumulate_locally && e->grads.bucket_count) {
+        const bucket *last = &e->grads.buckets[e->grads.bucket_count - 1];
+        e->grads.accumulated_bytes = (last->at + (size_t)e->partition.ranks * last->block) * sizeof(float);
+        ZINF_CHECK(
+            engine_take_device(e, e->grads.accumulated_bytes, "accumulated gradients", (void **)&e->grads.accumulated));
     }
     bool host_grads = e->optim.offload != ZINF_OFFLOAD_NONE, host_comm = e->world > 1 && !e->nccl;
     if (!host_grads && !host_comm) return ZINF_OK;
@@ -126,6 +136,7 @@ void reduce_destroy(zinf_engine *e) {
         if (e->dev) zinf_device_free(e->dev, e->grads.device_buckets[s]);
         zinf_event_destroy(e->grads.bucket_free[s]);
     }
+    if (e->dev) zinf_device_free(e->dev, e->grads.accumulated);
     if (e->host) zinf_host_pool_free(e->host, e->staging, true);
     free(e->grads.last_backward_op), free(e->grads.first_piece), free(e->grads.last_piece), free(e->grads.pieces),
         free(e->grads.buckets);
@@ -185,6 +196,19 @@ static zinf_status flush(zinf_engine *e, int b) {
     return e->cfg.zero.overlap_comm ? ZINF_OK : engine_wait_streams(e);
 }
 
+// Bucket b's pieces are all in its buffer: reduce it, or at stage 1 before the step's
+// last backward add it to this rank's sums so far (the first backward widened into
+// them). The last backward's sums are the earlier ones plus its own, in that order.
+static zinf_status bucket_full(zinf_engine *e, int b) {
+    const bucket *bk = &e->grads.buckets[b];
+    if (e->grads.accumulating) {
+        float *acc = e->grads.accumulated + bk->at, *d = e->grads.device_buckets[b & 1];
+        ZINF_CHECK(zinf_add(e->compute_stream, ZINF_DTYPE_F32, e->grads.last_backward ? d : acc, acc, d,
+                            (size_t)e->partition.ranks * bk->block));
+    }
+    return e->grads.last_backward || !e->grads.accumulated ? flush(e, b) : ZINF_OK;
+}
+
 // Widen one reduction's pieces (consecutive from first: one module, one op) whose run
 // starts in [lo, hi) of every slice into their buckets, from grad, where rank r's run
 // [lo, hi) starts at element r stride; flush each bucket its last piece fills.
@@ -196,13 +220,15 @@ static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const 
         if (p->lo < lo || p->lo >= hi) continue;
         int b = p->bucket;
         const bucket *bk = &e->grads.buckets[b];
-        float *d = e->grads.device_buckets[b & 1];
+        // A stage-1 step's first backward (of several) widens into the sums themselves.
+        bool into_sums = e->grads.accumulated && !e->grads.last_backward && !e->grads.accumulating;
+        float *d = into_sums ? e->grads.accumulated + bk->at : e->grads.device_buckets[b & 1];
         // The bucket's buffer is reused once the communication stream is done with it.
         if (k == bk->first) ZINF_CHECK(zinf_stream_wait_event(e->compute_stream, e->grads.bucket_free[b & 1]));
         for (int r = 0; r < e->partition.ranks; r++)
             ZINF_CHECK(zinf_cast(e->compute_stream, d + (size_t)r * bk->block + p->off, ZINF_DTYPE_F32,
                                  (const char *)grad + ((size_t)r * stride + p->lo - lo) * e->elem_size, e->dtype, p->n));
-        if (k == bk->first + bk->count - 1) ZINF_CHECK(flush(e, b));
+        if (k == bk->first + bk->count - 1) ZINF_CHECK(bucket_full(e, b));
     }
     return ZINF_OK;
 }

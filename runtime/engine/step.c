@@ -180,8 +180,8 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     // The gradients are final as this backward adds them when it is the step's last
     // (but with MiCS, whose replicas add theirs at the step).
     e->grads.backwards++;
-    e->grads.norms_on_arrival =
-        e->step.micro_batches + 1 >= e->cfg.gradient_accumulation_steps && e->partition.replicas == 1;
+    e->grads.last_backward = e->step.micro_batches + 1 >= e->cfg.gradient_accumulation_steps;
+    e->grads.norms_on_arrival = e->grads.last_backward && e->partition.replicas == 1;
     ZINF_CHECK(speculate(e));
     // Not in a step that speculates: that reads through the same buffers, ahead, itself.
     if (!speculates(e)) ZINF_CHECK(zinf_optim_tier_preread(e->optim.tier));
@@ -200,7 +200,11 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
             if (e->grads.last_backward_op[i] == k) ZINF_CHECK(reduce_module_ready(e, i));
     }
     e->step.have_forward = false;
-    e->grads.host_stale = false; // this backward's additions are queued, the first ones overwriting
+    // This backward's additions are queued, the first ones overwriting; at stage 1 only
+    // the step's last backward adds (reduce.c).
+    bool reduced = !e->grads.accumulate_locally || e->grads.last_backward;
+    if (reduced) e->grads.host_stale = false;
+    e->grads.accumulating = !reduced;
     e->step.micro_batches++;
     e->step.loss_sum += e->step.last_loss;
     return ZINF_OK;
@@ -403,6 +407,11 @@ const update_ops update_offloaded = {.run = run_in_background};
 zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     if (!e || !info) return zinf_fail(ZINF_ERR_INVAL, "engine step: e and info are required");
     if (e->step.micro_batches == 0) return zinf_fail(ZINF_ERR_INVAL, "engine step: no backward since the last step");
+    if (e->grads.accumulating)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "engine step: after %d of gradient_accumulation_steps (%lld) backward passes; ZeRO stage 1 "
+                         "reduces the gradients in the step's last, so run them all first",
+                         e->step.micro_batches, (long long)e->cfg.gradient_accumulation_steps);
     ZINF_CHECK(engine_sync(e)); // every bucket reduced (and the last background update done)
     ZINF_CHECK(mics_reduce_grads(e));
     double sumsq = 0;

@@ -105,9 +105,11 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     const zinf_engine_memory *m = &p->mem;
     double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.elem_size;
     double numel = (double)m->model_numel, part = (double)m->partition_numel;
-    // Per micro-batch the 16-bit gradients are widened into fp32 buckets; at stage 3 every
-    // module is gathered for forward and again for backward.
+    // Per micro-batch the 16-bit gradients are widened into fp32 buckets (at stage 1 over
+    // several, after the first, added to the sums so far); at stage 3 every module is
+    // gathered for forward and again for backward.
     double engine = accum * zinf_sim_memory_s(&r, numel * (es + 4));
+    if (e0.grads.accumulate_locally) engine += (accum - 1) * zinf_sim_memory_s(&r, numel * 12);
     if (e0.params.storage->sliced && t->world == 1) engine += accum * 2 * zinf_sim_memory_s(&r, 2 * numel * es);
     // Per step: the norm over the fp32 gradients, their zeroing, and the optimizer when it
     // runs on the device.
@@ -129,7 +131,7 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // Parameters offloaded at stage 3 stream in under compute.
         out->step = device > nvme ? device : nvme;
     } else {
-        // The optimizer's threads accumulate every micro-batch's gradients, then take the
+        // The optimizer's threads accumulate every reduction's gradients, then take the
         // norm, step (with the NVMe traffic in flight under it) and zero the gradients.
         // At every stage the update starts under the next forward, but that forward soon
         // catches up with it and waits for each sub-group it needs: on an H100 with 16
@@ -140,7 +142,8 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // last backward, beside the gradients' additions on the same threads; on nvme
         // with that share's traffic, the whole update being the slower of Adam and the
         // drives.
-        double adds = accum * part / h->grad_add, norm_zero = part / h->grad_norm_zero;
+        double reductions = e0.grads.accumulate_locally ? 1 : accum;
+        double adds = reductions * part / h->grad_add, norm_zero = part / h->grad_norm_zero;
         double adam = part / h->adam, spec_share = part > 0 ? (double)p->choice.speculate_elements / part : 0;
         bool on_nvme = m->optimizer_tier == ZINF_OFFLOAD_NVME;
         double whole = on_nvme && nvme > adam ? nvme : adam, under_backward = whole * spec_share;

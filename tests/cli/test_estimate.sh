@@ -74,7 +74,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = ("stage optimizer params world_size model_numel partition_numel device_bytes device_peak_bytes "
         "gathered_peak_bytes pinned_bytes pageable_bytes nvme_bytes activation_bytes pcie_h2d_bytes pcie_d2h_bytes "
         "nvme_read_bytes nvme_write_bytes comm_bytes_intra comm_bytes_inter tiled fits params16_bytes master_bytes "
-        "optim_states_bytes grads32_bytes reduce_bucket_bytes staging_bytes reduce_bucket_size").split()
+        "optim_states_bytes grads32_bytes reduce_bucket_bytes accumulated_grads_bytes staging_bytes reduce_bucket_size").split()
 assert len(rows) == 16, len(rows)
 tiers = [(r["stage"], r["optimizer"], r["params"]) for r in rows]
 want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none", "cpu", "nvme")] + \
@@ -94,9 +94,11 @@ for r in rows:
 row = {t: r for t, r in zip(tiers, rows)}
 # Stage 0 keeps the whole padded model per rank; stages 1-3 an eighth of it.
 assert row[0, "none", "none"]["partition_numel"] == 8 * row[1, "none", "none"]["partition_numel"] >= 124439808
-# Each stage needs less on the device (stages 1 and 2 alike: both reduce the gradients
-# bucket by bucket into the partition's fp32 gradient); offloading needs less still and
-# moves bytes instead.
+# Each stage needs less on the device (stages 1 and 2 alike with one micro-batch a step:
+# both reduce the gradients bucket by bucket into the partition's fp32 gradient; stage 1
+# keeps a whole gradient only to sum several); offloading needs less still and moves
+# bytes instead.
+assert all(r["accumulated_grads_bytes"] == 0 for r in rows), rows
 dev = lambda *t: row[t]["device_bytes"]
 assert dev(0, "none", "none") > dev(1, "none", "none") == dev(2, "none", "none") > dev(3, "none", "none"), rows
 assert dev(3, "none", "none") > dev(3, "cpu", "none") > dev(3, "cpu", "cpu"), rows
@@ -105,6 +107,23 @@ assert row[1, "none", "none"]["pcie_d2h_bytes"] == 0 and row[1, "cpu", "none"]["
 n = row[2, "nvme", "none"]
 assert n["nvme_read_bytes"] == n["nvme_write_bytes"] == 12 * n["partition_numel"] <= n["nvme_bytes"], n
 print("--params 124M on 8 ranks: 16 rows, gpt2's shape, the gpt2 preset's figures")
+PY
+# Four micro-batches a step: stage 1 sums the whole fp32 gradient on the device and
+# reduce-scatters it once, stage 2 every micro-batch (the ZeRO paper's P_os and P_os+g).
+expect 0 "$Z" estimate --config "$tmp/gpt2.json" --json --gpus-per-node 4 --nodes 2 --set train_batch_size=32
+python3 - "$tmp/out" <<'PY' || fail "stage 1 over 4 micro-batches: $(head -c 600 "$tmp/out")"
+import json, sys
+rows = {(r["stage"], r["optimizer"], r["params"]): r for r in map(json.loads, open(sys.argv[1])) if "stage" in r}
+one, two = rows[1, "none", "none"], rows[2, "none", "none"]
+padded = one["partition_numel"] * 8
+assert one["accumulated_grads_bytes"] == 4 * padded and two["accumulated_grads_bytes"] == 0, (one, two)
+assert one["device_bytes"] - two["device_bytes"] >= 4 * padded, (one, two)
+# Per step the reduce-scatter brings rank 0 its fp32 slice from each of the 7 others
+# once (4 times at stage 2); the new parameters' all-gather and the norms are alike.
+grads = lambda r: r["comm_bytes_intra"] + r["comm_bytes_inter"]
+assert grads(two) - grads(one) == 3 * 7 * 4 * one["partition_numel"], (grads(one), grads(two))
+print("stage 1 over 4 micro-batches: %.0f MiB more on the device than stage 2, %.0f MiB less received per step"
+      % ((one["device_bytes"] - two["device_bytes"]) / 2**20, (grads(two) - grads(one)) / 2**20))
 PY
 # The verdict: against a 2 GiB device and a 100 MiB pinned budget, a row fits when its
 # device peak and its pinned bytes are within them (this machine's host memory holds
@@ -254,6 +273,7 @@ mkdir -p "$tmp/nvme2"
 compare 1 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme "$OO.nvme_path=[\"$tmp/nvme\",\"$tmp/nvme2\"]" \
   aio.block_size=65536 $OO.pipeline_read=false $OP.max_in_cpu=0
 compare 2 zero_optimization.stage=1
+compare 2 zero_optimization.stage=1 train_micro_batch_size_per_gpu=2 $OO.device=cpu
 compare 2 zero_optimization.stage=2 bf16.enabled=true $OO.device=nvme
 compare 2 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme "${CO[@]}"
 [ $fails = $before ] && echo "train: plan lines, pinned, NVMe files and traffic, gathered peak and the device bytes as estimated"

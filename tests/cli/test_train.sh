@@ -6,8 +6,9 @@
 # of 2 accumulated on one rank, or one micro-batch of 2 per rank, and every gradient
 # element is summed as micro-batch 0 + micro-batch 1 either way. Where the order
 # differs (micro-batches of 1 on 2 ranks: ((g0 + g1) + (g2 + g3)) against one product
-# over 2 sequences) fp32 losses agree within a relative 1e-5 after 10 steps: a few ulps
-# per sum, carried through Adam. Buckets smaller than a module split it, with the same
+# over 2 sequences; stage 1 over 2 ranks and 2 micro-batches, which sums each rank's
+# micro-batches first) fp32 losses agree within a relative 1e-5 after 10 steps: a few
+# ulps per sum, carried through Adam; stage 1's tiers agree bit for bit. Buckets smaller than a module split it, with the same
 # bits. Also: the --json and log contracts, config and data errors, and that a killed
 # or stopped rank ends the job with an error within 60 s.
 # timeout: 105 san=130 cuda-emu=145
@@ -63,6 +64,27 @@ b = [json.loads(l)["loss"] for l in open(sys.argv[2])][:-1]
 worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
 print(f"micro-batches of 1 on 2 ranks: losses within {worst:.3g} (relative) of stage 0")
 assert worst < 1e-5, worst
+PY
+
+# Stage 1 over 2 ranks and 2 micro-batches each sums a rank's micro-batches before the
+# ranks (stage 2 the ranks of each micro-batch first): within rounding of stage 2, and
+# its tiers bit for bit alike. The gradients cross once per step: stage 2's traffic
+# less one reduce-scatter of the slices.
+S1=(--set train_batch_size=8 --set zero_optimization.stage=1)
+run 2 "$tmp/s1.gas2" "${S1[@]}"
+run 2 "$tmp/s1.gas2.cpu" "${S1[@]}" --set zero_optimization.offload_optimizer.device=cpu
+run 2 "$tmp/s2.gas2" "${S1[@]}" --set zero_optimization.stage=2
+[ "$(summary "$tmp/s1.gas2.cpu")" = "$(summary "$tmp/s1.gas2")" ] ||
+  fail "stage 1, 2 micro-batches on 2 ranks: optimizer on cpu $(summary "$tmp/s1.gas2.cpu"); on the device $(summary "$tmp/s1.gas2")"
+python3 - "$tmp/s1.gas2" "$tmp/s2.gas2" <<'PY' || fail "stage 1 over 2 micro-batches on 2 ranks against stage 2"
+import json, sys
+a, b = ([json.loads(l) for l in open(f)][:-1] for f in sys.argv[1:])
+worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+print(f"stage 1, 2 micro-batches on 2 ranks: losses within {worst:.3g} (relative) of stage 2")
+assert 0 < worst < 1e-5, worst  # 0: the same order as stage 2's
+# The slices' sums: the partition's fp32 elements, received once instead of twice.
+slices = (b[1]["comm_bytes_intra"] - a[1]["comm_bytes_intra"]) / 4
+assert slices > 0 and all(x["comm_bytes_intra"] + 4 * slices == y["comm_bytes_intra"] for x, y in zip(a[1:], b[1:])), (a, b)
 PY
 
 # The --json contract: every step line and the final one; the loss falls.

@@ -11,6 +11,7 @@
 //   next update's first sub-groups by then) is the one the step uses: optimizer on
 //   NVMe gives the device tier's weights;
 // - checkpoints only between steps, and a saved state loads back whole;
+// - stage 1 over 2 micro-batches refuses a step after the first backward alone;
 // - stage 2 with the optimizer on cpu, on 1 rank and on 2 (mpirun; the test starts
 //   itself), accumulating 2 micro-batches: the step returns before its update runs (the
 //   first step reports no update time), a forward right after a step and every step's
@@ -31,19 +32,24 @@
 
 enum { B = 2, T = 16, V = 64 };
 
-static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, const char *extra) {
+// An engine taking steps of `micro` micro-batches of B sequences.
+static zinf_engine *make_accumulating(zinf_comm *comm, zinf_config *cfg, int micro, const char *extra) {
     char json[2048];
     snprintf(json, sizeof json,
              "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d, \"seed\": 7,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-2, \"weight_decay\": 0.1}},"
              " \"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": %d, \"block_size\": %d},"
              " \"device\": {\"backend\": \"%s\"}%s}",
-             B, B, V, T, getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host", extra);
+             micro * B, B, V, T, getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host", extra);
     zinf_engine *e = NULL;
     CHECK(zinf_config_parse(cfg, json, "test config", &(zinf_config_options){.world_size = 1}) == ZINF_OK, "%s",
           zinf_last_error());
     CHECK(zinf_engine_create(&e, cfg, comm) == ZINF_OK, "create: %s", zinf_last_error());
     return e;
+}
+
+static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, const char *extra) {
+    return make_accumulating(comm, cfg, 1, extra);
 }
 
 static void batch(int step, int32_t *in, int32_t *tg) {
@@ -90,6 +96,23 @@ static void test_fp16_overflow(zinf_comm *comm) {
     CHECK(!si.skipped && si.loss_scale == ldexp(1, 32 - skipped) && isfinite(si.loss),
           "after %d skips: scale %g, loss %g", skipped, si.loss_scale, si.loss);
     printf("fp16: %d steps skipped from 2^32 down to a scale of %g\n", skipped, si.loss_scale);
+out:
+    zinf_engine_destroy(e);
+    zinf_config_free(&cfg);
+}
+
+// Stage 1 reduces the gradients it summed in the step's last backward: a step before
+// that is refused and changes nothing; after it the step runs.
+static void test_stage1_step_early(zinf_comm *comm) {
+    zinf_config cfg;
+    zinf_engine *e = make_accumulating(comm, &cfg, 2, ", \"zero_optimization\": {\"stage\": 1}");
+    zinf_step_info si;
+    if (!e || !fwd_bwd(e, 0)) goto out;
+    CHECK(zinf_engine_step(e, &si) == ZINF_ERR_INVAL, "a step after 1 of 2 backward passes ran");
+    CHECK_CONTAINS(zinf_last_error(), "after 1 of gradient_accumulation_steps (2) backward passes");
+    if (!fwd_bwd(e, 1)) goto out;
+    CHECK(zinf_engine_step(e, &si) == ZINF_OK && !si.skipped && isfinite(si.grad_norm) && si.grad_norm > 0,
+          "the step after both: %s", zinf_last_error());
 out:
     zinf_engine_destroy(e);
     zinf_config_free(&cfg);
@@ -465,6 +488,7 @@ int main(int argc, char **argv) {
     background_2_ranks();
     test_fp16_overflow(comm);
     test_bf16_nan_skips(comm);
+    test_stage1_step_early(comm);
     test_clipping(comm, "none");
     test_clipping(comm, "cpu");
     test_trace_change(comm);
