@@ -100,6 +100,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     constexpr int BR = F::BR, BC = F::BC, LDS = F::LDS, LDP = F::LDP, TPR = F::TPR, NCH = F::NCH;
     using M = score_map<BR, BC>;
     __shared__ float q_s[BR * LDS], k_s[BC * LDS], v_s[BC * HD], p_s[BR * LDP];
+    SHARED_FRESH(q_s, k_s, v_s, p_s);
     const int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BR, g = h / (NH / NKV);
     const size_t ld = (size_t)(NH + 2 * NKV) * hd;
     const T *x = qkv + (size_t)b * seq * ld;
@@ -265,6 +266,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     using B = bwd_tile<HD>;
     constexpr int BR = B::BR, BC = B::BC, LDS = B::LDS, LDP = B::LDP, TPK = B::TPK, NK = B::NK;
     __shared__ bwd_smem<HD> sm;
+    SHARED_FRESH(sm);
     const int g = blockIdx.y, b = blockIdx.z, k0 = blockIdx.x * BC, G = NH / NKV, C = NH * hd;
     const size_t ld = (size_t)(NH + 2 * NKV) * hd;
     const T *x = qkv + (size_t)b * seq * ld, *dy = dout + (size_t)b * seq * C;
@@ -321,6 +323,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     using B = bwd_tile<HD>;
     constexpr int BR = B::BR, BC = B::BC, LDS = B::LDS, LDP = B::LDP, TPR = B::TPR, NQ = B::NQ;
     __shared__ bwd_smem<HD> sm;
+    SHARED_FRESH(sm);
     const int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BR, g = h / (NH / NKV), C = NH * hd;
     const size_t ld = (size_t)(NH + 2 * NKV) * hd, rows = ((size_t)b * NH + h) * seq;
     const T *x = qkv + (size_t)b * seq * ld, *dy = dout + (size_t)b * seq * C;

@@ -89,6 +89,16 @@ __device__ __forceinline__ void store_f32(__half *p, float x) { *p = __float2hal
 #define CUDA_LAUNCH(grid, block, smem, stream) <<<grid, block, smem, stream>>>
 #endif
 
+// SHARED_FRESH(a, b, ...) follows every __shared__ declaration and names its objects: on
+// a GPU nothing, under the emulation the block's first thread to reach it fills them
+// with all bits set, as a block's shared memory is undefined when it starts
+// (cuda_emu::shared_fresh), so a read of what no thread of the block wrote shows.
+#ifdef CUDA_EMU_LAUNCH
+#define SHARED_FRESH(...) ::cuda_emu::shared_fresh_all(__VA_ARGS__)
+#else
+#define SHARED_FRESH(...) ((void)0)
+#endif
+
 enum { EW_THREADS = 256, ROW_THREADS = 256 };
 
 // Norms give each row a warp, ROW_WARPS rows a block (llm.c's layernorm kernels): a

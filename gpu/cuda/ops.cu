@@ -18,6 +18,7 @@ static unsigned col_blocks(int cols) { return (unsigned)((cols + COL_X - 1) / CO
 
 template <typename T> static __global__ void bias_grad_kernel(T *dbias, const T *dout, size_t rows, int cols) {
     __shared__ float part[COL_Y][COL_X];
+    SHARED_FRESH(part);
     int j = blockIdx.x * COL_X + threadIdx.x;
     float s = 0.0f;
     if (j < cols)
@@ -120,6 +121,7 @@ template <typename T>
 static __global__ void layernorm_bwd_dwdb_kernel(T *dw, T *db, const T *dout, const T *x, const float *mean,
                                                  const float *rstd, int rows, int C) {
     __shared__ float pw[COL_Y][COL_X], pb[COL_Y][COL_X];
+    SHARED_FRESH(pw, pb);
     int j = blockIdx.x * COL_X + threadIdx.x;
     float sw = 0.0f, sb = 0.0f;
     if (j < C) {
@@ -211,6 +213,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 template <typename T>
 static __global__ void rmsnorm_bwd_dw_kernel(T *dw, const T *dout, const T *x, const float *rstd, int rows, int C) {
     __shared__ float part[COL_Y][COL_X];
+    SHARED_FRESH(part);
     int j = blockIdx.x * COL_X + threadIdx.x;
     float sw = 0.0f;
     if (j < C) {
@@ -391,6 +394,7 @@ static __global__ void __launch_bounds__(ROW_THREADS)
     cross_entropy_kernel(float *losses, float *lse_out, T *dlogits, const T *logits, const int32_t *targets, int V,
                          float dscale) {
     __shared__ float red[ROW_THREADS / 32];
+    SHARED_FRESH(red);
     size_t r = blockIdx.x;
     const T *x = logits + r * V;
     int tgt = targets[r];
@@ -641,6 +645,7 @@ static __global__ void __launch_bounds__(SUMSQ_THREADS)
     sumsq_blocks_kernel(const T *x, size_t n, double *partial, int *partial_bad) {
     __shared__ double part[SUMSQ_THREADS];
     __shared__ int flag[SUMSQ_THREADS];
+    SHARED_FRESH(part, flag);
     double s = 0.0;
     int nonfinite = 0;
     for (size_t tile = blockIdx.x; tile * SUMSQ_TILE < n; tile += gridDim.x)
@@ -660,6 +665,7 @@ static __global__ void __launch_bounds__(SUMSQ_BLOCKS)
     sumsq_total_kernel(const double *partial, const int *partial_bad, int blocks, double *out) {
     __shared__ double part[SUMSQ_BLOCKS];
     __shared__ int flag[SUMSQ_BLOCKS];
+    SHARED_FRESH(part, flag);
     int t = threadIdx.x, nonfinite = t < blocks ? partial_bad[t] : 0;
     double s = block_sum<SUMSQ_BLOCKS>(t < blocks ? partial[t] : 0.0, &nonfinite, part, flag);
     if (t == 0) {
@@ -728,6 +734,7 @@ template <typename T, int NT>
 static __global__ void __launch_bounds__(QUANT_THREADS)
     quantize_kernel(const T *x, size_t n, size_t group, int bits, void *q, float *scale) {
     __shared__ unsigned red[QUANT_THREADS / 32];
+    SHARED_FRESH(red);
     const int tiles = QUANT_THREADS / NT;
     int lane = threadIdx.x % NT, Q = 1 << (bits - 1);
     size_t groups = (n + group - 1) / group;

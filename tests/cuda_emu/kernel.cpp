@@ -4,16 +4,24 @@
 // block are cooperative fibers on it, each run until it waits at __syncthreads or at a
 // warp exchange, so a block behaves as on a GPU: a barrier releases once every thread
 // has reached it, and a shuffle exchanges values once every lane named in its mask has
-// arrived. Even-numbered blocks run their threads in ascending order, odd ones in
-// descending order, so a missing barrier is seen whichever side of a race comes first.
-// Divergence the Programming Guide calls undefined (a barrier some threads never reach,
-// lanes that disagree on a mask, a lane outside its own mask) faults the device.
+// arrived. Each pass over a block's threads (its start, and after every barrier or
+// exchange) takes them in a new random order, drawn from CUDA_EMU_SEED (default 1), the
+// launch's number and the block's; half the blocks give each warp a turn until all its
+// lanes wait at a barrier or have exited (one warp far ahead of the others), the other
+// half interleave every thread. A missing barrier or __syncwarp is seen whichever side
+// of a race a seed puts first, and a run repeats exactly. A
+// block's shared objects start with all bits set (shared_fresh), as a GPU gives no
+// block the one before it's. Divergence the Programming Guide calls undefined (a
+// barrier some threads never reach, lanes that disagree on a mask, a lane outside its
+// own mask) faults the device.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <unordered_set>
 #include <vector>
@@ -112,7 +120,10 @@ struct block_run {
     std::vector<fiber> *fibers;
     std::vector<warp> warps;
     int nthreads, at_barrier = 0, exited = 0;
-    bool descending = false; // this block's order
+    std::vector<int> order;  // this pass's order of the threads
+    bool warp_turns = false; // this block's schedule: warp by warp, or thread by thread
+    uint64_t random = 0;     // the state that draws the orders
+    std::vector<void *> fresh; // the shared objects filled in this block (shared_fresh)
     int pos = -1;            // of the current fiber in this pass
     bool direct = false;     // threads run as plain calls, one after another
     bool cooperated = false; // a thread used __syncthreads or a warp function
@@ -180,11 +191,75 @@ void jump_to(fiber *from, fiber *to, bool exiting) {
 #endif
 }
 
-// The next runnable fiber of this pass, in the block's order, or null at its end.
+// splitmix64 (Steele, Lea and Flood): a good 64-bit stream from any state.
+uint64_t draw(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Fisher-Yates over v[lo, lo + n).
+void shuffle_range(block_run *b, std::vector<int> &v, size_t lo, size_t n) {
+    for (size_t i = n; i-- > 1;) {
+        size_t j = (size_t)(draw(&b->random) % (uint64_t)(i + 1));
+        std::swap(v[lo + i], v[lo + j]);
+    }
+}
+
+// A new order for the block's next pass: with warp turns, its warps in a random order,
+// each warp's lanes together and in a random order of their own; else every thread in
+// a random order.
+void shuffle(block_run *b) {
+    if (!b->warp_turns) {
+        shuffle_range(b, b->order, 0, (size_t)b->nthreads);
+        return;
+    }
+    size_t warps = b->warps.size();
+    std::vector<int> w(warps);
+    for (size_t i = 0; i < warps; i++)
+        w[i] = (int)i;
+    shuffle_range(b, w, 0, warps);
+    size_t k = 0;
+    for (int wi : w) {
+        size_t lo = k;
+        for (int l = 0; l < 32 && wi * 32 + l < b->nthreads; l++)
+            b->order[k++] = wi * 32 + l;
+        shuffle_range(b, b->order, lo, k - lo);
+    }
+}
+
+uint64_t base_seed() {
+    static const uint64_t seed = [] {
+        const char *v = getenv("CUDA_EMU_SEED");
+        return v && *v ? strtoull(v, nullptr, 0) : 1;
+    }();
+    return seed;
+}
+
+// The next runnable fiber of this pass, in its order, or null at its end. With warp
+// turns a warp keeps its turn while any of its lanes can run (an exchange they
+// completed), so one warp runs as far ahead of the others as a barrier lets it: the
+// schedule that shows a shared object overwritten while another warp still reads it.
+// Without, a thread an exchange released runs in the next pass, interleaved with the
+// other warps' threads.
 fiber *next_runnable(block_run *b) {
+    std::vector<fiber> &fs = *b->fibers;
     while (++b->pos < b->nthreads) {
-        fiber &f = (*b->fibers)[(size_t)(b->descending ? b->nthreads - 1 - b->pos : b->pos)];
+        fiber &f = fs[(size_t)b->order[(size_t)b->pos]];
         if (f.st == RUNNABLE) return &f;
+        if (!b->warp_turns) continue;
+        int wi = f.lin / 32;
+        bool warp_end = b->pos + 1 == b->nthreads || b->order[(size_t)b->pos + 1] / 32 != wi;
+        if (!warp_end) continue;
+        int lo = wi * 32, hi = lo + 32 < b->nthreads ? lo + 32 : b->nthreads;
+        for (int t = lo; t < hi; t++)
+            if (fs[(size_t)t].st == RUNNABLE) {
+                while (b->pos > 0 && b->order[(size_t)b->pos - 1] / 32 == wi) // back to the warp's first lane
+                    b->pos--;
+                b->pos--;
+                break;
+            }
     }
     return nullptr;
 }
@@ -319,6 +394,13 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int w
     return b->error ? v : w.result[lane];
 }
 
+void shared_fresh(void *p, size_t bytes) {
+    block_run *b = running;
+    if (!b || std::find(b->fresh.begin(), b->fresh.end(), p) != b->fresh.end()) return;
+    b->fresh.push_back(p);
+    memset(p, 0xff, bytes);
+}
+
 void block_barrier() {
     block_run *b = running;
     b->cooperated = true;
@@ -336,8 +418,7 @@ void block_barrier() {
 namespace {
 
 // Runs one block to the end; false (with why) when its threads can no longer all go on.
-bool run_block(block_run &b, std::vector<fiber> &fibers, uint3 bid, const launch_config &cfg, bool descending,
-               const char **why) {
+bool run_block(block_run &b, std::vector<fiber> &fibers, uint3 bid, const launch_config &cfg, const char **why) {
     dim3 bd = cfg.block;
     for (int t = 0; t < b.nthreads; t++) {
         fiber &f = fibers[(size_t)t];
@@ -355,10 +436,10 @@ bool run_block(block_run &b, std::vector<fiber> &fibers, uint3 bid, const launch
         b.warps[wi].live = lanes >= 32 ? ~0u : (1u << lanes) - 1;
     }
     b.at_barrier = b.exited = 0;
-    b.descending = descending;
     // Passes over the block: the fibers hand over to each other, and the last of a
     // pass comes back here.
     for (;;) {
+        shuffle(&b);
         b.pos = -1;
         fiber *f = next_runnable(&b);
         if (!f) {
@@ -389,15 +470,16 @@ bool is_plain(const void *kernel) {
     return plain_kernels.count(kernel) != 0;
 }
 
-bool run_direct(block_run &b, uint3 bid, const launch_config &cfg, bool descending) {
+bool run_direct(block_run &b, uint3 bid, const launch_config &cfg) {
     thread_view v;
     v.bid = bid;
     v.bdim = cfg.block;
     v.gdim = cfg.grid;
     self = &v;
     dim3 bd = cfg.block;
+    shuffle(&b);
     for (int i = 0; i < b.nthreads && !b.error; i++) {
-        unsigned t = (unsigned)(descending ? b.nthreads - 1 - i : i);
+        unsigned t = (unsigned)b.order[(size_t)i];
         v.tid = {t % bd.x, t / bd.x % bd.y, t / (bd.x * bd.y)};
         (*b.body)();
     }
@@ -405,7 +487,7 @@ bool run_direct(block_run &b, uint3 bid, const launch_config &cfg, bool descendi
 }
 
 void run_kernel(int device, const launch_config &cfg, const void *kernel, const std::function<void()> &body,
-                const std::vector<const void *> &ptrs) {
+                const std::vector<const void *> &ptrs, uint64_t serial) {
     if (sticky(device)) return;
     for (size_t i = 0; i < ptrs.size(); i++) {
         if (!ptrs[i]) continue;
@@ -422,6 +504,7 @@ void run_kernel(int device, const launch_config &cfg, const void *kernel, const 
     b.fibers = &fibers;
     b.nthreads = (int)fibers.size();
     b.warps.resize((fibers.size() + 31) / 32);
+    b.order.resize(fibers.size());
     b.direct = is_plain(kernel);
     running = &b;
     uint64_t n = 0;
@@ -429,8 +512,12 @@ void run_kernel(int device, const launch_config &cfg, const void *kernel, const 
         for (unsigned y = 0; y < cfg.grid.y; y++)
             for (unsigned x = 0; x < cfg.grid.x; x++, n++) {
                 const char *why = DIRECT_BROKEN;
-                bool ok = b.direct ? run_direct(b, uint3{x, y, z}, cfg, n & 1)
-                                   : run_block(b, fibers, uint3{x, y, z}, cfg, n & 1, &why);
+                b.random = base_seed() ^ serial * 0x2545f4914f6cdd1dull ^ n * 0x9e3779b97f4a7c15ull;
+                for (int t = 0; t < b.nthreads; t++)
+                    b.order[(size_t)t] = t;
+                b.fresh.clear();
+                b.warp_turns = draw(&b.random) & 1;
+                bool ok = b.direct ? run_direct(b, uint3{x, y, z}, cfg) : run_block(b, fibers, uint3{x, y, z}, cfg, &why);
                 if (!ok) {
                     fault(device, cudaErrorLaunchFailure,
                           "kernel %p, block (%u,%u,%u) of (%u,%u,%u) x (%u,%u,%u) threads: %s", kernel, x, y, z,
@@ -476,8 +563,12 @@ void launch(const launch_config &cfg, const void *kernel, std::function<void()> 
         return;
     }
     launch_config c = cfg;
-    enqueue(cfg.stream, [device, c, kernel, body = std::move(body), ptrs = std::move(ptrs)] {
-        run_kernel(device, c, kernel, body, ptrs);
+    // Numbered as the host launches them, so a program's run repeats whatever the streams'
+    // timing.
+    static std::atomic<uint64_t> launches{0};
+    uint64_t serial = launches++;
+    enqueue(cfg.stream, [device, c, kernel, body = std::move(body), ptrs = std::move(ptrs), serial] {
+        run_kernel(device, c, kernel, body, ptrs, serial);
     });
 }
 

@@ -594,8 +594,9 @@ void copy_now(int device, void *dst, const void *src, size_t n, side ds, side ss
 }
 
 // The copy enqueued on s, with the host-side rules for pageable memory: the source of a
-// copy to the device is taken at the call, and a copy into pageable memory returns
-// once it is done (Runtime API, "API synchronization behavior").
+// copy to the device is taken at the call, and a copy into pageable memory, or from any
+// host memory to any host memory, returns once it is done (Runtime API, "API
+// synchronization behavior").
 cudaError_t copy_on(CUstream_st *s, void *dst, const void *src, size_t n, cudaMemcpyKind kind, bool sync) {
     side ds, ss;
     if (cudaError_t e = check_copy(dst, src, n, kind, &ds, &ss)) return fail(e);
@@ -609,7 +610,7 @@ cudaError_t copy_on(CUstream_st *s, void *dst, const void *src, size_t n, cudaMe
         e = enqueue(s, [=] { copy_now(device, dst, src, n, ds, ss); });
     }
     if (e) return e;
-    if (sync || (ds == HOST && !registered(dst, n))) drain(s);
+    if (sync || (ds == HOST && (ss == HOST || !registered(dst, n)))) drain(s);
     return fail(sticky(device));
 }
 

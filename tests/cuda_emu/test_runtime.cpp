@@ -2,8 +2,10 @@
 // and the Programming Guide say: device properties, cudaMalloc's limit, copy direction
 // and range checks, launch limits, faults that end a context (a host pointer in a
 // kernel, memory of another device, a write past an allocation), barriers and shuffles
-// (and that a missing barrier shows), streams, events, host functions, the pageable
-// and pinned rules of cudaMemcpyAsync, and the 16-bit conversions against the CPU's
+// (and that a missing barrier or __syncwarp shows, even where the block before left the
+// same values in shared memory or every lane wrote before leaving an exchange), streams,
+// events, host functions, the pageable and pinned rules of cudaMemcpyAsync (host to
+// host returns once done), and the 16-bit conversions against the CPU's
 // own (F16C) and a double-precision reference. Each fault uses a device of its own,
 // since a fault ends that device's context for the rest of the process.
 // timeout: 10 cuda-emu=10 san-cuda-emu=10
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 static int failures;
@@ -42,13 +45,52 @@ static __global__ void fill(int *out, int n) {
     if (i < n) out[i] = i * 3 + 1;
 }
 
+// gpu/cuda's SHARED_FRESH: the emulation's start of a block's shared objects.
+#define SHARED_FRESH(...) ::cuda_emu::shared_fresh_all(__VA_ARGS__)
+
 // Each thread stores its index, then reads its neighbour's: right only with the barrier.
 static __global__ void rotate(int *out, bool sync) {
     __shared__ int s[256];
+    SHARED_FRESH(s);
     int t = threadIdx.x;
     s[t] = (int)blockIdx.x * 1000 + t;
     if (sync) __syncthreads();
     out[blockIdx.x * blockDim.x + t] = s[(t + 1) % blockDim.x];
+}
+
+// Every block loads the same tile, then each thread reads its neighbour's element:
+// right only with the barrier, even when the block before left the same tile behind.
+static __global__ void same_tile(int *out, bool sync) {
+    __shared__ int s[256];
+    SHARED_FRESH(s);
+    int t = threadIdx.x;
+    s[t] = 7 * t;
+    if (sync) __syncthreads();
+    out[blockIdx.x * blockDim.x + t] = s[(t + 1) % blockDim.x];
+}
+
+// Each warp writes its half and exchanges a value among its lanes, then reads the other
+// warp's half: right only with the barrier, though every lane has written before it
+// leaves the exchange.
+static __global__ void other_warp(int *out, bool sync) {
+    __shared__ int s[64];
+    SHARED_FRESH(s);
+    int t = threadIdx.x;
+    s[t] = 1000 * (int)blockIdx.x + t;
+    int mate = __shfl_xor_sync(0xffffffffu, t, 1);
+    if (sync) __syncthreads();
+    out[blockIdx.x * 64 + t] = s[(t + 32) % 64] + mate - (t ^ 1);
+}
+
+// A warp's lanes write their slots, then each reads its neighbour's: right only with
+// __syncwarp, even when the block before left the same values behind.
+static __global__ void lanes(int *out, bool sync) {
+    __shared__ int s[32];
+    SHARED_FRESH(s);
+    int l = threadIdx.x;
+    s[l] = 3 * l;
+    if (sync) __syncwarp();
+    out[blockIdx.x * 32 + l] = s[l ^ 1];
 }
 
 // Only the first half of the block reaches the barrier: undefined, so a fault.
@@ -182,6 +224,36 @@ static void test_blocks() {
         for (int t = 0; t < nt; t++)
             bad += h[b * nt + t] != b * 1000 + (t + 1) % nt;
     CHECK(bad > 0, "rotate without __syncthreads gave the right answer");
+    // The races a GPU shows whatever a block's shared memory held before, and whichever
+    // warp runs ahead: each launched twice (the second finds the first's values), right
+    // with the barrier, wrong without it in some block.
+    // Eight blocks: half of them (by the seed) run warp by warp, which other_warp needs.
+    const int nr = 8;
+    int *r = dev_ints(nr * nt), hr[8 * 256];
+    for (int k = 0; k < 6; k++) {
+        bool sync = k % 2 == 0;
+        const char *name = k < 2 ? "same_tile" : k < 4 ? "other_warp" : "lanes";
+        int width = k < 2 ? nt : k < 4 ? 64 : 32;
+        for (int launch = 0; launch < 2; launch++) {
+            if (k < 2)
+                same_tile LAUNCH(nr, nt, 0, 0)(r, sync);
+            else if (k < 4)
+                other_warp LAUNCH(nr, 64, 0, 0)(r, sync);
+            else
+                lanes LAUNCH(nr, 32, 0, 0)(r, sync);
+            EXPECT(cudaMemcpy(hr, r, nr * width * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+            bad = 0;
+            for (int b = 0; b < nr; b++)
+                for (int t = 0; t < width; t++) {
+                    int want = k < 2 ? 7 * ((t + 1) % width) : k < 4 ? 1000 * b + (t + 32) % 64 : 3 * (t ^ 1);
+                    bad += hr[b * width + t] != want;
+                }
+            if (sync)
+                CHECK(bad == 0, "%s with its barrier, launch %d: %d wrong", name, launch + 1, bad);
+            else
+                CHECK(bad > 0, "%s without its barrier, launch %d, gave the right answer", name, launch + 1);
+        }
+    }
 
     int *s = dev_ints(192), hs[192];
     shuffles LAUNCH(1, 32, 0, 0)(s);
@@ -196,6 +268,7 @@ static void test_blocks() {
         if (l < 16) CHECK(hs[160 + l] == (l ^ 1) * 10, "half warp lane %d: %d", l, hs[160 + l]);
     }
     EXPECT(cudaFree(d), cudaSuccess);
+    EXPECT(cudaFree(r), cudaSuccess);
     EXPECT(cudaFree(s), cudaSuccess);
 }
 
@@ -300,6 +373,22 @@ static void test_streams() {
     EXPECT(cudaLaunchHostFunc(a, call_runtime, &from_fn), cudaSuccess);
     EXPECT(cudaStreamSynchronize(a), cudaSuccess);
     EXPECT(from_fn, cudaErrorNotPermitted);
+
+    // Host to host, even between registered buffers, returns once the copy is done: here
+    // after the gated work before it on the stream.
+    int pinned[4] = {0, 0, 0, 0};
+    EXPECT(cudaHostRegister(pinned, sizeof pinned, cudaHostRegisterPortable), cudaSuccess);
+    gate = 0;
+    EXPECT(cudaLaunchHostFunc(a, wait_gate, nullptr), cudaSuccess);
+    std::thread opener([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        gate = 1;
+    });
+    EXPECT(cudaMemcpyAsync(pinned, src, sizeof src, cudaMemcpyHostToHost, a), cudaSuccess);
+    CHECK(pinned[0] == 5 && pinned[3] == -8, "a host-to-host cudaMemcpyAsync returned before its copy: %d %d",
+          pinned[0], pinned[3]);
+    opener.join();
+    EXPECT(cudaHostUnregister(pinned), cudaSuccess);
 
     EXPECT(cudaHostUnregister(src), cudaSuccess);
     cudaFree(d), cudaFree(d2);

@@ -231,6 +231,17 @@ constexpr int warpSize = 32;
 // exactly one per block.
 #define __shared__ static thread_local
 
+namespace cuda_emu {
+// A block's shared objects start undefined on a GPU; a thread-local static would keep
+// the previous block's contents (and a block loading the same tile would hide a race).
+// The first thread of a block to name an object here fills it with all bits set (a NaN
+// in every float type), so a read of what no thread of this block wrote shows. Kernels
+// name their __shared__ objects once, where they are declared (gpu/cuda's
+// SHARED_FRESH); a check in the tests holds every declaration to it.
+void shared_fresh(void *p, size_t bytes);
+template <typename... T> void shared_fresh_all(T &...objects) { (shared_fresh((void *)&objects, sizeof objects), ...); }
+} // namespace cuda_emu
+
 inline void __syncthreads() { cuda_emu::block_barrier(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { cuda_emu::warp_exchange(mask, 0, cuda_emu::SHFL_IDX, 0, 32); }
 
