@@ -2,9 +2,11 @@
 // optional sliding window, as tiled kernels with an online softmax that never hold the
 // T x T scores: FlashAttention-2's scheme (Dao 2023, "FlashAttention-2: Faster Attention
 // with Better Parallelism and Work Partitioning", algorithms 1 and 2; the online softmax
-// of Milakov & Gimelshein 2018), in fp32 on the CUDA cores whatever the storage dtype.
-// There are no atomics: every sum is one thread's, or a fixed butterfly over the lanes
-// of a row, in a fixed order, so the results repeat bit for bit.
+// of Milakov & Gimelshein 2018). The forward of bf16 and fp16 heads of 33 to 128
+// channels runs its products on tensor cores (flash_fwd_mma_kernel); the rest, and the
+// backward, in fp32 on the CUDA cores. There are no atomics: every sum is one thread's,
+// a fixed butterfly over the lanes of a row, or one mma's, in a fixed order, so the
+// results repeat bit for bit.
 //
 // Forward, one block per (query tile, query head, batch item): the tile's queries stay
 // in shared memory while the key and value tiles they see go by; each row keeps its
@@ -19,6 +21,7 @@
 // are skipped; within a tile a mask zeroes what a row does not see.
 #include "attention_plan.h"
 #include "cuda_backend.h"
+#include "mma.h"
 
 // ---- tiles ----
 
@@ -172,6 +175,152 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             if (d < hd) store_f32(&o[d], acc[i] * inv);
         }
         if (lane == 0) lse[((size_t)b * NH + h) * seq + t] = m + logf(l);
+    }
+}
+
+// ---- forward on tensor cores (bf16, fp16; head sizes up to 128) ----
+// The same scheme with the two products on tensor cores (mma.h): S = Q K^T and O += P V
+// as m16n8k16 tiles of 16-bit inputs summed in fp32, the online softmax in fp32 on the
+// scores' fragments, and P rounded to the storage type for its product with V, as
+// FlashAttention-2 does. A block of 4 warps takes 64 queries, 16 a warp, whose rows of S,
+// P and O stay in each warp's registers: a row's 4 lanes (one fragment group) share its
+// maximum and sum by two shuffles. Q, K and V^T tiles wait in shared memory as 16-bit
+// rows padded by 8 values, so the fragment loads of a warp fall on distinct banks.
+
+template <int HD> struct mma_tile {
+    static constexpr int BR = 64, BC = HD <= 64 ? 64 : 32; // queries, keys a tile
+    static constexpr int LDQ = HD + 8, LDV = BC + 8;        // row strides, 16-bit values
+    static constexpr int NS = BC / 8, NO = HD / 8;          // n-tiles of S (keys) and of O (channels)
+    static_assert(HD % 16 == 0 && BC % 16 == 0, "tiles of whole m16n8k16 steps");
+    static_assert(sizeof(uint16_t) * ((size_t)(BR + BC) * LDQ + (size_t)HD * LDV) <= 48 * 1024,
+                  "tensor-core forward tiles over 48 KiB of static shared memory");
+};
+
+// Rows t0 .. t0 + ROWS of one head into sh as 16-bit values, rows of lds: zeros past hd
+// and past the sequence.
+template <typename T, int HD, int ROWS, int LDS>
+static __device__ __forceinline__ void load_rows16(uint16_t *sh, const T *head, size_t ld, int t0, int seq, int hd) {
+    for (int i = threadIdx.x; i < ROWS * HD; i += ATT_THREADS) {
+        int r = i / HD, d = i % HD, t = t0 + r;
+        T v = t < seq && d < hd ? head[(size_t)t * ld + d] : T();
+        memcpy(&sh[r * LDS + d], &v, 2);
+    }
+}
+
+// The same rows transposed: sh[d * lds + r].
+template <typename T, int HD, int ROWS, int LDS>
+static __device__ __forceinline__ void load_cols16(uint16_t *sh, const T *head, size_t ld, int t0, int seq, int hd) {
+    for (int i = threadIdx.x; i < ROWS * HD; i += ATT_THREADS) {
+        int r = i / HD, d = i % HD, t = t0 + r;
+        T v = t < seq && d < hd ? head[(size_t)t * ld + d] : T();
+        memcpy(&sh[d * LDS + r], &v, 2);
+    }
+}
+
+template <typename T, int HD>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    flash_fwd_mma_kernel(T *out, float *lse, const T *qkv, int seq, int NH, int NKV, int hd, int window, float scale) {
+    using F = mma_tile<HD>;
+    constexpr int BR = F::BR, BC = F::BC, LDQ = F::LDQ, LDV = F::LDV, NS = F::NS, NO = F::NO;
+    __shared__ __align__(16) uint16_t q_s[BR * LDQ], k_s[BC * LDQ], vt_s[HD * LDV];
+    SHARED_FRESH(q_s, k_s, vt_s);
+    const int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BR, g = h / (NH / NKV);
+    const size_t ld = (size_t)(NH + 2 * NKV) * hd;
+    const T *x = qkv + (size_t)b * seq * ld;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, qd = lane % 4;
+    const int r0 = warp * 16 + gr; // this lane's rows of the tile: r0 and r0 + 8
+    load_rows16<T, HD, BR, LDQ>(q_s, x + (size_t)h * hd, ld, q0, seq, hd);
+    float o[NO][4];
+#pragma unroll
+    for (int j = 0; j < NO; j++)
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1;
+    for (int kt = first_key(q0, window) / BC; kt <= last / BC; kt++) {
+        const int k0 = kt * BC;
+        __syncthreads(); // the previous tile's K and V are read
+        load_rows16<T, HD, BC, LDQ>(k_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+        load_cols16<T, HD, BC, LDV>(vt_s, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
+        __syncthreads();
+        // S = Q K^T: this warp's 16 rows by the tile's BC keys.
+        float s[NS][4];
+#pragma unroll
+        for (int j = 0; j < NS; j++)
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < HD / 16; kc++) {
+            const uint16_t *qa = q_s + r0 * LDQ + kc * 16 + 2 * qd;
+            const uint32_t a[4] = {load_pair(qa), load_pair(qa + 8 * LDQ), load_pair(qa + 8), load_pair(qa + 8 * LDQ + 8)};
+#pragma unroll
+            for (int j = 0; j < NS; j++) {
+                const uint16_t *kb = k_s + (j * 8 + gr) * LDQ + kc * 16 + 2 * qd;
+                const uint32_t bk[2] = {load_pair(kb), load_pair(kb + 8)};
+                mma_16816<T>(s[j], a, bk);
+            }
+        }
+        // The online softmax of rows r0 (i = 0, 1) and r0 + 8 (i = 2, 3).
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int t = q0 + r0 + 8 * half;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < NS; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float &v = s[j][2 * half + e];
+                    v = sees(t, k0 + j * 8 + 2 * qd + e, seq, window) ? v * scale : -INFINITY;
+                    mx = fmaxf(mx, v);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            // mn stays -inf while the row has seen no key: exp(-inf - -inf) would be NaN.
+            const float mn = fmaxf(m[half], mx), corr = mn == -INFINITY ? 1.0f : expf(m[half] - mn);
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NS; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float &v = s[j][2 * half + e];
+                    v = mn == -INFINITY ? 0.0f : expf(v - mn);
+                    sum += v;
+                }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            l[half] = l[half] * corr + sum;
+            m[half] = mn;
+#pragma unroll
+            for (int j = 0; j < NO; j++)
+                o[j][2 * half] *= corr, o[j][2 * half + 1] *= corr;
+        }
+        // O += P V: P's fragments as S left them are A's for 16 keys at a time (n-tiles
+        // 2c and 2c + 1), rounded to T.
+#pragma unroll
+        for (int c = 0; c < BC / 16; c++) {
+            const uint32_t a[4] = {pack_pair<T>(s[2 * c][0], s[2 * c][1]), pack_pair<T>(s[2 * c][2], s[2 * c][3]),
+                                   pack_pair<T>(s[2 * c + 1][0], s[2 * c + 1][1]),
+                                   pack_pair<T>(s[2 * c + 1][2], s[2 * c + 1][3])};
+#pragma unroll
+            for (int j = 0; j < NO; j++) {
+                const uint16_t *vb = vt_s + (j * 8 + gr) * LDV + c * 16 + 2 * qd;
+                const uint32_t bv[2] = {load_pair(vb), load_pair(vb + 8)};
+                mma_16816<T>(o[j], a, bv);
+            }
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int t = q0 + r0 + 8 * half;
+        if (t >= seq) continue;
+        const float inv = 1.0f / l[half];
+        T *dst = out + ((size_t)b * seq + t) * NH * hd + (size_t)h * hd;
+#pragma unroll
+        for (int j = 0; j < NO; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int d = j * 8 + 2 * qd + e;
+                if (d < hd) store_f32(&dst[d], o[j][2 * half + e] * inv);
+            }
+        if (qd == 0) lse[((size_t)b * NH + h) * seq + t] = m[half] + logf(l[half]);
     }
 }
 
@@ -396,8 +545,21 @@ static zinf_status unsupported(const zinf_attention_args *a, const char *op) {
     return ZINF_OK;
 }
 
+template <typename T, int HD> static zinf_status fwd_mma_hd(cudaStream_t st, const zinf_attention_args *a, float scale) {
+    dim3 grid(tiles(a->T, mma_tile<HD>::BR), (unsigned)a->NH, (unsigned)a->B);
+    flash_fwd_mma_kernel<T, HD> CUDA_LAUNCH(grid, ATT_THREADS, 0, st)((T *)a->out, a->lse, (const T *)a->qkv, a->T,
+                                                                      a->NH, a->NKV, a->hd, a->window, scale);
+    ZINF_CUDA_LAUNCHED("flash_fwd_mma_kernel");
+    return ZINF_OK;
+}
+
 template <typename T> static zinf_status attention_fwd_t(cudaStream_t st, const zinf_attention_args *a) {
     float scale = 1.0f / sqrtf((float)a->hd);
+    // 16-bit storage with heads of 33 to 128 channels: on tensor cores.
+    if constexpr (sizeof(T) == 2) {
+        if (ATT_HD_PAD(a->hd) == 64) return fwd_mma_hd<T, 64>(st, a, scale);
+        if (ATT_HD_PAD(a->hd) == 128) return fwd_mma_hd<T, 128>(st, a, scale);
+    }
     switch (ATT_HD_PAD(a->hd)) {
     case 32: return fwd_hd<T, 32>(st, a, scale);
     case 64: return fwd_hd<T, 64>(st, a, scale);

@@ -26,6 +26,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include <cuda_fp16.h>
+
 #include "emu.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -112,6 +114,11 @@ struct warp {
     unsigned live; // lanes of the warp that exist and have not exited
     int src[32];
     uint64_t val[32], result[32];
+    // An mma.sync under way instead of a shuffle: each lane's a[4], b[2], c[4] (as bits),
+    // and once complete each lane's D.
+    bool mma, mma_bf16;
+    uint32_t frag[32][10];
+    float d[32][4];
 };
 
 // The block being run on this thread.
@@ -283,13 +290,58 @@ void yield(state st) {
     leave(f, false);
 }
 
+float half_bits(uint32_t h, bool bf16) {
+    if (bf16) {
+        uint32_t x = h << 16;
+        float f;
+        memcpy(&f, &x, 4);
+        return f;
+    }
+    __half v;
+    v.__x = (unsigned short)h;
+    return __half2float(v);
+}
+
+// D = A B + C of a completed mma, from the lanes' fragments (PTX ISA's layouts, with
+// groupID = lane / 4 and threadID_in_group = lane % 4): a_i holds A[row][col] with row
+// groupID for i in {0, 1, 4, 5}, else groupID + 8, and col 2 threadID_in_group + (i & 1),
+// plus 8 for i >= 4; b_i holds B[2 threadID_in_group + (i & 1) + (i >= 2 ? 8 : 0)][groupID];
+// c_i and d_i are C and D at row groupID (i < 2) or groupID + 8, col
+// 2 threadID_in_group + (i & 1).
+void mma_complete(warp &w) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane / 4, t = lane % 4;
+        const uint32_t *f = w.frag[lane];
+        for (int i = 0; i < 8; i++) {
+            int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
+            A[row][col] = half_bits(f[i / 2] >> (16 * (i & 1)) & 0xffffu, w.mma_bf16);
+        }
+        for (int i = 0; i < 4; i++)
+            B[2 * t + (i & 1) + (i >= 2 ? 8 : 0)][g] = half_bits(f[4 + i / 2] >> (16 * (i & 1)) & 0xffffu, w.mma_bf16);
+        for (int i = 0; i < 4; i++)
+            memcpy(&C[i < 2 ? g : g + 8][2 * t + (i & 1)], &f[6 + i], 4);
+    }
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane / 4, t = lane % 4;
+        for (int i = 0; i < 4; i++) {
+            int row = i < 2 ? g : g + 8, col = 2 * t + (i & 1);
+            double s = C[row][col]; // each 16-bit product exact in double; the sum rounded once
+            for (int k = 0; k < 16; k++)
+                s += (double)A[row][k] * B[k][col];
+            w.d[lane][i] = (float)s;
+        }
+    }
+}
+
 // An exchange completes once every live lane of its mask has arrived: the values are
 // kept for reading and the waiting lanes resume.
 void settle_warp(block_run *b, warp &w, int wi) {
     unsigned need = w.mask & w.live;
     if (!w.arrived || (w.arrived & need) != need) return;
+    if (w.mma) mma_complete(w);
     // Reading a lane that did not take part is undefined: all bits set, loudly wrong.
-    for (int l = 0; l < 32; l++)
+    for (int l = 0; !w.mma && l < 32; l++)
         if (w.arrived >> l & 1) w.result[l] = w.arrived >> w.src[l] & 1 ? w.val[w.src[l]] : ~(uint64_t)0;
     w.arrived = 0;
     for (int l = 0; l < 32; l++) {
@@ -373,8 +425,8 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int w
         undefined(b, "a shuffle width that is not 1, 2, 4, 8, 16 or 32");
     if (b->error) return v;
     if (!w.arrived)
-        w.mask = mask;
-    else if (w.mask != mask)
+        w.mask = mask, w.mma = false;
+    else if (w.mask != mask || w.mma)
         undefined(b, "the lanes of a warp called a warp function with different masks");
     // The source lane, within this lane's group of `width` (Programming Guide, "Warp
     // Shuffle Functions"): a lane may read an earlier group (xor), and past its own group
@@ -392,6 +444,28 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int w
     settle_warp(b, w, wi);
     if (w.arrived & (1u << lane)) yield(AT_WARP);
     return b->error ? v : w.result[lane];
+}
+
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], bool bf16) {
+    block_run *r = running;
+    r->cooperated = true;
+    if (r->direct) undefined(r, DIRECT_BROKEN);
+    fiber *f = r->cur;
+    int lane = f->lin % 32, wi = f->lin / 32;
+    warp &w = r->warps[(size_t)wi];
+    if (w.live != ~0u) undefined(r, "mma.sync in a warp without all 32 lanes");
+    if (!w.arrived)
+        w.mask = ~0u, w.mma = true, w.mma_bf16 = bf16;
+    else if (!w.mma || w.mma_bf16 != bf16)
+        undefined(r, "the lanes of a warp called different warp functions");
+    if (r->error) return;
+    memcpy(w.frag[lane], a, 16);
+    memcpy(w.frag[lane] + 4, b, 8);
+    memcpy(w.frag[lane] + 6, c, 16);
+    w.arrived |= 1u << lane;
+    settle_warp(r, w, wi);
+    if (w.arrived & (1u << lane)) yield(AT_WARP);
+    if (!r->error) memcpy(d, w.d[lane], 16);
 }
 
 void shared_fresh(void *p, size_t bytes) {

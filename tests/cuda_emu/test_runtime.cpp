@@ -3,7 +3,9 @@
 // and range checks, launch limits, faults that end a context (a host pointer in a
 // kernel, memory of another device, a write past an allocation), barriers and shuffles
 // (and that a missing barrier or __syncwarp shows, even where the block before left the
-// same values in shared memory or every lane wrote before leaving an exchange), streams,
+// same values in shared memory or every lane wrote before leaving an exchange), mma.sync
+// m16n8k16 in bf16 and fp16 against a product in double (fragments per the PTX ISA; a
+// warp short of 32 lanes faults), streams,
 // events, host functions, the pageable and pinned rules of cudaMemcpyAsync (host to
 // host returns once done), and the 16-bit conversions against the CPU's
 // own (F16C) and a double-precision reference. Each fault uses a device of its own,
@@ -91,6 +93,28 @@ static __global__ void lanes(int *out, bool sync) {
     s[l] = 3 * l;
     if (sync) __syncwarp();
     out[blockIdx.x * 32 + l] = s[l ^ 1];
+}
+
+// One m16n8k16 product: each lane builds its fragments of A (16 x 16, row-major), B
+// (16 x 8, row-major here) and C from the PTX ISA's formulas, written out here on their
+// own, and stores its fragment of D where they say.
+static __global__ void mma_tile(const uint16_t *A, const uint16_t *B, const float *C, float *D, bool bf16) {
+    int lane = threadIdx.x, g = lane >> 2, q = lane % 4;
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float c[4], d[4];
+    for (int i = 0; i < 8; i++) {
+        int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = q * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+        a[i / 2] |= (uint32_t)A[row * 16 + col] << (16 * (i & 1));
+    }
+    for (int i = 0; i < 4; i++) {
+        int row = q * 2 + (i & 1) + (i >= 2 ? 8 : 0), col = g;
+        b[i / 2] |= (uint32_t)B[row * 8 + col] << (16 * (i & 1));
+    }
+    for (int i = 0; i < 4; i++)
+        c[i] = C[(i < 2 ? g : g + 8) * 8 + q * 2 + (i & 1)];
+    cuda_emu::mma_m16n8k16(d, a, b, c, bf16);
+    for (int i = 0; i < 4; i++)
+        D[(i < 2 ? g : g + 8) * 8 + q * 2 + (i & 1)] = d[i];
 }
 
 // Only the first half of the block reaches the barrier: undefined, so a fault.
@@ -272,6 +296,49 @@ static void test_blocks() {
     EXPECT(cudaFree(s), cudaSuccess);
 }
 
+// mma.sync's D = A B + C against a product in double, for bf16 and fp16 inputs; a warp
+// short of 32 lanes faults.
+static void test_mma() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    uint16_t A[256], B[128];
+    float C[128], D[128];
+    void *dA, *dB, *dC, *dD;
+    EXPECT(cudaMalloc(&dA, sizeof A), cudaSuccess);
+    EXPECT(cudaMalloc(&dB, sizeof B), cudaSuccess);
+    EXPECT(cudaMalloc(&dC, sizeof C), cudaSuccess);
+    EXPECT(cudaMalloc(&dD, sizeof D), cudaSuccess);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        double a[256], b[128];
+        // Small integers and halves, exact in both types: the sums are exact too.
+        for (int i = 0; i < 256; i++) {
+            float v = (float)((i * 37 % 17) - 8) * (i % 3 ? 1.0f : 0.5f);
+            a[i] = v;
+            A[i] = bf16 ? __float2bfloat16_rn(v).__x : __float2half_rn(v).__x;
+        }
+        for (int i = 0; i < 128; i++) {
+            float v = (float)((i * 11 % 13) - 6);
+            b[i] = v;
+            B[i] = bf16 ? __float2bfloat16_rn(v).__x : __float2half_rn(v).__x;
+            C[i] = (float)(i % 5) - 2.0f;
+        }
+        EXPECT(cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice), cudaSuccess);
+        EXPECT(cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice), cudaSuccess);
+        EXPECT(cudaMemcpy(dC, C, sizeof C, cudaMemcpyHostToDevice), cudaSuccess);
+        mma_tile LAUNCH(1, 32, 0, 0)((const uint16_t *)dA, (const uint16_t *)dB, (const float *)dC, (float *)dD, bf16);
+        EXPECT(cudaMemcpy(D, dD, sizeof D, cudaMemcpyDeviceToHost), cudaSuccess);
+        int bad = 0;
+        for (int r = 0; r < 16; r++)
+            for (int c = 0; c < 8; c++) {
+                double want = C[r * 8 + c];
+                for (int k = 0; k < 16; k++)
+                    want += a[r * 16 + k] * b[k * 8 + c];
+                bad += D[r * 8 + c] != (float)want;
+            }
+        CHECK(bad == 0, "mma %s: %d of 128 elements of D wrong", bf16 ? "bf16" : "fp16", bad);
+    }
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD);
+}
+
 // Device 2..: each fault ends its device's context; every later call there returns it.
 static void test_faults() {
     int h[64];
@@ -300,6 +367,12 @@ static void test_faults() {
     EXPECT(cudaSetDevice(6), cudaSuccess);
     int *d6 = dev_ints(32);
     bad_mask LAUNCH(1, 32, 0, 0)(d6);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
+    EXPECT(cudaSetDevice(1), cudaSuccess); // a warp of 16 lanes cannot take an mma
+    void *m1;
+    EXPECT(cudaMalloc(&m1, 1024), cudaSuccess);
+    mma_tile LAUNCH(1, 16, 0, 0)((const uint16_t *)m1, (const uint16_t *)m1, (const float *)m1, (float *)m1, true);
     EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
 
 #if !defined(__SANITIZE_ADDRESS__) // there ASan reports the write itself
@@ -442,6 +515,7 @@ int main() {
     test_memory();
     test_launches();
     test_blocks();
+    test_mma();
     test_faults();
     test_streams();
     test_conversions();

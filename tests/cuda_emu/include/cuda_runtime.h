@@ -239,6 +239,16 @@ namespace cuda_emu {
 // name their __shared__ objects once, where they are declared (gpu/cuda's
 // SHARED_FRESH); a check in the tests holds every declaration to it.
 void shared_fresh(void *p, size_t bytes);
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 d, a, b, c (PTX ISA,
+// "Matrix Fragments for mma.m16n8k16 with floating point type"): every lane of a full
+// warp brings its fragments of A (16 x 16, four registers of two 16-bit values, the
+// lower element in the low half), B (16 x 8, two registers) and C (16 x 8, four
+// floats) and gets its fragment of D = A B + C. Each element of D is its C plus the 16
+// exact products, summed in double and rounded once to fp32 (the hardware's order of
+// fp32 additions is not documented; kernels are held to the host backend within a
+// tolerance).
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], bool bf16);
 template <typename... T> void shared_fresh_all(T &...objects) { (shared_fresh((void *)&objects, sizeof objects), ...); }
 } // namespace cuda_emu
 
