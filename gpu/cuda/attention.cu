@@ -2,11 +2,11 @@
 // optional sliding window, as tiled kernels with an online softmax that never hold the
 // T x T scores: FlashAttention-2's scheme (Dao 2023, "FlashAttention-2: Faster Attention
 // with Better Parallelism and Work Partitioning", algorithms 1 and 2; the online softmax
-// of Milakov & Gimelshein 2018). The forward of bf16 and fp16 heads of 33 to 128
-// channels runs its products on tensor cores (flash_fwd_mma_kernel); the rest, and the
-// backward, in fp32 on the CUDA cores. There are no atomics: every sum is one thread's,
-// a fixed butterfly over the lanes of a row, or one mma's, in a fixed order, so the
-// results repeat bit for bit.
+// of Milakov & Gimelshein 2018). bf16 and fp16 heads of 33 to 128 channels run their
+// products on tensor cores (the *_mma_kernel family), forward and backward; other
+// heads and fp32 run in fp32 on the CUDA cores. There are no atomics: every sum is one
+// thread's, a fixed butterfly over the lanes of a row, or one mma's, in a fixed order,
+// so the results repeat bit for bit.
 //
 // Forward, one block per (query tile, query head, batch item): the tile's queries stay
 // in shared memory while the key and value tiles they see go by; each row keeps its
@@ -510,6 +510,207 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
+// ---- backward on tensor cores (bf16, fp16; head sizes up to 128) ----
+// The same two kernels with every product an m16n8k16 tile: each warp owns 16 rows (keys
+// in the dK/dV kernel, queries in the dQ kernel) and takes their A fragments straight
+// from memory, and the tile it pairs them with waits in shared memory as rows and, for
+// the product that sums over that tile, transposed. P and dS leave the score fragments
+// as A fragments rounded to the storage type, as in the forward.
+
+template <int HD> struct mma_bwd_tile {
+    static constexpr int KEYS = 64, QUERIES = HD <= 64 ? 64 : 32; // dK/dV: a block's keys, a query tile
+    static constexpr int BR = 64, BC = HD <= 64 ? 64 : 32;        // dQ: a block's queries, a key tile
+    static constexpr int LDR = HD + 8, LDQT = QUERIES + 8, LDKT = BC + 8;
+    static_assert(sizeof(uint16_t) * (2 * ((size_t)QUERIES * LDR + (size_t)HD * LDQT)) + 2 * QUERIES * sizeof(float) <=
+                          48 * 1024 &&
+                      sizeof(uint16_t) * (2 * (size_t)BC * LDR + (size_t)HD * LDKT) <= 48 * 1024,
+                  "tensor-core backward tiles over 48 KiB of static shared memory");
+};
+
+// The A fragment of rows r and r + 8 (t: r's token; zeros past the sequence and hd),
+// channels kc 16 + 2q .. of one head, from memory (rows ld elements apart).
+template <typename T>
+static __device__ __forceinline__ void row_fragment(uint32_t (&a)[4], const T *head, size_t ld, int t, int seq, int hd,
+                                                    int c) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int tt = t + 8 * (i & 1), d = c + 8 * (i >> 1);
+        const T *p = head + (size_t)tt * ld + d;
+        float lo = tt < seq && d < hd ? to_f32(p[0]) : 0.0f, hi = tt < seq && d + 1 < hd ? to_f32(p[1]) : 0.0f;
+        a[i] = pack_pair<T>(lo, hi);
+    }
+}
+
+// One 16 x N product of this warp's rows (A from memory, rows t, t + 8) with the rows
+// of a tile in shared memory (B[k][n] = tile[n][k], rows of ldr): acc[j] for n-tile j.
+template <typename T, int HD, int NT>
+static __device__ __forceinline__ void rows_by_tile(float (&acc)[NT][4], const T *head, size_t ld, int t, int seq,
+                                                    int hd, const uint16_t *tile, int ldr) {
+    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < HD / 16; kc++) {
+        uint32_t a[4];
+        row_fragment<T>(a, head, ld, t, seq, hd, kc * 16 + 2 * qd);
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const uint16_t *bp = tile + (j * 8 + gr) * ldr + kc * 16 + 2 * qd;
+            const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
+            mma_16816<T>(acc[j], a, bb);
+        }
+    }
+}
+
+// acc[j] += X Y for X the 16 x (16 NX) fragments x left as a product's (n-tiles 2c and
+// 2c + 1 are A's 16 columns c), rounded to T, and Y from a transposed tile (B[k][n] =
+// tt[n][k], rows of ldt).
+template <typename T, int NX, int NO>
+static __device__ __forceinline__ void fragments_by_tile(float (&acc)[NO][4], const float (&x)[NX][4],
+                                                         const uint16_t *tt, int ldt) {
+    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
+#pragma unroll
+    for (int c = 0; c < NX / 2; c++) {
+        const uint32_t a[4] = {pack_pair<T>(x[2 * c][0], x[2 * c][1]), pack_pair<T>(x[2 * c][2], x[2 * c][3]),
+                               pack_pair<T>(x[2 * c + 1][0], x[2 * c + 1][1]),
+                               pack_pair<T>(x[2 * c + 1][2], x[2 * c + 1][3])};
+#pragma unroll
+        for (int j = 0; j < NO; j++) {
+            const uint16_t *bp = tt + (j * 8 + gr) * ldt + c * 16 + 2 * qd;
+            const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
+            mma_16816<T>(acc[j], a, bb);
+        }
+    }
+}
+
+// Rows of this warp (t, t + 8) of a 16 x HD fp32 fragment set into a head's rows of dqkv.
+template <typename T, int NO>
+static __device__ __forceinline__ void store_rows(T *head, size_t ld, int t, int seq, int hd, const float (&acc)[NO][4]) {
+    const int qd = threadIdx.x % 4;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int tt = t + 8 * half;
+        if (tt >= seq) continue;
+#pragma unroll
+        for (int j = 0; j < NO; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int d = j * 8 + 2 * qd + e;
+                if (d < hd) store_f32(&head[(size_t)tt * ld + d], acc[j][2 * half + e]);
+            }
+    }
+}
+
+// dK and dV of the 64 keys at k0 of kv head g, 16 a warp: S^T = K Q^T and dP^T = V dO^T
+// per query tile, then dV += P^T dO and dK += dS^T Q, over the group's query heads in
+// order and each head's query tiles that see the keys.
+template <typename T, int HD>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    flash_bwd_dkv_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D, int seq, int NH,
+                             int NKV, int hd, int window, float scale) {
+    using M = mma_bwd_tile<HD>;
+    constexpr int KEYS = M::KEYS, QN = M::QUERIES, LDR = M::LDR, LDQT = M::LDQT, NQ = QN / 8, NO = HD / 8;
+    __shared__ __align__(16) uint16_t q_s[QN * LDR], qt_s[HD * LDQT], do_s[QN * LDR], dot_s[HD * LDQT];
+    __shared__ float lse_s[QN], D_s[QN];
+    SHARED_FRESH(q_s, qt_s, do_s, dot_s, lse_s, D_s);
+    const int g = blockIdx.y, b = blockIdx.z, k0 = blockIdx.x * KEYS, G = NH / NKV, C = NH * hd;
+    const size_t ld = (size_t)(NH + 2 * NKV) * hd;
+    const T *x = qkv + (size_t)b * seq * ld, *dy = dout + (size_t)b * seq * C;
+    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4, kr = k0 + threadIdx.x / 32 * 16 + gr;
+    float dk[NO][4], dv[NO][4];
+#pragma unroll
+    for (int j = 0; j < NO; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            dk[j][i] = dv[j][i] = 0.0f;
+    const int klast = (k0 + KEYS < seq ? k0 + KEYS : seq) - 1;
+    const int qlast = window > 0 && klast + window - 1 < seq - 1 ? klast + window - 1 : seq - 1;
+    for (int h = g * G; h < (g + 1) * G; h++) {
+        const size_t rows = ((size_t)b * NH + h) * seq;
+        for (int qt = k0 / QN; qt <= qlast / QN; qt++) {
+            const int q0 = qt * QN;
+            __syncthreads(); // the previous query tile is read
+            load_rows16<T, HD, QN, LDR>(q_s, x + (size_t)h * hd, ld, q0, seq, hd);
+            load_cols16<T, HD, QN, LDQT>(qt_s, x + (size_t)h * hd, ld, q0, seq, hd);
+            load_rows16<T, HD, QN, LDR>(do_s, dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
+            load_cols16<T, HD, QN, LDQT>(dot_s, dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
+            for (int r = threadIdx.x; r < QN; r += ATT_THREADS) {
+                bool in = q0 + r < seq;
+                lse_s[r] = in ? lse[rows + q0 + r] : 0.0f;
+                D_s[r] = in ? D[rows + q0 + r] : 0.0f;
+            }
+            __syncthreads();
+            float p[NQ][4], ds[NQ][4];
+            rows_by_tile<T, HD, NQ>(p, x + (size_t)(NH + g) * hd, ld, kr, seq, hd, q_s, LDR);
+            rows_by_tile<T, HD, NQ>(ds, x + (size_t)(NH + NKV + g) * hd, ld, kr, seq, hd, do_s, LDR);
+#pragma unroll
+            for (int j = 0; j < NQ; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = kr + 8 * (i >> 1), c = j * 8 + 2 * qd + (i & 1);
+                    const float pr = sees(q0 + c, key, seq, window) ? expf(p[j][i] * scale - lse_s[c]) : 0.0f;
+                    p[j][i] = pr;
+                    ds[j][i] = pr * (ds[j][i] - D_s[c]) * scale;
+                }
+            fragments_by_tile<T, NQ, NO>(dv, p, dot_s, LDQT);
+            fragments_by_tile<T, NQ, NO>(dk, ds, qt_s, LDQT);
+        }
+    }
+    store_rows<T, NO>(dqkv + (size_t)b * seq * ld + (size_t)(NH + g) * hd, ld, kr, seq, hd, dk);
+    store_rows<T, NO>(dqkv + (size_t)b * seq * ld + (size_t)(NH + NKV + g) * hd, ld, kr, seq, hd, dv);
+}
+
+// dQ of the 64 queries at q0 of head h, 16 a warp: S = Q K^T and dP = dO V^T per key tile,
+// then dQ += dS K, over the key tiles the queries see, in order.
+template <typename T, int HD>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    flash_bwd_dq_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D, int seq, int NH,
+                            int NKV, int hd, int window, float scale) {
+    using M = mma_bwd_tile<HD>;
+    constexpr int BR = M::BR, BC = M::BC, LDR = M::LDR, LDKT = M::LDKT, NS = BC / 8, NO = HD / 8;
+    __shared__ __align__(16) uint16_t k_s[BC * LDR], v_s[BC * LDR], kt_s[HD * LDKT];
+    SHARED_FRESH(k_s, v_s, kt_s);
+    const int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BR, g = h / (NH / NKV), C = NH * hd;
+    const size_t ld = (size_t)(NH + 2 * NKV) * hd, rows = ((size_t)b * NH + h) * seq;
+    const T *x = qkv + (size_t)b * seq * ld, *dy = dout + (size_t)b * seq * C;
+    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4, tr = q0 + threadIdx.x / 32 * 16 + gr;
+    float lse_r[2], D_r[2];
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int t = tr + 8 * half;
+        lse_r[half] = t < seq ? lse[rows + t] : 0.0f;
+        D_r[half] = t < seq ? D[rows + t] : 0.0f;
+    }
+    float dq[NO][4];
+#pragma unroll
+    for (int j = 0; j < NO; j++)
+        dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1;
+    for (int kt = first_key(q0, window) / BC; kt <= last / BC; kt++) {
+        const int k0 = kt * BC;
+        __syncthreads(); // the previous key tile is read
+        load_rows16<T, HD, BC, LDR>(k_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+        load_rows16<T, HD, BC, LDR>(v_s, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
+        load_cols16<T, HD, BC, LDKT>(kt_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+        __syncthreads();
+        float s[NS][4], ds[NS][4];
+        rows_by_tile<T, HD, NS>(s, x + (size_t)h * hd, ld, tr, seq, hd, k_s, LDR);
+        rows_by_tile<T, HD, NS>(ds, dy + (size_t)h * hd, (size_t)C, tr, seq, hd, v_s, LDR);
+#pragma unroll
+        for (int j = 0; j < NS; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int half = i >> 1, key = k0 + j * 8 + 2 * qd + (i & 1);
+                const float pr =
+                    sees(tr + 8 * half, key, seq, window) ? expf(s[j][i] * scale - lse_r[half]) : 0.0f;
+                ds[j][i] = pr * (ds[j][i] - D_r[half]) * scale;
+            }
+        fragments_by_tile<T, NS, NO>(dq, ds, kt_s, LDKT);
+    }
+    store_rows<T, NO>(dqkv + (size_t)b * seq * ld + (size_t)h * hd, ld, tr, seq, hd, dq);
+}
+
 // ---- launches ----
 
 static unsigned tiles(int n, int per) { return (unsigned)((n + per - 1) / per); }
@@ -532,6 +733,20 @@ template <typename T, int HD> static zinf_status bwd_hd(cudaStream_t st, const z
     flash_bwd_dq_kernel<T, HD> CUDA_LAUNCH(gq, ATT_THREADS, 0, st)(
         (T *)a->dqkv, (const T *)a->qkv, (const T *)a->dout, a->lse, D, a->T, a->NH, a->NKV, a->hd, a->window, scale);
     ZINF_CUDA_LAUNCHED("flash_bwd_dq_kernel");
+    return ZINF_OK;
+}
+
+template <typename T, int HD> static zinf_status bwd_mma_hd(cudaStream_t st, const zinf_attention_args *a, float scale) {
+    using M = mma_bwd_tile<HD>;
+    const float *D = (const float *)a->ws;
+    dim3 gkv(tiles(a->T, M::KEYS), (unsigned)a->NKV, (unsigned)a->B);
+    flash_bwd_dkv_mma_kernel<T, HD> CUDA_LAUNCH(gkv, ATT_THREADS, 0, st)(
+        (T *)a->dqkv, (const T *)a->qkv, (const T *)a->dout, a->lse, D, a->T, a->NH, a->NKV, a->hd, a->window, scale);
+    ZINF_CUDA_LAUNCHED("flash_bwd_dkv_mma_kernel");
+    dim3 gq(tiles(a->T, M::BR), (unsigned)a->NH, (unsigned)a->B);
+    flash_bwd_dq_mma_kernel<T, HD> CUDA_LAUNCH(gq, ATT_THREADS, 0, st)(
+        (T *)a->dqkv, (const T *)a->qkv, (const T *)a->dout, a->lse, D, a->T, a->NH, a->NKV, a->hd, a->window, scale);
+    ZINF_CUDA_LAUNCHED("flash_bwd_dq_mma_kernel");
     return ZINF_OK;
 }
 
@@ -575,6 +790,10 @@ template <typename T> static zinf_status attention_bwd_t(cudaStream_t st, const 
     rowdot_kernel<T> CUDA_LAUNCH((unsigned)(blocks < 65536 ? blocks : 65536), ATT_THREADS, 0,
                                  st)((float *)a->ws, (const T *)a->out, (const T *)a->dout, a->T, a->NH, a->hd, rows);
     ZINF_CUDA_LAUNCHED("rowdot_kernel");
+    if constexpr (sizeof(T) == 2) { // as the forward: 16-bit heads of 33 to 128 channels on tensor cores
+        if (ATT_HD_PAD(a->hd) == 64) return bwd_mma_hd<T, 64>(st, a, scale);
+        if (ATT_HD_PAD(a->hd) == 128) return bwd_mma_hd<T, 128>(st, a, scale);
+    }
     switch (ATT_HD_PAD(a->hd)) {
     case 32: return bwd_hd<T, 32>(st, a, scale);
     case 64: return bwd_hd<T, 64>(st, a, scale);

@@ -437,9 +437,12 @@ static void test_attention(zinf_dtype dt, int T, int NH, int NKV, int hd, int wi
     snprintf(what, sizeof what, "attention lse T=%d NH=%d NKV=%d hd=%d window=%d", T, NH, NKV, hd, window);
     compare_f32(what, lse, rl, (size_t)B * NH * T, dt == ZINF_DTYPE_F32 ? 1e-5 : 1e-4);
     // The CUDA backward takes D_i = dO_i . O_i from out as stored (flash attention 2's
-    // way), so in 16 bits its gradients carry O's rounding as well as their own.
+    // way), so in 16 bits its gradients carry O's rounding as well as their own; on
+    // tensor cores (16-bit heads of 33 to 128 channels) also P's and dS's, rounded to the
+    // storage type before their products as FlashAttention-2 rounds them: up to 4.4
+    // times bf16's rtol in these cases, 3 times fp16's.
     snprintf(what, sizeof what, "attention backward T=%d NH=%d NKV=%d hd=%d window=%d", T, NH, NKV, hd, window);
-    compare_rtol(what, dt, dqkv, rg, nq, dt == ZINF_DTYPE_F32 ? rtol_of(dt) : 2 * rtol_of(dt));
+    compare_rtol(what, dt, dqkv, rg, nq, dt == ZINF_DTYPE_F32 ? rtol_of(dt) : 6 * rtol_of(dt));
     void *bufs[] = {dq, ddo, out, dqkv, lse, a.ws};
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
