@@ -52,6 +52,8 @@ import sys
 import tempfile
 import time
 
+import zinf_train_run
+
 MICRO, SEQ, LR, WEIGHT_DECAY = 8, 1024, 1e-4, 0.0
 TRAINERS = ("torch", "zinf")
 H100_BF16_TFLOPS = 989.0  # the H100 SXM's dense bf16 tensor peak, the goals' yardstick
@@ -244,31 +246,10 @@ def run_zinf(name, args, tmp):
     if not os.access(exe, os.X_OK):
         return {**rec, "error": f"{exe} is missing (make builds it)"}
     cfg, steps = write_zinf_config(name, args, tmp)
-    cmd = [exe, "train", cfg, "--json", "--steps", str(steps)]
-    print(f"== {name} zinf: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    err = os.path.join(tmp, f"{name}.err")
-    try:
-        with open(err, "w") as ef:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=ef, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return {**rec, "error": f"timed out after {args.timeout} s"}
-    finally:
-        if os.path.exists(err):
-            sys.stderr.write(open(err, errors="replace").read())
-            sys.stderr.flush()
-    if p.returncode != 0:
-        tail = [l for l in open(err, errors="replace").read().splitlines() if l.strip()]
-        fit = [l for l in tail if "does not fit" in l]
-        why = (fit or tail or [""])[-1].strip()[:300]
-        return {**rec, "error": f"zinf train exited {p.returncode}: {why}"}
-    objs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
-    per_step = [o for o in objs if "step" in o and not o.get("final")]
-    final = next((o for o in objs if o.get("final")), {})
-    timed = per_step[args.warmup:]  # the first allocates and plans: untimed, as PyTorch's compile
-    if not timed:
-        return {**rec, "error": f"zinf printed {len(per_step)} steps, none after the first {args.warmup}"}
-    times = [o["step_seconds"] for o in timed]
-    s = statistics.median(times)
+    timed, final = zinf_train_run.train(exe, cfg, steps, args.warmup, f"{name}_zinf", tmp, args.timeout)
+    if final is None:
+        return {**rec, "error": timed}
+    s, times = zinf_train_run.median_step(timed)
     rec.update({"tokens_per_s": MICRO * SEQ / s, "step_s": s, "steps_s": times, "warmup": args.warmup,
                 "tflops": flops_per_token(m) * MICRO * SEQ / s / 1e12,
                 # zinf's own figure, from its parameter count: a check on n_params here.

@@ -45,6 +45,8 @@ import sys
 import tempfile
 import time
 
+import zinf_train_run
+
 MICRO, SEQ, VOCAB, LR, CLIP = 8, 1024, 50257, 1e-5, 1.0
 TORCH_PEERS = ("fsdp2_cpu_offload", "torchao_cpu_offload_optimizer", "deepspeed_zero3_offload_cpu")
 ZINF_PEERS = ("zinf", "zinf_stage0")
@@ -238,31 +240,10 @@ def run_zinf(peer, args, tmp):
     cfg = os.path.join(tmp, f"{peer}.json")
     with open(cfg, "w") as f:
         json.dump(zinf_config(stage, tokens, steps), f)
-    cmd = [exe, "train", cfg, "--json", "--steps", str(steps)]
-    print(f"== {peer}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    err = os.path.join(tmp, f"{peer}.err")
-    try:
-        with open(err, "w") as ef:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=ef, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return {**rec, "error": f"timed out after {args.timeout} s"}
-    finally:
-        if os.path.exists(err):
-            sys.stderr.write(open(err, errors="replace").read())
-            sys.stderr.flush()
-    if p.returncode != 0:
-        tail = [l for l in open(err, errors="replace").read().splitlines() if l.strip()]
-        fit = [l for l in tail if "does not fit" in l]
-        why = (fit or tail or [""])[-1].strip()[:300]
-        return {**rec, "error": f"zinf train exited {p.returncode}: {why}"}
-    objs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
-    per_step = [o for o in objs if "step" in o and not o.get("final")]
-    final = next((o for o in objs if o.get("final")), {})
-    timed = per_step[ZINF_SKIPPED:]
-    if not timed:
-        return {**rec, "error": f"zinf printed {len(per_step)} steps, none after the first {ZINF_SKIPPED}"}
-    times = [o["step_seconds"] for o in timed]
-    s = statistics.median(times)
+    timed, final = zinf_train_run.train(exe, cfg, steps, ZINF_SKIPPED, peer, tmp, args.timeout)
+    if final is None:
+        return {**rec, "error": timed}
+    s, times = zinf_train_run.median_step(timed)
     rec.update({"tokens_per_s": MICRO * SEQ / s, "step_s": s, "steps_s": times, "warmup": ZINF_SKIPPED,
                 "zinf_tokens_per_s": statistics.median(o["tokens_per_s"] for o in timed),
                 "gpu_peak_gib": final["device_peak_bytes"] / 2**30 if "device_peak_bytes" in final else None,

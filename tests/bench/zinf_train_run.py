@@ -1,0 +1,41 @@
+"""One `zinf train --json` run for the GPU benches (gpu_peers.py, gpu_compute.py): its log
+echoed to stderr, its step lines parsed, the steps after the untimed ones timed."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def train(exe, cfg, steps, skipped, name, tmp, timeout):
+    """Runs zinf train CONFIG --json --steps STEPS. Returns (timed, final): the step lines
+    after the first `skipped` and the final line, or (error, None) where it cannot."""
+    cmd = [exe, "train", cfg, "--json", "--steps", str(steps)]
+    print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    err = os.path.join(tmp, f"{name}.err")
+    try:
+        with open(err, "w") as ef:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=ef, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout} s", None
+    finally:
+        if os.path.exists(err):
+            sys.stderr.write(open(err, errors="replace").read())
+            sys.stderr.flush()
+    if p.returncode != 0:
+        tail = [l for l in open(err, errors="replace").read().splitlines() if l.strip()]
+        fit = [l for l in tail if "does not fit" in l]
+        why = (fit or tail or [""])[-1].strip()[:300]
+        return f"zinf train exited {p.returncode}: {why}", None
+    objs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    per_step = [o for o in objs if "step" in o and not o.get("final")]
+    timed = per_step[skipped:]
+    if not timed:
+        return f"zinf printed {len(per_step)} steps, none after the first {skipped}", None
+    return timed, next((o for o in objs if o.get("final")), {})
+
+
+def median_step(timed):
+    """The median of the timed steps' seconds, and all of them."""
+    times = [o["step_seconds"] for o in timed]
+    return statistics.median(times), times
