@@ -294,6 +294,25 @@ chunk *aio_worker_take(worker *w, bool block) {
 
 bool zinf_aio_uses_io_uring(const zinf_aio *aio) { return aio->uring; }
 
+int zinf_aio_bind(zinf_aio *aio, const int *cpus, int n) {
+    if (!aio || !cpus || n <= 0) {
+        zinf_fail(ZINF_ERR_INVAL, "aio bind: no CPUs to bind the workers to");
+        return -EINVAL;
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int i = 0; i < n; i++)
+        if (cpus[i] >= 0 && cpus[i] < CPU_SETSIZE) CPU_SET(cpus[i], &set);
+    for (uint32_t i = 0; i < aio->cfg.threads; i++) {
+        int err = pthread_setaffinity_np(aio->workers[i].thread, sizeof set, &set);
+        if (err) {
+            zinf_fail(zinf_status_from_errno(err), "aio bind: worker %u: %s", i, strerror(err));
+            return -err;
+        }
+    }
+    return 0;
+}
+
 void zinf_aio_get_stats(zinf_aio *aio, zinf_aio_stats *out) {
     *out = (zinf_aio_stats){0};
     pthread_mutex_lock(&aio->lock);

@@ -14,6 +14,9 @@ struct zinf_cpu_pool {
     int n;
     pthread_t *threads;
     int *cpu; // the CPU worker i is pinned to, -1 when not pinned
+    // The CPUs of the cores no worker is pinned to (SMT siblings of pinned ones left out):
+    // where the threads that move data and feed the device run beside the pool.
+    int *spare, nspare;
     pthread_mutex_t lock;
     pthread_cond_t wake, done;
     pthread_mutex_t run_lock; // one zinf_cpu_pool_run at a time
@@ -68,19 +71,14 @@ static int by_placement(const void *a, const void *b) {
 
 // The CPUs this process may run on, one per physical core first (by NUMA node), then
 // the other hardware threads. Returns how many; *physical gets the core count.
-static int placement(int **out, int *physical) {
+static int placement(cpu_key **out, int *physical) {
     cpu_set_t set;
     *out = NULL;
     *physical = 0;
     if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
     int n = CPU_COUNT(&set), k = 0;
     cpu_key *keys = calloc((size_t)n, sizeof *keys);
-    int *cpus = malloc((size_t)n * sizeof *cpus);
-    if (!keys || !cpus) {
-        free(keys);
-        free(cpus);
-        return 0;
-    }
+    if (!keys) return 0;
     bool numa = numa_available() >= 0;
     for (int c = 0; c < CPU_SETSIZE && k < n; c++) {
         if (!CPU_ISSET(c, &set)) continue;
@@ -93,11 +91,12 @@ static int placement(int **out, int *physical) {
         k++;
     }
     qsort(keys, (size_t)k, sizeof *keys, by_placement);
-    for (int j = 0; j < k; j++)
-        cpus[j] = keys[j].cpu;
-    free(keys);
-    *out = cpus;
+    *out = keys;
     return k;
+}
+
+static bool same_core(const cpu_key *a, const cpu_key *b) {
+    return a->core >= 0 ? a->package == b->package && a->core == b->core : a->cpu == b->cpu;
 }
 
 // ---- the pool ----
@@ -118,6 +117,7 @@ static void free_pool(zinf_cpu_pool *pool) {
     pthread_cond_destroy(&pool->done);
     free(pool->threads);
     free(pool->cpu);
+    free(pool->spare);
     free(pool);
 }
 
@@ -125,15 +125,17 @@ zinf_status zinf_cpu_pool_create(zinf_cpu_pool **out, int threads) {
     *out = NULL;
     if (threads < 0 || threads > 4096)
         return zinf_fail(ZINF_ERR_INVAL, "cpu pool: %d threads (0 for one per core, at most 4096)", threads);
-    int *cpus, physical, ncpu = placement(&cpus, &physical);
+    cpu_key *cpus;
+    int physical, ncpu = placement(&cpus, &physical);
     if (threads == 0) threads = physical > 0 ? physical : 1;
     zinf_cpu_pool *pool = calloc(1, sizeof *pool);
     if (pool) {
         pool->threads = calloc((size_t)threads, sizeof *pool->threads);
         pool->cpu = malloc((size_t)threads * sizeof *pool->cpu);
+        pool->spare = malloc(((size_t)ncpu + 1) * sizeof *pool->spare);
     }
-    if (!pool || !pool->threads || !pool->cpu) {
-        if (pool) free(pool->threads), free(pool->cpu);
+    if (!pool || !pool->threads || !pool->cpu || !pool->spare) {
+        if (pool) free(pool->threads), free(pool->cpu), free(pool->spare);
         free(pool);
         free(cpus);
         return zinf_fail(ZINF_ERR_NOMEM, "cpu pool: out of memory");
@@ -145,7 +147,13 @@ zinf_status zinf_cpu_pool_create(zinf_cpu_pool **out, int threads) {
     pthread_cond_init(&pool->done, NULL);
     // More workers than CPUs would only share them: then nobody is pinned.
     for (int i = 0; i < threads; i++)
-        pool->cpu[i] = threads <= ncpu ? cpus[i] : -1;
+        pool->cpu[i] = threads <= ncpu ? cpus[i].cpu : -1;
+    for (int j = 0; threads <= ncpu && j < ncpu; j++) {
+        bool taken = false;
+        for (int i = 0; i < threads && !taken; i++)
+            taken = same_core(&cpus[i], &cpus[j]);
+        if (!taken) pool->spare[pool->nspare++] = cpus[j].cpu;
+    }
     free(cpus);
 
     int started = 0, err = 0;
@@ -188,8 +196,14 @@ void zinf_cpu_pool_destroy(zinf_cpu_pool *pool) {
 
 int zinf_cpu_pool_threads(const zinf_cpu_pool *pool) { return pool->n; }
 
+int zinf_cpu_pool_spare(const zinf_cpu_pool *pool, const int **cpus) {
+    *cpus = pool->spare;
+    return pool->nspare;
+}
+
 int zinf_cpu_pool_cores(void) {
-    int *cpus, physical;
+    cpu_key *cpus;
+    int physical;
     placement(&cpus, &physical);
     free(cpus);
     return physical > 0 ? physical : 1;

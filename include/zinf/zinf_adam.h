@@ -125,6 +125,10 @@ typedef struct zinf_cpu_pool zinf_cpu_pool;
 zinf_status zinf_cpu_pool_create(zinf_cpu_pool **out, int threads);
 void zinf_cpu_pool_destroy(zinf_cpu_pool *pool);
 int zinf_cpu_pool_threads(const zinf_cpu_pool *pool);
+// The CPUs of this process's cores that no worker is pinned to (their SMT siblings
+// left out), for the threads that move data and feed the device; returns how many
+// (0 when the workers take every core, or are not pinned). *cpus stays the pool's.
+int zinf_cpu_pool_spare(const zinf_cpu_pool *pool, const int **cpus);
 // The physical cores this process may run on: the threads of a pool made with 0.
 int zinf_cpu_pool_cores(void);
 // Run fn(arg, i, nthreads) on every worker i and wait for all of them.

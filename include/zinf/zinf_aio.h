@@ -81,6 +81,9 @@ int zinf_aio_create(zinf_aio **out, const zinf_aio_params *cfg);
 void zinf_aio_destroy(zinf_aio *aio);
 // false when the engine runs on pread/pwrite threads.
 bool zinf_aio_uses_io_uring(const zinf_aio *aio);
+// Let the workers run on the n CPUs of cpus only (DeepSpeed's cores left to IO beside
+// CPU Adam's). 0 or -errno.
+int zinf_aio_bind(zinf_aio *aio, const int *cpus, int n);
 
 // Register [buf, buf+len) with every ring, so reads and writes that fall inside it run
 // as READ_FIXED/WRITE_FIXED and the kernel does not pin its pages on every request:

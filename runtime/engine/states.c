@@ -24,6 +24,23 @@ static zinf_status store_part(void *ctx, int mod, const void *src) {
     return e->params.storage->store(e, mod, src, true);
 }
 
+// With cpuadam_cores_perc under 1, the NVMe workers run on the cores CPU Adam's
+// threads leave (DeepSpeed's split of the cores between the optimizer and the rest),
+// not on the same ones; with every core taken they run wherever the kernel puts them.
+static zinf_status io_beside_adam(zinf_engine *e) {
+    const int *cpus;
+    int n = e->aio && e->optim.pool ? zinf_cpu_pool_spare(e->optim.pool, &cpus) : 0;
+    if (n == 0) return ZINF_OK;
+    if (zinf_aio_bind(e->aio, cpus, n) != 0) return zinf_fail(ZINF_ERR_IO, "engine: %s", zinf_last_error());
+    char list[128];
+    int len = 0;
+    for (int i = 0; i < n && len < (int)sizeof list - 16; i++)
+        len += snprintf(list + len, sizeof list - (size_t)len, "%s%d", i ? "," : "", cpus[i]);
+    ZINF_LOG_INFO("NVMe workers on CPU%s %s%s, beside CPU Adam's %d thread%s", n > 1 ? "s" : "", list,
+                  len >= (int)sizeof list - 16 ? ",..." : "", e->optim.threads, e->optim.threads > 1 ? "s" : "");
+    return ZINF_OK;
+}
+
 zinf_status states_create(zinf_engine *e) {
     const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;
     e->optim.offload = oc->device;
@@ -68,6 +85,7 @@ zinf_status states_create(zinf_engine *e) {
     free(part_n);
     if (st != ZINF_OK) return st;
     if (!e->plan) {
+        ZINF_CHECK(io_beside_adam(e));
         e->optim.host_grads32 = zinf_optim_tier_grads(e->optim.tier);
         zinf_optim_tier_get_stats(e->optim.tier, &e->optim.tier_stats);
         size_t n = (size_t)e->module_count;

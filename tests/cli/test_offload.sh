@@ -113,6 +113,13 @@ half=$((${all:-0} / 2))
 [ "$half" -ge 1 ] || half=1
 grep -q "^  CPU Adam: $half threads* (cpuadam_cores_perc 0.5 of this process's cores)\$" "$tmp/out" ||
   fail "cpuadam_cores_perc 0.5 of $all threads: $(grep 'CPU Adam' "$tmp/out")"
+# The cores CPU Adam leaves take the NVMe workers (test_cpu_bind checks where they run).
+if [ "${all:-0}" -ge 2 ]; then
+  expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=2 --set $OO.device=nvme \
+    --set $OO.cpuadam_cores_perc=0.5
+  grep -q "NVMe workers on CPUs* [0-9,]*, beside CPU Adam's $half threads*\$" "$tmp/err" ||
+    fail "NVMe workers beside CPU Adam: $(grep -i 'nvme workers' "$tmp/err")"
+fi
 # DeepSpeed's bind_cores_to_rank: two ranks on cores 0-1, one core each, one CPU Adam
 # thread each; a bad core list is a usage error.
 expect 0 mpirun -np 2 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=2 --set $OO.device=cpu \

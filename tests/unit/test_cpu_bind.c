@@ -2,13 +2,69 @@
 // launcher parses them ("0,2-4,6"; ranges ascending, not overlapping), bad ones are
 // refused naming what is wrong, the cores are split evenly over the ranks (at least
 // one each), and a rank runs on its share afterwards: its affinity, and the cores a
-// CPU pool counts.
+// CPU pool counts. A pool of one worker leaves the other cores spare (never the
+// worker's CPU), and NVMe workers bound to them run there alone; a pool of every core
+// leaves none.
 // timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
+#include <dirent.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "check.h"
 #include "zinf.h"
+
+static void record_cpu(void *arg, int i, int n) {
+    (void)n;
+    ((int *)arg)[i] = sched_getcpu();
+}
+
+// Threads of this process (/proc/self/task) allowed exactly the CPUs of `want`.
+static int threads_allowed(const cpu_set_t *want) {
+    DIR *d = opendir("/proc/self/task");
+    int count = 0;
+    for (struct dirent *t; d && (t = readdir(d));) {
+        if (t->d_name[0] == '.') continue;
+        pid_t tid = (pid_t)atoi(t->d_name);
+        cpu_set_t set;
+        if (sched_getaffinity(tid, sizeof set, &set) == 0 && CPU_EQUAL(&set, want)) count++;
+    }
+    if (d) closedir(d);
+    return count;
+}
+
+// A pool of one worker leaves the other cores spare, and NVMe workers bound there run
+// on them alone; a pool of every core leaves none.
+static void spare_cores(int physical) {
+    zinf_cpu_pool *pool = NULL;
+    CHECK(zinf_cpu_pool_create(&pool, 1) == ZINF_OK, "%s", zinf_last_error());
+    if (!pool) return;
+    int on = -1;
+    zinf_cpu_pool_run(pool, record_cpu, &on);
+    const int *cpus;
+    int n = zinf_cpu_pool_spare(pool, &cpus);
+    CHECK(physical < 2 || n >= physical - 1, "%d spare CPUs beside one worker on %d cores", n, physical);
+    cpu_set_t spare;
+    CPU_ZERO(&spare);
+    for (int i = 0; i < n; i++) {
+        CHECK(cpus[i] != on, "spare CPU %d is the worker's", cpus[i]);
+        CPU_SET(cpus[i], &spare);
+    }
+    if (n > 0) {
+        zinf_aio *aio = NULL;
+        CHECK(zinf_aio_create(&aio, &(zinf_aio_params){.threads = 2, .use_threads = true}) == 0, "%s",
+              zinf_last_error());
+        CHECK(aio && zinf_aio_bind(aio, cpus, n) == 0, "%s", zinf_last_error());
+        CHECK(threads_allowed(&spare) >= 2, "%d threads run on the spare CPUs alone, want the 2 workers",
+              threads_allowed(&spare));
+        zinf_aio_destroy(aio);
+        printf("test_cpu_bind: a worker on CPU %d leaves %d CPUs to the NVMe workers\n", on, n);
+    }
+    zinf_cpu_pool_destroy(pool);
+    CHECK(zinf_cpu_pool_create(&pool, physical) == ZINF_OK, "%s", zinf_last_error());
+    CHECK(pool && zinf_cpu_pool_spare(pool, &cpus) == 0, "a pool of every core leaves CPUs spare");
+    zinf_cpu_pool_destroy(pool);
+}
 
 static void parses(const char *list, const int *want, int nwant) {
     int cores[16], n = -1;
@@ -55,6 +111,7 @@ int main(void) {
     // Without a list: cores 0 to the physical cores - 1, as DeepSpeed takes them.
     zinf_cpu_info info;
     zinf_cpu_probe(&info);
+    spare_cores(info.physical_cores);
     char want[32];
     snprintf(want, sizeof want, info.physical_cores > 1 ? "cores 0-%d" : "cores 0", info.physical_cores - 1);
     CHECK(zinf_cpu_bind_rank(0, 1, NULL, desc, sizeof desc) == ZINF_OK, "%s", zinf_last_error());
