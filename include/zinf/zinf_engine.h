@@ -38,7 +38,8 @@ zinf_device *zinf_engine_device(const zinf_engine *e);
 // evaluation.
 zinf_status zinf_engine_forward(zinf_engine *e, const int32_t *tokens, const int32_t *targets, int n, double *loss);
 // Backward of the last forward; the gradients are reduced across ranks and added to
-// this rank's fp32 gradient partition.
+// this rank's fp32 gradient partition (at stage 1 each rank sums its micro-batches and
+// the step's last backward reduces the sums).
 zinf_status zinf_engine_backward(zinf_engine *e);
 
 typedef struct zinf_step_info {
@@ -82,6 +83,7 @@ typedef struct zinf_step_info {
 } zinf_step_info;
 
 // Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients.
+// At stage 1 it needs gradient_accumulation_steps backward passes since the last step.
 zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info);
 
 // Model FLOPs per token of a training step (forward and backward, no recompute): 6 per
@@ -94,7 +96,8 @@ double zinf_engine_loss_scale(const zinf_engine *e);
 
 typedef enum zinf_state_kind {
     ZINF_STATE_PARAM = 0,      // fp32 master weights
-    ZINF_STATE_GRAD = 1,       // the gradient accumulated since the last step, unscaled
+    ZINF_STATE_GRAD = 1,       // the gradient accumulated since the last step, unscaled (stage 1 over
+                               // several micro-batches: zeros until the step's last backward, which reduces it)
     ZINF_STATE_EXP_AVG = 2,    // Adam's first moment
     ZINF_STATE_EXP_AVG_SQ = 3, // Adam's second moment
 } zinf_state_kind;
