@@ -45,14 +45,13 @@ import os
 import pathlib
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-import zinf_train_run
+import gpu_bench_runs
 
 MICRO, SEQ, LR, WEIGHT_DECAY = 8, 1024, 1e-4, 0.0
 TRAINERS = ("torch", "zinf")
@@ -189,24 +188,7 @@ def worker(name, args):
 
 
 def run_worker(name, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--steps", str(args.steps),
-           "--warmup", str(args.warmup)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    print(f"== {name} torch: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    # A session of its own, so that a timeout ends the worker and the compile workers it started.
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        return {"bench": "gpu_compute", "model": name, "trainer": "torch", "error": f"timed out after {args.timeout} s"}
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    if lines:
-        return json.loads(lines[-1])
-    how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exited {p.returncode}"
-    return {"bench": "gpu_compute", "model": name, "trainer": "torch",
-            "error": f"worker {how} without a result (see the log)"}
+    return gpu_bench_runs.worker(os.path.abspath(__file__), name, args, {"bench": "gpu_compute", "model": name, "trainer": "torch"})
 
 
 # ---- zinf ------------------------------------------------------------------------------
@@ -246,10 +228,10 @@ def run_zinf(name, args, tmp):
     if not os.access(exe, os.X_OK):
         return {**rec, "error": f"{exe} is missing (make builds it)"}
     cfg, steps = write_zinf_config(name, args, tmp)
-    timed, final = zinf_train_run.train(exe, cfg, steps, args.warmup, f"{name}_zinf", tmp, args.timeout)
+    timed, final = gpu_bench_runs.train(exe, cfg, steps, args.warmup, f"{name}_zinf", tmp, args.timeout)
     if final is None:
         return {**rec, "error": timed}
-    s, times = zinf_train_run.median_step(timed)
+    s, times = gpu_bench_runs.median_step(timed)
     rec.update({"tokens_per_s": MICRO * SEQ / s, "step_s": s, "steps_s": times, "warmup": args.warmup,
                 "tflops": flops_per_token(m) * MICRO * SEQ / s / 1e12,
                 # zinf's own figure, from its parameter count: a check on n_params here.

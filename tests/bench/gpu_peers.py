@@ -37,7 +37,6 @@ import os
 import pathlib
 import random
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -45,7 +44,7 @@ import sys
 import tempfile
 import time
 
-import zinf_train_run
+import gpu_bench_runs
 
 MICRO, SEQ, VOCAB, LR, CLIP = 8, 1024, 50257, 1e-5, 1.0
 TORCH_PEERS = ("fsdp2_cpu_offload", "torchao_cpu_offload_optimizer", "deepspeed_zero3_offload_cpu")
@@ -195,23 +194,7 @@ def worker(peer, args):
 
 
 def run_worker(peer, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--steps", str(args.steps),
-           "--warmup", str(args.warmup)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    print(f"== {peer}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    # A session of its own, so that a timeout ends the peer and whatever it started (ninja).
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        return {"bench": "gpu_peers", "peer": peer, "error": f"timed out after {args.timeout} s"}
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    if lines:
-        return json.loads(lines[-1])
-    how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exited {p.returncode}"
-    return {"bench": "gpu_peers", "peer": peer, "error": f"worker {how} without a result (see the log)"}
+    return gpu_bench_runs.worker(os.path.abspath(__file__), peer, args, {"bench": "gpu_peers", "peer": peer})
 
 
 # ---- zinf ------------------------------------------------------------------------------
@@ -240,10 +223,10 @@ def run_zinf(peer, args, tmp):
     cfg = os.path.join(tmp, f"{peer}.json")
     with open(cfg, "w") as f:
         json.dump(zinf_config(stage, tokens, steps), f)
-    timed, final = zinf_train_run.train(exe, cfg, steps, ZINF_SKIPPED, peer, tmp, args.timeout)
+    timed, final = gpu_bench_runs.train(exe, cfg, steps, ZINF_SKIPPED, peer, tmp, args.timeout)
     if final is None:
         return {**rec, "error": timed}
-    s, times = zinf_train_run.median_step(timed)
+    s, times = gpu_bench_runs.median_step(timed)
     rec.update({"tokens_per_s": MICRO * SEQ / s, "step_s": s, "steps_s": times, "warmup": ZINF_SKIPPED,
                 "zinf_tokens_per_s": statistics.median(o["tokens_per_s"] for o in timed),
                 "gpu_peak_gib": final["device_peak_bytes"] / 2**30 if "device_peak_bytes" in final else None,

@@ -1,10 +1,33 @@
-"""One `zinf train --json` run for the GPU benches (gpu_peers.py, gpu_compute.py): its log
-echoed to stderr, its step lines parsed, the steps after the untimed ones timed."""
+"""The runs the GPU benches (gpu_peers.py, gpu_compute.py) make: a peer's worker in a process
+of its own, and `zinf train --json` with its log echoed to stderr, its step lines parsed and
+the steps after the untimed ones timed."""
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+
+
+def worker(script, name, args, failed):
+    """Runs SCRIPT --worker NAME --steps --warmup in a session of its own, so that a timeout
+    ends it and whatever it started (compilers, ninja). Returns its last JSON line, or
+    `failed` with the error."""
+    cmd = [sys.executable, script, "--worker", name, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return {**failed, "error": f"timed out after {args.timeout} s"}
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])
+    how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exited {p.returncode}"
+    return {**failed, "error": f"worker {how} without a result (see the log)"}
 
 
 def train(exe, cfg, steps, skipped, name, tmp, timeout):
