@@ -9,9 +9,9 @@
 // launch's number and the block's; half the blocks give each warp a turn until all its
 // lanes wait at a barrier or have exited (one warp far ahead of the others), the other
 // half interleave every thread. A missing barrier or __syncwarp is seen whichever side
-// of a race a seed puts first, and a run repeats exactly. A
-// block's shared objects start with all bits set (shared_fresh), as a GPU gives no
-// block the one before it's. Divergence the Programming Guide calls undefined (a
+// of a race a seed puts first, and a program that launches from one thread repeats
+// exactly. A block's shared objects start with all bits set (shared_fresh), as a GPU
+// gives no block the one before it's. Divergence the Programming Guide calls undefined (a
 // barrier some threads never reach, lanes that disagree on a mask, a lane outside its
 // own mask) faults the device.
 #include <stdio.h>
@@ -637,8 +637,8 @@ void launch(const launch_config &cfg, const void *kernel, std::function<void()> 
         return;
     }
     launch_config c = cfg;
-    // Numbered as the host launches them, so a program's run repeats whatever the streams'
-    // timing.
+    // Numbered as the host launches them, so the orders do not depend on the streams'
+    // timing (launches from several host threads take their numbers as they come).
     static std::atomic<uint64_t> launches{0};
     uint64_t serial = launches++;
     enqueue(cfg.stream, [device, c, kernel, body = std::move(body), ptrs = std::move(ptrs), serial] {
