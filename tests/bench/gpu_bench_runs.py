@@ -7,6 +7,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 
 
 def worker(script, name, args, failed):
@@ -58,7 +59,25 @@ def train(exe, cfg, steps, skipped, name, tmp, timeout):
     return timed, next((o for o in objs if o.get("final")), {})
 
 
-def median_step(timed):
-    """The median of the timed steps' seconds, and all of them."""
+def figures(timed, final, skipped, tokens):
+    """A zinf run's figures: the median of the timed steps, each of them, tokens/s for
+    `tokens` a step, the device's peak and the final loss where it printed them."""
     times = [o["step_seconds"] for o in timed]
-    return statistics.median(times), times
+    s = statistics.median(times)
+    out = {"tokens_per_s": tokens / s, "step_s": s, "steps_s": times, "warmup": skipped,
+           "gpu_peak_gib": final["device_peak_bytes"] / 2**30 if "device_peak_bytes" in final else None}
+    if final.get("loss") is not None:
+        out["final_loss"] = final["loss"]
+    return out
+
+
+def machine(root):
+    """The GPU, the cores, the commit and the date, for the table's first line."""
+    def sh(*cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, cwd=root, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    gpu = sh("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader").splitlines()
+    return {"gpu": gpu[0] if gpu else "no GPU seen", "cores": os.cpu_count(),
+            "commit": sh("git", "describe", "--always", "--dirty") or "?", "date": time.strftime("%Y-%m-%d")}

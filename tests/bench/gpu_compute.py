@@ -46,7 +46,6 @@ import pathlib
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -231,30 +230,15 @@ def run_zinf(name, args, tmp):
     timed, final = gpu_bench_runs.train(exe, cfg, steps, args.warmup, f"{name}_zinf", tmp, args.timeout)
     if final is None:
         return {**rec, "error": timed}
-    s, times = gpu_bench_runs.median_step(timed)
-    rec.update({"tokens_per_s": MICRO * SEQ / s, "step_s": s, "steps_s": times, "warmup": args.warmup,
-                "tflops": flops_per_token(m) * MICRO * SEQ / s / 1e12,
+    rec.update(gpu_bench_runs.figures(timed, final, args.warmup, MICRO * SEQ))
+    rec.update({"tflops": flops_per_token(m) * MICRO * SEQ / rec["step_s"] / 1e12,
                 # zinf's own figure, from its parameter count: a check on n_params here.
                 "zinf_tflops": statistics.median(o["tflops"] for o in timed), "params": n_params(m),
-                "gpu_peak_gib": final["device_peak_bytes"] / 2**30 if "device_peak_bytes" in final else None,
                 "precision": "bf16 weights, fp32 master and AdamW states", "zero": "stage 0, nothing offloaded"})
-    if final.get("loss") is not None:
-        rec["final_loss"] = final["loss"]
     return rec
 
 
 # ---- the table -------------------------------------------------------------------------
-
-def machine(root):
-    def sh(*cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, cwd=root, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    gpu = sh("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader").splitlines()
-    return {"gpu": gpu[0] if gpu else "no GPU seen", "cores": os.cpu_count(),
-            "commit": sh("git", "describe", "--always", "--dirty") or "?", "date": time.strftime("%Y-%m-%d")}
-
 
 def table(rows, models, m, out):
     ok = {(r["model"], r["trainer"]): r for r in rows if "error" not in r}
@@ -349,7 +333,7 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
         if outf:
             outf.close()
-    table(rows, models, machine(root), sys.stdout)
+    table(rows, models, gpu_bench_runs.machine(root), sys.stdout)
     sys.exit(1 if any("error" in r for r in rows if r["trainer"] == "zinf") else 0)
 
 

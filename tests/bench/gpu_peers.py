@@ -39,7 +39,6 @@ import random
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -226,29 +225,14 @@ def run_zinf(peer, args, tmp):
     timed, final = gpu_bench_runs.train(exe, cfg, steps, ZINF_SKIPPED, peer, tmp, args.timeout)
     if final is None:
         return {**rec, "error": timed}
-    s, times = gpu_bench_runs.median_step(timed)
-    rec.update({"tokens_per_s": MICRO * SEQ / s, "step_s": s, "steps_s": times, "warmup": ZINF_SKIPPED,
-                "zinf_tokens_per_s": statistics.median(o["tokens_per_s"] for o in timed),
-                "gpu_peak_gib": final["device_peak_bytes"] / 2**30 if "device_peak_bytes" in final else None,
+    rec.update(gpu_bench_runs.figures(timed, final, ZINF_SKIPPED, MICRO * SEQ))
+    rec.update({"zinf_tokens_per_s": statistics.median(o["tokens_per_s"] for o in timed),
                 "precision": "bf16 weights, fp32 master", "gradient_clipping": CLIP,
                 "zero": "stage 3, optimizer on cpu" if stage == 3 else "stage 0, nothing offloaded"})
-    if final.get("loss") is not None:
-        rec["final_loss"] = final["loss"]
     return rec
 
 
 # ---- the table -------------------------------------------------------------------------
-
-def machine(root):
-    def sh(*cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, cwd=root, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    gpu = sh("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader").splitlines()
-    return {"gpu": gpu[0] if gpu else "no GPU seen", "cores": os.cpu_count(),
-            "commit": sh("git", "describe", "--always", "--dirty") or "?", "date": time.strftime("%Y-%m-%d")}
-
 
 def table(rows, m, out):
     ok = {r["peer"]: r for r in rows if "error" not in r}
@@ -327,7 +311,7 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
         if outf:
             outf.close()
-    table(rows, machine(root), sys.stdout)
+    table(rows, gpu_bench_runs.machine(root), sys.stdout)
     sys.exit(1 if any("error" in r for r in rows if r["peer"] in ZINF_PEERS) else 0)
 
 
