@@ -217,6 +217,82 @@ static __device__ __forceinline__ void load_cols16(uint16_t *sh, const T *head, 
     }
 }
 
+// The A fragment of rows r and r + 8 (t: r's token; zeros past the sequence and hd),
+// channels kc 16 + 2q .. of one head, from memory (rows ld elements apart).
+template <typename T>
+static __device__ __forceinline__ void row_fragment(uint32_t (&a)[4], const T *head, size_t ld, int t, int seq, int hd,
+                                                    int c) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int tt = t + 8 * (i & 1), d = c + 8 * (i >> 1);
+        const T *p = head + (size_t)tt * ld + d;
+        float lo = tt < seq && d < hd ? to_f32(p[0]) : 0.0f, hi = tt < seq && d + 1 < hd ? to_f32(p[1]) : 0.0f;
+        a[i] = pack_pair<T>(lo, hi);
+    }
+}
+
+// One 16 x N product of this warp's rows (A from memory, rows t, t + 8) with the rows
+// of a tile in shared memory (B[k][n] = tile[n][k], rows of ldr): acc[j] for n-tile j.
+template <typename T, int HD, int NT>
+static __device__ __forceinline__ void rows_by_tile(float (&acc)[NT][4], const T *head, size_t ld, int t, int seq,
+                                                    int hd, const uint16_t *tile, int ldr) {
+    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < HD / 16; kc++) {
+        uint32_t a[4];
+        row_fragment<T>(a, head, ld, t, seq, hd, kc * 16 + 2 * qd);
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const uint16_t *bp = tile + (j * 8 + gr) * ldr + kc * 16 + 2 * qd;
+            const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
+            mma_16816<T>(acc[j], a, bb);
+        }
+    }
+}
+
+// acc[j] += X Y for X the 16 x (16 NX) fragments x left as a product's (n-tiles 2c and
+// 2c + 1 are A's 16 columns c), rounded to T, and Y from a transposed tile (B[k][n] =
+// tt[n][k], rows of ldt).
+template <typename T, int NX, int NO>
+static __device__ __forceinline__ void fragments_by_tile(float (&acc)[NO][4], const float (&x)[NX][4],
+                                                         const uint16_t *tt, int ldt) {
+    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
+#pragma unroll
+    for (int c = 0; c < NX / 2; c++) {
+        const uint32_t a[4] = {pack_pair<T>(x[2 * c][0], x[2 * c][1]), pack_pair<T>(x[2 * c][2], x[2 * c][3]),
+                               pack_pair<T>(x[2 * c + 1][0], x[2 * c + 1][1]),
+                               pack_pair<T>(x[2 * c + 1][2], x[2 * c + 1][3])};
+#pragma unroll
+        for (int j = 0; j < NO; j++) {
+            const uint16_t *bp = tt + (j * 8 + gr) * ldt + c * 16 + 2 * qd;
+            const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
+            mma_16816<T>(acc[j], a, bb);
+        }
+    }
+}
+
+// Rows of this warp (t, t + 8) of a 16 x HD fp32 fragment set into a head's rows of dqkv.
+template <typename T, int NO>
+static __device__ __forceinline__ void store_rows(T *head, size_t ld, int t, int seq, int hd,
+                                                  const float (&acc)[NO][4]) {
+    const int qd = threadIdx.x % 4;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int tt = t + 8 * half;
+        if (tt >= seq) continue;
+#pragma unroll
+        for (int j = 0; j < NO; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int d = j * 8 + 2 * qd + e;
+                if (d < hd) store_f32(&head[(size_t)tt * ld + d], acc[j][2 * half + e]);
+            }
+    }
+}
+
 template <typename T, int HD>
 static __global__ void __launch_bounds__(ATT_THREADS)
     flash_fwd_mma_kernel(T *out, float *lse, const T *qkv, int seq, int NH, int NKV, int hd, int window, float scale) {
@@ -292,20 +368,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             for (int j = 0; j < NO; j++)
                 o[j][2 * half] *= corr, o[j][2 * half + 1] *= corr;
         }
-        // O += P V: P's fragments as S left them are A's for 16 keys at a time (n-tiles
-        // 2c and 2c + 1), rounded to T.
-#pragma unroll
-        for (int c = 0; c < BC / 16; c++) {
-            const uint32_t a[4] = {pack_pair<T>(s[2 * c][0], s[2 * c][1]), pack_pair<T>(s[2 * c][2], s[2 * c][3]),
-                                   pack_pair<T>(s[2 * c + 1][0], s[2 * c + 1][1]),
-                                   pack_pair<T>(s[2 * c + 1][2], s[2 * c + 1][3])};
-#pragma unroll
-            for (int j = 0; j < NO; j++) {
-                const uint16_t *vb = vt_s + (j * 8 + gr) * LDV + c * 16 + 2 * qd;
-                const uint32_t bv[2] = {load_pair(vb), load_pair(vb + 8)};
-                mma_16816<T>(o[j], a, bv);
-            }
-        }
+        // O += P V, P as S's fragments left it (rounded to T), V from its transposed tile.
+        fragments_by_tile<T, NS, NO>(o, s, vt_s, LDV);
     }
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -526,81 +590,6 @@ template <int HD> struct mma_bwd_tile {
                       sizeof(uint16_t) * (2 * (size_t)BC * LDR + (size_t)HD * LDKT) <= 48 * 1024,
                   "tensor-core backward tiles over 48 KiB of static shared memory");
 };
-
-// The A fragment of rows r and r + 8 (t: r's token; zeros past the sequence and hd),
-// channels kc 16 + 2q .. of one head, from memory (rows ld elements apart).
-template <typename T>
-static __device__ __forceinline__ void row_fragment(uint32_t (&a)[4], const T *head, size_t ld, int t, int seq, int hd,
-                                                    int c) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int tt = t + 8 * (i & 1), d = c + 8 * (i >> 1);
-        const T *p = head + (size_t)tt * ld + d;
-        float lo = tt < seq && d < hd ? to_f32(p[0]) : 0.0f, hi = tt < seq && d + 1 < hd ? to_f32(p[1]) : 0.0f;
-        a[i] = pack_pair<T>(lo, hi);
-    }
-}
-
-// One 16 x N product of this warp's rows (A from memory, rows t, t + 8) with the rows
-// of a tile in shared memory (B[k][n] = tile[n][k], rows of ldr): acc[j] for n-tile j.
-template <typename T, int HD, int NT>
-static __device__ __forceinline__ void rows_by_tile(float (&acc)[NT][4], const T *head, size_t ld, int t, int seq,
-                                                    int hd, const uint16_t *tile, int ldr) {
-    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-#pragma unroll
-    for (int kc = 0; kc < HD / 16; kc++) {
-        uint32_t a[4];
-        row_fragment<T>(a, head, ld, t, seq, hd, kc * 16 + 2 * qd);
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const uint16_t *bp = tile + (j * 8 + gr) * ldr + kc * 16 + 2 * qd;
-            const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
-            mma_16816<T>(acc[j], a, bb);
-        }
-    }
-}
-
-// acc[j] += X Y for X the 16 x (16 NX) fragments x left as a product's (n-tiles 2c and
-// 2c + 1 are A's 16 columns c), rounded to T, and Y from a transposed tile (B[k][n] =
-// tt[n][k], rows of ldt).
-template <typename T, int NX, int NO>
-static __device__ __forceinline__ void fragments_by_tile(float (&acc)[NO][4], const float (&x)[NX][4],
-                                                         const uint16_t *tt, int ldt) {
-    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
-#pragma unroll
-    for (int c = 0; c < NX / 2; c++) {
-        const uint32_t a[4] = {pack_pair<T>(x[2 * c][0], x[2 * c][1]), pack_pair<T>(x[2 * c][2], x[2 * c][3]),
-                               pack_pair<T>(x[2 * c + 1][0], x[2 * c + 1][1]),
-                               pack_pair<T>(x[2 * c + 1][2], x[2 * c + 1][3])};
-#pragma unroll
-        for (int j = 0; j < NO; j++) {
-            const uint16_t *bp = tt + (j * 8 + gr) * ldt + c * 16 + 2 * qd;
-            const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
-            mma_16816<T>(acc[j], a, bb);
-        }
-    }
-}
-
-// Rows of this warp (t, t + 8) of a 16 x HD fp32 fragment set into a head's rows of dqkv.
-template <typename T, int NO>
-static __device__ __forceinline__ void store_rows(T *head, size_t ld, int t, int seq, int hd, const float (&acc)[NO][4]) {
-    const int qd = threadIdx.x % 4;
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int tt = t + 8 * half;
-        if (tt >= seq) continue;
-#pragma unroll
-        for (int j = 0; j < NO; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int d = j * 8 + 2 * qd + e;
-                if (d < hd) store_f32(&head[(size_t)tt * ld + d], acc[j][2 * half + e]);
-            }
-    }
-}
 
 // dK and dV of the 64 keys at k0 of kv head g, 16 a warp: S^T = K Q^T and dP^T = V dO^T
 // per query tile, then dV += P^T dO and dK += dS^T Q, over the group's query heads in

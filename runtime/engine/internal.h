@@ -552,6 +552,11 @@ zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t
 // grads.scattered, background), once engine_settings has read the config.
 void policy_choose(zinf_engine *e);
 
+// The gradient reductions a step makes: one per micro-batch, at stage 1 one.
+static inline int64_t reductions_per_step(const zinf_engine *e) {
+    return e->grads.accumulate_locally ? 1 : e->cfg.gradient_accumulation_steps;
+}
+
 // engine.c
 // What to change when the device runs short.
 #define ENGINE_DEVICE_HINT                                                                                             \

@@ -156,16 +156,17 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
 
 // Bytes moved per optimizer step: what the replay's movers counted (the gathers at
 // stage 3, the new parameters' all-gather at stages 1-2), then following the engine's
-// copies: each micro-batch's gradient buckets (stage 1: the step's) to the host (reduce.c flush: the whole
-// bucket, every rank's block, where a host collective needs it or at stage 0; with NCCL
-// at stages 1-3 this rank's block), the new 16-bit parameters (the optimizer tier's
-// stores, step.c update), and on NVMe the three optimizer states read and written once,
-// each gather of a slice on disk read once (a secondary with hpZ reads none; a tiled
-// module's slice once per op), and every slice on disk written once. The batch's tokens
-// and losses (a few bytes per token) are left out.
+// copies: each micro-batch's gradient buckets (stage 1: the step's, once) to the host
+// (reduce.c flush: the whole bucket, every rank's block, where a host collective needs
+// it or at stage 0; with NCCL at stages 1-3 this rank's block), the new 16-bit
+// parameters (the optimizer tier's stores, step.c update), and on NVMe the three
+// optimizer states read and written once, each gather of a slice on disk read once (a
+// secondary with hpZ reads none; a tiled module's slice once per op), and every slice
+// on disk written once. The batch's tokens and losses (a few bytes per token) are left
+// out.
 static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
     size_t W = (size_t)e->world, pad4 = 0, slice4 = 0;
-    int64_t ga = e->cfg.gradient_accumulation_steps, reductions = e->grads.accumulate_locally ? 1 : ga;
+    int64_t ga = e->cfg.gradient_accumulation_steps, reductions = reductions_per_step(e);
     bool staged = W > 1 && !e->nccl, offloaded = e->optim.offload != ZINF_OFFLOAD_NONE;
     out->h2d += e->counted.h2d, out->d2h += e->counted.d2h;
     for (int i = 0; i < e->module_count; i++) {
@@ -211,13 +212,12 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
 // partition's ranks (the world, or MiCS's shard group): each micro-batch's buckets, at
 // stage 1 the step's once (reduce.c flush: a reduce-scatter of a block at stages 1-3,
 // an all-reduce, twice that, at 0; the blocks add up to the slices; qgZ's all-to-alls
-// instead) and the
-// gradient norms' pieces at stages 1-3 (step.c). Over the world: the loss and
-// micro-batch count. With MiCS, over the replication group: the gradient partition's
-// all-reduce (mics.c).
+// instead) and the gradient norms' pieces at stages 1-3 (step.c). Over the world: the
+// loss and micro-batch count. With MiCS, over the replication group: the gradient
+// partition's all-reduce (mics.c).
 static void comm_traffic(zinf_engine *e, zinf_plan *out) {
     int64_t part = 0, slices = 0, ga = e->cfg.gradient_accumulation_steps;
-    int64_t reductions = e->grads.accumulate_locally ? 1 : ga;
+    int64_t reductions = reductions_per_step(e);
     if (e->world == 1) return;
     for (int i = 0; i < e->module_count; i++)
         slices += (int64_t)e->layout[i].slice;

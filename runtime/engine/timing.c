@@ -142,8 +142,7 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // last backward, beside the gradients' additions on the same threads; on nvme
         // with that share's traffic, the whole update being the slower of Adam and the
         // drives.
-        double reductions = e0.grads.accumulate_locally ? 1 : accum;
-        double adds = reductions * part / h->grad_add, norm_zero = part / h->grad_norm_zero;
+        double adds = (double)reductions_per_step(&e0) * part / h->grad_add, norm_zero = part / h->grad_norm_zero;
         double adam = part / h->adam, spec_share = part > 0 ? (double)p->choice.speculate_elements / part : 0;
         bool on_nvme = m->optimizer_tier == ZINF_OFFLOAD_NVME;
         double whole = on_nvme && nvme > adam ? nvme : adam, under_backward = whole * spec_share;
