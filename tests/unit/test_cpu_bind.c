@@ -7,6 +7,7 @@
 // leaves none.
 // timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <dirent.h>
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,8 @@ static void spare_cores(int physical) {
         zinf_aio *aio = NULL;
         CHECK(zinf_aio_create(&aio, &(zinf_aio_params){.threads = 2, .use_threads = true}) == 0, "%s",
               zinf_last_error());
+        CHECK(aio && zinf_aio_bind(aio, cpus, 0) == -EINVAL, "a bind to no CPUs was taken");
+        CHECK_CONTAINS(zinf_last_error(), "aio bind: no CPUs");
         CHECK(aio && zinf_aio_bind(aio, cpus, n) == 0, "%s", zinf_last_error());
         CHECK(threads_allowed(&spare) >= 2, "%d threads run on the spare CPUs alone, want the 2 workers",
               threads_allowed(&spare));
