@@ -68,6 +68,8 @@ static inline void lion_elem(const zinf_optim_consts *c, float *p, float *m, flo
 typedef void (*optim_fn)(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi);
 // Sum of squares of one block (n <= STATS_BLOCK elements) in 16 fp64 lanes, folded.
 typedef double (*sumsq_fn)(const void *g, zinf_dtype dt, size_t n);
+// dst = (first ? 0 : dst) + src for n elements; with first, dst is never read.
+typedef void (*add_fn)(float *restrict dst, const float *restrict src, size_t n, bool first);
 // The roofline pass: reads and writes exactly the bytes the update does, unchanged
 // (zero is a run-time value the compiler cannot fold away).
 typedef void (*traffic_fn)(const zinf_optim_tile *t, size_t lo, size_t hi, uint32_t zero);
@@ -75,13 +77,16 @@ typedef void (*traffic_fn)(const zinf_optim_tile *t, size_t lo, size_t hi, uint3
 void optim_scalar(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi);
 double sumsq_scalar(const void *g, zinf_dtype dt, size_t n);
 void traffic_scalar(const zinf_optim_tile *t, size_t lo, size_t hi, uint32_t zero);
+void add_scalar(float *restrict dst, const float *restrict src, size_t n, bool first);
 #if defined(__x86_64__)
 void optim_avx2(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi);
 double sumsq_avx2(const void *g, zinf_dtype dt, size_t n);
 void traffic_avx2(const zinf_optim_tile *t, size_t lo, size_t hi, uint32_t zero);
+void add_avx2(float *restrict dst, const float *restrict src, size_t n, bool first);
 void optim_avx512(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t lo, size_t hi);
 double sumsq_avx512(const void *g, zinf_dtype dt, size_t n);
 void traffic_avx512(const zinf_optim_tile *t, size_t lo, size_t hi, uint32_t zero);
+void add_avx512(float *restrict dst, const float *restrict src, size_t n, bool first);
 #endif
 
 // The 16 lanes folded in a fixed tree: lane j with j+8, then j+4, j+2, j+1.

@@ -20,6 +20,13 @@ void optim_scalar(const zinf_optim_consts *c, const zinf_optim_tile *t, size_t l
     }
 }
 
+// With first the addition is 0 + src, dst never read: the same value, and -0 comes out
+// +0 (the compiler keeps the addition: no -ffast-math).
+void add_scalar(float *restrict dst, const float *restrict src, size_t n, bool first) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (first ? 0.0f : dst[i]) + src[i];
+}
+
 double sumsq_scalar(const void *g, zinf_dtype dt, size_t n) {
     double lanes[STATS_LANES] = {0};
     for (size_t i = 0; i < n; i++) {

@@ -46,15 +46,16 @@ typedef struct kernels {
     optim_fn optim;
     sumsq_fn sumsq;
     traffic_fn traffic;
+    add_fn add;
 } kernels;
 
 static kernels kernels_for(zinf_simd s) {
 #if defined(__x86_64__)
-    if (s == ZINF_SIMD_AVX512) return (kernels){optim_avx512, sumsq_avx512, traffic_avx512};
-    if (s == ZINF_SIMD_AVX2) return (kernels){optim_avx2, sumsq_avx2, traffic_avx2};
+    if (s == ZINF_SIMD_AVX512) return (kernels){optim_avx512, sumsq_avx512, traffic_avx512, add_avx512};
+    if (s == ZINF_SIMD_AVX2) return (kernels){optim_avx2, sumsq_avx2, traffic_avx2, add_avx2};
 #endif
     (void)s;
-    return (kernels){optim_scalar, sumsq_scalar, traffic_scalar};
+    return (kernels){optim_scalar, sumsq_scalar, traffic_scalar, add_scalar};
 }
 
 // ---- hyperparameters ----
@@ -252,35 +253,34 @@ static void stats_worker(void *arg, int i, int nthreads) {
 
 typedef struct add_job {
     zinf_cpu_pool *pool;
+    add_fn f;
     float *dst;
     const float *src;
     size_t n;
     bool first; // add to zeros, not to dst
 } add_job;
 
-// With `first` the addition is 0 + src, dst never read: the same value, and -0 comes
-// out +0 (the compiler keeps the addition: no -ffast-math).
 static void add_worker(void *arg, int i, int nthreads) {
     (void)nthreads;
     const add_job *j = arg;
     size_t lo, hi;
     zinf_cpu_pool_range(j->pool, j->n, i, &lo, &hi);
-    for (size_t x = lo; x < hi; x++)
-        j->dst[x] = (j->first ? 0.0f : j->dst[x]) + j->src[x];
+    j->f(j->dst + lo, j->src + lo, hi - lo, j->first);
 }
 
 void zinf_cpu_add(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
-    add_job j = {pool, dst, src, n, false};
+    add_job j = {pool, kernels_for(zinf_simd_active()).add, dst, src, n, false};
     zinf_cpu_pool_run(pool, add_worker, &j);
 }
 
 void zinf_cpu_add_first(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
-    add_job j = {pool, dst, src, n, true};
+    add_job j = {pool, kernels_for(zinf_simd_active()).add, dst, src, n, true};
     zinf_cpu_pool_run(pool, add_worker, &j);
 }
 
 typedef struct add_stats_job {
     zinf_cpu_pool *pool;
+    add_fn add;
     sumsq_fn f;
     float *dst;
     const float *src;
@@ -289,7 +289,7 @@ typedef struct add_stats_job {
     double *sums;
 } add_stats_job;
 
-// Whole blocks of the norm's, each added (add_worker's arithmetic) and then squared
+// Whole blocks of the norm's, each added (the add kernel) and then squared
 // (stats_worker's kernel) while it is in cache.
 static void add_stats_worker(void *arg, int i, int nthreads) {
     (void)nthreads;
@@ -300,8 +300,7 @@ static void add_stats_worker(void *arg, int i, int nthreads) {
         float *d = j->dst + b * STATS_BLOCK;
         const float *s = j->src + b * STATS_BLOCK;
         size_t len = block_len(j->n, b);
-        for (size_t x = 0; x < len; x++)
-            d[x] = (j->first ? 0.0f : d[x]) + s[x];
+        j->add(d, s, len, j->first);
         j->sums[b] = j->f(d, ZINF_DTYPE_F32, len);
     }
 }
@@ -312,8 +311,10 @@ zinf_status zinf_cpu_add_stats(zinf_cpu_pool *pool, float *dst, const float *src
     size_t nblocks = (n + STATS_BLOCK - 1) / STATS_BLOCK;
     double *sums = malloc((nblocks ? nblocks : 1) * sizeof *sums);
     if (!sums) return zinf_fail(ZINF_ERR_NOMEM, "cpu_adam: out of memory for %zu block sums", nblocks);
+    kernels k = kernels_for(zinf_simd_active());
     add_stats_job j = {.pool = pool,
-                       .f = kernels_for(zinf_simd_active()).sumsq,
+                       .add = k.add,
+                       .f = k.sumsq,
                        .dst = dst,
                        .src = src,
                        .n = n,
@@ -335,7 +336,7 @@ static void copy_worker(void *arg, int i, int nthreads) {
 }
 
 void zinf_cpu_copy(zinf_cpu_pool *pool, float *dst, const float *src, size_t n) {
-    add_job j = {pool, dst, src, n, false};
+    add_job j = {.pool = pool, .dst = dst, .src = src, .n = n};
     zinf_cpu_pool_run(pool, copy_worker, &j);
 }
 

@@ -74,3 +74,17 @@ void CAT(optim, SUFFIX)(const zinf_optim_consts *c, const zinf_optim_tile *t, si
     if (stream) _mm_sfence(); // streamed stores are weakly ordered: publish them before returning
     optim_scalar(c, t, i, hi);
 }
+
+// add_scalar's arithmetic, W lanes at a time.
+void CAT(add, SUFFIX)(float *restrict dst, const float *restrict src, size_t n, bool first) {
+    size_t i = 0;
+    if (first) {
+        const VF zero = vset(0.0f);
+        for (; i + W <= n; i += W)
+            vst(dst + i, vadd(zero, vld(src + i)));
+    } else {
+        for (; i + W <= n; i += W)
+            vst(dst + i, vadd(vld(dst + i), vld(src + i)));
+    }
+    add_scalar(dst + i, src + i, n - i, first);
+}

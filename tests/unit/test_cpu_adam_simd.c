@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "zinf.h"
@@ -505,18 +507,42 @@ static void pool_add(zinf_cpu_pool **pools, int npools) {
             if (n < 300) CHECK(dst[n] == 42.0f, "add of %zu wrote past its end", n);
         }
         // zinf_cpu_add_first: the bits of adding to zeros whatever dst held, -0 to +0
-        // and a NaN kept, and nothing past its end.
-        float dst[8], src[8] = {1.5f, -0.0f, 0.0f, -3.0f, NAN, 0x1p-149f, -0x1p-149f, 7.0f};
-        for (int i = 0; i < 8; i++)
-            dst[i] = 99.0f;
-        zinf_cpu_add_first(pools[k], dst, src, 7);
-        for (int i = 0; i < 7; i++) {
+        // and a NaN kept, over more than a vector and a tail, and nothing past its end.
+        const float special[8] = {1.5f, -0.0f, 0.0f, -3.0f, NAN, 0x1p-149f, -0x1p-149f, 7.0f};
+        float dst[40], src[40];
+        for (int i = 0; i < 40; i++)
+            dst[i] = 99.0f, src[i] = special[i % 8];
+        zinf_cpu_add_first(pools[k], dst, src, 39);
+        for (int i = 0; i < 39; i++) {
             float want = 0.0f + src[i];
             CHECK(memcmp(&dst[i], &want, sizeof want) == 0, "add_first on %d threads: element %d %a, want %a", k + 1, i,
                   dst[i], want);
+            if (src[i] == 0.0f) CHECK(!signbit(dst[i]), "add_first kept a -0 at %d", i);
         }
-        CHECK(!signbit(dst[1]), "add_first kept a -0");
-        CHECK(dst[7] == 99.0f, "add_first wrote past its end");
+        CHECK(dst[39] == 99.0f, "add_first wrote past its end");
+    }
+}
+
+// The pools run the level ZINF_SIMD picks once per process: each level below this
+// CPU's best gets a child of its own that runs the pool additions with it.
+static void pool_add_levels(zinf_simd best) {
+    for (zinf_simd s = ZINF_SIMD_SCALAR; s < best; s++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("ZINF_SIMD", zinf_simd_name(s), 1);
+            zinf_cpu_pool *pools[3];
+            for (int k = 0; k < 3; k++)
+                CHECK(zinf_cpu_pool_create(&pools[k], k + 1) == ZINF_OK, "pool of %d: %s", k + 1, zinf_last_error());
+            CHECK(zinf_simd_active() == s, "ZINF_SIMD=%s ran %s", zinf_simd_name(s),
+                  zinf_simd_name(zinf_simd_active()));
+            pool_add(pools, 3);
+            pool_add_stats(pools, 3);
+            _exit(check_exit(zinf_simd_name(s)));
+        }
+        int st = 0;
+        CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the pool additions at %s failed", zinf_simd_name(s));
     }
 }
 
@@ -528,6 +554,7 @@ int main(void) {
     if (info.simd < ZINF_SIMD_AVX512)
         printf("note: this CPU has no AVX-512 (best: %s); that level's kernels were not run\n",
                zinf_simd_name(info.simd));
+    pool_add_levels(info.simd); // first: the level is picked at the first use
     zinf_cpu_pool *pools[3];
     for (int k = 0; k < 3; k++)
         CHECK(zinf_cpu_pool_create(&pools[k], k + 1) == ZINF_OK, "pool of %d: %s", k + 1, zinf_last_error());
