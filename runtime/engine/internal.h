@@ -264,6 +264,7 @@ typedef struct optimizer {
     zinf_optim_tier *tier;                          // cpu and nvme
     zinf_optim_tier_stats tier_stats;               // its figures: of the tier made, or planned
     float *host_grads32;                            // its gradient partition
+    bool pinned_grads;                              // host_grads32 is in pinned memory
     zinf_cpu_pool *pool;                            // cpu and nvme: CPU Adam and the host gradient norms
     int threads;                                    // its threads (cpuadam_cores_perc of the cores)
     const update_ops *update;                       // the tier's (policy.c)
@@ -435,8 +436,17 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src);
 zinf_status states_zero(zinf_engine *e); // moments and gradients
 zinf_status states_zero_grads(zinf_engine *e);
-// Add bucket b, reduced in pinned memory at src, into the host gradient partition (on comm_stream).
+// Add bucket b, reduced in pinned memory at src, into the host gradient partition (on
+// comm_stream); with src NULL (it landed there) only take the norms the additions would.
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed);
+// Whether bucket b's sums may land in the host gradient partition straight from the
+// device: the step's first backward over it, every piece a module's first reduction
+// (nothing to add to), and a pinned partition (a copy into pageable memory holds the
+// issuing thread until it is done). The first addition's pass over host memory is saved.
+bool states_grads_land(const zinf_engine *e, int b);
+// Copy bucket b's sums at from (this rank's block alone when packed) into the partition
+// on comm_stream, and take the norms the additions would have.
+zinf_status states_land_grads(zinf_engine *e, int b, const float *from, bool packed);
 // The squared norm and inf/NaN flag of each slice of module mod's host gradient this
 // rank holds, into norms (2 doubles per rank of the partition, at 2 (mod W + r)).
 zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms);

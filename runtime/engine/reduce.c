@@ -175,8 +175,13 @@ static zinf_status flush(zinf_engine *e, int b) {
         if (W == 1 || in_place) {
             // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
             bool mine = e->partition.split && W > 1;
-            ZINF_CHECK(engine_copy(e, h, d + (mine ? R * blk : 0), (mine ? blk : W * blk) * sizeof *d, ZINF_COPY_D2H));
-            ZINF_CHECK(states_add_grads(e, b, h, mine));
+            const float *from = d + (mine ? R * blk : 0);
+            if (states_grads_land(e, b)) {
+                ZINF_CHECK(states_land_grads(e, b, from, mine));
+            } else {
+                ZINF_CHECK(engine_copy(e, h, from, (mine ? blk : W * blk) * sizeof *d, ZINF_COPY_D2H));
+                ZINF_CHECK(states_add_grads(e, b, h, mine));
+            }
         } else {
             ZINF_CHECK(states_add_grads(e, b, packed ? h + W * blk : h, packed));
         }

@@ -87,6 +87,7 @@ zinf_status states_create(zinf_engine *e) {
     if (!e->plan) {
         ZINF_CHECK(io_beside_adam(e));
         e->optim.host_grads32 = zinf_optim_tier_grads(e->optim.tier);
+        e->optim.pinned_grads = oc->pin_memory;
         zinf_optim_tier_get_stats(e->optim.tier, &e->optim.tier_stats);
         size_t n = (size_t)e->module_count;
         e->grads.host_norms = calloc(2 * n * (size_t)e->partition.ranks, sizeof *e->grads.host_norms);
@@ -164,7 +165,7 @@ zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms) {
 
 typedef struct grad_add_job {
     zinf_engine *e;
-    const float *src; // reduced bucket in pinned memory
+    const float *src; // reduced bucket in pinned memory; NULL: it landed in the partition
     int bucket;
     bool packed;      // this rank's block is at src, not at src + rank * block
     bool overwrite;   // the step's first backward over the last step's gradients
@@ -188,9 +189,10 @@ static void grad_add_run(void *arg) {
     for (int k = bk->first; k < bk->first + bk->count; k++) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
-        bool last = j->backward >= 0 && e->grads.last_piece[p->mod] == k, whole = last && p->lo == 0 && p->n == l->slice;
+        bool last = j->backward >= 0 && e->grads.last_piece[p->mod] == k;
+        bool whole = j->src && last && p->lo == 0 && p->n == l->slice;
         zinf_status st = ZINF_OK;
-        for (size_t r = 0; r < W; r++) {
+        for (size_t r = 0; j->src && r < W; r++) {
             if (!partition_holds(e, r)) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
             float *dst = e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
@@ -225,4 +227,28 @@ zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packe
     zinf_status st = zinf_stream_host_fn(e->comm_stream, grad_add_run, j);
     if (st != ZINF_OK) free(j);
     return st;
+}
+
+bool states_grads_land(const zinf_engine *e, int b) {
+    if (!e->grads.host_stale || !e->optim.pinned_grads) return false;
+    const bucket *bk = &e->grads.buckets[b];
+    for (int k = bk->first; k < bk->first + bk->count; k++)
+        if (!e->grads.pieces[k].first) return false;
+    return true;
+}
+
+zinf_status states_land_grads(zinf_engine *e, int b, const float *from, bool packed) {
+    const bucket *bk = &e->grads.buckets[b];
+    size_t W = (size_t)e->partition.ranks;
+    for (int k = bk->first; k < bk->first + bk->count; k++) {
+        const piece *p = &e->grads.pieces[k];
+        const mod_layout *l = &e->layout[p->mod];
+        for (size_t r = 0; r < W; r++) {
+            if (!partition_holds(e, r)) continue;
+            float *dst = e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
+            ZINF_CHECK(
+                engine_copy(e, dst, from + (packed ? 0 : r * bk->block) + p->off, p->n * sizeof *dst, ZINF_COPY_D2H));
+        }
+    }
+    return states_add_grads(e, b, NULL, packed); // the norms, as the additions would take them
 }
