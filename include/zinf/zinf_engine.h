@@ -262,9 +262,9 @@ zinf_status zinf_engine_plan(const zinf_config *cfg, const zinf_plan_target *t, 
 typedef struct zinf_host_rates {
     double nvme_read, nvme_write; // bytes/s of a rank's nvme_path directories together
     double nvme_mixed;            // bytes/s read and written together (0: the two in turn)
-    // Elements/s of a rank's optimizer threads: CPU Adam's step, the gradient
-    // accumulation (per micro-batch), and the norm with the zeroing (per step).
-    double adam, grad_add, grad_norm_zero;
+    // Elements/s of a rank's optimizer threads: CPU Adam's step, a reduction's addition
+    // into the gradients (per micro-batch), and a pass reading them for the norm.
+    double adam, grad_add, grad_norm;
 } zinf_host_rates;
 
 typedef struct zinf_step_time {

@@ -133,8 +133,8 @@ done:
 }
 
 // The offloaded optimizer's gradient passes over n fp32 elements: the accumulation
-// (zinf_cpu_add) and the norm with the zeroing after the step, median of three each.
-static zinf_status grad_measure(zinf_cpu_pool *pool, size_t n, double *add_s, double *norm_zero_s) {
+// (zinf_cpu_add) and the norm (zinf_grad_stats_pool), median of three each.
+static zinf_status grad_measure(zinf_cpu_pool *pool, size_t n, double *add_s, double *norm_s) {
     float *g = big_alloc(pool, n, 4), *src = big_alloc(pool, n, 4);
     zinf_status st = g && src ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "cannot allocate 2 x %zu floats", n);
     double ta[3], tn[3];
@@ -144,10 +144,9 @@ static zinf_status grad_measure(zinf_cpu_pool *pool, size_t n, double *add_s, do
         double t1 = zinf_clock_s();
         zinf_grad_stats gs;
         st = zinf_grad_stats_pool(pool, g, ZINF_DTYPE_F32, n, &gs);
-        memset(g, 0, n * sizeof *g);
         ta[k] = t1 - t0, tn[k] = zinf_clock_s() - t1;
     }
-    if (st == ZINF_OK) *add_s = cli_median(ta, 3), *norm_zero_s = cli_median(tn, 3);
+    if (st == ZINF_OK) *add_s = cli_median(ta, 3), *norm_s = cli_median(tn, 3);
     big_free(g, n, 4);
     big_free(src, n, 4);
     return st;
@@ -163,7 +162,7 @@ zinf_status cli_cpu_rates(size_t n, cli_cpu_rates_t *out) {
     if (st == ZINF_OK) st = grad_measure(pool, n, &sa, &sn);
     zinf_cpu_pool_destroy(pool);
     if (st != ZINF_OK) return st;
-    *out = (cli_cpu_rates_t){.adam = (double)n / su, .add = (double)n / sa, .norm_zero = (double)n / sn};
+    *out = (cli_cpu_rates_t){.adam = (double)n / su, .add = (double)n / sa, .norm = (double)n / sn};
     return ZINF_OK;
 }
 

@@ -61,7 +61,7 @@ int cli_adam_bench(int argc, char **argv);
 // the gradient accumulation (zinf_cpu_add), and the gradient norm with the zeroing after
 // the step. About a second for 16M.
 typedef struct cli_cpu_rates_t {
-    double adam, add, norm_zero;
+    double adam, add, norm;
 } cli_cpu_rates_t;
 zinf_status cli_cpu_rates(size_t n, cli_cpu_rates_t *out);
 int cli_check(int argc, char **argv);

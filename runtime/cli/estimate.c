@@ -463,13 +463,13 @@ static int measure(const zinf_config *cfg, zinf_host_rates *h, bool json) {
     cli_cpu_rates_t c;
     if (!h->adam) {
         if (cli_cpu_rates(16u << 20, &c) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
-        h->adam = c.adam, h->grad_add = c.add, h->grad_norm_zero = c.norm_zero;
+        h->adam = c.adam, h->grad_add = c.add, h->grad_norm = c.norm;
     }
     if (!json)
         printf("Rates: NVMe read %.2f GB/s, write %.2f GB/s, both at once %.2f GB/s%s; optimizer threads: Adam %.0f M, "
-               "gradient accumulation %.0f M, norm and zeroing %.0f M elements/s\n",
+               "gradient accumulation %.0f M, norm %.0f M elements/s\n",
                h->nvme_read / 1e9, h->nvme_write / 1e9, h->nvme_mixed / 1e9, pl->count ? "" : " (no nvme_path: given)",
-               h->adam / 1e6, h->grad_add / 1e6, h->grad_norm_zero / 1e6);
+               h->adam / 1e6, h->grad_add / 1e6, h->grad_norm / 1e6);
     return CLI_OK;
 }
 
@@ -568,10 +568,10 @@ static int estimate(args *a, zinf_config *cfg) {
     // The rates: measured, or the gradient passes' from Adam's by the bytes they move.
     if (a->measure && (rc = measure(cfg, &a->rates, a->json)) != CLI_OK) return rc;
     if (!a->rates.grad_add) a->rates.grad_add = a->rates.adam * 30 / 12;
-    if (!a->rates.grad_norm_zero) a->rates.grad_norm_zero = a->rates.adam * 30 / 8;
+    if (!a->rates.grad_norm) a->rates.grad_norm = a->rates.adam * 30 / 4;
     // The machine's drives and cores are shared by the ranks on it.
     double *r[] = {&a->rates.nvme_read, &a->rates.nvme_write, &a->rates.nvme_mixed,
-                   &a->rates.adam,      &a->rates.grad_add,   &a->rates.grad_norm_zero};
+                   &a->rates.adam,      &a->rates.grad_add,   &a->rates.grad_norm};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(r); i++)
         *r[i] /= t.local_ranks;
     const plan *own = NULL; // the config's stage and tiers are always one of the rows

@@ -142,13 +142,23 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // last backward, beside the gradients' additions on the same threads; on nvme
         // with that share's traffic, the whole update being the slower of Adam and the
         // drives.
-        double adds = (double)reductions_per_step(&e0) * part / h->grad_add, norm_zero = part / h->grad_norm_zero;
+        // Each reduction is added into the host partition, and the last takes the norms in
+        // the same pass, under the backward. The step's first over a pinned partition
+        // lands from the device (one rank, or NCCL's reduce-scatter in place; qgZ's too,
+        // not counted): only a pass reading it for the norms is left. MiCS takes the
+        // norms after the backward.
+        const zinf_offload_optimizer_config *oc = &cfg->zero.offload_optimizer;
+        bool mics = e0.params.storage->sliced && cfg->zero.mics_shard_size > 0 && cfg->zero.mics_shard_size < t->world;
+        bool lands = oc->pin_memory && (t->world == 1 || t->nccl);
+        double first = lands ? (mics ? 0 : part / h->grad_norm) : part / h->grad_add;
+        double adds = first + (double)(reductions_per_step(&e0) - 1) * part / h->grad_add;
+        double norms_after = mics ? part / h->grad_norm : 0;
         double adam = part / h->adam, spec_share = part > 0 ? (double)p->choice.speculate_elements / part : 0;
         bool on_nvme = m->optimizer_tier == ZINF_OFFLOAD_NVME;
         double whole = on_nvme && nvme > adam ? nvme : adam, under_backward = whole * spec_share;
-        out->cpu = adam + adds + norm_zero;
+        out->cpu = adam + adds + norms_after;
         double update = fmax(whole - under_backward, on_nvme ? nvme * (1 - spec_share) : nvme);
-        out->step = fmax(device, adds + under_backward) + norm_zero + update;
+        out->step = fmax(device, adds + under_backward) + norms_after + update;
     }
     const double busy[] = {out->compute, out->h2d, out->d2h, out->links, out->nvme_read, out->nvme_write, out->cpu};
     static const char *const names[] = {"device compute", "pcie up", "pcie down", "gpu links",
