@@ -327,7 +327,7 @@ const key zinf_config_keys[] = {
     STRING("model.init_from", OFF(model.init_from), F_NULL),
 
     SECTION("data", OFF(data.present), F_OPTIONAL),
-    STRING("data.path", OFF(data.path), 0), // zinf train needs it; zinf.Engine is given its tokens
+    STRING("data.path", OFF(data.path), F_NULL), // zinf train needs it; zinf.Engine is given its tokens
     ENUM("data.format", OFF(data.format), ZINF_DATA_TOKENS_U16, data_formats, 0),
     INT("data.seq_len", OFF(data.seq_len), -1, 1, 1048576, F_NULL),
     ENUM("data.sampling", OFF(data.sampling), ZINF_SAMPLING_RANDOM, samplings, 0),
