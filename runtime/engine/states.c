@@ -148,6 +148,11 @@ zinf_status states_zero_grads(zinf_engine *e) {
     return ZINF_OK;
 }
 
+// Rank r's slice of a module in this rank's host gradient partition.
+static float *host_grad_at(const zinf_engine *e, const mod_layout *l, size_t r) {
+    return e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo);
+}
+
 zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms) {
     const mod_layout *l = &e->layout[mod];
     size_t W = (size_t)e->partition.ranks;
@@ -155,9 +160,7 @@ zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms) {
         if (!partition_holds(e, r)) continue;
         // The kernel the host device runs for zinf_sumsq: the same bits as on the device.
         zinf_grad_stats gs;
-        ZINF_CHECK(zinf_grad_stats_pool(e->optim.pool,
-                                        e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo),
-                                        ZINF_DTYPE_F32, l->slice, &gs));
+        ZINF_CHECK(zinf_grad_stats_pool(e->optim.pool, host_grad_at(e, l, r), ZINF_DTYPE_F32, l->slice, &gs));
         norms[2 * ((size_t)mod * W + r)] = gs.sumsq, norms[2 * ((size_t)mod * W + r) + 1] = gs.nonfinite;
     }
     return ZINF_OK;
@@ -195,7 +198,7 @@ static void grad_add_run(void *arg) {
         for (size_t r = 0; j->src && r < W; r++) {
             if (!partition_holds(e, r)) continue;
             const float *src = j->src + (j->packed ? 0 : r * bk->block) + p->off;
-            float *dst = e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
+            float *dst = host_grad_at(e, l, r) + p->lo;
             bool first = j->overwrite && p->first;
             if (whole) { // the norms of the slice, as states_grad_norms takes them
                 zinf_grad_stats gs = {0};
@@ -245,7 +248,7 @@ zinf_status states_land_grads(zinf_engine *e, int b, const float *from, bool pac
         const mod_layout *l = &e->layout[p->mod];
         for (size_t r = 0; r < W; r++) {
             if (!partition_holds(e, r)) continue;
-            float *dst = e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
+            float *dst = host_grad_at(e, l, r) + p->lo;
             ZINF_CHECK(
                 engine_copy(e, dst, from + (packed ? 0 : r * bk->block) + p->off, p->n * sizeof *dst, ZINF_COPY_D2H));
         }
