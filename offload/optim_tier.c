@@ -114,15 +114,19 @@ struct zinf_optim_tier {
     int speculated_count;
 };
 
-// A host buffer from the pool; without a pool (a plan) only counted.
-static zinf_status host_alloc(zinf_optim_tier *t, size_t bytes, const char *what, void **out) {
-    if (t->c.host) ZINF_CHECK(zinf_host_pool_alloc(t->c.host, bytes, t->c.pin_memory, what, out));
+// A host buffer from the pool, pinned where pin_memory asks and the device copies it;
+// without a pool (a plan) only counted.
+static zinf_status host_alloc(zinf_optim_tier *t, size_t bytes, bool pinned, const char *what, void **out) {
+    pinned = pinned && t->c.pin_memory;
+    if (t->c.host) ZINF_CHECK(zinf_host_pool_alloc(t->c.host, bytes, pinned, what, out));
     t->host_bytes += (int64_t)bytes;
-    if (t->c.pin_memory) t->pinned_bytes += (int64_t)bytes;
+    if (pinned) t->pinned_bytes += (int64_t)bytes;
     return ZINF_OK;
 }
 
-static void host_free(zinf_optim_tier *t, void *p) { zinf_host_pool_free(t->c.host, p, t->c.pin_memory); }
+static void host_free(zinf_optim_tier *t, void *p, bool pinned) {
+    zinf_host_pool_free(t->c.host, p, pinned && t->c.pin_memory);
+}
 
 static zinf_status plan_subgroups(zinf_optim_tier *t) {
     t->sg = calloc((size_t)t->c.nseg + 1, sizeof *t->sg);
@@ -185,32 +189,32 @@ static zinf_status shape(zinf_optim_tier *t, const zinf_optim_tier_config *cfg) 
 
 // Every host buffer, in the order they are taken: the gradient partition, two buffers
 // of a sub-group's parameters on their way out, and the states (cpu) or the IO buffers
-// of the three states of the largest sub-group (nvme).
+// of the three states of the largest sub-group (nvme). On cpu the states are never
+// pinned: only this tier's threads touch them, and pinning them would spend the pinned
+// budget that the gradients, the parameters on their way out and the held ones use.
 static zinf_status take_buffers(zinf_optim_tier *t) {
     size_t bytes = t->n * sizeof(float);
-    ZINF_CHECK(host_alloc(t, bytes, "fp32 gradients", (void **)&t->grads));
+    ZINF_CHECK(host_alloc(t, bytes, true, "fp32 gradients", (void **)&t->grads));
     int64_t before = t->host_bytes;
     for (int b = 0; b < 2; b++)
-        ZINF_CHECK(host_alloc(t, t->sg_max * t->out_es, "16-bit optimizer output", &t->out[b]));
+        ZINF_CHECK(host_alloc(t, t->sg_max * t->out_es, true, "16-bit optimizer output", &t->out[b]));
     t->output_bytes = t->host_bytes - before;
     for (int s = 0; t->c.device == ZINF_OFFLOAD_CPU && s < NSTATES; s++)
-        ZINF_CHECK(host_alloc(t, bytes, state_what[s], (void **)&t->state[s]));
+        ZINF_CHECK(host_alloc(t, bytes, false, state_what[s], (void **)&t->state[s]));
     before = t->host_bytes;
     for (int b = 0; b < t->nio; b++)
         ZINF_CHECK(
-            host_alloc(t, NSTATES * t->sg_max * sizeof(float), "optimizer swap buffers", (void **)&t->io[b].buf));
+            host_alloc(t, NSTATES * t->sg_max * sizeof(float), true, "optimizer swap buffers", (void **)&t->io[b].buf));
     t->swap_buffer_bytes = t->host_bytes - before;
     size_t spec = t->c.speculate_elements;
     if (!spec) return ZINF_OK;
     before = t->host_bytes;
-    // Not pinned: nothing but this tier's threads read the spare states.
-    if (t->c.device == ZINF_OFFLOAD_CPU && t->c.host) {
-        ZINF_CHECK(zinf_host_pool_alloc(t->c.host, NSTATES * spec * sizeof(float), false,
-                                        "spare optimizer states for speculation", (void **)&t->spare));
-        zinf_cpu_pool_touch(t->c.cpu, t->spare, NSTATES * spec, sizeof(float)); // not in the first step's backward
+    if (t->c.device == ZINF_OFFLOAD_CPU) {
+        ZINF_CHECK(host_alloc(t, NSTATES * spec * sizeof(float), false, "spare optimizer states for speculation",
+                              (void **)&t->spare));
+        if (t->c.host) zinf_cpu_pool_touch(t->c.cpu, t->spare, NSTATES * spec, sizeof(float)); // not in a backward
     }
-    if (t->c.device == ZINF_OFFLOAD_CPU) t->host_bytes += (int64_t)(NSTATES * spec * sizeof(float));
-    ZINF_CHECK(host_alloc(t, spec * t->out_es, "speculated 16-bit parameters", (void **)&t->held));
+    ZINF_CHECK(host_alloc(t, spec * t->out_es, true, "speculated 16-bit parameters", (void **)&t->held));
     t->speculation_bytes = t->host_bytes - before;
     return ZINF_OK;
 }
@@ -304,16 +308,16 @@ void zinf_optim_tier_destroy(zinf_optim_tier *t) {
     }
     if (t->c.swap.aio) zinf_aio_wait_all(t->c.swap.aio);
     for (int s = 0; s < NSTATES; s++)
-        host_free(t, t->state[s]);
+        host_free(t, t->state[s], false);
     for (int b = 0; b < MAX_IO; b++)
-        host_free(t, t->io[b].buf);
+        host_free(t, t->io[b].buf, true);
     for (int b = 0; b < 2; b++) {
-        host_free(t, t->out[b]);
+        host_free(t, t->out[b], true);
         zinf_event_destroy(t->out_free[b]);
     }
-    host_free(t, t->grads);
-    zinf_host_pool_free(t->c.host, t->spare, false);
-    host_free(t, t->held);
+    host_free(t, t->grads, true);
+    host_free(t, t->spare, false);
+    host_free(t, t->held, true);
     zinf_event_destroy(t->held_free);
     free(t->sg_segments), free(t->sg_final), free(t->speculated), free(t->spare_at), free(t->written_at),
         free(t->held_at), free(t->order);

@@ -3,7 +3,8 @@
 // off, in the foreground and in the background, three updates give bit for bit what
 // cpu_adam's zinf_optim_step gives over the whole partition at once, in the master
 // weights, both moments and every 16-bit parameter handed to `store`. Also the
-// synchronous reads and writes, zeroing, the "updated" waits, and the errors.
+// synchronous reads and writes, zeroing, the "updated" waits, and the errors; what is
+// pinned.
 // Speculation (cpu, background): sub-groups updated as their segments are said final,
 // in reverse order as a backward makes them, give the same bits when the guess was
 // right, when it was wrong (restored and redone), and after a cancelled step's guess.
@@ -252,6 +253,11 @@ static void run(const variant *va, const reference *r, zinf_device *dev, zinf_cp
     if (want_groups) CHECK(st.subgroups == want_groups, "%s: %d sub-groups, want %d", what, st.subgroups, want_groups);
     CHECK((st.nvme_bytes > 0) == (va->where == ZINF_OFFLOAD_NVME), "%s: %lld swap bytes", what,
           (long long)st.nvme_bytes);
+    // Pinned: what the device copies (the gradients, the 16-bit parameters on their way
+    // out and held, the swap buffers), never the states in host memory, nor their spares.
+    int64_t states = va->where == ZINF_OFFLOAD_CPU ? 12 * (int64_t)(n + c.speculate_elements) : 0;
+    CHECK(st.pinned_bytes == st.host_bytes - states, "%s: %lld of %lld host bytes pinned, want all but %lld", what,
+          (long long)st.pinned_bytes, (long long)st.host_bytes, (long long)states);
 
     // A range written alone reads back, and leaves the rest.
     for (size_t i = 0; i < 100; i++)
