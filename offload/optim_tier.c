@@ -645,11 +645,14 @@ static size_t write_place(const zinf_optim_tier *t, int g) {
     return t->spare_at[g] != HOME ? HOME : spare_place(t, t->sg[g].n);
 }
 
-// cpu: the last sub-group whose gradients are final, that is not speculated yet and
-// that has room for its new states (at *to) and parameters: the backward finishes the
-// last sub-groups first. Under mu.
+// cpu: the first sub-group whose gradients are final, that is not speculated yet and
+// that has room for its new states (at *to) and parameters. The first is the one the
+// next forward needs soonest, and the one the backward finished last: the sub-groups
+// the CPU leaves for after the step are the later ones, updated while the forward
+// runs through the earlier (in the backward's order the forward would wait for every
+// sub-group left, and then run the rest of itself with the CPU idle). Under mu.
 static int next_final(const zinf_optim_tier *t, size_t *to) {
-    for (int g = t->nsg - 1; g >= 0; g--) {
+    for (int g = 0; g < t->nsg; g++) {
         if (t->sg_final[g] != t->sg_segments[g] || t->speculated[g]) continue;
         *to = write_place(t, g);
         if (*to != t->spare_at[g]) return g;
