@@ -437,7 +437,7 @@ zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n
 zinf_status states_zero(zinf_engine *e); // moments and gradients
 zinf_status states_zero_grads(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on
-// comm_stream); with src NULL (it landed there) only take the norms the additions would.
+// comm_stream); with src NULL (it landed there) only take the norms the device did not.
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed);
 // Whether bucket b's sums may land in the host gradient partition straight from the
 // device: the step's first backward over it, every piece a module's first reduction
@@ -445,7 +445,8 @@ zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packe
 // issuing thread until it is done). The first addition's pass over host memory is saved.
 bool states_grads_land(const zinf_engine *e, int b);
 // Copy bucket b's sums at from (this rank's block alone when packed) into the partition
-// on comm_stream, and take the norms the additions would have.
+// on comm_stream, and take the norms the additions would have: a module's whole final
+// slice on the device, into host_norms; the others from host memory.
 zinf_status states_land_grads(zinf_engine *e, int b, const float *from, bool packed);
 // The squared norm and inf/NaN flag of each slice of module mod's host gradient this
 // rank holds, into norms (2 doubles per rank of the partition, at 2 (mod W + r)).

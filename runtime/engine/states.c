@@ -84,15 +84,22 @@ zinf_status states_create(zinf_engine *e) {
         st = zinf_optim_tier_create(&e->optim.tier, &tc);
     free(part_n);
     if (st != ZINF_OK) return st;
+    // Pinned with pin_memory: the device's norms of landed gradients come down into it
+    // (states_land_grads) without holding the thread that issues the copies.
+    size_t norms_bytes = 2 * (size_t)e->module_count * e->partition.ranks * sizeof *e->grads.host_norms;
+    if (oc->pin_memory)
+        ZINF_CHECK(engine_take_pinned(e, norms_bytes, "gradient norms", (void **)&e->grads.host_norms));
+    else if (!e->plan && !(e->grads.host_norms = malloc(norms_bytes)))
+        return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     if (!e->plan) {
         ZINF_CHECK(io_beside_adam(e));
         e->optim.host_grads32 = zinf_optim_tier_grads(e->optim.tier);
         e->optim.pinned_grads = oc->pin_memory;
         zinf_optim_tier_get_stats(e->optim.tier, &e->optim.tier_stats);
         size_t n = (size_t)e->module_count;
-        e->grads.host_norms = calloc(2 * n * (size_t)e->partition.ranks, sizeof *e->grads.host_norms);
+        memset(e->grads.host_norms, 0, norms_bytes);
         e->grads.norms_taken = malloc(n * sizeof *e->grads.norms_taken);
-        if (!e->grads.host_norms || !e->grads.norms_taken) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+        if (!e->grads.norms_taken) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
         for (size_t i = 0; i < n; i++)
             e->grads.norms_taken[i] = -1;
         return ZINF_OK;
@@ -103,7 +110,8 @@ zinf_status states_create(zinf_engine *e) {
 }
 
 void states_destroy(zinf_engine *e) {
-    free(e->grads.host_norms), free(e->grads.norms_taken);
+    zinf_host_pool_free(e->host, e->grads.host_norms, e->cfg.zero.offload_optimizer.pin_memory);
+    free(e->grads.norms_taken);
     zinf_optim_tier_destroy(e->optim.tier);
     zinf_cpu_pool_destroy(e->optim.pool);
     for (int s = ZINF_TIER_MASTER; e->dev && s <= ZINF_TIER_GRAD; s++)
@@ -183,7 +191,8 @@ typedef struct grad_add_job {
 // them in that addition. In
 // the step's last backward a module whose last piece this adds has its final gradient:
 // its norms are taken now, under the rest of the backward, instead of in the step; when
-// that piece is the module's whole slice, in the same pass as the addition.
+// that piece is the module's whole slice, in the same pass as the addition, or on the
+// device where the piece landed (states_land_grads).
 static void grad_add_run(void *arg) {
     grad_add_job *j = arg;
     zinf_engine *e = j->e;
@@ -193,7 +202,7 @@ static void grad_add_run(void *arg) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
         bool last = j->backward >= 0 && e->grads.last_piece[p->mod] == k;
-        bool whole = j->src && last && p->lo == 0 && p->n == l->slice;
+        bool whole = last && p->lo == 0 && p->n == l->slice;
         zinf_status st = ZINF_OK;
         for (size_t r = 0; j->src && r < W; r++) {
             if (!partition_holds(e, r)) continue;
@@ -246,12 +255,19 @@ zinf_status states_land_grads(zinf_engine *e, int b, const float *from, bool pac
     for (int k = bk->first; k < bk->first + bk->count; k++) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
+        // A module's whole final slice: its norms on the device, as grad_stats takes them
+        // there (the same bits as the host's), and not a pass of the optimizer's threads.
+        bool norms = e->grads.norms_on_arrival && e->grads.last_piece[p->mod] == k && p->lo == 0 && p->n == l->slice;
         for (size_t r = 0; r < W; r++) {
             if (!partition_holds(e, r)) continue;
-            float *dst = host_grad_at(e, l, r) + p->lo;
-            ZINF_CHECK(
-                engine_copy(e, dst, from + (packed ? 0 : r * bk->block) + p->off, p->n * sizeof *dst, ZINF_COPY_D2H));
+            const float *src = from + (packed ? 0 : r * bk->block) + p->off;
+            ZINF_CHECK(engine_copy(e, host_grad_at(e, l, r) + p->lo, src, p->n * sizeof *src, ZINF_COPY_D2H));
+            if (!norms) continue;
+            size_t at = 2 * ((size_t)p->mod * W + r);
+            if (!e->plan) ZINF_CHECK(zinf_sumsq(e->comm_stream, ZINF_DTYPE_F32, src, p->n, e->grads.device_norms + at));
+            ZINF_CHECK(engine_copy(e, e->grads.host_norms + at, e->grads.device_norms + at, 2 * sizeof(double),
+                                   ZINF_COPY_D2H));
         }
     }
-    return states_add_grads(e, b, NULL, packed); // the norms, as the additions would take them
+    return states_add_grads(e, b, NULL, packed); // the other norms, as the additions would take them
 }
