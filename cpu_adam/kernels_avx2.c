@@ -12,6 +12,7 @@ enum { W = 8 };
 static inline VF vset(float x) { return _mm256_set1_ps(x); }
 static inline VF vld(const float *p) { return _mm256_loadu_ps(p); }
 static inline void vst(float *p, VF x) { _mm256_storeu_ps(p, x); }
+static inline void vst_nt(float *p, VF x) { _mm256_stream_ps(p, x); }
 static inline VF vadd(VF a, VF b) { return _mm256_add_ps(a, b); }
 static inline VF vsub(VF a, VF b) { return _mm256_sub_ps(a, b); }
 static inline VF vmul(VF a, VF b) { return _mm256_mul_ps(a, b); }

@@ -13,6 +13,7 @@ enum { W = 16 };
 static inline VF vset(float x) { return _mm512_set1_ps(x); }
 static inline VF vld(const float *p) { return _mm512_loadu_ps(p); }
 static inline void vst(float *p, VF x) { _mm512_storeu_ps(p, x); }
+static inline void vst_nt(float *p, VF x) { _mm512_stream_ps(p, x); }
 static inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
 static inline VF vsub(VF a, VF b) { return _mm512_sub_ps(a, b); }
 static inline VF vmul(VF a, VF b) { return _mm512_mul_ps(a, b); }

@@ -309,41 +309,45 @@ static void stats(zinf_cpu_pool **pools, int npools) {
 // ---- the pool ----
 
 // from_param and the rest: every optimizer at every level gives the bits of the update
-// in place, whatever the destination held, and leaves its inputs as they were.
+// in place, whatever the destination held, and leaves its inputs as they were; with the
+// destinations aligned to a vector (streamed stores) and not.
 static void from_elsewhere(void) {
-    const size_t n = 1001;
-    float src[3][1001], kept[3][1001], want[3][1001], got[3][1001], g[1001];
-    uint16_t out_want[1001], out_got[1001];
-    for (size_t i = 0; i < n; i++)
+    enum { N = 1001, ROW = 1024 };
+    static _Alignas(64) float src[3][ROW], kept[3][ROW], want[3][ROW], got[3][ROW], g[ROW];
+    uint16_t out_want[N], out_got[N];
+    for (size_t i = 0; i < N; i++)
         src[0][i] = uniform(), src[1][i] = uniform() * 1e-2f, src[2][i] = fabsf(uniform()) * 1e-4f, g[i] = uniform();
     memcpy(kept, src, sizeof kept);
     for (size_t hs = 0; hs < sizeof hsets / sizeof hsets[0]; hs++)
-        for (int l = 0; l < nlevels; l++) {
-            zinf_optim_hparams h = hsets[hs];
-            h.step = 3;
-            memcpy(want, src, sizeof want);
-            zinf_optim_tile t = {.param = want[0],
-                                 .exp_avg = want[1],
-                                 .exp_avg_sq = want[2],
-                                 .grad = g,
-                                 .grad_dtype = ZINF_DTYPE_F32,
-                                 .out = out_want,
-                                 .out_dtype = ZINF_DTYPE_BF16,
-                                 .n = n};
-            CHECK(zinf_optim_update(&h, &t, levels[l]) == ZINF_OK, "in place: %s", zinf_last_error());
-            memset(got, 0x7f, sizeof got); // garbage the update must not read
-            t.param = got[0], t.exp_avg = got[1], t.exp_avg_sq = got[2], t.out = out_got;
-            t.from_param = src[0], t.from_exp_avg = src[1], t.from_exp_avg_sq = src[2];
-            CHECK(zinf_optim_update(&h, &t, levels[l]) == ZINF_OK, "from elsewhere: %s", zinf_last_error());
-            bool m = h.kind != ZINF_OPTIM_ADAGRAD, v = h.kind != ZINF_OPTIM_LION;
-            CHECK(memcmp(got[0], want[0], sizeof got[0]) == 0 && (!m || memcmp(got[1], want[1], sizeof got[1]) == 0) &&
-                      (!v || memcmp(got[2], want[2], sizeof got[2]) == 0) &&
-                      memcmp(out_got, out_want, sizeof out_got) == 0,
-                  "hyperparameter set %zu at %s: an update from elsewhere differs from one in place", hs,
-                  zinf_simd_name(levels[l]));
-            CHECK(memcmp(src, kept, sizeof src) == 0, "hyperparameter set %zu at %s: the update wrote its sources", hs,
-                  zinf_simd_name(levels[l]));
-        }
+        for (int l = 0; l < nlevels; l++)
+            for (size_t at = 0; at < 2; at++) { // got + at: aligned, then not
+                zinf_optim_hparams h = hsets[hs];
+                h.step = 3;
+                memcpy(want, src, sizeof want);
+                zinf_optim_tile t = {.param = want[0],
+                                     .exp_avg = want[1],
+                                     .exp_avg_sq = want[2],
+                                     .grad = g,
+                                     .grad_dtype = ZINF_DTYPE_F32,
+                                     .out = out_want,
+                                     .out_dtype = ZINF_DTYPE_BF16,
+                                     .n = N};
+                CHECK(zinf_optim_update(&h, &t, levels[l]) == ZINF_OK, "in place: %s", zinf_last_error());
+                memset(got, 0x7f, sizeof got); // garbage the update must not read
+                t.param = got[0] + at, t.exp_avg = got[1] + at, t.exp_avg_sq = got[2] + at, t.out = out_got;
+                t.from_param = src[0], t.from_exp_avg = src[1], t.from_exp_avg_sq = src[2];
+                CHECK(zinf_optim_update(&h, &t, levels[l]) == ZINF_OK, "from elsewhere: %s", zinf_last_error());
+                bool m = h.kind != ZINF_OPTIM_ADAGRAD, v = h.kind != ZINF_OPTIM_LION;
+                size_t bytes = N * sizeof(float);
+                CHECK(memcmp(got[0] + at, want[0], bytes) == 0 && (!m || memcmp(got[1] + at, want[1], bytes) == 0) &&
+                          (!v || memcmp(got[2] + at, want[2], bytes) == 0) &&
+                          memcmp(out_got, out_want, sizeof out_got) == 0,
+                      "hyperparameter set %zu at %s, destinations %saligned: an update from elsewhere differs from "
+                      "one in place",
+                      hs, zinf_simd_name(levels[l]), at ? "not " : "");
+                CHECK(memcmp(src, kept, sizeof src) == 0, "hyperparameter set %zu at %s: the update wrote its sources",
+                      hs, zinf_simd_name(levels[l]));
+            }
 }
 
 static void pool_steps(zinf_cpu_pool **pools, int npools) {
