@@ -145,12 +145,13 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // Each reduction is added into the host partition, and the last takes the norms in
         // the same pass, under the backward. The step's first over a pinned partition
         // lands from the device (one rank, or NCCL's reduce-scatter in place; qgZ's too,
-        // not counted): only a pass reading it for the norms is left. MiCS takes the
-        // norms after the backward.
+        // not counted), its norms taken there: nothing is left to the threads but the
+        // norms of modules that straddle buckets, not counted. MiCS takes the norms
+        // after the backward, from host memory.
         const zinf_offload_optimizer_config *oc = &cfg->zero.offload_optimizer;
         bool mics = e0.params.storage->sliced && cfg->zero.mics_shard_size > 0 && cfg->zero.mics_shard_size < t->world;
         bool lands = oc->pin_memory && (t->world == 1 || t->nccl);
-        double first = lands ? (mics ? 0 : part / h->grad_norm) : part / h->grad_add;
+        double first = lands ? 0 : part / h->grad_add;
         double adds = first + (double)(reductions_per_step(&e0) - 1) * part / h->grad_add;
         double norms_after = mics ? part / h->grad_norm : 0;
         double adam = part / h->adam, spec_share = part > 0 ? (double)p->choice.speculate_elements / part : 0;
