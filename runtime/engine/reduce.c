@@ -23,11 +23,15 @@ static zinf_status plan_buckets(zinf_engine *e) {
         if (ext >= 0)
             e->grads.last_backward_op[ext] = k > e->grads.last_backward_op[ext] ? k : e->grads.last_backward_op[ext];
     }
-    // Buckets of reduce_bucket_size elements (world blocks of `per`), filled in the order
-    // backward finishes the modules; every bucket but the last is full, so there are
-    // ceil(total / per) of them, and a bucket's end splits at most one module, so there
-    // are at most modules + buckets pieces, and one more for each tile a tiled module has;
-    // a tiled module is counted twice, for a tied embedding's two reductions.
+    // Buckets of up to reduce_bucket_size elements (world blocks of `per`), filled in the
+    // order backward finishes the modules. A module (or tile) that a bucket of its own
+    // holds is not split across two: it starts the next bucket when it does not fit what
+    // is left of this one, so its final gradient reaches the host in one piece, whose
+    // norms are taken in one pass (on the device where it lands). Two consecutive buckets
+    // then hold more than `per`, so there are at most 2 ceil(total / per) + 1 of them;
+    // a bucket's end splits at most one module, so there are at most modules + buckets
+    // pieces, and one more for each tile a tiled module has; a tiled module is counted
+    // twice, for a tied embedding's two reductions.
     size_t W = (size_t)e->partition.ranks, per = (size_t)e->cfg.zero.reduce_bucket_size / W, total = 0, tiles = 0;
     if (per == 0) per = 1;
     for (int i = 0; i < e->module_count; i++) {
@@ -35,7 +39,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
         zinf_tiling t = tiling_of(e, i);
         if (t.tile) tiles += 2 * zinf_tiling_count(&t) + 1;
     }
-    size_t maxb = (total + per - 1) / per + 1, maxp = (size_t)e->module_count + maxb + tiles;
+    size_t maxb = 2 * ((total + per - 1) / per) + 2, maxp = (size_t)e->module_count + maxb + tiles;
     e->grads.buckets = calloc(maxb, sizeof *e->grads.buckets);
     e->grads.pieces = calloc(maxp, sizeof *e->grads.pieces);
     int *first_op = malloc(((size_t)e->module_count + 1) * sizeof *first_op); // per module: its first reduction's op
@@ -62,9 +66,9 @@ static zinf_status plan_buckets(zinf_engine *e) {
             zinf_tiling t = tiling_of(e, i);
             for (size_t s = tiled ? zinf_tiling_count(&t) : 1; s-- > 0;) {
                 size_t lo = tiled ? s * t.tile : 0, end = tiled ? lo + zinf_tiling_len(&t, s) : e->layout[i].slice;
-                while (lo < end) {
+                for (bool whole = end - lo <= per; lo < end; whole = false) {
                     bucket *b = e->grads.bucket_count ? &e->grads.buckets[e->grads.bucket_count - 1] : NULL;
-                    if (!b || b->block == per) {
+                    if (!b || b->block == per || (whole && b->block + (end - lo) > per)) {
                         b = &e->grads.buckets[e->grads.bucket_count++];
                         *b = (bucket){.first = e->grads.piece_count};
                     }
