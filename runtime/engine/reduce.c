@@ -39,7 +39,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
         zinf_tiling t = tiling_of(e, i);
         if (t.tile) tiles += 2 * zinf_tiling_count(&t) + 1;
     }
-    size_t maxb = 2 * ((total + per - 1) / per) + 2, maxp = (size_t)e->module_count + maxb + tiles;
+    size_t maxb = 2 * ((total + per - 1) / per) + 1, maxp = (size_t)e->module_count + maxb + tiles;
     e->grads.buckets = calloc(maxb, sizeof *e->grads.buckets);
     e->grads.pieces = calloc(maxp, sizeof *e->grads.pieces);
     int *first_op = malloc(((size_t)e->module_count + 1) * sizeof *first_op); // per module: its first reduction's op

@@ -174,6 +174,14 @@ zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms) {
     return ZINF_OK;
 }
 
+// Piece k is its module's last and the module's whole slice: in the step's last backward
+// the final gradient arrives in one piece, whose norms are taken with it (as it is added,
+// or on the device where it lands) rather than in a pass of their own.
+static bool whole_final_piece(const zinf_engine *e, int k) {
+    const piece *p = &e->grads.pieces[k];
+    return e->grads.last_piece[p->mod] == k && p->lo == 0 && p->n == e->layout[p->mod].slice;
+}
+
 typedef struct grad_add_job {
     zinf_engine *e;
     const float *src; // reduced bucket in pinned memory; NULL: it landed in the partition
@@ -202,7 +210,7 @@ static void grad_add_run(void *arg) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
         bool last = j->backward >= 0 && e->grads.last_piece[p->mod] == k;
-        bool whole = last && p->lo == 0 && p->n == l->slice;
+        bool whole = j->backward >= 0 && whole_final_piece(e, k);
         zinf_status st = ZINF_OK;
         for (size_t r = 0; j->src && r < W; r++) {
             if (!partition_holds(e, r)) continue;
@@ -255,9 +263,9 @@ zinf_status states_land_grads(zinf_engine *e, int b, const float *from, bool pac
     for (int k = bk->first; k < bk->first + bk->count; k++) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
-        // A module's whole final slice: its norms on the device, as grad_stats takes them
-        // there (the same bits as the host's), and not a pass of the optimizer's threads.
-        bool norms = e->grads.norms_on_arrival && e->grads.last_piece[p->mod] == k && p->lo == 0 && p->n == l->slice;
+        // Its norms on the device, as grad_stats takes them there (the same bits as the
+        // host's), and not a pass of the optimizer's threads.
+        bool norms = e->grads.norms_on_arrival && whole_final_piece(e, k);
         for (size_t r = 0; r < W; r++) {
             if (!partition_holds(e, r)) continue;
             const float *src = from + (packed ? 0 : r * bk->block) + p->off;
