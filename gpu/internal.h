@@ -78,7 +78,7 @@ typedef struct op_cross_entropy {
     void *dlogits;
     const void *logits;
     const int32_t *targets;
-    int rows, V;
+    int rows, V, ld; // ld: a row's length; columns [V, ld) of dlogits are zeroed
     float dscale;
 } op_cross_entropy;
 

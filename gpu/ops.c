@@ -204,10 +204,11 @@ zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a) {
 }
 
 zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, float *lse, void *dlogits,
-                               const void *logits, const int32_t *targets, int rows, int V, float dscale) {
+                               const void *logits, const int32_t *targets, int rows, int V, int ld, float dscale) {
     REQUIRE_DT(dt, "cross_entropy");
     REQUIRE(losses && logits && targets, "cross_entropy", "losses, logits and targets are required");
     REQUIRE(rows > 0 && V > 0, "cross_entropy", "rows and V must be positive");
+    REQUIRE(ld >= V, "cross_entropy", "the row length ld must be at least V");
     op_record r = {.u.xent = {.losses = losses,
                               .lse = lse,
                               .dlogits = dlogits,
@@ -215,6 +216,7 @@ zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, flo
                               .targets = targets,
                               .rows = rows,
                               .V = V,
+                              .ld = ld,
                               .dscale = dscale}};
     return launch(s, OP_CROSS_ENTROPY, dt, &r);
 }

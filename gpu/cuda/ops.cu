@@ -384,19 +384,19 @@ zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool bac
 // ---- cross-entropy ----
 // One block per row: the maximum, the sum of exp(x - max), lse = max + log(sum) (saved
 // when lse_out is given); the loss lse - x[target]; dlogits = (exp(x - lse) - onehot) *
-// dscale. dlogits may be the logits: every read of another thread's element happens
-// before the reductions' barriers, and the last pass has each thread read then write its
-// own elements. A target outside [0, V) gives a NaN loss and no one-hot instead of a
-// stray read.
+// dscale, and zero in the row's pad [V, ld). dlogits may be the logits: every read of
+// another thread's element happens before the reductions' barriers, and the last pass
+// has each thread read then write its own elements. A target outside [0, V) gives a NaN
+// loss and no one-hot instead of a stray read.
 
 template <typename T>
 static __global__ void __launch_bounds__(ROW_THREADS)
     cross_entropy_kernel(float *losses, float *lse_out, T *dlogits, const T *logits, const int32_t *targets, int V,
-                         float dscale) {
+                         int ld, float dscale) {
     __shared__ float red[ROW_THREADS / 32];
     SHARED_FRESH(red);
     size_t r = blockIdx.x;
-    const T *x = logits + r * V;
+    const T *x = logits + r * ld;
     int tgt = targets[r];
     bool valid = tgt >= 0 && tgt < V;
     float x_tgt = valid ? to_f32(x[tgt]) : __int_as_float(0x7fc00000);
@@ -413,16 +413,18 @@ static __global__ void __launch_bounds__(ROW_THREADS)
         if (lse_out) lse_out[r] = lse;
     }
     if (!dlogits) return;
-    T *d = dlogits + r * V;
+    T *d = dlogits + r * ld;
     for (int i = threadIdx.x; i < V; i += ROW_THREADS) {
         float p = expf(to_f32(x[i]) - lse);
         store_f32(&d[i], (p - (i == tgt ? 1.0f : 0.0f)) * dscale);
     }
+    for (int i = V + threadIdx.x; i < ld; i += ROW_THREADS)
+        store_f32(&d[i], 0.0f);
 }
 
 template <typename T> static zinf_status cross_entropy_t(cudaStream_t st, const op_cross_entropy *a) {
     cross_entropy_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
-        a->losses, a->lse, (T *)a->dlogits, (const T *)a->logits, a->targets, a->V, a->dscale);
+        a->losses, a->lse, (T *)a->dlogits, (const T *)a->logits, a->targets, a->V, a->ld, a->dscale);
     ZINF_CUDA_LAUNCHED("cross_entropy_kernel");
     return ZINF_OK;
 }

@@ -385,10 +385,10 @@ static zinf_status attention_bwd(const zinf_attention_args *a, host_scratch *s) 
 // ---- cross-entropy ----
 
 static zinf_status cross_entropy(zinf_dtype dt, const op_cross_entropy *a, host_scratch *s) {
-    int V = a->V;
-    SCRATCH(x, 0, V);
+    int V = a->V, ld = a->ld;
+    SCRATCH(x, 0, ld);
     for (int r = 0; r < a->rows; r++) {
-        ld_row(x, a->logits, dt, (size_t)r * V, V);
+        ld_row(x, a->logits, dt, (size_t)r * ld, V);
         float mx = -INFINITY, sum = 0.0f;
         for (int i = 0; i < V; i++)
             mx = x[i] > mx ? x[i] : mx;
@@ -401,7 +401,9 @@ static zinf_status cross_entropy(zinf_dtype dt, const op_cross_entropy *a, host_
         if (!a->dlogits) continue;
         for (int i = 0; i < V; i++)
             x[i] = (expf(x[i] - lse) - (i == tgt ? 1.0f : 0.0f)) * a->dscale;
-        st_row(a->dlogits, dt, (size_t)r * V, x, V);
+        for (int i = V; i < ld; i++)
+            x[i] = 0.0f;
+        st_row(a->dlogits, dt, (size_t)r * ld, x, ld);
     }
     return ZINF_OK;
 }

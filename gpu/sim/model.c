@@ -125,7 +125,8 @@ static double op_bytes(const op_record *op) {
         const op_rope *p = &op->u.rope;
         return 2.0 * p->B * p->T * (p->NH + p->NKV) * p->hd * es;
     }
-    case OP_CROSS_ENTROPY: return (op->u.xent.dlogits ? 2.0 : 1.0) * op->u.xent.rows * op->u.xent.V * es;
+    case OP_CROSS_ENTROPY: // the logits read, and with the gradient a padded row written
+        return ((double)op->u.xent.V + (op->u.xent.dlogits ? op->u.xent.ld : 0)) * op->u.xent.rows * es;
     case OP_CROSS_ENTROPY_GRAD: // the block's logits read and gradient written, a row's lse and target read
         return op->u.xgrad.rows * (2.0 * op->u.xgrad.n * es + 8.0);
     case OP_EMBEDDING_FWD:

@@ -370,13 +370,16 @@ size_t zinf_backend_attention_workspace(zinf_backend b, const zinf_attention_arg
 zinf_status zinf_attention_fwd(zinf_stream *s, const zinf_attention_args *a);
 zinf_status zinf_attention_bwd(zinf_stream *s, const zinf_attention_args *a);
 
-// Softmax cross-entropy over rows of V logits, fused with its gradient: losses[i] =
-// logsumexp(logits[i]) - logits[i][targets[i]] (fp32); when dlogits != NULL,
-// dlogits = (softmax(logits) - onehot(targets)) * dscale (it may be logits itself).
+// Softmax cross-entropy over rows of V logits, each row ld elements after the last
+// (ld >= V), fused with its gradient: losses[i] = logsumexp(logits[i]) -
+// logits[i][targets[i]] (fp32); when dlogits != NULL (rows ld apart too; it may be
+// logits itself), dlogits = (softmax(logits) - onehot(targets)) * dscale, and columns
+// [V, ld) of each row are set to zero: a head padded past its vocabulary masks the
+// pad's logits out of the loss and out of the products its gradient goes through.
 // lse != NULL: lse[i] = the row's logsumexp as the op computed it (fp32), for
 // zinf_cross_entropy_grad; NULL: not wanted.
 zinf_status zinf_cross_entropy(zinf_stream *s, zinf_dtype dt, float *losses, float *lse, void *dlogits,
-                               const void *logits, const int32_t *targets, int rows, int V, float dscale);
+                               const void *logits, const int32_t *targets, int rows, int V, int ld, float dscale);
 // The fused op's logit gradient for columns [v0, v0 + n) of rows whose log-sum-exp is
 // known: dlogits[r][j] = (exp(logits[r][j] - lse[r]) - (v0 + j == targets[r])) * dscale,
 // exactly as zinf_cross_entropy computes it, so a row's column blocks give its bits (no 1

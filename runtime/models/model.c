@@ -464,7 +464,7 @@ static zinf_status head_chunk_fwd(zinf_model *m, zinf_stream *s, const void *w, 
                         .lda = C, .b = w, .ldb = C, .c = m->logits, .ldc = V, .alpha = 1.0f};
     ZINF_CHECK(zinf_gemm(s, &g));
     return zinf_cross_entropy(s, dt, m->losses + r0, NULL, grad ? m->logits : NULL, m->logits, m->targets + r0, rows, V,
-                              m->dloss / (float)BT);
+                              V, m->dloss / (float)BT);
 }
 
 // From the chunk's logit gradient: dw += dlogits^T lnf[r0 ..], dln[r0 ..] = dlogits W.
@@ -634,7 +634,7 @@ static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod) {
             ZINF_CHECK(m->tiles->done(m->tiles->ctx, s, mod, (int)k, false));
         }
         ZINF_CHECK(zinf_cross_entropy(s, dt, m->losses + r0, m->p.training ? m->lse + r0 : NULL, NULL, m->logits,
-                                      m->targets + r0, rows, V, m->dloss / (float)BT));
+                                      m->targets + r0, rows, V, V, m->dloss / (float)BT));
     }
     return ZINF_OK;
 }
