@@ -119,6 +119,12 @@ zinf_status zinf_model_shape_from_config(const zinf_model_config *mc, zinf_model
 zinf_status zinf_model_shape_from_file(const char *path, zinf_model_shape *out);
 // Parameters of the model (a tied head counted once): 124,439,808 for gpt2.
 int64_t zinf_model_param_count(const zinf_model_shape *s);
+// The head's width on the device: vocab_size rounded up to a multiple of 128 (GPT-2's
+// 50257 to 50304), so that every product of the output layer has sides the tensor
+// cores' fast kernels take. The head's weight is followed in its module by the pad's
+// rows, always zero, and the logits rows are this wide; files and checkpoints hold
+// vocab_size rows.
+int zinf_model_vocab_padded(const zinf_model_shape *s);
 bool zinf_model_shape_equal(const zinf_model_shape *a, const zinf_model_shape *b);
 // The architecture and sizes in a few words ("GPT n_layer 12 n_head 12 n_embd 768
 // vocab 50257"), for plans and errors.

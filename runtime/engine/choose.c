@@ -33,7 +33,8 @@ zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t
     engine_settings(&e0, cfg);
     zinf_model_params mp;
     ZINF_CHECK(engine_model_params(cfg, e0.dtype, &mp));
-    int64_t tokens = (int64_t)mp.batch * mp.seq_len, row = (int64_t)mp.shape.vocab_size * (int64_t)e0.elem_size;
+    int64_t tokens = (int64_t)mp.batch * mp.seq_len,
+            row = (int64_t)zinf_model_vocab_padded(&mp.shape) * (int64_t)e0.elem_size;
     int64_t fit = capacity > 0 ? capacity / 64 / row : tokens;
     if (fit < tokens) *chosen = fit >= 64 ? fit / 64 * 64 : fit > 0 ? fit : 1;
     cfg->memory.head_chunk_tokens = *chosen ? *chosen : tokens;

@@ -37,7 +37,7 @@ static void tables(zinf_model *m) {
         mod->external = -1;
         if (i == MOD_EMBEDDING) {
             snprintf(mod->name, sizeof mod->name, "embedding");
-            ADD("wte.weight", s->vocab_size, C, ZINF_INIT_NORMAL, 0.02);
+            model_add_head_weight(mod, next, "wte.weight", s, ZINF_INIT_NORMAL, 0.02);
             ADD("wpe.weight", s->block_size, C, ZINF_INIT_NORMAL, 0.02);
             mod->tile_unit = (size_t)C; // the head reads wte's rows
         } else if (i == mod_norm(L)) {

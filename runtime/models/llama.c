@@ -42,7 +42,10 @@ static void tables(zinf_model *m) {
         mod->external = -1;
         if (i == MOD_EMBEDDING) {
             snprintf(mod->name, sizeof mod->name, "embedding");
-            ADD(true, ZINF_INIT_NORMAL, s->vocab_size, C, "model.embed_tokens.weight");
+            if (s->tied)
+                model_add_head_weight(mod, next, "model.embed_tokens.weight", s, ZINF_INIT_NORMAL, 0.02);
+            else
+                ADD(true, ZINF_INIT_NORMAL, s->vocab_size, C, "model.embed_tokens.weight");
             mod->tile_unit = s->tied ? (size_t)C : 1; // a tied head reads its rows
         } else if (i == mod_norm(L)) {
             snprintf(mod->name, sizeof mod->name, "norm");
@@ -52,7 +55,7 @@ static void tables(zinf_model *m) {
             if (s->tied)
                 mod->external = MOD_EMBEDDING;
             else
-                ADD(true, ZINF_INIT_NORMAL, s->vocab_size, C, "lm_head.weight");
+                model_add_head_weight(mod, next, "lm_head.weight", s, ZINF_INIT_NORMAL, 0.02);
             mod->tile_unit = s->tied ? 0 : (size_t)C; // whole rows: a block of the vocabulary
         } else if (i == mod_attn((i - 1) / 2)) {
             int l = (i - 1) / 2;

@@ -21,6 +21,15 @@ void model_add_param(zinf_module_info *mod, zinf_param_info *table, const char *
     mod->numel = p->offset + p->numel;
 }
 
+int zinf_model_vocab_padded(const zinf_model_shape *s) { return (s->vocab_size + 127) / 128 * 128; }
+
+void model_add_head_weight(zinf_module_info *mod, zinf_param_info *table, const char *name, const zinf_model_shape *s,
+                           zinf_param_init init, double std) {
+    model_add_param(mod, table, name, s->vocab_size, s->n_embd, true, init, std);
+    // The pad's rows: a gap of the flat buffer, so zero (zinf_model_vocab_padded).
+    mod->numel += (size_t)(zinf_model_vocab_padded(s) - s->vocab_size) * (size_t)s->n_embd;
+}
+
 static zinf_status build_tables(zinf_model *m) {
     m->nmod = 3 + 2 * m->p.shape.n_layer;
     m->nparams = m->fam->count(&m->p.shape);
@@ -140,7 +149,7 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(model_dalloc(m, &m->lnf, BT * C, es, "activations: ln_f"));
     if (w->layer_norm) ZINF_CHECK(model_dalloc(m, (void **)&m->lnf_mean, BT, 4, "activations: ln stats"));
     ZINF_CHECK(model_dalloc(m, (void **)&m->lnf_rstd, BT, 4, "activations: ln stats"));
-    size_t logits = (size_t)head_rows(m, (int)BT) * (size_t)s->vocab_size;
+    size_t logits = (size_t)head_rows(m, (int)BT) * (size_t)zinf_model_vocab_padded(s);
     ZINF_CHECK(model_dalloc(m, &m->logits, logits, es, "activations: logits"));
     ZINF_CHECK(model_dalloc(m, (void **)&m->losses, BT, 4, "losses"));
     if (m->p.training) ZINF_CHECK(model_dalloc(m, (void **)&m->lse, BT, 4, "log-sum-exps"));
@@ -439,8 +448,12 @@ zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out) {
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "%s: the head ran in chunks of %d tokens; only the last chunk's logits "
                                                "are kept (make the model with head_chunk 0 to read them)",
                          m->fam->name, m->p.head_chunk);
-    size_t n = (size_t)BT * m->p.shape.vocab_size;
-    ZINF_CHECK(zinf_copy_async(s, h_out, m->logits, n * zinf_dtype_size(m->p.dtype), ZINF_COPY_D2H));
+    // Each row without the pad.
+    size_t V = (size_t)m->p.shape.vocab_size, Vp = (size_t)zinf_model_vocab_padded(&m->p.shape);
+    size_t es = zinf_dtype_size(m->p.dtype);
+    for (size_t r = 0; r < (size_t)BT; r++)
+        ZINF_CHECK(
+            zinf_copy_async(s, (char *)h_out + r * V * es, (char *)m->logits + r * Vp * es, V * es, ZINF_COPY_D2H));
     return zinf_stream_sync(s);
 }
 
@@ -454,28 +467,31 @@ zinf_status zinf_model_logits(zinf_model *m, zinf_stream *s, void *h_out) {
 // Each row's logits, loss and input gradient are products over C or V alone, the same
 // for any chunk; the weight's gradient sums over the rows, chunk by chunk.
 
-// logits (rows, V) = lnf[r0 .. r0 + rows) W^T, then the rows' losses (and their
-// gradient, in place, when grad).
+// logits (rows, Vp) = lnf[r0 .. r0 + rows) W^T over the padded head (W's pad rows
+// are zero), then the rows' losses over the V real columns (and their gradient, in
+// place, when grad, with the pad's columns zeroed).
 static zinf_status head_chunk_fwd(zinf_model *m, zinf_stream *s, const void *w, int r0, int rows, bool grad) {
     zinf_dtype dt = m->p.dtype;
-    int C = m->p.shape.n_embd, V = m->p.shape.vocab_size, BT = m->b * m->p.seq_len;
+    int C = m->p.shape.n_embd, V = m->p.shape.vocab_size, Vp = zinf_model_vocab_padded(&m->p.shape);
+    int BT = m->b * m->p.seq_len;
     size_t es = zinf_dtype_size(dt);
-    zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = V, .k = C, .a = (char *)m->lnf + (size_t)r0 * C * es,
-                        .lda = C, .b = w, .ldb = C, .c = m->logits, .ldc = V, .alpha = 1.0f};
+    zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = Vp, .k = C, .a = (char *)m->lnf + (size_t)r0 * C * es,
+                        .lda = C, .b = w, .ldb = C, .c = m->logits, .ldc = Vp, .alpha = 1.0f};
     ZINF_CHECK(zinf_gemm(s, &g));
     return zinf_cross_entropy(s, dt, m->losses + r0, NULL, grad ? m->logits : NULL, m->logits, m->targets + r0, rows, V,
-                              V, m->dloss / (float)BT);
+                              Vp, m->dloss / (float)BT);
 }
 
-// From the chunk's logit gradient: dw += dlogits^T lnf[r0 ..], dln[r0 ..] = dlogits W.
+// From the chunk's logit gradient: dw += dlogits^T lnf[r0 ..], dln[r0 ..] = dlogits W,
+// over the padded head (the pad's gradient columns are zero, so are its rows of dw).
 static zinf_status head_chunk_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw, int r0, int rows) {
     zinf_dtype dt = m->p.dtype;
-    int C = m->p.shape.n_embd, V = m->p.shape.vocab_size;
+    int C = m->p.shape.n_embd, Vp = zinf_model_vocab_padded(&m->p.shape);
     size_t off = (size_t)r0 * C * zinf_dtype_size(dt);
-    zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = V, .n = C, .k = rows, .a = m->logits, .lda = V,
+    zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = Vp, .n = C, .k = rows, .a = m->logits, .lda = Vp,
                          .b = (char *)m->lnf + off, .ldb = C, .c = dw, .ldc = C, .alpha = 1.0f, .beta = 1.0f};
     ZINF_CHECK(zinf_gemm(s, &gw));
-    zinf_gemm_args gx = {.dt = dt, .m = rows, .n = C, .k = V, .a = m->logits, .lda = V, .b = w, .ldb = C,
+    zinf_gemm_args gx = {.dt = dt, .m = rows, .n = C, .k = Vp, .a = m->logits, .lda = Vp, .b = w, .ldb = C,
                          .c = (char *)m->dln + off, .ldc = C, .alpha = 1.0f};
     return zinf_gemm(s, &gx);
 }
@@ -603,7 +619,8 @@ int zinf_model_tile_sweeps(const zinf_model *m, const zinf_model_op *op, int mod
 // rows or columns; the input gradient sums over the vocabulary block by block, rounded
 // to the dtype after each: within rounding of the plain one.
 
-// Rank r's run of tile k as rows of the vocabulary: [*v0, *v0 + *nv) (none past V).
+// Rank r's run of tile k as rows of the vocabulary: [*v0, *v0 + *nv) (none past V: the
+// pad's rows, zero, are left out of the products).
 static void head_run(const zinf_model *m, const zinf_tiling *t, size_t k, int r, int *v0, int *nv) {
     size_t C = (size_t)m->p.shape.n_embd, V = (size_t)m->p.shape.vocab_size;
     size_t a = ((size_t)r * t->slice + k * t->tile) / C, e = a + zinf_tiling_len(t, k) / C;
@@ -613,7 +630,8 @@ static void head_run(const zinf_model *m, const zinf_tiling *t, size_t k, int r,
 static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod) {
     const zinf_tiling *t = &m->tiles->tiling[mod];
     zinf_dtype dt = m->p.dtype;
-    int C = m->p.shape.n_embd, V = m->p.shape.vocab_size, BT = m->b * m->p.seq_len, n = head_rows(m, BT);
+    int C = m->p.shape.n_embd, V = m->p.shape.vocab_size, Vp = zinf_model_vocab_padded(&m->p.shape);
+    int BT = m->b * m->p.seq_len, n = head_rows(m, BT);
     size_t es = zinf_dtype_size(dt), nt = zinf_tiling_count(t);
     for (int r0 = 0; r0 < BT; r0 += n) {
         int rows = BT - r0 < n ? BT - r0 : n;
@@ -628,13 +646,13 @@ static zinf_status head_tiles_fwd(zinf_model *m, zinf_stream *s, int mod) {
                 zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = nv, .k = C,
                                     .a = (char *)m->lnf + (size_t)r0 * C * es, .lda = C,
                                     .b = (char *)w + (size_t)r * zinf_tiling_len(t, k) * es, .ldb = C,
-                                    .c = (char *)m->logits + (size_t)v0 * es, .ldc = V, .alpha = 1.0f};
+                                    .c = (char *)m->logits + (size_t)v0 * es, .ldc = Vp, .alpha = 1.0f};
                 ZINF_CHECK(zinf_gemm(s, &g));
             }
             ZINF_CHECK(m->tiles->done(m->tiles->ctx, s, mod, (int)k, false));
         }
         ZINF_CHECK(zinf_cross_entropy(s, dt, m->losses + r0, m->p.training ? m->lse + r0 : NULL, NULL, m->logits,
-                                      m->targets + r0, rows, V, V, m->dloss / (float)BT));
+                                      m->targets + r0, rows, V, Vp, m->dloss / (float)BT));
     }
     return ZINF_OK;
 }

@@ -190,6 +190,11 @@ static inline void *param_at(const zinf_model *m, int mod, void *buf, int idx) {
 void model_add_param(zinf_module_info *mod, zinf_param_info *table, const char *name, int64_t d0, int64_t d1,
                      bool aligned, zinf_param_init init, double std);
 
+// Append the head's weight (vocab_size rows of n_embd, aligned) and the pad's rows after
+// it (zinf_model_vocab_padded), which no parameter covers.
+void model_add_head_weight(zinf_module_info *mod, zinf_param_info *table, const char *name, const zinf_model_shape *s,
+                           zinf_param_init init, double std);
+
 // Hugging Face's dtype name for config.json ("float32", "bfloat16", "float16").
 const char *model_torch_dtype(zinf_dtype dt);
 
