@@ -309,11 +309,13 @@ typedef struct sink_ctx {
     int mod, state;  // ZINF_TIER_* for the optimizer's states, or -1 for the 16-bit copy
     zinf_dtype from; // the checkpoint's dtype for the 16-bit copy: e->dtype, or F32 (cast)
     void *conv;      // CHUNK_BYTES for casting
+    int64_t shift;   // where an element of the checkpoint's module is in this one's, less where it was
 } sink_ctx;
 
-static zinf_status to_engine(void *arg, size_t off, const void *p, size_t n) {
+static zinf_status to_engine(void *arg, size_t at, const void *p, size_t n) {
     sink_ctx *c = arg;
     zinf_engine *e = c->e;
+    size_t off = (size_t)((int64_t)at + c->shift);
     const mod_layout *l = &e->layout[c->mod];
     if (c->state >= 0) return states_write(e, (zinf_tier_state)c->state, l->part_off + (off - l->part_lo), n, p);
     if (c->from == e->dtype) return e->params.storage->write(e, c->mod, off, n, p);
@@ -322,7 +324,9 @@ static zinf_status to_engine(void *arg, size_t off, const void *p, size_t n) {
     return e->params.storage->write(e, c->mod, off, n, c->conv);
 }
 
-// The checkpoint's model must be this one: the same shape and modules.
+// The checkpoint's model must be this one: the same shape, modules and parameters. Where
+// they lie in a module may differ (a zinf that did not pad the head wrote its
+// checkpoints so); the load moves each parameter to its place here.
 static zinf_status same_model(const zinf_engine *e, const zinf_ckpt *ck) {
     const zinf_ckpt_info *in = zinf_ckpt_info_of(ck);
     const zinf_model_shape *a = &zinf_model_get_params(e->model)->shape, *b = &in->shape;
@@ -336,12 +340,47 @@ static zinf_status same_model(const zinf_engine *e, const zinf_ckpt *ck) {
     if (in->nmod != e->module_count)
         return zinf_fail(ZINF_ERR_CORRUPT, "checkpoint %s: %d modules, this model has %d", zinf_ckpt_dir(ck), in->nmod,
                          e->module_count);
-    for (int i = 0; i < e->module_count; i++)
-        if (strcmp(in->mods[i].name, zinf_model_module(e->model, i)->name) != 0 ||
-            (size_t)in->mods[i].numel != e->layout[i].numel)
-            return zinf_fail(ZINF_ERR_CORRUPT, "checkpoint %s: module %d is %s of %lld elements, here %s of %zu",
-                             zinf_ckpt_dir(ck), i, in->mods[i].name, (long long)in->mods[i].numel,
-                             zinf_model_module(e->model, i)->name, e->layout[i].numel);
+    for (int i = 0; i < e->module_count; i++) {
+        const zinf_ckpt_module *c = &in->mods[i];
+        const zinf_module_info *m = zinf_model_module(e->model, i);
+        if (strcmp(c->name, m->name) != 0 || c->nparams != m->nparams)
+            return zinf_fail(ZINF_ERR_CORRUPT, "checkpoint %s: module %d is %s of %d parameters, here %s of %d",
+                             zinf_ckpt_dir(ck), i, c->name, c->nparams, m->name, m->nparams);
+        for (int j = 0; j < m->nparams; j++)
+            if (strcmp(c->params[j].name, m->params[j].name) != 0 || c->params[j].numel != m->params[j].numel)
+                return zinf_fail(ZINF_ERR_CORRUPT,
+                                 "checkpoint %s: module %s's parameter %d is %s of %zu elements, here %s of %zu",
+                                 zinf_ckpt_dir(ck), m->name, j, c->params[j].name, c->params[j].numel,
+                                 m->params[j].name, m->params[j].numel);
+    }
+    return ZINF_OK;
+}
+
+// Whether module i's parameters lie where the checkpoint has them.
+static bool same_places(const zinf_engine *e, const zinf_ckpt_module *c, int i) {
+    const zinf_module_info *m = zinf_model_module(e->model, i);
+    bool same = (size_t)c->numel == e->layout[i].numel;
+    for (int j = 0; same && j < m->nparams; j++)
+        same = c->params[j].offset == m->params[j].offset;
+    return same;
+}
+
+// Elements [lo, hi) of module i's flat buffer here from the checkpoint's state into the
+// sink: one read where the parameters lie as saved, else one per parameter, moved to
+// its place (the gaps between them keep their zeros).
+static zinf_status read_range(zinf_engine *e, zinf_ckpt *ck, int i, zinf_ckpt_state state, size_t lo, size_t hi,
+                              void *buf, sink_ctx *c) {
+    const zinf_ckpt_module *cm = &zinf_ckpt_info_of(ck)->mods[i];
+    c->shift = 0;
+    if (same_places(e, cm, i)) return zinf_ckpt_read(ck, i, state, lo, hi, buf, CHUNK_BYTES, to_engine, c);
+    const zinf_module_info *m = zinf_model_module(e->model, i);
+    for (int j = 0; j < m->nparams; j++) {
+        size_t o = m->params[j].offset, end = o + m->params[j].numel, was = cm->params[j].offset;
+        size_t a = o > lo ? o : lo, b = end < hi ? end : hi;
+        if (a >= b) continue;
+        c->shift = (int64_t)o - (int64_t)was;
+        ZINF_CHECK(zinf_ckpt_read(ck, i, state, a - o + was, b - o + was, buf, CHUNK_BYTES, to_engine, c));
+    }
     return ZINF_OK;
 }
 
@@ -352,16 +391,15 @@ static zinf_status load_states(zinf_engine *e, zinf_ckpt *ck, void *buf, void *c
         const mod_layout *l = &e->layout[i];
         size_t lo = l->part_lo, hi = l->part_lo + l->part_n < l->numel ? l->part_lo + l->part_n : l->numel;
         for (int s = 0; s <= ZINF_TIER_EXP_AVG_SQ; s++) {
-            sink_ctx c = {e, i, s, ZINF_DTYPE_F32, conv};
-            ZINF_CHECK(zinf_ckpt_read(ck, i, (zinf_ckpt_state)s, lo, hi, buf, CHUNK_BYTES, to_engine, &c));
+            sink_ctx c = {e, i, s, ZINF_DTYPE_F32, conv, 0};
+            ZINF_CHECK(read_range(e, ck, i, (zinf_ckpt_state)s, lo, hi, buf, &c));
         }
         // The 16-bit copy: the whole buffer at stages 0-2, this rank's slice at 3; cast
         // from the master weights when the checkpoint's model was stored otherwise.
         size_t a = l->param_lo, b = l->param_lo + l->param_n < l->numel ? l->param_lo + l->param_n : l->numel;
         bool same = in->dtype == e->dtype && e->dtype != ZINF_DTYPE_F32;
-        sink_ctx c = {e, i, -1, same ? e->dtype : ZINF_DTYPE_F32, conv};
-        ZINF_CHECK(
-            zinf_ckpt_read(ck, i, same ? ZINF_CKPT_PARAMS : ZINF_CKPT_MASTER, a, b, buf, CHUNK_BYTES, to_engine, &c));
+        sink_ctx c = {e, i, -1, same ? e->dtype : ZINF_DTYPE_F32, conv, 0};
+        ZINF_CHECK(read_range(e, ck, i, same ? ZINF_CKPT_PARAMS : ZINF_CKPT_MASTER, a, b, buf, &c));
     }
     return zinf_stream_sync(e->compute_stream);
 }

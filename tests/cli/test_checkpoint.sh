@@ -117,6 +117,53 @@ for x, y in zip(a, b):
 PY
 [ $fails = $before ] && echo "world size: 2 -> 1 and 2 -> 3 -> 2 ranks re-sliced exactly"
 
+# Another layout: a checkpoint whose modules place their parameters elsewhere, as a
+# zinf that did not pad the head (vocab 300 here, padded to 384) wrote them, loads each
+# parameter to its place here: saved by 1 rank, rewritten without the pad, loaded by 2
+# ranks at stage 3 (re-sliced as well), it continues bit for bit.
+before=$fails
+rm -rf "$tmp/ck"
+v300=(--set model.vocab_size=300)
+run 1 "$tmp/v.full" "${v300[@]}"
+run 1 "$tmp/v.a" --steps 6 --set checkpoint.dir="$tmp/ck" "${v300[@]}"
+python3 - "$tmp/ck/global_step6" <<'PY' || fail "rewriting the checkpoint without the head's pad"
+import json, struct, sys, zlib
+d = sys.argv[1]
+meta = json.load(open(f"{d}/meta.json"))
+emb = meta["modules"][0]
+wte, wpe = emb["params"]
+rows, C = wte["shape"]
+assert emb["name"] == "embedding" and wte["name"] == "wte.weight" and wpe["offset"] == 384 * C, emb
+old_wpe = (rows * C + 63) // 64 * 64  # aligned to 64 elements, as every parameter
+n_wpe = wpe["shape"][0] * C
+f = open(f"{d}/rank0.safetensors", "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+head = json.loads(f.read(n))
+data = f.read()
+out, tensors, at = {}, [], 0
+for name, t in sorted(((k, v) for k, v in head.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0]):
+    b = data[t["data_offsets"][0]:t["data_offsets"][1]]
+    if name.startswith("embedding."):
+        es = len(b) // emb["numel"]
+        b = b[:rows * C * es] + bytes((old_wpe - rows * C) * es) + b[wpe["offset"] * es:(wpe["offset"] + n_wpe) * es]
+        t["shape"] = [len(b) // es]
+        head["__metadata__"]["crc32:" + name] = "%08x" % zlib.crc32(b)
+    t["data_offsets"] = [at, at + len(b)]
+    at += len(b)
+    tensors.append(b)
+emb["numel"] = emb["slice"] = old_wpe + n_wpe
+wpe["offset"] = old_wpe
+h = json.dumps(head).encode()
+h += b" " * (-len(h) % 8)
+open(f"{d}/rank0.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(tensors))
+json.dump(meta, open(f"{d}/meta.json", "w"))
+PY
+run 2 "$tmp/v.b" --set checkpoint.load="$tmp/ck/global_step6" --set zero_optimization.stage=3 \
+  --set $OP.device=nvme "${v300[@]}"
+[ "$(after "$tmp/v.b" 6)" = "$(after "$tmp/v.full" 6)" ] ||
+  fail "another layout: $(after "$tmp/v.b" 6); straight $(after "$tmp/v.full" 6)"
+[ $fails = $before ] && echo "layout: a checkpoint without the head's pad loads each parameter to its place"
+
 # keep: every 2 steps, the newest 2 stay; latest names the newest.
 rm -rf "$tmp/ck"
 run 1 "$tmp/keep" --set checkpoint.dir="$tmp/ck" --set checkpoint.interval=2 --set checkpoint.keep=2
