@@ -33,6 +33,10 @@ zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a) {
     int acols = a->trans_a ? a->m : a->k, bcols = a->trans_b ? a->k : a->n;
     REQUIRE(a->lda >= acols && a->ldb >= bcols && a->ldc >= a->n, op, "a leading dimension is below its row length");
     if (a->batch > 1) REQUIRE(a->stride_a >= 0 && a->stride_b >= 0 && a->stride_c > 0, op, "batch strides must be set");
+    REQUIRE(a->act >= ZINF_GEMM_PLAIN && a->act <= ZINF_GEMM_DGELU, op, "act is not a zinf_gemm_act");
+    if (a->act != ZINF_GEMM_PLAIN)
+        REQUIRE(a->aux && a->ldc == a->n && a->beta == 0.0f && a->batch <= 1 && !(a->act == ZINF_GEMM_DGELU && a->bias),
+                op, "a GELU epilogue needs aux, ldc == n, beta 0 and one product (and DGELU no bias)");
     op_record r = {.u.gemm = *a};
     return launch(s, OP_GEMM, a->dt, &r);
 }

@@ -1,5 +1,5 @@
 // The matrix product on cuBLASLt (cuBLASLt API reference: cublasLtMatmul, the
-// heuristic query, the BIAS epilogue, strided batches). Always fp32 compute
+// heuristic query, the BIAS, GELU_AUX(_BIAS) and DGELU epilogues, strided batches). Always fp32 compute
 // (CUBLAS_COMPUTE_32F, never TF32: fp32 runs are the reference runs) with fp32 alpha
 // and beta; A, B and C in the storage type.
 //
@@ -47,9 +47,21 @@ static cublasStatus_t set_batch(cublasLtMatrixLayout_t l, int32_t batch, int64_t
     return cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
 }
 
+// The epilogue of a product whose bias (if any) cuBLASLt takes: the bias, and the
+// activation g->act with its input in g->aux. cuBLASLt's GELU is the tanh
+// approximation (pytorch/pytorch#104061), zinf's own.
+static uint32_t epilogue_of(const zinf_gemm_args *g, bool with_bias) {
+    switch (g->act) {
+    case ZINF_GEMM_GELU: return with_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case ZINF_GEMM_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    default: return with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
 // One cublasLtMatmul, the bias in the epilogue when with_bias (D = alpha AB + beta C +
-// bias, bias shared by the items: its batch stride stays 0). *no_algo when the
-// heuristic offers nothing for this problem, which is not yet a failure.
+// bias, bias shared by the items: its batch stride stays 0), and the activation when
+// g->act asks for one. *no_algo when the heuristic offers nothing for this problem,
+// which is not yet a failure.
 static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_args *g, bool with_bias, bool *no_algo) {
     zinf_status st = ZINF_OK;
     cublasLtMatmulDesc_t desc = NULL;
@@ -69,7 +81,8 @@ static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_a
     // row-major when trans_a.
     int32_t op_b = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint64_t b_rows = (uint64_t)(g->trans_a ? g->m : g->k), b_cols = (uint64_t)(g->trans_a ? g->k : g->m);
-    uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    uint32_t epilogue = epilogue_of(g, with_bias);
+    int64_t aux_ld = g->ldc; // the activation's input is packed as D is
     uint64_t ws_bytes = CUDA_LT_WORKSPACE;
     uint32_t al_a = alignment(g->b, g->stride_b, es, batch);
     uint32_t al_b = alignment(g->a, g->stride_a, es, batch);
@@ -80,11 +93,15 @@ static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_a
     LT_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-    if (with_bias) {
-        // One bias element per row of the column-major D, i.e. per column j of our C;
-        // its type is D's. The heuristic reads the pointer's alignment.
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    // One bias element per row of the column-major D, i.e. per column j of our C; its
+    // type is D's. The heuristic reads the pointer's alignment, the aux pointer's too.
+    if (with_bias)
         LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+    if (g->act != ZINF_GEMM_PLAIN) {
+        LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux));
+        LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
     }
     LT_TRY(cublasLtMatrixLayoutCreate(&la, ty, a_rows, a_cols, g->ldb));
     LT_TRY(cublasLtMatrixLayoutCreate(&lb, ty, b_rows, b_cols, g->lda));
@@ -197,10 +214,29 @@ static zinf_status gemm_plain(cudaStream_t st, const zinf_gemm_args *g) {
     CUDA_DT_SWITCH(g->dt, "gemm", gemm_plain_t, st, g);
 }
 
+// An activation cuBLASLt's epilogue could not take: the product (and bias) rounded into
+// aux, then GELU's kernel from it (ZINF_GEMM_GELU); or rounded into c, then GELU's
+// backward kernel in place (ZINF_GEMM_DGELU). Each value rounded twice, not once.
+static zinf_status gemm_then_act(cuda_device *cd, cuda_stream *cs, const zinf_gemm_args *g) {
+    zinf_gemm_args plain = *g;
+    plain.act = ZINF_GEMM_PLAIN;
+    op_elementwise e = {};
+    e.out = g->c, e.a = g->aux, e.b = g->c, e.n = (size_t)g->m * g->n;
+    if (g->act == ZINF_GEMM_GELU) plain.c = g->aux;
+    ZINF_CHECK(cuda_gemm(cd, cs, &plain));
+    return g->act == ZINF_GEMM_GELU ? cuda_gelu_fwd(cs->st, g->dt, &e) : cuda_gelu_bwd(cs->st, g->dt, &e);
+}
+
 zinf_status cuda_gemm(cuda_device *cd, cuda_stream *cs, const zinf_gemm_args *g) {
     if (g->m <= 0 || g->n <= 0) return ZINF_OK;
-    if (g->k <= 0) return gemm_fixup(cs->st, g, g->beta); // alpha op(A) op(B) is the zero matrix
     bool no_algo = false;
+    if (g->act != ZINF_GEMM_PLAIN) {
+        // cuBLASLt takes the GELU input's leading dimension in multiples of 8 only.
+        bool fused = g->k > 0 && g->ldc % 8 == 0;
+        if (fused) ZINF_CHECK(lt_matmul(cd, cs, g, g->bias != NULL, &no_algo));
+        return fused && !no_algo ? ZINF_OK : gemm_then_act(cd, cs, g);
+    }
+    if (g->k <= 0) return gemm_fixup(cs->st, g, g->beta); // alpha op(A) op(B) is the zero matrix
     // The epilogue takes the bias only for C = op(A) op(B) + bias (a linear layer's
     // forward), where how it combines with alpha and beta cannot matter.
     if (g->bias && g->alpha == 1.0f && g->beta == 0.0f) {

@@ -23,16 +23,35 @@ static void widen(float *out, const void *p, zinf_dtype dt, int rows, int cols, 
         ld_row(out + (size_t)r * cols, p, dt, (size_t)r * ld, (size_t)cols);
 }
 
+// Row i of the product, in fp32 with the bias added: the activation's epilogue
+// (zinf_gemm_act), then rounded into c.
+static void store_row(const zinf_gemm_args *g, void *c, int i, float *row) {
+    size_t at = (size_t)i * g->ldc;
+    if (g->act == ZINF_GEMM_GELU) {
+        st_row(g->aux, g->dt, at, row, (size_t)g->n);
+        for (int j = 0; j < g->n; j++)
+            row[j] = host_gelu(row[j]);
+    } else if (g->act == ZINF_GEMM_DGELU) {
+        for (int j = 0; j < g->n; j++)
+            row[j] *= host_gelu_grad(dt_load(g->aux, g->dt, at + (size_t)j));
+    }
+    if ((char *)row != (char *)c + at * zinf_dtype_size(g->dt))
+        st_row(c, g->dt, at, row, (size_t)g->n); // fp32: c's own row
+}
+
 static zinf_status gemm_one(const zinf_gemm_args *g, const void *a, const void *b, void *c, host_scratch *s) {
     int ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k; // A as stored
     int br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
     CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans, tb = g->trans_b ? CblasTrans : CblasNoTrans;
     if (g->dt == ZINF_DTYPE_F32) {
         cblas_sgemm(CblasRowMajor, ta, tb, g->m, g->n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
-        if (g->bias)
-            for (int i = 0; i < g->m; i++)
+        for (int i = 0; i < g->m; i++) {
+            float *row = (float *)c + (size_t)i * g->ldc;
+            if (g->bias)
                 for (int j = 0; j < g->n; j++)
-                    ((float *)c)[(size_t)i * g->ldc + j] += ((const float *)g->bias)[j];
+                    row[j] += ((const float *)g->bias)[j];
+            if (g->act != ZINF_GEMM_PLAIN) store_row(g, c, i, row);
+        }
         return ZINF_OK;
     }
     float *fc = host_scratch_get(s, 2, (size_t)g->m * g->n);
@@ -55,7 +74,7 @@ static zinf_status gemm_one(const zinf_gemm_args *g, const void *a, const void *
         if (g->bias)
             for (int j = 0; j < g->n; j++)
                 row[j] += dt_load(g->bias, g->dt, (size_t)j);
-        st_row(c, g->dt, (size_t)i * g->ldc, row, (size_t)g->n);
+        store_row(g, c, i, row);
     }
     return ZINF_OK;
 }

@@ -3,6 +3,8 @@
 #ifndef ZINF_GPU_HOST_H
 #define ZINF_GPU_HOST_H
 
+#include <math.h>
+
 #include "../internal.h"
 #include "zinf_half.h"
 
@@ -39,6 +41,18 @@ static inline void st_row(void *p, zinf_dtype dt, size_t at, const float *v, siz
     }
     for (size_t i = 0; i < n; i++)
         dt_store(p, dt, at + i, v[i]);
+}
+
+// GELU's tanh approximation and its derivative, for the elementwise ops and the
+// products' epilogue.
+#define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
+static inline float host_gelu(float x) {
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube)));
+}
+static inline float host_gelu_grad(float x) {
+    float cube = 0.044715f * x * x * x, th = tanhf(GELU_SCALING_FACTOR * (x + cube));
+    return 0.5f * (1.0f + th) + x * 0.5f * (1.0f - th * th) * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 #endif

@@ -161,23 +161,14 @@ static zinf_status rmsnorm_bwd(zinf_dtype dt, const op_layernorm *a, host_scratc
 
 // ---- elementwise ----
 
-#define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
-
 static void gelu_fwd(zinf_dtype dt, const op_elementwise *a) {
-    for (size_t i = 0; i < a->n; i++) {
-        float x = dt_load(a->a, dt, i), cube = 0.044715f * x * x * x;
-        dt_store(a->out, dt, i, 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
-    }
+    for (size_t i = 0; i < a->n; i++)
+        dt_store(a->out, dt, i, host_gelu(dt_load(a->a, dt, i)));
 }
 
 static void gelu_bwd(zinf_dtype dt, const op_elementwise *a) {
-    for (size_t i = 0; i < a->n; i++) {
-        float x = dt_load(a->a, dt, i), cube = 0.044715f * x * x * x;
-        float th = tanhf(GELU_SCALING_FACTOR * (x + cube));
-        float local = 0.5f * (1.0f + th) +
-                      x * 0.5f * (1.0f - th * th) * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-        dt_store(a->out, dt, i, local * dt_load(a->b, dt, i));
-    }
+    for (size_t i = 0; i < a->n; i++)
+        dt_store(a->out, dt, i, host_gelu_grad(dt_load(a->a, dt, i)) * dt_load(a->b, dt, i));
 }
 
 // ---- SwiGLU ----

@@ -282,6 +282,14 @@ zinf_status zinf_stream_host_fn(zinf_stream *s, void (*fn)(void *arg), void *arg
 // C = alpha * op(A) op(B) + beta * C (+ bias[j] on every row j when bias != NULL),
 // op(A) m x k, op(B) k x n, C m x n; beta == 0 never reads C. With batch > 1, item i
 // uses A + i*stride_a and likewise for B and C (strides in elements; bias shared).
+// The GELU (tanh approximation, as zinf_gelu_fwd) a product's epilogue applies, as
+// cuBLASLt's GELU_AUX_BIAS and DGELU epilogues do. With x = alpha op(A) op(B) (+ bias)
+// in fp32: ZINF_GEMM_GELU stores c = gelu(x) and aux = x (the input the backward
+// reads); ZINF_GEMM_DGELU stores c = x * gelu'(aux) (no bias). Each is rounded once.
+// Either needs aux (m x n in the storage type, packed like c), ldc == n, beta == 0 and
+// one product.
+typedef enum zinf_gemm_act { ZINF_GEMM_PLAIN = 0, ZINF_GEMM_GELU, ZINF_GEMM_DGELU } zinf_gemm_act;
+
 typedef struct zinf_gemm_args {
     zinf_dtype dt;
     bool trans_a, trans_b;
@@ -296,6 +304,8 @@ typedef struct zinf_gemm_args {
     float alpha, beta;
     int batch; // 0 or 1: one product
     int64_t stride_a, stride_b, stride_c;
+    zinf_gemm_act act;
+    void *aux; // the activation's input: written by ZINF_GEMM_GELU, read by ZINF_GEMM_DGELU
 } zinf_gemm_args;
 zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a);
 

@@ -1,14 +1,15 @@
 // CUDA emulation (tests only): cuBLASLt's matrix product, its descriptors and the
 // heuristic query, following NVIDIA's cuBLASLt API reference. The product runs when the
 // stream reaches it: each item's A and B widened to fp32, multiplied by OpenBLAS (which
-// accumulates in fp32), alpha, beta and the bias applied in fp32, each result rounded
-// once to D's type.
+// accumulates in fp32), alpha, beta, the bias and the epilogue's GELU applied in fp32,
+// each result rounded once to D's type (and the GELU input once to the aux type).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cblas.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,21 @@ float load(const void *p, int32_t type, size_t i) {
     case CUDA_R_16F: return __half2float(((const __half *)p)[i]);
     default: return ((const float *)p)[i];
     }
+}
+
+// The GELU epilogues' function: the tanh approximation (pytorch/pytorch#104061 matches
+// its own GELU to cuBLASLt's this way), and its derivative for DGELU.
+float gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608f * x * (1.0f + 0.044715f * x * x))); }
+float gelu_tanh_grad(float x) {
+    float u = 0.7978845608f * x * (1.0f + 0.044715f * x * x), t = tanhf(u);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+bool has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+// The epilogues with an aux matrix, the GELU input: written by GELU_AUX(_BIAS), read
+// by DGELU.
+bool has_aux(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
 }
 
 void store(void *p, int32_t type, size_t i, float v) {
@@ -99,6 +115,9 @@ struct cublasLtMatmulDescOpaque {
     const void *bias = nullptr;
     int64_t bias_stride = 0;
     int32_t bias_type = -1;
+    const void *aux = nullptr;
+    int64_t aux_ld = 0;
+    int32_t aux_type = -1;
 
     field at(int attr) {
         switch (attr) {
@@ -112,6 +131,9 @@ struct cublasLtMatmulDescOpaque {
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return of(bias);
         case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: return of(bias_stride);
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return of(bias_type);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return of(aux);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return of(aux_ld);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return of(aux_type);
         default: return {nullptr, 0};
         }
     }
@@ -120,7 +142,8 @@ struct cublasLtMatmulDescOpaque {
     bool valid() const {
         return known_compute(compute) && known_type(scale) && pointer_mode >= CUBLASLT_POINTER_MODE_HOST &&
                pointer_mode <= CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST && known_op(trans_a) &&
-               known_op(trans_b) && known_op(trans_c) && bias_stride >= 0 && (bias_type == -1 || known_type(bias_type));
+               known_op(trans_b) && known_op(trans_c) && bias_stride >= 0 &&
+               (bias_type == -1 || known_type(bias_type)) && aux_ld >= 0 && (aux_type == -1 || known_type(aux_type));
     }
 };
 
@@ -223,7 +246,7 @@ struct problem {
     cublasLtMatmulDescOpaque op;
     cublasLtMatrixLayoutOpaque a, b, c, d;
     uint64_t m, n, k;
-    int32_t bias_type;
+    int32_t bias_type, aux_type;
 };
 
 // Checks what the descriptors say, as the heuristic and cublasLtMatmul both do.
@@ -245,12 +268,17 @@ cublasStatus_t plan(problem *p, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t 
         (out != in && out != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (op->pointer_mode != CUBLASLT_POINTER_MODE_HOST || op->trans_c != CUBLAS_OP_N ||
-        (op->epilogue != CUBLASLT_EPILOGUE_DEFAULT && op->epilogue != CUBLASLT_EPILOGUE_BIAS))
+        (op->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(op->epilogue) && !has_aux(op->epilogue)))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    // The bias has D's type for these types (the reference's exceptions are for 8-bit
-    // types).
+    // The bias and the GELU input have D's type for these types (the reference's
+    // exceptions are for 8-bit types).
     p->bias_type = op->bias_type == -1 ? (int32_t)out : op->bias_type;
-    if (op->epilogue == CUBLASLT_EPILOGUE_BIAS && p->bias_type != (int32_t)out) return CUBLAS_STATUS_NOT_SUPPORTED;
+    p->aux_type = op->aux_type == -1 ? (int32_t)out : op->aux_type;
+    if ((has_bias(op->epilogue) && p->bias_type != (int32_t)out) ||
+        (has_aux(op->epilogue) && p->aux_type != (int32_t)out))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    // One product per call with an aux matrix: the emulation leaves out its batch stride.
+    if (has_aux(op->epilogue) && d->batch > 1) return CUBLAS_STATUS_NOT_SUPPORTED;
     bool ta = op->trans_a != CUBLAS_OP_N, tb = op->trans_b != CUBLAS_OP_N;
     p->m = ta ? a->cols : a->rows;
     p->k = ta ? a->rows : a->cols;
@@ -261,6 +289,10 @@ cublasStatus_t plan(problem *p, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t 
         if ((uint64_t)l->ld < l->inner() || l->batch != d->batch) return CUBLAS_STATUS_INVALID_VALUE;
         if (l->rows > INT_MAX || l->cols > INT_MAX || l->ld > INT_MAX) return CUBLAS_STATUS_NOT_SUPPORTED;
     }
+    // The GELU input's leading dimension: divisible by 8 and no less than D's rows (the
+    // attribute's reference); the aux matrix is column-ordered as D.
+    if (has_aux(op->epilogue) && (op->aux_ld % 8 || (uint64_t)op->aux_ld < p->m || d->order != CUBLASLT_ORDER_COL))
+        return CUBLAS_STATUS_INVALID_VALUE;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -291,12 +323,15 @@ CBLAS_TRANSPOSE cblas_op(int32_t op, const cublasLtMatrixLayoutOpaque &l) {
 }
 
 void run(const problem &p, float alpha, float beta, const void *A, const void *B, const void *C, void *D, int dev) {
-    bool with_bias = p.op.epilogue == CUBLASLT_EPILOGUE_BIAS;
+    uint32_t e = p.op.epilogue;
+    bool with_bias = has_bias(e), with_aux = has_aux(e);
     size_t batch = p.d.batch;
     size_t bias_bytes = p.m ? ((batch - 1) * p.op.bias_stride + p.m) * type_size(p.bias_type) : 0;
+    size_t aux_bytes = p.m && p.n ? ((size_t)p.op.aux_ld * (p.n - 1) + p.m) * type_size(p.aux_type) : 0;
     if (!reachable(dev, "A", A, p.a.bytes()) || !reachable(dev, "B", B, p.b.bytes()) ||
         (beta != 0.0f && !reachable(dev, "C", C, p.c.bytes())) || !reachable(dev, "D", D, p.d.bytes()) ||
-        (with_bias && !reachable(dev, "the bias", p.op.bias, bias_bytes)))
+        (with_bias && !reachable(dev, "the bias", p.op.bias, bias_bytes)) ||
+        (with_aux && !reachable(dev, "the epilogue's aux matrix", p.op.aux, aux_bytes)))
         return;
     if (!p.m || !p.n) return;
     std::vector<float> a(p.m * p.k), b(p.k * p.n), t(p.m * p.n); // t stays 0 when k == 0
@@ -312,6 +347,12 @@ void run(const problem &p, float alpha, float beta, const void *A, const void *B
                 // beta == 0 does not read C, which may hold anything (NaNs included).
                 if (beta != 0.0f) v += beta * load(C, p.c.type, p.c.elem(item, i, j));
                 if (with_bias) v += load(p.op.bias, p.bias_type, item * p.op.bias_stride + i);
+                size_t x = i + j * (size_t)p.op.aux_ld; // in the aux matrix
+                if (e == CUBLASLT_EPILOGUE_DGELU) v *= gelu_tanh_grad(load(p.op.aux, p.aux_type, x));
+                if (with_aux && e != CUBLASLT_EPILOGUE_DGELU) {
+                    store((void *)p.op.aux, p.aux_type, x, v);
+                    v = gelu_tanh(v);
+                }
                 store(D, p.d.type, p.d.elem(item, i, j), v);
             }
     }
@@ -428,7 +469,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     const cublasLtMatrixLayoutOpaque *m[4] = {&p.a, &p.b, &p.c, &p.d};
     for (int i = 0; i < 4; i++)
         if (preference->align[i] < type_size(m[i]->type)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (p.op.epilogue == CUBLASLT_EPILOGUE_BIAS && (uintptr_t)p.op.bias % type_size(p.bias_type))
+    if ((has_bias(p.op.epilogue) && (uintptr_t)p.op.bias % type_size(p.bias_type)) ||
+        (has_aux(p.op.epilogue) && (uintptr_t)p.op.aux % type_size(p.aux_type)))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     // No workspace needed (data[1] and workspaceSize stay 0), so any
     // MAX_WORKSPACE_BYTES fits.
@@ -454,7 +496,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     // Host pointer mode: alpha and beta are read now, not when the product runs.
     float al = *(const float *)alpha, be = *(const float *)beta;
-    if (!A || !B || !D || (be != 0.0f && !C) || (p.op.epilogue == CUBLASLT_EPILOGUE_BIAS && !p.op.bias))
+    if (!A || !B || !D || (be != 0.0f && !C) || (has_bias(p.op.epilogue) && !p.op.bias) ||
+        (has_aux(p.op.epilogue) && !p.op.aux))
         return CUBLAS_STATUS_INVALID_VALUE;
     // In place (C == D) only with one layout for both.
     if (C == D && !(p.c == p.d)) return CUBLAS_STATUS_INVALID_VALUE;

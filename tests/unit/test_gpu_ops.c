@@ -101,6 +101,76 @@ static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, in
     free(a), free(b), free(c), free(bv), free(ref);
 }
 
+// A product with GELU in its epilogue (zinf_gemm_act), then the backward's product
+// with GELU's derivative at the saved input. n = 32 takes cuBLASLt's epilogue on CUDA;
+// 29 (rows not a multiple of 8) the backend's product and then its GELU kernels.
+static void test_gemm_gelu(zinf_dtype dt, bool bias, int n) {
+    int m = 37, k = 41;
+    size_t es = zinf_dtype_size(dt), sc = (size_t)m * n;
+    float *a = randv(dt, (size_t)m * k, 1), *b = randv(dt, (size_t)k * n, 1), *bv = randv(dt, n, 1);
+    float *x = randv(dt, sc, 2); // DGELU's saved input
+    void *da = test_dev_of(dev, S, dt, a, (size_t)m * k), *db = test_dev_of(dev, S, dt, b, (size_t)k * n);
+    void *dbias = test_dev_of(dev, S, dt, bv, n), *dx = test_dev_of(dev, S, dt, x, sc);
+    void *dc = test_dev_poisoned(dev, S, sc * es), *daux = test_dev_poisoned(dev, S, sc * es);
+    zinf_gemm_args g = {.dt = dt,
+                        .m = m,
+                        .n = n,
+                        .k = k,
+                        .a = da,
+                        .lda = k,
+                        .b = db,
+                        .ldb = n,
+                        .c = dc,
+                        .ldc = n,
+                        .bias = bias ? dbias : NULL,
+                        .alpha = 0.75f,
+                        .act = ZINF_GEMM_GELU,
+                        .aux = daux};
+    TRY(zinf_gemm(S, &g));
+    double *pre = malloc(sc * sizeof *pre), *ref = malloc(sc * sizeof *ref);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double sum = 0;
+            for (int l = 0; l < k; l++)
+                sum += (double)a[(size_t)i * k + l] * b[(size_t)l * n + j];
+            pre[(size_t)i * n + j] = 0.75 * sum + (bias ? bv[j] : 0);
+            ref[(size_t)i * n + j] = gelu_ref(pre[(size_t)i * n + j]);
+        }
+    // Without the epilogue the input is rounded before GELU: twice the dtype's rtol.
+    double rtol = dt == ZINF_DTYPE_F32 ? 1e-4 : 2 * rtol_of(dt);
+    char what[80];
+    snprintf(what, sizeof what, "gemm with GELU n=%d bias=%d: the input", n, bias);
+    compare(what, dt, daux, pre, sc);
+    snprintf(what, sizeof what, "gemm with GELU n=%d bias=%d", n, bias);
+    compare_rtol(what, dt, dc, ref, sc, rtol);
+    g = (zinf_gemm_args){.dt = dt,
+                         .m = m,
+                         .n = n,
+                         .k = k,
+                         .a = da,
+                         .lda = k,
+                         .b = db,
+                         .ldb = n,
+                         .c = dc,
+                         .ldc = n,
+                         .alpha = 0.75f,
+                         .act = ZINF_GEMM_DGELU,
+                         .aux = dx};
+    TRY(zinf_gemm(S, &g));
+    for (size_t i = 0; i < sc; i++)
+        ref[i] = (pre[i] - (bias ? bv[i % n] : 0)) * (gelu_ref(x[i] + 1e-6) - gelu_ref(x[i] - 1e-6)) / 2e-6;
+    snprintf(what, sizeof what, "gemm with GELU's derivative n=%d", n);
+    compare_rtol(what, dt, dc, ref, sc, rtol);
+    g.aux = NULL;
+    CHECK(zinf_gemm(S, &g) == ZINF_ERR_INVAL, "a GELU epilogue without its input accepted");
+    CHECK_CONTAINS(zinf_last_error(), "GELU epilogue needs aux");
+    g.aux = dx, g.bias = dbias;
+    CHECK(zinf_gemm(S, &g) == ZINF_ERR_INVAL, "GELU's derivative with a bias accepted");
+    zinf_device_free(dev, da), zinf_device_free(dev, db), zinf_device_free(dev, dbias), zinf_device_free(dev, dx);
+    zinf_device_free(dev, dc), zinf_device_free(dev, daux);
+    free(a), free(b), free(bv), free(x), free(pre), free(ref);
+}
+
 // Columns past one block of the CUDA kernel's 32, and not a multiple of it.
 static void test_bias_grad(zinf_dtype dt) {
     int rows = 23, cols = 75;
@@ -852,6 +922,10 @@ int main(void) {
             test_gemm(dt, false, false, true, 0, 1);
             test_gemm(dt, false, true, true, 0.5f, 1);
             test_gemm(dt, true, false, false, 1, 3);
+            for (int n = 29; n <= 32; n += 3) {
+                test_gemm_gelu(dt, true, n);
+                test_gemm_gelu(dt, false, n);
+            }
             unsetenv("CUDA_EMU_LT_NO_ALGO");
         }
         test_bias_grad(dt);

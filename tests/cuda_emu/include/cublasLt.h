@@ -79,6 +79,9 @@ typedef enum {
     CUBLASLT_EPILOGUE_RELU_BIAS = 6,
     CUBLASLT_EPILOGUE_GELU = 32,
     CUBLASLT_EPILOGUE_GELU_BIAS = 36,
+    CUBLASLT_EPILOGUE_GELU_AUX = 160,      // GELU, its input stored in the aux matrix
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, // the bias, then GELU_AUX
+    CUBLASLT_EPILOGUE_DGELU = 192,         // D times GELU's derivative at the aux matrix
 } cublasLtEpilogue_t;
 
 typedef enum {
@@ -89,16 +92,19 @@ typedef enum {
 // The type each attribute's value has is in the comment; SetAttribute takes exactly
 // that many bytes.
 typedef enum {
-    CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,       // int32_t, cublasComputeType_t
-    CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,         // int32_t, cudaDataType_t of alpha and beta
-    CUBLASLT_MATMUL_DESC_POINTER_MODE = 2,       // int32_t, cublasLtPointerMode_t; default HOST
-    CUBLASLT_MATMUL_DESC_TRANSA = 3,             // int32_t, cublasOperation_t; default N
-    CUBLASLT_MATMUL_DESC_TRANSB = 4,             // int32_t, cublasOperation_t; default N
-    CUBLASLT_MATMUL_DESC_TRANSC = 5,             // int32_t, cublasOperation_t; only N is supported
-    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,           // uint32_t, cublasLtEpilogue_t; default DEFAULT
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,       // const void *, one element per row of D
-    CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10, // int64_t elements between the items' biases; default 0
-    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,    // int32_t, cudaDataType_t; default -1: D's type
+    CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,            // int32_t, cublasComputeType_t
+    CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,              // int32_t, cudaDataType_t of alpha and beta
+    CUBLASLT_MATMUL_DESC_POINTER_MODE = 2,            // int32_t, cublasLtPointerMode_t; default HOST
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,                  // int32_t, cublasOperation_t; default N
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,                  // int32_t, cublasOperation_t; default N
+    CUBLASLT_MATMUL_DESC_TRANSC = 5,                  // int32_t, cublasOperation_t; only N is supported
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,                // uint32_t, cublasLtEpilogue_t; default DEFAULT
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,            // const void *, one element per row of D
+    CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10,      // int64_t elements between the items' biases; default 0
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,   // void *, the GELU input matrix (column order, as D)
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,        // int64_t; divisible by 8, at least D's rows
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22, // int32_t, cudaDataType_t; default -1: D's type
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,         // int32_t, cudaDataType_t; default -1: D's type
 } cublasLtMatmulDescAttributes_t;
 
 typedef enum {
