@@ -86,24 +86,28 @@ static act_widths widths(const zinf_model_shape *s) {
 
 // ---- passes ----
 
-// out (rows x n) = in (rows x k) @ w (k x n, as Conv1D stores it) + bias.
+// out (rows x n) = in (rows x k) @ w (k x n, as Conv1D stores it) + bias; with act
+// ZINF_GEMM_GELU, out = gelu of that and aux = that (the MLP's fc and act in one
+// product).
 static zinf_status linear(zinf_stream *s, zinf_dtype dt, void *out, const void *in, const void *w, const void *bias,
-                          int rows, int k, int n) {
+                          int rows, int k, int n, zinf_gemm_act act, void *aux) {
     zinf_gemm_args g = {.dt = dt, .m = rows, .n = n, .k = k, .a = in, .lda = k, .b = w, .ldb = n, .c = out, .ldc = n,
-                        .bias = bias, .alpha = 1.0f};
+                        .bias = bias, .alpha = 1.0f, .act = act, .aux = aux};
     return zinf_gemm(s, &g);
 }
 
 // The backward of linear: dw += in^T dout, dbias += column sums of dout, and din =
-// dout w^T (written).
+// dout w^T (written); with act ZINF_GEMM_DGELU, din = that times GELU's derivative at
+// aux (the MLP's GELU backward in the same product).
 static zinf_status linear_bwd(zinf_stream *s, zinf_dtype dt, void *din, void *dw, void *dbias, const void *dout,
-                              const void *in, const void *w, int rows, int k, int n) {
+                              const void *in, const void *w, int rows, int k, int n, zinf_gemm_act act,
+                              const void *aux) {
     zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = k, .n = n, .k = rows, .a = in, .lda = k, .b = dout, .ldb = n,
                          .c = dw, .ldc = n, .alpha = 1.0f, .beta = 1.0f};
     ZINF_CHECK(zinf_gemm(s, &gw));
     ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dout, rows, n));
     zinf_gemm_args gx = {.dt = dt, .trans_b = true, .m = rows, .n = k, .k = n, .a = dout, .lda = n, .b = w, .ldb = n,
-                         .c = din, .ldc = k, .alpha = 1.0f};
+                         .c = din, .ldc = k, .alpha = 1.0f, .act = act, .aux = (void *)aux};
     return zinf_gemm(s, &gx);
 }
 
@@ -114,11 +118,13 @@ static zinf_status attn_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     void *x = block_input(m, l);
     ZINF_CHECK(zinf_layernorm_fwd(s, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, param(m, mod, w, P_LN_W),
                                   param(m, mod, w, P_LN_B), BT, C, 1e-5f));
-    ZINF_CHECK(linear(s, dt, a->qkv, a->ln1, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 3 * C));
+    ZINF_CHECK(linear(s, dt, a->qkv, a->ln1, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 3 * C,
+                      ZINF_GEMM_PLAIN, NULL));
     zinf_attention_args at = {.dt = dt, .B = m->b, .T = m->p.seq_len, .C = C, .NH = m->p.shape.n_head,
                               .qkv = a->qkv, .out = a->atty, .lse = a->lse, .ws = m->att_ws};
     ZINF_CHECK(zinf_attention_fwd(s, &at));
-    ZINF_CHECK(linear(s, dt, a->res2, a->atty, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, C, C));
+    ZINF_CHECK(linear(s, dt, a->res2, a->atty, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, C, C,
+                      ZINF_GEMM_PLAIN, NULL));
     return zinf_add(s, dt, a->res2, a->res2, x, (size_t)BT * C);
 }
 
@@ -166,10 +172,11 @@ static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     layer_acts *a = acts_of(m, l);
     if (model_tiled(m, mod)) return model_mlp_tiles_fwd(m, s, l);
     ZINF_CHECK(mlp_norm_fwd(m, s, l, w));
-    ZINF_CHECK(linear(s, dt, a->fc, a->ln2, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 4 * C));
-    ZINF_CHECK(mlp_act_fwd(m, s, l));
-    ZINF_CHECK(
-        linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, 4 * C, C));
+    // c_fc and GELU in one product: act = gelu(fc), fc kept for the backward.
+    ZINF_CHECK(linear(s, dt, a->act, a->ln2, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 4 * C,
+                      ZINF_GEMM_GELU, a->fc));
+    ZINF_CHECK(linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, 4 * C, C,
+                      ZINF_GEMM_PLAIN, NULL));
     return zinf_add(s, dt, m->res3[l], m->res3[l], a->res2, (size_t)BT * C);
 }
 
@@ -192,13 +199,13 @@ static zinf_status attn_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void 
     layer_acts *a = acts_of(m, l);
     void *x = block_input(m, l);
     ZINF_CHECK(linear_bwd(s, dt, m->datty, param(m, mod, g, P_PROJ_W), param(m, mod, g, P_PROJ_B), m->dres, a->atty,
-                          param(m, mod, w, P_PROJ_W), BT, C, C));
+                          param(m, mod, w, P_PROJ_W), BT, C, C, ZINF_GEMM_PLAIN, NULL));
     zinf_attention_args at = {.dt = dt, .B = m->b, .T = m->p.seq_len, .C = C, .NH = m->p.shape.n_head,
                               .qkv = a->qkv, .out = a->atty, .lse = a->lse, .dqkv = m->dqkv, .dout = m->datty,
                               .ws = m->att_ws};
     ZINF_CHECK(zinf_attention_bwd(s, &at));
     ZINF_CHECK(linear_bwd(s, dt, m->dln, param(m, mod, g, P_FC_W), param(m, mod, g, P_FC_B), m->dqkv, a->ln1,
-                          param(m, mod, w, P_FC_W), BT, C, 3 * C));
+                          param(m, mod, w, P_FC_W), BT, C, 3 * C, ZINF_GEMM_PLAIN, NULL));
     return zinf_layernorm_bwd(s, dt, m->dres, param(m, mod, g, P_LN_W), param(m, mod, g, P_LN_B), m->dln, x,
                               param(m, mod, w, P_LN_W), a->ln1_mean, a->ln1_rstd, BT, C);
 }
@@ -208,11 +215,11 @@ static zinf_status mlp_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *
     int mod = mod_mlp(l), BT = m->b * m->p.seq_len, C = m->p.shape.n_embd;
     layer_acts *a = acts_of(m, l);
     if (model_tiled(m, mod)) return model_mlp_tiles_bwd(m, s, l);
+    // c_proj's input gradient and GELU's backward in one product: dfc = (dres W^T) gelu'(fc).
     ZINF_CHECK(linear_bwd(s, dt, m->dfc, param(m, mod, g, P_PROJ_W), param(m, mod, g, P_PROJ_B), m->dres, a->act,
-                          param(m, mod, w, P_PROJ_W), BT, 4 * C, C));
-    ZINF_CHECK(mlp_act_bwd(m, s, l));
+                          param(m, mod, w, P_PROJ_W), BT, 4 * C, C, ZINF_GEMM_DGELU, a->fc));
     ZINF_CHECK(linear_bwd(s, dt, m->dln, param(m, mod, g, P_FC_W), param(m, mod, g, P_FC_B), m->dfc, a->ln2,
-                          param(m, mod, w, P_FC_W), BT, C, 4 * C));
+                          param(m, mod, w, P_FC_W), BT, C, 4 * C, ZINF_GEMM_PLAIN, NULL));
     return mlp_norm_bwd(m, s, l, w, g);
 }
 
