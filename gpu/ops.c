@@ -37,6 +37,9 @@ zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a) {
     if (a->act != ZINF_GEMM_PLAIN)
         REQUIRE(a->aux && a->ldc == a->n && a->beta == 0.0f && a->batch <= 1 && !(a->act == ZINF_GEMM_DGELU && a->bias),
                 op, "a GELU epilogue needs aux, ldc == n, beta 0 and one product (and DGELU no bias)");
+    if (a->residual)
+        REQUIRE(a->ldc == a->n && a->beta == 0.0f && a->act == ZINF_GEMM_PLAIN && a->batch <= 1, op,
+                "a residual needs ldc == n, beta 0, no activation and one product");
     op_record r = {.u.gemm = *a};
     return launch(s, OP_GEMM, a->dt, &r);
 }

@@ -84,9 +84,13 @@ static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_a
     uint32_t epilogue = epilogue_of(g, with_bias);
     int64_t aux_ld = g->ldc; // the activation's input is packed as D is
     uint64_t ws_bytes = CUDA_LT_WORKSPACE;
+    // A residual is cuBLASLt's C, read beside D with beta 1.
+    const void *c_in = g->residual ? g->residual : g->c;
+    float beta = g->residual ? 1.0f : g->beta;
     uint32_t al_a = alignment(g->b, g->stride_b, es, batch);
     uint32_t al_b = alignment(g->a, g->stride_a, es, batch);
-    uint32_t al_c = alignment(g->c, g->stride_c, es, batch);
+    uint32_t al_c = alignment(c_in, g->stride_c, es, batch);
+    uint32_t al_d = alignment(g->c, g->stride_c, es, batch);
 
     *no_algo = false;
     memset(&res, 0, sizeof res);
@@ -117,7 +121,7 @@ static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_a
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
 
     hs = cublasLtMatmulAlgoGetHeuristic(cd->lt, desc, la, lb, lc, lc, pref, 1, &res, &found);
     if (hs == CUBLAS_STATUS_NOT_SUPPORTED ||
@@ -129,9 +133,9 @@ static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_a
         st = cublas_fail_at(hs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
         goto done;
     }
-    // C and D are the same matrix with the same layout: cuBLASLt's in-place form. With
-    // beta == 0 it does not read C.
-    LT_TRY(cublasLtMatmul(cd->lt, desc, &g->alpha, g->b, la, g->a, lb, &g->beta, g->c, lc, g->c, lc, &res.algo,
+    // C and D are the same matrix with the same layout (cuBLASLt's in-place form; with
+    // beta == 0 it does not read C), or C is the residual beside D.
+    LT_TRY(cublasLtMatmul(cd->lt, desc, &g->alpha, g->b, la, g->a, lb, &beta, c_in, lc, g->c, lc, &res.algo,
                           cs->d_lt_ws, CUDA_LT_WORKSPACE, cs->st));
 
 done:
@@ -235,6 +239,17 @@ zinf_status cuda_gemm(cuda_device *cd, cuda_stream *cs, const zinf_gemm_args *g)
         bool fused = g->k > 0 && g->ldc % 8 == 0;
         if (fused) ZINF_CHECK(lt_matmul(cd, cs, g, g->bias != NULL, &no_algo));
         return fused && !no_algo ? ZINF_OK : gemm_then_act(cd, cs, g);
+    }
+    if (g->residual) {
+        // c = AB + bias + residual, rounded once: cuBLASLt with the residual as its C.
+        // Else the residual copied into c and the product added to it (beta 1).
+        if (g->k > 0) ZINF_CHECK(lt_matmul(cd, cs, g, g->bias && g->alpha == 1.0f, &no_algo));
+        if (g->k > 0 && !no_algo) return g->bias && g->alpha != 1.0f ? gemm_fixup(cs->st, g, 1.0f) : ZINF_OK;
+        ZINF_CUDA_CHECK(cudaMemcpyAsync(g->c, g->residual, (size_t)g->m * g->n * zinf_dtype_size(g->dt),
+                                        cudaMemcpyDeviceToDevice, cs->st));
+        zinf_gemm_args in_c = *g;
+        in_c.residual = NULL, in_c.beta = 1.0f;
+        return cuda_gemm(cd, cs, &in_c);
     }
     if (g->k <= 0) return gemm_fixup(cs->st, g, g->beta); // alpha op(A) op(B) is the zero matrix
     // The epilogue takes the bias only for C = op(A) op(B) + bias (a linear layer's

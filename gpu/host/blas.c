@@ -43,8 +43,12 @@ static zinf_status gemm_one(const zinf_gemm_args *g, const void *a, const void *
     int ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k; // A as stored
     int br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
     CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans, tb = g->trans_b ? CblasTrans : CblasNoTrans;
+    // A residual is C with beta 1: added in fp32 before the one rounding.
+    float beta = g->residual ? 1.0f : g->beta;
+    const void *cin = g->residual ? g->residual : c;
     if (g->dt == ZINF_DTYPE_F32) {
-        cblas_sgemm(CblasRowMajor, ta, tb, g->m, g->n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+        if (g->residual) memcpy(c, g->residual, (size_t)g->m * g->n * sizeof(float)); // packed: ldc == n
+        cblas_sgemm(CblasRowMajor, ta, tb, g->m, g->n, g->k, g->alpha, a, g->lda, b, g->ldb, beta, c, g->ldc);
         for (int i = 0; i < g->m; i++) {
             float *row = (float *)c + (size_t)i * g->ldc;
             if (g->bias)
@@ -56,10 +60,10 @@ static zinf_status gemm_one(const zinf_gemm_args *g, const void *a, const void *
     }
     float *fc = host_scratch_get(s, 2, (size_t)g->m * g->n);
     if (!fc) return ZINF_ERR_NOMEM;
-    if (g->beta != 0.0f) widen(fc, c, g->dt, g->m, g->n, g->ldc);
+    if (beta != 0.0f) widen(fc, cin, g->dt, g->m, g->n, g->ldc);
 #ifdef ZINF_HAVE_CBLAS_SBGEMM
     if (g->dt == ZINF_DTYPE_BF16) {
-        cblas_sbgemm(CblasRowMajor, ta, tb, g->m, g->n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, fc, g->n);
+        cblas_sbgemm(CblasRowMajor, ta, tb, g->m, g->n, g->k, g->alpha, a, g->lda, b, g->ldb, beta, fc, g->n);
     } else
 #endif
     {
@@ -67,7 +71,7 @@ static zinf_status gemm_one(const zinf_gemm_args *g, const void *a, const void *
         if (!fa || !fb) return ZINF_ERR_NOMEM;
         widen(fa, a, g->dt, ar, ac, g->lda);
         widen(fb, b, g->dt, br, bc, g->ldb);
-        cblas_sgemm(CblasRowMajor, ta, tb, g->m, g->n, g->k, g->alpha, fa, ac, fb, bc, g->beta, fc, g->n);
+        cblas_sgemm(CblasRowMajor, ta, tb, g->m, g->n, g->k, g->alpha, fa, ac, fb, bc, beta, fc, g->n);
     }
     for (int i = 0; i < g->m; i++) {
         float *row = fc + (size_t)i * g->n;

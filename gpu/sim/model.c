@@ -164,8 +164,10 @@ double sim_op_seconds(const zinf_sim_rates *r, const op_record *op) {
     switch (op->kind) {
     case OP_GEMM: {
         const zinf_gemm_args *g = &op->u.gemm;
-        // A GELU epilogue writes (or DGELU reads) the activation's input as well.
-        double aux = g->act != ZINF_GEMM_PLAIN ? (double)g->m * g->n * (double)zinf_dtype_size(g->dt) : 0;
+        // A GELU epilogue writes (or DGELU reads) the activation's input as well, and a
+        // residual is read.
+        double aux = ((g->act != ZINF_GEMM_PLAIN) + (g->residual != NULL)) * (double)g->m * g->n *
+                     (double)zinf_dtype_size(g->dt);
         return zinf_sim_matmul_s(r, g->dt, g->m, g->n, g->k, g->batch > 1 ? g->batch : 1) + aux / (r->hbm * r->hbm_eff);
     }
     case OP_COLLECTIVE: return op->u.seconds;

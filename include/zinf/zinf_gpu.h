@@ -306,6 +306,10 @@ typedef struct zinf_gemm_args {
     int64_t stride_a, stride_b, stride_c;
     zinf_gemm_act act;
     void *aux; // the activation's input: written by ZINF_GEMM_GELU, read by ZINF_GEMM_DGELU
+    // NULL, or m x n packed like c (ldc == n) added before the one rounding: c = alpha
+    // op(A) op(B) + bias + residual (a block's residual connection; cuBLASLt's C input
+    // beside its output D). Needs beta 0, no activation and one product.
+    const void *residual;
 } zinf_gemm_args;
 zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a);
 

@@ -73,16 +73,18 @@ static double gelu_ref(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (
 
 // ---- gemm ----
 
-static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, int batch) {
+// residual: c's starting values come as the residual instead (beta 0), c poisoned.
+static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, int batch, bool residual) {
     int m = 37, n = 29, k = 41, nb = batch > 1 ? batch : 1;
     size_t sa = (size_t)m * k, sb = (size_t)k * n, sc = (size_t)m * n;
     float *a = randv(dt, sa * nb, 1), *b = randv(dt, sb * nb, 1), *c = randv(dt, sc * nb, 1), *bv = randv(dt, n, 1);
     void *da = test_dev_of(dev, S, dt, a, sa * nb), *db = test_dev_of(dev, S, dt, b, sb * nb), *dbias = test_dev_of(dev, S, dt, bv, n);
     void *dc = beta != 0 ? test_dev_of(dev, S, dt, c, sc * nb) : test_dev_poisoned(dev, S, sc * nb * zinf_dtype_size(dt));
+    void *dres = residual ? test_dev_of(dev, S, dt, c, sc) : NULL;
     zinf_gemm_args g = {.dt = dt, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .a = da, .lda = ta ? m : k,
                         .b = db, .ldb = tb ? k : n, .c = dc, .ldc = n, .bias = bias ? dbias : NULL, .alpha = 0.75f,
                         .beta = beta, .batch = batch, .stride_a = (int64_t)sa, .stride_b = (int64_t)sb,
-                        .stride_c = (int64_t)sc};
+                        .stride_c = (int64_t)sc, .residual = dres};
     TRY(zinf_gemm(S, &g));
     double *ref = malloc(sc * nb * sizeof *ref);
     for (int x = 0; x < nb; x++)
@@ -92,11 +94,19 @@ static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, in
                 for (int l = 0; l < k; l++)
                     sum += (double)a[x * sa + (ta ? (size_t)l * m + i : (size_t)i * k + l)] *
                            b[x * sb + (tb ? (size_t)j * k + l : (size_t)l * n + j)];
-                ref[x * sc + (size_t)i * n + j] = 0.75 * sum + beta * c[x * sc + (size_t)i * n + j] + (bias ? bv[j] : 0);
+                ref[x * sc + (size_t)i * n + j] = 0.75 * sum + (residual ? 1 : beta) * c[x * sc + (size_t)i * n + j] +
+                                                  (bias ? bv[j] : 0);
             }
-    char what[64];
-    snprintf(what, sizeof what, "gemm ta=%d tb=%d bias=%d beta=%g batch=%d", ta, tb, bias, beta, batch);
+    char what[80];
+    snprintf(what, sizeof what, "gemm ta=%d tb=%d bias=%d beta=%g batch=%d residual=%d", ta, tb, bias, beta, batch,
+             residual);
     compare(what, dt, dc, ref, sc * nb);
+    if (residual) {
+        g.beta = 1.0f;
+        CHECK(zinf_gemm(S, &g) == ZINF_ERR_INVAL, "a residual with beta 1 accepted");
+        CHECK_CONTAINS(zinf_last_error(), "a residual needs");
+        zinf_device_free(dev, dres);
+    }
     zinf_device_free(dev, da), zinf_device_free(dev, db), zinf_device_free(dev, dc), zinf_device_free(dev, dbias);
     free(a), free(b), free(c), free(bv), free(ref);
 }
@@ -918,10 +928,12 @@ int main(void) {
         for (int plain = 0; plain <= (getenv("ZINF_TEST_CUDA_EMU") != NULL); plain++) {
             if (plain) setenv("CUDA_EMU_LT_NO_ALGO", "1", 1);
             for (int t = 0; t < 4; t++)
-                test_gemm(dt, t & 1, t & 2, false, 0, 1);
-            test_gemm(dt, false, false, true, 0, 1);
-            test_gemm(dt, false, true, true, 0.5f, 1);
-            test_gemm(dt, true, false, false, 1, 3);
+                test_gemm(dt, t & 1, t & 2, false, 0, 1, false);
+            test_gemm(dt, false, false, true, 0, 1, false);
+            test_gemm(dt, false, true, true, 0.5f, 1, false);
+            test_gemm(dt, true, false, false, 1, 3, false);
+            test_gemm(dt, false, true, true, 0, 1, true);
+            test_gemm(dt, true, false, false, 0, 1, true);
             for (int n = 29; n <= 32; n += 3) {
                 test_gemm_gelu(dt, true, n);
                 test_gemm_gelu(dt, false, n);
