@@ -86,13 +86,19 @@ static act_widths widths(const zinf_model_shape *s) {
 
 // ---- passes ----
 
-// out (rows x n) = in (rows x k) @ w (k x n, as Conv1D stores it) + bias; with act
-// ZINF_GEMM_GELU, out = gelu of that and aux = that (the MLP's fc and act in one
-// product).
+// What a linear's product does besides in @ w + bias: GELU (the MLP's fc and act in one
+// product: act ZINF_GEMM_GELU, fc in aux), or the block's residual added.
+typedef struct linear_extra {
+    zinf_gemm_act act;
+    void *aux;
+    const void *residual;
+} linear_extra;
+
+// out (rows x n) = in (rows x k) @ w (k x n, as Conv1D stores it) + bias, and x.
 static zinf_status linear(zinf_stream *s, zinf_dtype dt, void *out, const void *in, const void *w, const void *bias,
-                          int rows, int k, int n, zinf_gemm_act act, void *aux) {
+                          int rows, int k, int n, linear_extra x) {
     zinf_gemm_args g = {.dt = dt, .m = rows, .n = n, .k = k, .a = in, .lda = k, .b = w, .ldb = n, .c = out, .ldc = n,
-                        .bias = bias, .alpha = 1.0f, .act = act, .aux = aux};
+                        .bias = bias, .alpha = 1.0f, .act = x.act, .aux = x.aux, .residual = x.residual};
     return zinf_gemm(s, &g);
 }
 
@@ -119,13 +125,13 @@ static zinf_status attn_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     ZINF_CHECK(zinf_layernorm_fwd(s, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, param(m, mod, w, P_LN_W),
                                   param(m, mod, w, P_LN_B), BT, C, 1e-5f));
     ZINF_CHECK(linear(s, dt, a->qkv, a->ln1, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 3 * C,
-                      ZINF_GEMM_PLAIN, NULL));
+                      (linear_extra){0}));
     zinf_attention_args at = {.dt = dt, .B = m->b, .T = m->p.seq_len, .C = C, .NH = m->p.shape.n_head,
                               .qkv = a->qkv, .out = a->atty, .lse = a->lse, .ws = m->att_ws};
     ZINF_CHECK(zinf_attention_fwd(s, &at));
-    ZINF_CHECK(linear(s, dt, a->res2, a->atty, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, C, C,
-                      ZINF_GEMM_PLAIN, NULL));
-    return zinf_add(s, dt, a->res2, a->res2, x, (size_t)BT * C);
+    // c_proj with the residual x added in the product.
+    return linear(s, dt, a->res2, a->atty, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, C, C,
+                  (linear_extra){.residual = x});
 }
 
 // The MLP's ln_2 from its parameters w, its GELU, and their backwards (model_mlp).
@@ -174,10 +180,9 @@ static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     ZINF_CHECK(mlp_norm_fwd(m, s, l, w));
     // c_fc and GELU in one product: act = gelu(fc), fc kept for the backward.
     ZINF_CHECK(linear(s, dt, a->act, a->ln2, param(m, mod, w, P_FC_W), param(m, mod, w, P_FC_B), BT, C, 4 * C,
-                      ZINF_GEMM_GELU, a->fc));
-    ZINF_CHECK(linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, 4 * C, C,
-                      ZINF_GEMM_PLAIN, NULL));
-    return zinf_add(s, dt, m->res3[l], m->res3[l], a->res2, (size_t)BT * C);
+                      (linear_extra){.act = ZINF_GEMM_GELU, .aux = a->fc}));
+    return linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_PROJ_W), param(m, mod, w, P_PROJ_B), BT, 4 * C, C,
+                  (linear_extra){.residual = a->res2});
 }
 
 static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *params) {

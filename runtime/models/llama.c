@@ -159,11 +159,12 @@ static zinf_status prepare(zinf_model *m) {
 
 #define param param_at
 
-// y (rows x out) = x (rows x in) W^T + bias, W (out, in) as nn.Linear keeps it.
+// y (rows x out) = x (rows x in) W^T + bias (+ residual, the block's, added in the
+// product; NULL: none), W (out, in) as nn.Linear keeps it.
 static zinf_status linear(zinf_stream *s, zinf_dtype dt, void *y, const void *x, const void *w, const void *bias,
-                          int rows, int in, int out) {
+                          int rows, int in, int out, const void *residual) {
     zinf_gemm_args g = {.dt = dt, .trans_b = true, .m = rows, .n = out, .k = in, .a = x, .lda = in, .b = w,
-                        .ldb = in, .c = y, .ldc = out, .bias = bias, .alpha = 1.0f};
+                        .ldb = in, .c = y, .ldc = out, .bias = bias, .alpha = 1.0f, .residual = residual};
     return zinf_gemm(s, &g);
 }
 
@@ -201,14 +202,13 @@ static zinf_status attn_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     void *x = block_input(m, l);
     ZINF_CHECK(zinf_rmsnorm_fwd(s, dt, a->ln1, a->ln1_rstd, x, param(m, mod, w, P_LN), BT, C, (float)sh->norm_eps));
     ZINF_CHECK(linear(s, dt, a->qkv, a->ln1, param(m, mod, w, P_Q), bias(m, mod, w, P_QB, qkv_bias(sh)), BT, C,
-                      m->w.qkv));
+                      m->w.qkv, NULL));
     ZINF_CHECK(zinf_rope_fwd(s, dt, a->qkv, m->rope_cos, m->rope_sin, m->b, m->p.seq_len, sh->n_head, sh->n_kv_head,
                              sh->head_dim));
     zinf_attention_args at = attention(m, l, a);
     ZINF_CHECK(zinf_attention_fwd(s, &at));
-    ZINF_CHECK(linear(s, dt, a->res2, a->atty, param(m, mod, w, P_O),
-                      bias(m, mod, w, o_bias_idx(sh), sh->attention_bias), BT, m->w.att, C));
-    return zinf_add(s, dt, a->res2, a->res2, x, (size_t)BT * C);
+    return linear(s, dt, a->res2, a->atty, param(m, mod, w, P_O), bias(m, mod, w, o_bias_idx(sh), sh->attention_bias),
+                  BT, m->w.att, C, x);
 }
 
 // The MLP's post-attention norm from its parameters w, and its SwiGLU (model_mlp).
@@ -231,11 +231,10 @@ static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
     if (model_tiled(m, mod)) return model_mlp_tiles_fwd(m, s, l);
     ZINF_CHECK(mlp_norm_fwd(m, s, l, w));
     ZINF_CHECK(linear(s, dt, a->fc, a->ln2, param(m, mod, w, P_GATE), bias(m, mod, w, P_GATE_B, sh->mlp_bias), BT, C,
-                      2 * F));
+                      2 * F, NULL));
     ZINF_CHECK(mlp_act_fwd(m, s, l));
-    ZINF_CHECK(linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_DOWN),
-                      bias(m, mod, w, P_GATE_B + 2, sh->mlp_bias), BT, F, C));
-    return zinf_add(s, dt, m->res3[l], m->res3[l], a->res2, (size_t)BT * C);
+    return linear(s, dt, m->res3[l], a->act, param(m, mod, w, P_DOWN), bias(m, mod, w, P_GATE_B + 2, sh->mlp_bias), BT,
+                  F, C, a->res2);
 }
 
 // The head's weight: lm_head, or the embedding it is tied to.
