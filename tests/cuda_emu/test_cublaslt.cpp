@@ -517,6 +517,24 @@ static void errors(cublasLtHandle_t h, cudaStream_t st) {
         set_desc(s, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, (int32_t)CUDA_R_16BF);
         s.expect(h, st, CUBLAS_STATUS_NOT_SUPPORTED, "bf16 bias with fp32 D");
     }
+    for (uint32_t epi : {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_DGELU}) {
+        // The GELU input matrix: required, its leading dimension divisible by 8 and no
+        // less than D's rows (4 here), its type D's.
+        small s;
+        void *aux = nullptr;
+        CHECK(cudaMalloc(&aux, 128) == cudaSuccess, "cudaMalloc");
+        set_desc(s, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
+        set_desc(s, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)8);
+        EXPECT(s.matmul(h, st), CUBLAS_STATUS_INVALID_VALUE); // without its matrix
+        set_desc(s, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (const void *)aux);
+        s.expect(h, st, CUBLAS_STATUS_SUCCESS, "GELU epilogue");
+        set_desc(s, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)4);
+        s.expect(h, st, CUBLAS_STATUS_INVALID_VALUE, "GELU input's ld not divisible by 8");
+        set_desc(s, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)8);
+        set_desc(s, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, (int32_t)CUDA_R_16BF);
+        s.expect(h, st, CUBLAS_STATUS_NOT_SUPPORTED, "bf16 GELU input with fp32 D");
+        CHECK(cudaStreamSynchronize(st) == cudaSuccess && cudaFree(aux) == cudaSuccess, "GELU epilogue products");
+    }
     CHECK(cudaStreamSynchronize(st) == cudaSuccess, "products of the argument checks");
 
     // Attribute sizes and values: rejected without changing the descriptor.
