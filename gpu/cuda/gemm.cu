@@ -1,7 +1,7 @@
 // The matrix product on cuBLASLt (cuBLASLt API reference: cublasLtMatmul, the
-// heuristic query, the BIAS, GELU_AUX(_BIAS) and DGELU epilogues, strided batches). Always fp32 compute
-// (CUBLAS_COMPUTE_32F, never TF32: fp32 runs are the reference runs) with fp32 alpha
-// and beta; A, B and C in the storage type.
+// heuristic query, the BIAS, GELU_AUX(_BIAS) and DGELU epilogues, strided batches).
+// Always fp32 compute (CUBLAS_COMPUTE_32F, never TF32: fp32 runs are the reference
+// runs) with fp32 alpha and beta; A, B and C in the storage type.
 //
 // Row-major to column-major: a row-major r x c matrix with leading dimension ld is, in
 // memory, the column-major c x r matrix (its transpose) with the same ld. So the
