@@ -191,7 +191,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     if (threadIdx.x == 0) rstd[r] = rs;
 }
 
-// dx = rstd (dn - n mean(dn n)), dn = w dout, n = x rstd (written).
+// dx += rstd (dn - n mean(dn n)), dn = w dout, n = x rstd.
 template <typename T>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
     rmsnorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd, size_t rows, int C) {
@@ -205,7 +205,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     float dnn = warp_sum(s) / (float)C;
     for (int i = threadIdx.x; i < C; i += 32) {
         float n = to_f32(xr[i]) * rs;
-        store_f32(&dxr[i], rs * (to_f32(w[i]) * to_f32(dr[i]) - n * dnn));
+        store_f32(&dxr[i], to_f32(dxr[i]) + rs * (to_f32(w[i]) * to_f32(dr[i]) - n * dnn));
     }
 }
 

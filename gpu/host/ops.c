@@ -153,7 +153,7 @@ static zinf_status rmsnorm_bwd(zinf_dtype dt, const op_layernorm *a, host_scratc
             dw[i] += dout[i] * n;
             x[i] = rs * (w[i] * dout[i] - n * dnn);
         }
-        st_row(a->dx, dt, (size_t)r * C, x, C);
+        add_row(a->dx, dt, (size_t)r * C, x, C);
     }
     add_row(a->dw, dt, 0, dw, C);
     return ZINF_OK;

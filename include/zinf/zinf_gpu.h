@@ -328,7 +328,9 @@ zinf_status zinf_layernorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw
 // input's dtype before the weight).
 zinf_status zinf_rmsnorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *rstd, const void *x, const void *w,
                              int rows, int C, float eps);
-// dx = (written, not added), dw += from dout (rows x C), with n = x * rstd in fp32.
+// dx += , dw += from dout (rows x C), with n = x * rstd in fp32: the input gradient is
+// added, as zinf_layernorm_bwd adds it, so a block's norm feeds the residual's gradient
+// with no add of its own.
 zinf_status zinf_rmsnorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, const void *dout, const void *x,
                              const void *w, const float *rstd, int rows, int C);
 

@@ -256,11 +256,9 @@ static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *
     return mod == mod_attn(l) ? attn_fwd(m, s, l, params[mod]) : mlp_fwd(m, s, l, params[mod]);
 }
 
-// RMSNorm's backward writes its input gradient: into dnorm, then added to the residual's.
+// RMSNorm's backward adds its input gradient into the residual's.
 static zinf_status norm_bwd(zinf_model *m, zinf_stream *s, void *dw, const void *x, const void *w, const float *rstd) {
-    int BT = m->b * m->p.seq_len, C = m->p.shape.n_embd;
-    ZINF_CHECK(zinf_rmsnorm_bwd(s, m->p.dtype, m->dnorm, dw, m->dln, x, w, rstd, BT, C));
-    return zinf_add(s, m->p.dtype, m->dres, m->dres, m->dnorm, (size_t)BT * C);
+    return zinf_rmsnorm_bwd(s, m->p.dtype, m->dres, dw, m->dln, x, w, rstd, m->b * m->p.seq_len, m->p.shape.n_embd);
 }
 
 // The MLP's norm and SwiGLU backward (model_mlp).
@@ -321,9 +319,11 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
     zinf_dtype dt = m->p.dtype;
     int L = sh->n_layer, T = m->p.seq_len, BT = m->b * T, C = sh->n_embd;
     if (mod == mod_head(L)) return model_head_bwd(m, s, head_weight(m, params), head_weight(m, grads));
-    if (mod == mod_norm(L)) // the residual's gradient starts here: written, not added
+    if (mod == mod_norm(L)) { // the residual's gradient starts here
+        ZINF_CHECK(zinf_memset_async(s, m->dres, 0, (size_t)BT * C * zinf_dtype_size(dt)));
         return zinf_rmsnorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], 0), m->dln, m->res3[L - 1],
                                 param(m, mod, params[mod], 0), m->lnf_rstd, BT, C);
+    }
     if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, mod, grads[mod], 0, -1, m->dres);
     int l = (mod - 1) / 2;
     return mod == mod_attn(l) ? attn_bwd(m, s, l, params[mod], grads[mod]) : mlp_bwd(m, s, l, params[mod], grads[mod]);

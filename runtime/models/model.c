@@ -170,8 +170,7 @@ static zinf_status alloc_acts(zinf_model *m) {
     ZINF_CHECK(model_dalloc(m, &m->datty, BT * (size_t)w->att, es, "gradients: attention"));
     ZINF_CHECK(model_dalloc(m, &m->dfc, BT * (size_t)w->fc, es, "gradients: mlp"));
     if (w->layer_norm) return ZINF_OK;
-    ZINF_CHECK(model_dalloc(m, &m->dact, BT * (size_t)w->act, es, "gradients: mlp activation"));
-    return model_dalloc(m, &m->dnorm, BT * C, es, "gradients: norm");
+    return model_dalloc(m, &m->dact, BT * (size_t)w->act, es, "gradients: mlp activation");
 }
 
 static void free_layer(zinf_device *d, layer_acts *a) {
@@ -193,9 +192,9 @@ void zinf_model_destroy(zinf_model *m) {
         zinf_device_free(d, m->res3[l]);
     for (int i = 0; m->layers && i < (m->p.checkpoint_activations ? 1 : m->p.shape.n_layer); i++)
         free_layer(d, &m->layers[i]);
-    void *bufs[] = {m->tok,      m->targets, m->order,  m->encoded, m->lnf,   m->lnf_mean, m->lnf_rstd,
-                    m->logits,   m->losses,  m->lse,    m->att_ws, m->rope_cos, m->rope_sin, m->dres,  m->dln,
-                    m->dqkv,     m->datty,   m->dfc,    m->dact,    m->dnorm, m->ones, m->mlp_bias};
+    void *bufs[] = {m->tok,    m->targets, m->order, m->encoded, m->lnf,      m->lnf_mean, m->lnf_rstd,
+                    m->logits, m->losses,  m->lse,   m->att_ws,  m->rope_cos, m->rope_sin, m->dres,
+                    m->dln,    m->dqkv,    m->datty, m->dfc,     m->dact,     m->ones,     m->mlp_bias};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
         zinf_device_free(d, bufs[i]);
     free(m->res3), free(m->layers), free(m->h_tok), free(m->h_order), free(m->h_losses);

@@ -28,9 +28,9 @@ typedef struct layer_acts {
 // Widths (channels per token) of the activations, which the family sets.
 typedef struct act_widths {
     int qkv, att, fc, act; // (NH + 2 NKV) hd, NH hd, the MLP's first product, its activation
-    // GPT-2's layer norms save their mean and add their input gradient, and its GELU
-    // runs in place; the Llama family's RMSNorm writes its input gradient and SwiGLU
-    // reads the down projection's, which takes two more backward buffers.
+    // GPT-2's layer norms save their mean; both families' norms add their input
+    // gradient. The Llama family's SwiGLU reads the down projection's input gradient,
+    // which takes one more backward buffer.
     bool layer_norm;
     bool rope; // rotary angles (seq_len, head_dim / 2), made by the family's prepare
 } act_widths;
@@ -92,7 +92,7 @@ struct zinf_model {
     void *att_ws;
     float *rope_cos, *rope_sin; // (T, hd / 2), the Llama family's
     // backward scratch
-    void *dres, *dln, *dqkv, *datty, *dfc, *dact, *dnorm;
+    void *dres, *dln, *dqkv, *datty, *dfc, *dact;
 
     // host_checkpoints: checkpoint j (the embedding's output for j = 0, else block j -
     // 1's) lives in the lent host buffer at j B T C elements and, on the device, in slot

@@ -243,8 +243,9 @@ static void test_rmsnorm(zinf_dtype dt) {
     size_t n = (size_t)R * C;
     const float eps = 1e-5f;
     float *x = randv(dt, n, 0.02), *w = randv(dt, C, 1), *dy = randv(dt, n, 1), *dw0 = randv(dt, C, 1);
+    float *dx0 = randv(dt, n, 1); // the input gradient is added to it
     void *dx_ = test_dev_of(dev, S, dt, x, n), *dw_ = test_dev_of(dev, S, dt, w, C), *ddy = test_dev_of(dev, S, dt, dy, n), *gw = test_dev_of(dev, S, dt, dw0, C);
-    void *out = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt)), *gx = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt));
+    void *out = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt)), *gx = test_dev_of(dev, S, dt, dx0, n);
     float *rstd = test_dev_poisoned(dev, S, R * 4);
     TRY(zinf_rmsnorm_fwd(S, dt, out, rstd, dx_, dw_, R, C, eps));
     TRY(zinf_rmsnorm_bwd(S, dt, gx, gw, ddy, dx_, dw_, rstd, R, C));
@@ -265,7 +266,7 @@ static void test_rmsnorm(zinf_dtype dt) {
             rgw[j] += g[j] * xn;
         }
         for (int j = 0; j < C; j++)
-            rgx[(size_t)i * C + j] = rs * (g[j] * w[j] - xr[j] * rs * dnn / C);
+            rgx[(size_t)i * C + j] = dx0[(size_t)i * C + j] + rs * (g[j] * w[j] - xr[j] * rs * dnn / C);
     }
     compare("rmsnorm", dt, out, ref, n);
     compare_f32("rmsnorm rstd", rstd, rr, R, 1e-5);
@@ -274,7 +275,7 @@ static void test_rmsnorm(zinf_dtype dt) {
     void *bufs[] = {dx_, dw_, ddy, gw, out, gx, rstd};
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
-    free(x), free(w), free(dy), free(dw0), free(ref), free(rgx);
+    free(x), free(w), free(dy), free(dw0), free(dx0), free(ref), free(rgx);
 }
 
 // ---- elementwise ----
