@@ -204,6 +204,10 @@ spoil delete "rm rank1.safetensors"
 loads_bad "a deleted rank" 'rank1.safetensors is missing \(the checkpoint was saved by 2 ranks\)' 1
 spoil meta "echo '{\"format\": \"zinf-checkpoint\", \"version\": 1' > meta.json"
 loads_bad "a broken meta.json" 'bad/meta.json: ' 2
+# A module whose parameters differ from this model's (another size here), though the
+# shape matches: refused naming the parameter, not read into the wrong places.
+spoil param "python3 -c \"import json; m = json.load(open('meta.json')); m['modules'][1]['params'][0]['shape'] = [32]; json.dump(m, open('meta.json', 'w'))\""
+loads_bad "a parameter of another size" "module h\.0\.attn's parameter 0 is h\.0\.ln_1\.weight of 32 elements, here h\.0\.ln_1\.weight of 64" 2
 spoil none "true"
 out=$tmp/model.log
 "$Z" train "$tmp/cfg.json" --set checkpoint.load="$tmp/bad" --set model.n_embd=128 > "$out" 2>&1

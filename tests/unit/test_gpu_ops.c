@@ -105,6 +105,8 @@ static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, in
         g.beta = 1.0f;
         CHECK(zinf_gemm(S, &g) == ZINF_ERR_INVAL, "a residual with beta 1 accepted");
         CHECK_CONTAINS(zinf_last_error(), "a residual needs");
+        g.beta = 0.0f, g.ldc = n + 1;
+        CHECK(zinf_gemm(S, &g) == ZINF_ERR_INVAL, "a residual with rows not packed accepted");
         zinf_device_free(dev, dres);
     }
     zinf_device_free(dev, da), zinf_device_free(dev, db), zinf_device_free(dev, dc), zinf_device_free(dev, dbias);
@@ -164,6 +166,9 @@ static void test_gemm_gelu(zinf_dtype dt, bool bias, int n) {
     CHECK_CONTAINS(zinf_last_error(), "GELU epilogue needs aux");
     g.aux = dx, g.bias = dbias;
     CHECK(zinf_gemm(S, &g) == ZINF_ERR_INVAL, "GELU's derivative with a bias accepted");
+    g.bias = NULL, g.act = (zinf_gemm_act)7;
+    CHECK(zinf_gemm(S, &g) == ZINF_ERR_INVAL, "an unknown activation accepted");
+    CHECK_CONTAINS(zinf_last_error(), "act is not a zinf_gemm_act");
     zinf_device_free(dev, da), zinf_device_free(dev, db), zinf_device_free(dev, dbias), zinf_device_free(dev, dx);
     zinf_device_free(dev, dc), zinf_device_free(dev, daux);
     free(a), free(b), free(bv), free(x), free(pre), free(ref);
