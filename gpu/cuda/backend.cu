@@ -256,11 +256,11 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
     ZINF_CUDA_CHECK(cudaSetDevice(cd->index));
     switch (op->kind) {
     case OP_GEMM: return cuda_gemm(cd, cs, &op->u.gemm);
-    case OP_BIAS_GRAD: return cuda_bias_grad(st, dt, &op->u.ew);
+    case OP_BIAS_GRAD: return cuda_bias_grad(cs, dt, &op->u.ew);
     case OP_LAYERNORM_FWD: return cuda_layernorm_fwd(st, dt, &op->u.ln);
-    case OP_LAYERNORM_BWD: return cuda_layernorm_bwd(st, dt, &op->u.ln);
+    case OP_LAYERNORM_BWD: return cuda_layernorm_bwd(cs, dt, &op->u.ln);
     case OP_RMSNORM_FWD: return cuda_rmsnorm_fwd(st, dt, &op->u.ln);
-    case OP_RMSNORM_BWD: return cuda_rmsnorm_bwd(st, dt, &op->u.ln);
+    case OP_RMSNORM_BWD: return cuda_rmsnorm_bwd(cs, dt, &op->u.ln);
     case OP_GELU_FWD: return cuda_gelu_fwd(st, dt, &op->u.ew);
     case OP_GELU_BWD: return cuda_gelu_bwd(st, dt, &op->u.ew);
     case OP_SWIGLU_FWD: return cuda_swiglu_fwd(st, dt, &op->u.ew);

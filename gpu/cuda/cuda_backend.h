@@ -157,13 +157,13 @@ template <int NT> __device__ __forceinline__ float block_max(float v, float *red
 zinf_status cuda_gemm(cuda_device *cd, cuda_stream *cs, const zinf_gemm_args *g);
 
 // ops.cu
-zinf_status cuda_bias_grad(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_bias_grad(cuda_stream *cs, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_layernorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
-zinf_status cuda_layernorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
+zinf_status cuda_layernorm_bwd(cuda_stream *cs, zinf_dtype dt, const op_layernorm *a);
 zinf_status cuda_gelu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_gelu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_rmsnorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
-zinf_status cuda_rmsnorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a);
+zinf_status cuda_rmsnorm_bwd(cuda_stream *cs, zinf_dtype dt, const op_layernorm *a);
 zinf_status cuda_swiglu_fwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_swiglu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool backward); // backward: turned back

@@ -8,42 +8,102 @@
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
 
-// Column sums: a block of COL_X columns x COL_Y row phases. Thread (x, y) sums rows
-// y, y + COL_Y, ... in order, then thread (x, 0) adds the COL_Y partials in order.
-enum { COL_X = 32, COL_Y = 16 };
+// Column sums (bias and norm weight gradients) over the whole card: block (x, y) takes
+// COL_X columns of the rows in chunk y, thread (x, y') summing rows y', y' + COL_Y, ...
+// of the chunk in order, then thread (x, 0) the COL_Y partials in order, into the
+// chunk's row of fp32 partials; one more kernel adds each column's chunks in order into
+// the gradient. The chunks are set by the sizes alone, so results repeat bit for bit.
+// With a block per column tile alone (C / 32 blocks, 24 for GPT-2's 768) a fifth of an
+// H100's SMs summed 8192 rows one load at a time. The partials live in the stream's
+// cuBLASLt workspace, which no other kernel on the stream uses meanwhile.
+enum { COL_X = 32, COL_Y = 16, COL_CHUNK_ROWS = 256, COL_FINISH_THREADS = 256 };
 
-static unsigned col_blocks(int cols) { return (unsigned)((cols + COL_X - 1) / COL_X); }
+// Chunks of about COL_CHUNK_ROWS rows, as many as nout rows of cols partials fit in the
+// workspace.
+static unsigned col_chunks(size_t rows, int cols, int nout) {
+    size_t want = (rows + COL_CHUNK_ROWS - 1) / COL_CHUNK_ROWS;
+    size_t fit = CUDA_LT_WORKSPACE / ((size_t)cols * nout * sizeof(float));
+    size_t n = want < fit ? want : fit; // fit >= 1: col_sums refuses wider rows
+    return (unsigned)(n < 1 ? 1 : n > 65535 ? 65535 : n);
+}
 
-// ---- bias gradient ----
-
-template <typename T> static __global__ void bias_grad_kernel(T *dbias, const T *dout, size_t rows, int cols) {
-    __shared__ float part[COL_Y][COL_X];
+// term(r, j, s) adds row r, column j's terms into s[0 .. NOUT). partial: NOUT x chunks x cols.
+template <int NOUT, typename Term>
+static __global__ void col_partial_kernel(float *partial, Term term, size_t rows, int cols) {
+    __shared__ float part[NOUT][COL_Y][COL_X];
     SHARED_FRESH(part);
-    int j = blockIdx.x * COL_X + threadIdx.x;
-    float s = 0.0f;
+    const int j = blockIdx.x * COL_X + threadIdx.x;
+    const size_t chunk_rows = (rows + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * chunk_rows;
+    const size_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+    float s[NOUT];
+#pragma unroll
+    for (int o = 0; o < NOUT; o++)
+        s[o] = 0.0f;
     if (j < cols)
-        for (size_t r = threadIdx.y; r < rows; r += COL_Y)
-            s += to_f32(dout[r * cols + j]);
-    part[threadIdx.y][threadIdx.x] = s;
+        for (size_t r = r0 + threadIdx.y; r < r1; r += COL_Y)
+            term(r, j, s);
+#pragma unroll
+    for (int o = 0; o < NOUT; o++)
+        part[o][threadIdx.y][threadIdx.x] = s[o];
     __syncthreads();
-    if (threadIdx.y == 0 && j < cols) {
-        float t = part[0][threadIdx.x];
-        for (int y = 1; y < COL_Y; y++)
-            t += part[y][threadIdx.x];
-        store_f32(&dbias[j], to_f32(dbias[j]) + t);
+    if (threadIdx.y == 0 && j < cols)
+#pragma unroll
+        for (int o = 0; o < NOUT; o++) {
+            float t = part[o][0][threadIdx.x];
+            for (int y = 1; y < COL_Y; y++)
+                t += part[o][y][threadIdx.x];
+            partial[((size_t)o * gridDim.y + blockIdx.y) * cols + j] = t;
+        }
+}
+
+// out_o[j] += the chunks' partials of column j, in order (out1: NOUT 2 only).
+template <typename T, int NOUT>
+static __global__ void __launch_bounds__(COL_FINISH_THREADS)
+    col_finish_kernel(T *out0, T *out1, const float *partial, int chunks, int cols) {
+    const int j = blockIdx.x * COL_FINISH_THREADS + threadIdx.x;
+    if (j >= cols) return;
+#pragma unroll
+    for (int o = 0; o < NOUT; o++) {
+        const float *p = partial + (size_t)o * chunks * cols + j;
+        float t = p[0];
+        for (int c = 1; c < chunks; c++)
+            t += p[(size_t)c * cols];
+        T *out = o == 0 ? out0 : out1;
+        store_f32(&out[j], to_f32(out[j]) + t);
     }
 }
 
-template <typename T> static zinf_status bias_grad_t(cudaStream_t st, const op_elementwise *e) {
-    bias_grad_kernel<T> CUDA_LAUNCH(col_blocks(e->cols), dim3(COL_X, COL_Y), 0, st)((T *)e->out, (const T *)e->a, e->n,
-                                                                                    e->cols);
-    ZINF_CUDA_LAUNCHED("bias_grad_kernel");
+template <typename T, int NOUT, typename Term>
+static zinf_status col_sums(cuda_stream *cs, T *out0, T *out1, Term term, size_t rows, int cols) {
+    if ((size_t)cols * NOUT * sizeof(float) > CUDA_LT_WORKSPACE)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "column sums: %d columns are over the workspace's %zu bytes", cols,
+                         CUDA_LT_WORKSPACE);
+    const unsigned chunks = col_chunks(rows, cols, NOUT);
+    float *partial = (float *)cs->d_lt_ws;
+    col_partial_kernel<NOUT, Term> CUDA_LAUNCH(dim3((unsigned)((cols + COL_X - 1) / COL_X), chunks), dim3(COL_X, COL_Y),
+                                               0, cs->st)(partial, term, rows, cols);
+    ZINF_CUDA_LAUNCHED("col_partial_kernel");
+    col_finish_kernel<T, NOUT> CUDA_LAUNCH((unsigned)((cols + COL_FINISH_THREADS - 1) / COL_FINISH_THREADS),
+                                           COL_FINISH_THREADS, 0, cs->st)(out0, out1, partial, (int)chunks, cols);
+    ZINF_CUDA_LAUNCHED("col_finish_kernel");
     return ZINF_OK;
 }
 
-zinf_status cuda_bias_grad(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {
+// ---- bias gradient ----
+
+template <typename T> struct bias_term {
+    const T *dout;
+    int cols;
+    __device__ void operator()(size_t r, int j, float (&s)[1]) const { s[0] += to_f32(dout[r * cols + j]); }
+};
+
+template <typename T> static zinf_status bias_grad_t(cuda_stream *cs, const op_elementwise *e) {
+    return col_sums<T, 1>(cs, (T *)e->out, (T *)nullptr, bias_term<T>{(const T *)e->a, e->cols}, e->n, e->cols);
+}
+
+zinf_status cuda_bias_grad(cuda_stream *cs, zinf_dtype dt, const op_elementwise *e) {
     if (e->n == 0 || e->cols <= 0) return ZINF_OK;
-    CUDA_DT_SWITCH(dt, "bias_grad", bias_grad_t, st, e);
+    CUDA_DT_SWITCH(dt, "bias_grad", bias_grad_t, cs, e);
 }
 
 // ---- layernorm ----
@@ -117,48 +177,29 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 }
 
 // dw[c] += sum_r norm[r][c] * dout[r][c], db[c] += sum_r dout[r][c]: column sums.
-template <typename T>
-static __global__ void layernorm_bwd_dwdb_kernel(T *dw, T *db, const T *dout, const T *x, const float *mean,
-                                                 const float *rstd, int rows, int C) {
-    __shared__ float pw[COL_Y][COL_X], pb[COL_Y][COL_X];
-    SHARED_FRESH(pw, pb);
-    int j = blockIdx.x * COL_X + threadIdx.x;
-    float sw = 0.0f, sb = 0.0f;
-    if (j < C) {
-        for (int r = threadIdx.y; r < rows; r += COL_Y) {
-            size_t at = (size_t)r * C + j;
-            float d = to_f32(dout[at]), norm = (to_f32(x[at]) - mean[r]) * rstd[r];
-            sw += norm * d;
-            sb += d;
-        }
+template <typename T> struct layernorm_weight_terms {
+    const T *dout, *x;
+    const float *mean, *rstd;
+    int C;
+    __device__ void operator()(size_t r, int j, float (&s)[2]) const {
+        size_t at = r * C + j;
+        float d = to_f32(dout[at]), norm = (to_f32(x[at]) - mean[r]) * rstd[r];
+        s[0] += norm * d;
+        s[1] += d;
     }
-    pw[threadIdx.y][threadIdx.x] = sw;
-    pb[threadIdx.y][threadIdx.x] = sb;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < C) {
-        float tw = pw[0][threadIdx.x], tb = pb[0][threadIdx.x];
-        for (int y = 1; y < COL_Y; y++) {
-            tw += pw[y][threadIdx.x];
-            tb += pb[y][threadIdx.x];
-        }
-        store_f32(&dw[j], to_f32(dw[j]) + tw);
-        store_f32(&db[j], to_f32(db[j]) + tb);
-    }
-}
+};
 
-template <typename T> static zinf_status layernorm_bwd_t(cudaStream_t st, const op_layernorm *a) {
-    layernorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
+template <typename T> static zinf_status layernorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
+    layernorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
-    layernorm_bwd_dwdb_kernel<T> CUDA_LAUNCH(col_blocks(a->C), dim3(COL_X, COL_Y), 0, st)(
-        (T *)a->dw, (T *)a->db, (const T *)a->dout, (const T *)a->x, a->mean, a->rstd, a->rows, a->C);
-    ZINF_CUDA_LAUNCHED("layernorm_bwd_dwdb_kernel");
-    return ZINF_OK;
+    const layernorm_weight_terms<T> terms = {(const T *)a->dout, (const T *)a->x, a->mean, a->rstd, a->C};
+    return col_sums<T, 2>(cs, (T *)a->dw, (T *)a->db, terms, (size_t)a->rows, a->C);
 }
 
-zinf_status cuda_layernorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {
+zinf_status cuda_layernorm_bwd(cuda_stream *cs, zinf_dtype dt, const op_layernorm *a) {
     if (a->rows <= 0 || a->C <= 0) return ZINF_OK;
-    CUDA_DT_SWITCH(dt, "layernorm_bwd", layernorm_bwd_t, st, a);
+    CUDA_DT_SWITCH(dt, "layernorm_bwd", layernorm_bwd_t, cs, a);
 }
 
 // ---- RMSNorm ----
@@ -210,27 +251,15 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 }
 
 // dw[c] += sum_r n[r][c] * dout[r][c]: column sums.
-template <typename T>
-static __global__ void rmsnorm_bwd_dw_kernel(T *dw, const T *dout, const T *x, const float *rstd, int rows, int C) {
-    __shared__ float part[COL_Y][COL_X];
-    SHARED_FRESH(part);
-    int j = blockIdx.x * COL_X + threadIdx.x;
-    float sw = 0.0f;
-    if (j < C) {
-        for (int r = threadIdx.y; r < rows; r += COL_Y) {
-            size_t at = (size_t)r * C + j;
-            sw += to_f32(dout[at]) * (to_f32(x[at]) * rstd[r]);
-        }
+template <typename T> struct rmsnorm_weight_terms {
+    const T *dout, *x;
+    const float *rstd;
+    int C;
+    __device__ void operator()(size_t r, int j, float (&s)[1]) const {
+        size_t at = r * C + j;
+        s[0] += to_f32(dout[at]) * (to_f32(x[at]) * rstd[r]);
     }
-    part[threadIdx.y][threadIdx.x] = sw;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < C) {
-        float t = part[0][threadIdx.x];
-        for (int y = 1; y < COL_Y; y++)
-            t += part[y][threadIdx.x];
-        store_f32(&dw[j], to_f32(dw[j]) + t);
-    }
-}
+};
 
 template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
     rmsnorm_fwd_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
@@ -239,14 +268,12 @@ template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op
     return ZINF_OK;
 }
 
-template <typename T> static zinf_status rmsnorm_bwd_t(cudaStream_t st, const op_layernorm *a) {
-    rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
+template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
+    rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
-    rmsnorm_bwd_dw_kernel<T> CUDA_LAUNCH(col_blocks(a->C), dim3(COL_X, COL_Y), 0,
-                                         st)((T *)a->dw, (const T *)a->dout, (const T *)a->x, a->rstd, a->rows, a->C);
-    ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dw_kernel");
-    return ZINF_OK;
+    const rmsnorm_weight_terms<T> terms = {(const T *)a->dout, (const T *)a->x, a->rstd, a->C};
+    return col_sums<T, 1>(cs, (T *)a->dw, (T *)nullptr, terms, (size_t)a->rows, a->C);
 }
 
 zinf_status cuda_rmsnorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {
@@ -254,9 +281,9 @@ zinf_status cuda_rmsnorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm 
     CUDA_DT_SWITCH(dt, "rmsnorm_fwd", rmsnorm_fwd_t, st, a);
 }
 
-zinf_status cuda_rmsnorm_bwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {
+zinf_status cuda_rmsnorm_bwd(cuda_stream *cs, zinf_dtype dt, const op_layernorm *a) {
     if (a->rows <= 0 || a->C <= 0) return ZINF_OK;
-    CUDA_DT_SWITCH(dt, "rmsnorm_bwd", rmsnorm_bwd_t, st, a);
+    CUDA_DT_SWITCH(dt, "rmsnorm_bwd", rmsnorm_bwd_t, cs, a);
 }
 
 // ---- GELU (tanh approximation) ----

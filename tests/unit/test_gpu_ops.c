@@ -174,9 +174,10 @@ static void test_gemm_gelu(zinf_dtype dt, bool bias, int n) {
     free(a), free(b), free(bv), free(x), free(pre), free(ref);
 }
 
-// Columns past one block of the CUDA kernel's 32, and not a multiple of it.
-static void test_bias_grad(zinf_dtype dt) {
-    int rows = 23, cols = 75;
+// Columns past one block of the CUDA kernel's 32, and not a multiple of it; rows in one
+// chunk of the CUDA column sums' 256, or in three, the last ragged.
+static void test_bias_grad(zinf_dtype dt, int rows) {
+    int cols = 75;
     float *g = randv(dt, (size_t)rows * cols, 1), *b0 = randv(dt, cols, 1);
     void *dg = test_dev_of(dev, S, dt, g, (size_t)rows * cols), *db = test_dev_of(dev, S, dt, b0, cols);
     TRY(zinf_bias_grad(S, dt, db, dg, rows, cols));
@@ -192,8 +193,8 @@ static void test_bias_grad(zinf_dtype dt) {
 
 // ---- layernorm ----
 
-static void test_layernorm(zinf_dtype dt) {
-    int R = 9, C = 33;
+static void test_layernorm(zinf_dtype dt, int R) {
+    int C = 33;
     size_t n = (size_t)R * C;
     float *x = randv(dt, n, 2), *w = randv(dt, C, 1), *b = randv(dt, C, 1), *dy = randv(dt, n, 1);
     float *dx0 = randv(dt, n, 1), *dw0 = randv(dt, C, 1), *db0 = randv(dt, C, 1);
@@ -203,7 +204,8 @@ static void test_layernorm(zinf_dtype dt) {
     void *gx = test_dev_of(dev, S, dt, dx0, n), *gw = test_dev_of(dev, S, dt, dw0, C), *gb = test_dev_of(dev, S, dt, db0, C);
     TRY(zinf_layernorm_fwd(S, dt, out, mean, rstd, dx_, dw_, db_, R, C, 1e-5f));
     TRY(zinf_layernorm_bwd(S, dt, gx, gw, gb, ddy, dx_, dw_, mean, rstd, R, C));
-    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), rm[9], rr[9], rgw[33], rgb[33];
+    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), rgw[33], rgb[33];
+    double *rm = malloc(R * sizeof *rm), *rr = malloc(R * sizeof *rr);
     for (int j = 0; j < C; j++)
         rgw[j] = dw0[j], rgb[j] = db0[j];
     for (int i = 0; i < R; i++) {
@@ -239,12 +241,12 @@ static void test_layernorm(zinf_dtype dt) {
     void *bufs[] = {dx_, dw_, db_, ddy, out, mean, rstd, gx, gw, gb};
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
-    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(ref), free(rgx);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(ref), free(rgx), free(rm), free(rr);
 }
 
 // Rows of small values, so that eps weighs in rstd (7% here), as Llama's RMSNorm.
-static void test_rmsnorm(zinf_dtype dt) {
-    enum { R = 9, C = 45 };
+static void test_rmsnorm(zinf_dtype dt, int R) {
+    enum { C = 45 };
     size_t n = (size_t)R * C;
     const float eps = 1e-5f;
     float *x = randv(dt, n, 0.02), *w = randv(dt, C, 1), *dy = randv(dt, n, 1), *dw0 = randv(dt, C, 1);
@@ -254,7 +256,7 @@ static void test_rmsnorm(zinf_dtype dt) {
     float *rstd = test_dev_poisoned(dev, S, R * 4);
     TRY(zinf_rmsnorm_fwd(S, dt, out, rstd, dx_, dw_, R, C, eps));
     TRY(zinf_rmsnorm_bwd(S, dt, gx, gw, ddy, dx_, dw_, rstd, R, C));
-    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), rr[R], rgw[C];
+    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), *rr = malloc(R * sizeof *rr), rgw[C];
     for (int j = 0; j < C; j++)
         rgw[j] = dw0[j];
     for (int i = 0; i < R; i++) {
@@ -280,7 +282,7 @@ static void test_rmsnorm(zinf_dtype dt) {
     void *bufs[] = {dx_, dw_, ddy, gw, out, gx, rstd};
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
-    free(x), free(w), free(dy), free(dw0), free(dx0), free(ref), free(rgx);
+    free(x), free(w), free(dy), free(dw0), free(dx0), free(ref), free(rgx), free(rr);
 }
 
 // ---- elementwise ----
@@ -934,9 +936,11 @@ int main(void) {
             }
             unsetenv("CUDA_EMU_LT_NO_ALGO");
         }
-        test_bias_grad(dt);
-        test_layernorm(dt);
-        test_rmsnorm(dt);
+        for (int rows = 9; rows < 1000; rows += 691) {
+            test_bias_grad(dt, rows);
+            test_layernorm(dt, rows);
+            test_rmsnorm(dt, rows);
+        }
         test_elementwise(dt);
         test_swiglu(dt);
         for (size_t k = 0; k < 3; k++)
