@@ -84,6 +84,12 @@ static __device__ __forceinline__ bool sees(int t, int k, int seq, int window) {
     return t < seq && k <= t && (window == 0 || k > t - window);
 }
 
+// Whether queries q0 .. q0 + nq all see keys k0 .. k0 + nk: the tile needs no mask (most
+// tiles of a long sequence; the test is the warp's, so the branch does not diverge).
+static __device__ __forceinline__ bool tile_full(int q0, int nq, int k0, int nk, int seq, int window) {
+    return q0 + nq <= seq && k0 + nk - 1 <= q0 && (window == 0 || k0 > q0 + nq - 1 - window);
+}
+
 // ---- forward ----
 
 template <int HD> struct fwd_tile {
@@ -196,61 +202,80 @@ template <int HD> struct mma_tile {
                   "tensor-core forward tiles over 48 KiB of static shared memory");
 };
 
-// Rows t0 .. t0 + ROWS of one head into sh as 16-bit values, rows of lds: zeros past hd
-// and past the sequence.
-template <typename T, int HD, int ROWS, int LDS>
-static __device__ __forceinline__ void load_rows16(uint16_t *sh, const T *head, size_t ld, int t0, int seq, int hd) {
-    for (int i = threadIdx.x; i < ROWS * HD; i += ATT_THREADS) {
-        int r = i / HD, d = i % HD, t = t0 + r;
-        T v = t < seq && d < hd ? head[(size_t)t * ld + d] : T();
-        memcpy(&sh[r * LDS + d], &v, 2);
-    }
+// 16 bytes from src to dst, both 16-byte aligned: one vector load or store.
+static __device__ __forceinline__ void copy16(void *dst, const void *src) {
+#ifdef CUDA_EMU_LAUNCH
+    memcpy(dst, src, 16);
+#else
+    *(uint4 *)dst = *(const uint4 *)src;
+#endif
 }
 
-// The same rows transposed: sh[d * lds + r].
-template <typename T, int HD, int ROWS, int LDS>
-static __device__ __forceinline__ void load_cols16(uint16_t *sh, const T *head, size_t ld, int t0, int seq, int hd) {
-    for (int i = threadIdx.x; i < ROWS * HD; i += ATT_THREADS) {
-        int r = i / HD, d = i % HD, t = t0 + r;
-        T v = t < seq && d < hd ? head[(size_t)t * ld + d] : T();
-        memcpy(&sh[d * LDS + r], &v, 2);
-    }
-}
-
-// The A fragment of rows r and r + 8 (t: r's token; zeros past the sequence and hd),
-// channels kc 16 + 2q .. of one head, from memory (rows ld elements apart).
-template <typename T>
-static __device__ __forceinline__ void row_fragment(uint32_t (&a)[4], const T *head, size_t ld, int t, int seq, int hd,
-                                                    int c) {
+// Rows t0 .. t0 + ROWS of one head into shared memory as 16-bit values, zeros past hd
+// and past the sequence: as rows (rows_s, rows of LDR values) and transposed (cols_s[d *
+// LDC + r]), each where not null. A thread moves 8 channels of a row, 16 bytes
+// read at once where the head's rows allow it (the usual case: hd a multiple of 8), and
+// a warp's 32 threads take 32 consecutive rows, so that the transposed stores fall on
+// distinct banks. Scalar loads took most of the backward's time on an H100.
+template <typename T, int HD, int ROWS, int LDR, int LDC>
+static __device__ __forceinline__ void load_tile16(uint16_t *rows_s, uint16_t *cols_s, const T *head, size_t ld, int t0,
+                                                   int seq, int hd) {
+    static_assert(ROWS % 32 == 0 && HD % 8 == 0 && LDR % 8 == 0, "a tile of whole warps and 16-byte rows");
+    const bool vec = (uintptr_t)head % 16 == 0 && ld % 8 == 0;
+    for (int i = threadIdx.x; i < ROWS * (HD / 8); i += ATT_THREADS) {
+        const int r = i % ROWS, d0 = i / ROWS * 8, t = t0 + r;
+        __align__(16) uint16_t v[8];
+        if (vec && t < seq && d0 + 8 <= hd) {
+            copy16(v, head + (size_t)t * ld + d0);
+        } else {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int tt = t + 8 * (i & 1), d = c + 8 * (i >> 1);
-        const T *p = head + (size_t)tt * ld + d;
-        float lo = tt < seq && d < hd ? to_f32(p[0]) : 0.0f, hi = tt < seq && d + 1 < hd ? to_f32(p[1]) : 0.0f;
-        a[i] = pack_pair<T>(lo, hi);
+            for (int k = 0; k < 8; k++) {
+                T e = t < seq && d0 + k < hd ? head[(size_t)t * ld + d0 + k] : T();
+                memcpy(&v[k], &e, 2);
+            }
+        }
+        if (rows_s) copy16(&rows_s[r * LDR + d0], v);
+        if (cols_s)
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                cols_s[(d0 + k) * LDC + r] = v[k];
     }
 }
 
-// One 16 x N product of this warp's rows (A from memory, rows t, t + 8) with the rows
-// of a tile in shared memory (B[k][n] = tile[n][k], rows of ldr): acc[j] for n-tile j.
+// The A fragments of rows r and r + 8 (t: r's token; zeros past the sequence and hd) of
+// one head (rows ld elements apart), over its HD channels: a[kc] for channels kc 16 + ..
+template <typename T, int HD>
+static __device__ __forceinline__ void row_fragments(uint32_t (&a)[HD / 16][4], const T *head, size_t ld, int t,
+                                                     int seq, int hd) {
+    const int qd = threadIdx.x % 4;
+#pragma unroll
+    for (int kc = 0; kc < HD / 16; kc++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int tt = t + 8 * (i & 1), d = kc * 16 + 2 * qd + 8 * (i >> 1);
+            const T *p = head + (size_t)tt * ld + d;
+            float lo = tt < seq && d < hd ? to_f32(p[0]) : 0.0f, hi = tt < seq && d + 1 < hd ? to_f32(p[1]) : 0.0f;
+            a[kc][i] = pack_pair<T>(lo, hi);
+        }
+}
+
+// One 16 x N product of this warp's rows (A: their fragments, row_fragments) with the
+// rows of a tile in shared memory (B[k][n] = tile[n][k], rows of ldr): acc[j] for n-tile j.
 template <typename T, int HD, int NT>
-static __device__ __forceinline__ void rows_by_tile(float (&acc)[NT][4], const T *head, size_t ld, int t, int seq,
-                                                    int hd, const uint16_t *tile, int ldr) {
+static __device__ __forceinline__ void rows_by_tile(float (&acc)[NT][4], const uint32_t (&a)[HD / 16][4],
+                                                    const uint16_t *tile, int ldr) {
     const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
 #pragma unroll
     for (int j = 0; j < NT; j++)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
-    for (int kc = 0; kc < HD / 16; kc++) {
-        uint32_t a[4];
-        row_fragment<T>(a, head, ld, t, seq, hd, kc * 16 + 2 * qd);
+    for (int kc = 0; kc < HD / 16; kc++)
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const uint16_t *bp = tile + (j * 8 + gr) * ldr + kc * 16 + 2 * qd;
             const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
-            mma_16816<T>(acc[j], a, bb);
+            mma_16816<T>(acc[j], a[kc], bb);
         }
-    }
 }
 
 // acc[j] += X Y for X the 16 x (16 NX) fragments x left as a product's (n-tiles 2c and
@@ -305,7 +330,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const T *x = qkv + (size_t)b * seq * ld;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, qd = lane % 4;
     const int r0 = warp * 16 + gr; // this lane's rows of the tile: r0 and r0 + 8
-    load_rows16<T, HD, BR, LDQ>(q_s, x + (size_t)h * hd, ld, q0, seq, hd);
+    load_tile16<T, HD, BR, LDQ, 0>(q_s, nullptr, x + (size_t)h * hd, ld, q0, seq, hd);
     float o[NO][4];
 #pragma unroll
     for (int j = 0; j < NO; j++)
@@ -315,8 +340,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int kt = first_key(q0, window) / BC; kt <= last / BC; kt++) {
         const int k0 = kt * BC;
         __syncthreads(); // the previous tile's K and V are read
-        load_rows16<T, HD, BC, LDQ>(k_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
-        load_cols16<T, HD, BC, LDV>(vt_s, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
+        load_tile16<T, HD, BC, LDQ, 0>(k_s, nullptr, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+        load_tile16<T, HD, BC, LDQ, LDV>(nullptr, vt_s, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
         __syncthreads();
         // S = Q K^T: this warp's 16 rows by the tile's BC keys.
         float s[NS][4];
@@ -335,6 +360,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             }
         }
         // The online softmax of rows r0 (i = 0, 1) and r0 + 8 (i = 2, 3).
+        const bool full = tile_full(q0, BR, k0, BC, seq, window);
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int t = q0 + r0 + 8 * half;
@@ -344,7 +370,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float &v = s[j][2 * half + e];
-                    v = sees(t, k0 + j * 8 + 2 * qd + e, seq, window) ? v * scale : -INFINITY;
+                    v = full || sees(t, k0 + j * 8 + 2 * qd + e, seq, window) ? v * scale : -INFINITY;
                     mx = fmaxf(mx, v);
                 }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -613,6 +639,9 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int i = 0; i < 4; i++)
             dk[j][i] = dv[j][i] = 0.0f;
+    uint32_t ak[HD / 16][4], av[HD / 16][4]; // this warp's keys and values, fixed over the loops
+    row_fragments<T, HD>(ak, x + (size_t)(NH + g) * hd, ld, kr, seq, hd);
+    row_fragments<T, HD>(av, x + (size_t)(NH + NKV + g) * hd, ld, kr, seq, hd);
     const int klast = (k0 + KEYS < seq ? k0 + KEYS : seq) - 1;
     const int qlast = window > 0 && klast + window - 1 < seq - 1 ? klast + window - 1 : seq - 1;
     for (int h = g * G; h < (g + 1) * G; h++) {
@@ -620,10 +649,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         for (int qt = k0 / QN; qt <= qlast / QN; qt++) {
             const int q0 = qt * QN;
             __syncthreads(); // the previous query tile is read
-            load_rows16<T, HD, QN, LDR>(q_s, x + (size_t)h * hd, ld, q0, seq, hd);
-            load_cols16<T, HD, QN, LDQT>(qt_s, x + (size_t)h * hd, ld, q0, seq, hd);
-            load_rows16<T, HD, QN, LDR>(do_s, dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
-            load_cols16<T, HD, QN, LDQT>(dot_s, dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
+            load_tile16<T, HD, QN, LDR, LDQT>(q_s, qt_s, x + (size_t)h * hd, ld, q0, seq, hd);
+            load_tile16<T, HD, QN, LDR, LDQT>(do_s, dot_s, dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
             for (int r = threadIdx.x; r < QN; r += ATT_THREADS) {
                 bool in = q0 + r < seq;
                 lse_s[r] = in ? lse[rows + q0 + r] : 0.0f;
@@ -631,14 +658,15 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             }
             __syncthreads();
             float p[NQ][4], ds[NQ][4];
-            rows_by_tile<T, HD, NQ>(p, x + (size_t)(NH + g) * hd, ld, kr, seq, hd, q_s, LDR);
-            rows_by_tile<T, HD, NQ>(ds, x + (size_t)(NH + NKV + g) * hd, ld, kr, seq, hd, do_s, LDR);
+            rows_by_tile<T, HD, NQ>(p, ak, q_s, LDR);
+            rows_by_tile<T, HD, NQ>(ds, av, do_s, LDR);
+            const bool full = tile_full(q0, QN, k0, KEYS, seq, window);
 #pragma unroll
             for (int j = 0; j < NQ; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int key = kr + 8 * (i >> 1), c = j * 8 + 2 * qd + (i & 1);
-                    const float pr = sees(q0 + c, key, seq, window) ? expf(p[j][i] * scale - lse_s[c]) : 0.0f;
+                    const float pr = full || sees(q0 + c, key, seq, window) ? expf(p[j][i] * scale - lse_s[c]) : 0.0f;
                     p[j][i] = pr;
                     ds[j][i] = pr * (ds[j][i] - D_s[c]) * scale;
                 }
@@ -675,24 +703,27 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int j = 0; j < NO; j++)
         dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+    uint32_t aq[HD / 16][4], ado[HD / 16][4]; // this warp's queries and output gradients
+    row_fragments<T, HD>(aq, x + (size_t)h * hd, ld, tr, seq, hd);
+    row_fragments<T, HD>(ado, dy + (size_t)h * hd, (size_t)C, tr, seq, hd);
     const int last = (q0 + BR < seq ? q0 + BR : seq) - 1;
     for (int kt = first_key(q0, window) / BC; kt <= last / BC; kt++) {
         const int k0 = kt * BC;
         __syncthreads(); // the previous key tile is read
-        load_rows16<T, HD, BC, LDR>(k_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
-        load_rows16<T, HD, BC, LDR>(v_s, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
-        load_cols16<T, HD, BC, LDKT>(kt_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+        load_tile16<T, HD, BC, LDR, LDKT>(k_s, kt_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
+        load_tile16<T, HD, BC, LDR, 0>(v_s, nullptr, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
         __syncthreads();
         float s[NS][4], ds[NS][4];
-        rows_by_tile<T, HD, NS>(s, x + (size_t)h * hd, ld, tr, seq, hd, k_s, LDR);
-        rows_by_tile<T, HD, NS>(ds, dy + (size_t)h * hd, (size_t)C, tr, seq, hd, v_s, LDR);
+        rows_by_tile<T, HD, NS>(s, aq, k_s, LDR);
+        rows_by_tile<T, HD, NS>(ds, ado, v_s, LDR);
+        const bool full = tile_full(q0, BR, k0, BC, seq, window);
 #pragma unroll
         for (int j = 0; j < NS; j++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int half = i >> 1, key = k0 + j * 8 + 2 * qd + (i & 1);
                 const float pr =
-                    sees(tr + 8 * half, key, seq, window) ? expf(s[j][i] * scale - lse_r[half]) : 0.0f;
+                    full || sees(tr + 8 * half, key, seq, window) ? expf(s[j][i] * scale - lse_r[half]) : 0.0f;
                 ds[j][i] = pr * (ds[j][i] - D_r[half]) * scale;
             }
         fragments_by_tile<T, NS, NO>(dq, ds, kt_s, LDKT);

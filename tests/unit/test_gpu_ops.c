@@ -961,6 +961,13 @@ int main(void) {
         test_attention(dt, 40, 4, 2, 128, 0);
         test_attention(dt, 40, 2, 1, 128, 19);
         test_attention(dt, 21, 2, 1, 256, 10);
+        // Rows the tensor-core kernels cannot read 16 bytes at a time: 36 channels, tokens
+        // 180 values apart.
+        test_attention(dt, 75, 3, 1, 36, 0);
+        // Tiles that need no mask (queries 64 to 127 see all of keys 0 to 63), with a window
+        // that masks them again.
+        test_attention(dt, 130, 2, 1, 64, 0);
+        test_attention(dt, 130, 2, 1, 64, 90);
         test_cross_entropy(dt, false, 53);
         test_cross_entropy(dt, true, 53);
         test_cross_entropy(dt, false, 64);
