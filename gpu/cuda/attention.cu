@@ -202,45 +202,76 @@ template <int HD> struct mma_tile {
                   "tensor-core forward tiles over 48 KiB of static shared memory");
 };
 
-// 16 bytes from src to dst, both 16-byte aligned: one vector load or store.
-static __device__ __forceinline__ void copy16(void *dst, const void *src) {
+// 16 bytes at p (16-byte aligned) in one vector load or store.
+static __device__ __forceinline__ uint4 load16(const void *p) {
 #ifdef CUDA_EMU_LAUNCH
-    memcpy(dst, src, 16);
+    uint4 v;
+    memcpy(&v, p, 16);
+    return v;
 #else
-    *(uint4 *)dst = *(const uint4 *)src;
+    return *(const uint4 *)p;
 #endif
 }
 
-// Rows t0 .. t0 + ROWS of one head into shared memory as 16-bit values, zeros past hd
-// and past the sequence: as rows (rows_s, rows of LDR values) and transposed (cols_s[d *
-// LDC + r]), each where not null. A thread moves 8 channels of a row, 16 bytes
-// read at once where the head's rows allow it (the usual case: hd a multiple of 8), and
-// a warp's 32 threads take 32 consecutive rows, so that the transposed stores fall on
-// distinct banks. Scalar loads took most of the backward's time on an H100.
-template <typename T, int HD, int ROWS, int LDR, int LDC>
-static __device__ __forceinline__ void load_tile16(uint16_t *rows_s, uint16_t *cols_s, const T *head, size_t ld, int t0,
-                                                   int seq, int hd) {
-    static_assert(ROWS % 32 == 0 && HD % 8 == 0 && LDR % 8 == 0, "a tile of whole warps and 16-byte rows");
-    const bool vec = (uintptr_t)head % 16 == 0 && ld % 8 == 0;
-    for (int i = threadIdx.x; i < ROWS * (HD / 8); i += ATT_THREADS) {
-        const int r = i % ROWS, d0 = i / ROWS * 8, t = t0 + r;
-        __align__(16) uint16_t v[8];
-        if (vec && t < seq && d0 + 8 <= hd) {
-            copy16(v, head + (size_t)t * ld + d0);
-        } else {
+static __device__ __forceinline__ void store16(void *p, uint4 v) {
+#ifdef CUDA_EMU_LAUNCH
+    memcpy(p, &v, 16);
+#else
+    *(uint4 *)p = v;
+#endif
+}
+
+// Rows t0 .. t0 + ROWS of one head on their way to shared memory, held in registers:
+// fetch starts the loads, put stores them as 16-bit values, as rows (rows_s, rows of
+// ldr) and transposed (cols_s[d * ldc + r]), each where not null; zeros past hd and past
+// the sequence. Fetching the next tile before the products of this one lets the loads'
+// latency pass under them. A thread moves 8 channels of a row, 16 bytes read at once
+// where the head's rows allow it (hd a multiple of 8, the usual case), and a warp's 32
+// threads take 32 consecutive rows, so that the transposed stores fall on distinct
+// banks. (Loads of one 16-bit value at a time took most of the backward's time on an
+// H100.)
+template <typename T, int HD, int ROWS> struct tile_regs {
+    static constexpr int N = ROWS * (HD / 8) / ATT_THREADS; // chunks of 8 values a thread
+    static_assert(ROWS % 32 == 0 && N * ATT_THREADS == ROWS * (HD / 8), "a tile of whole warps");
+    uint4 chunk[N];
+
+    __device__ __forceinline__ void fetch(const T *head, size_t ld, int t0, int seq, int hd) {
+        const bool vec = (uintptr_t)head % 16 == 0 && ld % 8 == 0;
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                T e = t < seq && d0 + k < hd ? head[(size_t)t * ld + d0 + k] : T();
-                memcpy(&v[k], &e, 2);
+        for (int k = 0; k < N; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS, r = i % ROWS, d0 = i / ROWS * 8, t = t0 + r;
+            if (vec && t < seq && d0 + 8 <= hd) {
+                chunk[k] = load16(head + (size_t)t * ld + d0);
+                continue;
+            }
+            uint32_t w[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int d = d0 + 2 * e;
+                T lo = t < seq && d < hd ? head[(size_t)t * ld + d] : T();
+                T hi = t < seq && d + 1 < hd ? head[(size_t)t * ld + d + 1] : T();
+                uint16_t bl, bh;
+                memcpy(&bl, &lo, 2), memcpy(&bh, &hi, 2);
+                w[e] = (uint32_t)bl | (uint32_t)bh << 16;
+            }
+            chunk[k] = uint4{w[0], w[1], w[2], w[3]};
+        }
+    }
+
+    __device__ __forceinline__ void put(uint16_t *rows_s, int ldr, uint16_t *cols_s, int ldc) const {
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS, r = i % ROWS, d0 = i / ROWS * 8;
+            if (rows_s) store16(&rows_s[r * ldr + d0], chunk[k]);
+            if (cols_s) {
+                const uint32_t w[4] = {chunk[k].x, chunk[k].y, chunk[k].z, chunk[k].w};
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    cols_s[(d0 + e) * ldc + r] = (uint16_t)(w[e / 2] >> 16 * (e % 2));
             }
         }
-        if (rows_s) copy16(&rows_s[r * LDR + d0], v);
-        if (cols_s)
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                cols_s[(d0 + k) * LDC + r] = v[k];
     }
-}
+};
 
 // The A fragments of rows r and r + 8 (t: r's token; zeros past the sequence and hd) of
 // one head (rows ld elements apart), over its HD channels: a[kc] for channels kc 16 + ..
@@ -330,19 +361,31 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const T *x = qkv + (size_t)b * seq * ld;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, qd = lane % 4;
     const int r0 = warp * 16 + gr; // this lane's rows of the tile: r0 and r0 + 8
-    load_tile16<T, HD, BR, LDQ, 0>(q_s, nullptr, x + (size_t)h * hd, ld, q0, seq, hd);
+    {
+        tile_regs<T, HD, BR> q;
+        q.fetch(x + (size_t)h * hd, ld, q0, seq, hd);
+        q.put(q_s, LDQ, nullptr, 0);
+    }
     float o[NO][4];
 #pragma unroll
     for (int j = 0; j < NO; j++)
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1;
-    for (int kt = first_key(q0, window) / BC; kt <= last / BC; kt++) {
+    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1, kt_last = last / BC;
+    const T *keys = x + (size_t)(NH + g) * hd, *values = x + (size_t)(NH + NKV + g) * hd;
+    tile_regs<T, HD, BC> kn, vn; // the next key tile's keys and values, in flight
+    kn.fetch(keys, ld, first_key(q0, window) / BC * BC, seq, hd);
+    vn.fetch(values, ld, first_key(q0, window) / BC * BC, seq, hd);
+    for (int kt = first_key(q0, window) / BC; kt <= kt_last; kt++) {
         const int k0 = kt * BC;
         __syncthreads(); // the previous tile's K and V are read
-        load_tile16<T, HD, BC, LDQ, 0>(k_s, nullptr, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
-        load_tile16<T, HD, BC, LDQ, LDV>(nullptr, vt_s, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
+        kn.put(k_s, LDQ, nullptr, 0);
+        vn.put(nullptr, 0, vt_s, LDV);
         __syncthreads();
+        if (kt < kt_last) {
+            kn.fetch(keys, ld, k0 + BC, seq, hd);
+            vn.fetch(values, ld, k0 + BC, seq, hd);
+        }
         // S = Q K^T: this warp's 16 rows by the tile's BC keys.
         float s[NS][4];
 #pragma unroll
@@ -644,23 +687,39 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     row_fragments<T, HD>(av, x + (size_t)(NH + NKV + g) * hd, ld, kr, seq, hd);
     const int klast = (k0 + KEYS < seq ? k0 + KEYS : seq) - 1;
     const int qlast = window > 0 && klast + window - 1 < seq - 1 ? klast + window - 1 : seq - 1;
-    for (int h = g * G; h < (g + 1) * G; h++) {
-        const size_t rows = ((size_t)b * NH + h) * seq;
-        for (int qt = k0 / QN; qt <= qlast / QN; qt++) {
-            const int q0 = qt * QN;
-            __syncthreads(); // the previous query tile is read
-            load_tile16<T, HD, QN, LDR, LDQT>(q_s, qt_s, x + (size_t)h * hd, ld, q0, seq, hd);
-            load_tile16<T, HD, QN, LDR, LDQT>(do_s, dot_s, dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
-            for (int r = threadIdx.x; r < QN; r += ATT_THREADS) {
-                bool in = q0 + r < seq;
-                lse_s[r] = in ? lse[rows + q0 + r] : 0.0f;
-                D_s[r] = in ? D[rows + q0 + r] : 0.0f;
-            }
-            __syncthreads();
-            float p[NQ][4], ds[NQ][4];
-            rows_by_tile<T, HD, NQ>(p, ak, q_s, LDR);
-            rows_by_tile<T, HD, NQ>(ds, av, do_s, LDR);
-            const bool full = tile_full(q0, QN, k0, KEYS, seq, window);
+    // The (query head, query tile) pairs in order, the next one's tiles in flight: query
+    // tiles k0 / QN .. qlast / QN of heads g G .. (g + 1) G. With 128 channels the
+    // registers of a tile in flight would spill: the tile is fetched when its turn comes.
+    constexpr bool AHEAD = HD <= 64;
+    const int qt_first = k0 / QN, qt_last = qlast / QN;
+    tile_regs<T, HD, QN> qn, don;
+    float lse_n = 0.0f, D_n = 0.0f; // thread r < QN: row r's
+    auto fetch = [&](int h, int qt) {
+        const int q0 = qt * QN, r = threadIdx.x;
+        qn.fetch(x + (size_t)h * hd, ld, q0, seq, hd);
+        don.fetch(dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
+        if (r < QN && q0 + r < seq) {
+            const size_t rows = ((size_t)b * NH + h) * seq;
+            lse_n = lse[rows + q0 + r], D_n = D[rows + q0 + r];
+        } else {
+            lse_n = D_n = 0.0f;
+        }
+    };
+    if (AHEAD) fetch(g * G, qt_first);
+    for (int h = g * G, qt = qt_first; h < (g + 1) * G;) {
+        const int q0 = qt * QN;
+        if (!AHEAD) fetch(h, qt);
+        __syncthreads(); // the previous query tile is read
+        qn.put(q_s, LDR, qt_s, LDQT);
+        don.put(do_s, LDR, dot_s, LDQT);
+        if (threadIdx.x < QN) lse_s[threadIdx.x] = lse_n, D_s[threadIdx.x] = D_n;
+        __syncthreads();
+        if (++qt > qt_last) h++, qt = qt_first;
+        if (AHEAD && h < (g + 1) * G) fetch(h, qt);
+        float p[NQ][4], ds[NQ][4];
+        rows_by_tile<T, HD, NQ>(p, ak, q_s, LDR);
+        rows_by_tile<T, HD, NQ>(ds, av, do_s, LDR);
+        const bool full = tile_full(q0, QN, k0, KEYS, seq, window);
 #pragma unroll
             for (int j = 0; j < NQ; j++)
 #pragma unroll
@@ -672,7 +731,6 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 }
             fragments_by_tile<T, NQ, NO>(dv, p, dot_s, LDQT);
             fragments_by_tile<T, NQ, NO>(dk, ds, qt_s, LDQT);
-        }
     }
     store_rows<T, NO>(dqkv + (size_t)b * seq * ld + (size_t)(NH + g) * hd, ld, kr, seq, hd, dk);
     store_rows<T, NO>(dqkv + (size_t)b * seq * ld + (size_t)(NH + NKV + g) * hd, ld, kr, seq, hd, dv);
@@ -706,13 +764,21 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     uint32_t aq[HD / 16][4], ado[HD / 16][4]; // this warp's queries and output gradients
     row_fragments<T, HD>(aq, x + (size_t)h * hd, ld, tr, seq, hd);
     row_fragments<T, HD>(ado, dy + (size_t)h * hd, (size_t)C, tr, seq, hd);
-    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1;
-    for (int kt = first_key(q0, window) / BC; kt <= last / BC; kt++) {
+    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1, kt_last = last / BC;
+    const T *keys = x + (size_t)(NH + g) * hd, *values = x + (size_t)(NH + NKV + g) * hd;
+    tile_regs<T, HD, BC> kn, vn; // the next key tile's, in flight
+    kn.fetch(keys, ld, first_key(q0, window) / BC * BC, seq, hd);
+    vn.fetch(values, ld, first_key(q0, window) / BC * BC, seq, hd);
+    for (int kt = first_key(q0, window) / BC; kt <= kt_last; kt++) {
         const int k0 = kt * BC;
         __syncthreads(); // the previous key tile is read
-        load_tile16<T, HD, BC, LDR, LDKT>(k_s, kt_s, x + (size_t)(NH + g) * hd, ld, k0, seq, hd);
-        load_tile16<T, HD, BC, LDR, 0>(v_s, nullptr, x + (size_t)(NH + NKV + g) * hd, ld, k0, seq, hd);
+        kn.put(k_s, LDR, kt_s, LDKT);
+        vn.put(v_s, LDR, nullptr, 0);
         __syncthreads();
+        if (kt < kt_last) {
+            kn.fetch(keys, ld, k0 + BC, seq, hd);
+            vn.fetch(values, ld, k0 + BC, seq, hd);
+        }
         float s[NS][4], ds[NS][4];
         rows_by_tile<T, HD, NS>(s, aq, k_s, LDR);
         rows_by_tile<T, HD, NS>(ds, ado, v_s, LDR);

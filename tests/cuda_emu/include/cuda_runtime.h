@@ -149,6 +149,12 @@ struct uint3 {
     unsigned x, y, z;
 };
 
+// CUDA's 16-byte vector type (CUDA C++ Programming Guide, "Built-in Vector Types":
+// alignment 16).
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+
 struct dim3 {
     unsigned x, y, z;
     dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
