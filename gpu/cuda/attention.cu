@@ -202,25 +202,6 @@ template <int HD> struct mma_tile {
                   "tensor-core forward tiles over 48 KiB of static shared memory");
 };
 
-// 16 bytes at p (16-byte aligned) in one vector load or store.
-static __device__ __forceinline__ uint4 load16(const void *p) {
-#ifdef CUDA_EMU_LAUNCH
-    uint4 v;
-    memcpy(&v, p, 16);
-    return v;
-#else
-    return *(const uint4 *)p;
-#endif
-}
-
-static __device__ __forceinline__ void store16(void *p, uint4 v) {
-#ifdef CUDA_EMU_LAUNCH
-    memcpy(p, &v, 16);
-#else
-    *(uint4 *)p = v;
-#endif
-}
-
 // Rows t0 .. t0 + ROWS of one head on their way to shared memory, held in registers:
 // fetch starts the loads, put stores them as 16-bit values, as rows (rows_s, rows of
 // ldr) and transposed (cols_s[d * ldc + r]), each where not null; zeros past hd and past

@@ -4,6 +4,9 @@
 #ifndef ZINF_CUDA_BACKEND_H
 #define ZINF_CUDA_BACKEND_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -116,6 +119,77 @@ static inline unsigned ew_blocks(size_t n) {
 // Grid-stride loop over n elements.
 #define EW_LOOP(i, n)                                                                                                  \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+// ---- 16-byte loads and stores ----
+
+// 16 bytes at p (16-byte aligned) in one vector load or store.
+__device__ __forceinline__ uint4 load16(const void *p) {
+#ifdef CUDA_EMU_LAUNCH
+    uint4 v;
+    memcpy(&v, p, 16);
+    return v;
+#else
+    return *(const uint4 *)p;
+#endif
+}
+
+__device__ __forceinline__ void store16(void *p, uint4 v) {
+#ifdef CUDA_EMU_LAUNCH
+    memcpy(p, &v, 16);
+#else
+    *(uint4 *)p = v;
+#endif
+}
+
+// A row's elements in chunks of 16 bytes (VN of T): lane l of a warp takes chunks l,
+// l + 32, ... of a row. With vec (the row's length a whole number of chunks and every
+// row 16-byte aligned) a chunk is one load or store, else VN guarded ones that read
+// zeros past C. A warp then keeps 16 bytes a lane in flight per load, where one value
+// a lane left an H100's norm backwards at a tenth of its bandwidth.
+template <typename T> struct row_chunks {
+    static constexpr int VN = 16 / (int)sizeof(T);
+
+    static __device__ __forceinline__ int count(int C) { return (C + VN - 1) / VN; }
+
+    static __device__ __forceinline__ void load(float (&f)[VN], const T *row, int chunk, int C, bool vec) {
+        const int i0 = chunk * VN;
+        if (vec) {
+            uint4 u = load16(row + i0);
+            T t[VN];
+            memcpy(t, &u, 16);
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                f[k] = to_f32(t[k]);
+            return;
+        }
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            f[k] = i0 + k < C ? to_f32(row[i0 + k]) : 0.0f;
+    }
+
+    static __device__ __forceinline__ void store(T *row, const float (&f)[VN], int chunk, int C, bool vec) {
+        const int i0 = chunk * VN;
+        if (vec) {
+            T t[VN];
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                store_f32(&t[k], f[k]);
+            uint4 u;
+            memcpy(&u, t, 16);
+            store16(row + i0, u);
+            return;
+        }
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            if (i0 + k < C) store_f32(&row[i0 + k], f[k]);
+    }
+};
+
+// Whether rows of C elements at these bases can go 16 bytes at a time.
+template <typename T>
+static inline bool rows_in_chunks(int C, const void *a, const void *b, const void *c, const void *d) {
+    return C % row_chunks<T>::VN == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) % 16 == 0;
+}
 
 // ---- reductions over a warp, and over a one-dimensional block of NT threads ----
 // Lanes combine by xor butterfly (every lane ends with the same value); a block's

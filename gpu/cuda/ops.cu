@@ -152,27 +152,38 @@ zinf_status cuda_layernorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernor
     CUDA_DT_SWITCH(dt, "layernorm_fwd", layernorm_fwd_t, st, a);
 }
 
-// dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = w * dout.
+// dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = w * dout; a row
+// in 16-byte chunks (row_chunks).
 template <typename T>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
     layernorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *mean, const float *rstd,
-                            size_t rows, int C) {
+                            size_t rows, int C, bool vec) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN;
     size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
     if (r >= rows) return;
     const T *xr = x + r * C, *dr = dout + r * C;
     T *dxr = dx + r * C;
-    float m = mean[r], rs = rstd[r];
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int i = threadIdx.x; i < C; i += 32) {
-        float norm = (to_f32(xr[i]) - m) * rs, dnorm = to_f32(w[i]) * to_f32(dr[i]);
-        s1 += dnorm;
-        s2 += dnorm * norm;
+    const float m = mean[r], rs = rstd[r];
+    float s1 = 0.0f, s2 = 0.0f, xv[VN], dv[VN], wv[VN], gv[VN];
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec), R::load(dv, dr, c, C, vec), R::load(wv, w, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++) {
+            float norm = (xv[k] - m) * rs, dnorm = wv[k] * dv[k];
+            s1 += dnorm;
+            s2 += dnorm * norm;
+        }
     }
-    float dnorm_mean = warp_sum(s1) / (float)C;
-    float dnorm_norm_mean = warp_sum(s2) / (float)C;
-    for (int i = threadIdx.x; i < C; i += 32) {
-        float norm = (to_f32(xr[i]) - m) * rs, dnorm = to_f32(w[i]) * to_f32(dr[i]);
-        store_f32(&dxr[i], to_f32(dxr[i]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs);
+    const float dnorm_mean = warp_sum(s1) / (float)C, dnorm_norm_mean = warp_sum(s2) / (float)C;
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec), R::load(dv, dr, c, C, vec), R::load(wv, w, c, C, vec), R::load(gv, dxr, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++) {
+            float norm = (xv[k] - m) * rs, dnorm = wv[k] * dv[k];
+            gv[k] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
+        }
+        R::store(dxr, gv, c, C, vec);
     }
 }
 
@@ -190,8 +201,9 @@ template <typename T> struct layernorm_weight_terms {
 };
 
 template <typename T> static zinf_status layernorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
+    const bool vec = rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w);
     layernorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
-        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C);
+        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
     const layernorm_weight_terms<T> terms = {(const T *)a->dout, (const T *)a->x, a->mean, a->rstd, a->C};
     return col_sums<T, 2>(cs, (T *)a->dw, (T *)a->db, terms, (size_t)a->rows, a->C);
@@ -232,21 +244,31 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     if (threadIdx.x == 0) rstd[r] = rs;
 }
 
-// dx += rstd (dn - n mean(dn n)), dn = w dout, n = x rstd.
+// dx += rstd (dn - n mean(dn n)), dn = w dout, n = x rstd; a row in 16-byte chunks.
 template <typename T>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
-    rmsnorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd, size_t rows, int C) {
+    rmsnorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd, size_t rows, int C,
+                          bool vec) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN;
     size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
     if (r >= rows) return;
     const T *xr = x + r * C, *dr = dout + r * C;
     T *dxr = dx + r * C;
-    float rs = rstd[r], s = 0.0f;
-    for (int i = threadIdx.x; i < C; i += 32)
-        s += to_f32(w[i]) * to_f32(dr[i]) * (to_f32(xr[i]) * rs);
-    float dnn = warp_sum(s) / (float)C;
-    for (int i = threadIdx.x; i < C; i += 32) {
-        float n = to_f32(xr[i]) * rs;
-        store_f32(&dxr[i], to_f32(dxr[i]) + rs * (to_f32(w[i]) * to_f32(dr[i]) - n * dnn));
+    float rs = rstd[r], s = 0.0f, xv[VN], dv[VN], wv[VN], gv[VN];
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec), R::load(dv, dr, c, C, vec), R::load(wv, w, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            s += wv[k] * dv[k] * (xv[k] * rs);
+    }
+    const float dnn = warp_sum(s) / (float)C;
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec), R::load(dv, dr, c, C, vec), R::load(wv, w, c, C, vec), R::load(gv, dxr, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            gv[k] += rs * (wv[k] * dv[k] - xv[k] * rs * dnn);
+        R::store(dxr, gv, c, C, vec);
     }
 }
 
@@ -269,8 +291,9 @@ template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op
 }
 
 template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
+    const bool vec = rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w);
     rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
-        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C);
+        (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
     const rmsnorm_weight_terms<T> terms = {(const T *)a->dout, (const T *)a->x, a->rstd, a->C};
     return col_sums<T, 1>(cs, (T *)a->dw, (T *)nullptr, terms, (size_t)a->rows, a->C);

@@ -193,8 +193,7 @@ static void test_bias_grad(zinf_dtype dt, int rows) {
 
 // ---- layernorm ----
 
-static void test_layernorm(zinf_dtype dt, int R) {
-    int C = 33;
+static void test_layernorm(zinf_dtype dt, int R, int C) {
     size_t n = (size_t)R * C;
     float *x = randv(dt, n, 2), *w = randv(dt, C, 1), *b = randv(dt, C, 1), *dy = randv(dt, n, 1);
     float *dx0 = randv(dt, n, 1), *dw0 = randv(dt, C, 1), *db0 = randv(dt, C, 1);
@@ -204,8 +203,8 @@ static void test_layernorm(zinf_dtype dt, int R) {
     void *gx = test_dev_of(dev, S, dt, dx0, n), *gw = test_dev_of(dev, S, dt, dw0, C), *gb = test_dev_of(dev, S, dt, db0, C);
     TRY(zinf_layernorm_fwd(S, dt, out, mean, rstd, dx_, dw_, db_, R, C, 1e-5f));
     TRY(zinf_layernorm_bwd(S, dt, gx, gw, gb, ddy, dx_, dw_, mean, rstd, R, C));
-    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), rgw[33], rgb[33];
-    double *rm = malloc(R * sizeof *rm), *rr = malloc(R * sizeof *rr);
+    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), *rgw = malloc(C * sizeof *rgw);
+    double *rgb = malloc(C * sizeof *rgb), *rm = malloc(R * sizeof *rm), *rr = malloc(R * sizeof *rr);
     for (int j = 0; j < C; j++)
         rgw[j] = dw0[j], rgb[j] = db0[j];
     for (int i = 0; i < R; i++) {
@@ -241,12 +240,12 @@ static void test_layernorm(zinf_dtype dt, int R) {
     void *bufs[] = {dx_, dw_, db_, ddy, out, mean, rstd, gx, gw, gb};
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
-    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(ref), free(rgx), free(rm), free(rr);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(ref), free(rgx), free(rm), free(rr),
+        free(rgw), free(rgb);
 }
 
 // Rows of small values, so that eps weighs in rstd (7% here), as Llama's RMSNorm.
-static void test_rmsnorm(zinf_dtype dt, int R) {
-    enum { C = 45 };
+static void test_rmsnorm(zinf_dtype dt, int R, int C) {
     size_t n = (size_t)R * C;
     const float eps = 1e-5f;
     float *x = randv(dt, n, 0.02), *w = randv(dt, C, 1), *dy = randv(dt, n, 1), *dw0 = randv(dt, C, 1);
@@ -256,7 +255,8 @@ static void test_rmsnorm(zinf_dtype dt, int R) {
     float *rstd = test_dev_poisoned(dev, S, R * 4);
     TRY(zinf_rmsnorm_fwd(S, dt, out, rstd, dx_, dw_, R, C, eps));
     TRY(zinf_rmsnorm_bwd(S, dt, gx, gw, ddy, dx_, dw_, rstd, R, C));
-    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), *rr = malloc(R * sizeof *rr), rgw[C];
+    double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), *rr = malloc(R * sizeof *rr);
+    double *rgw = malloc(C * sizeof *rgw);
     for (int j = 0; j < C; j++)
         rgw[j] = dw0[j];
     for (int i = 0; i < R; i++) {
@@ -282,7 +282,7 @@ static void test_rmsnorm(zinf_dtype dt, int R) {
     void *bufs[] = {dx_, dw_, ddy, gw, out, gx, rstd};
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
-    free(x), free(w), free(dy), free(dw0), free(dx0), free(ref), free(rgx), free(rr);
+    free(x), free(w), free(dy), free(dw0), free(dx0), free(ref), free(rgx), free(rr), free(rgw);
 }
 
 // ---- elementwise ----
@@ -936,10 +936,12 @@ int main(void) {
             }
             unsetenv("CUDA_EMU_LT_NO_ALGO");
         }
+        // Rows of 33 and 45 values go one value at a time on CUDA, rows of 64 in 16-byte
+        // chunks.
         for (int rows = 9; rows < 1000; rows += 691) {
             test_bias_grad(dt, rows);
-            test_layernorm(dt, rows);
-            test_rmsnorm(dt, rows);
+            test_layernorm(dt, rows, rows < 100 ? 33 : 64);
+            test_rmsnorm(dt, rows, rows < 100 ? 45 : 64);
         }
         test_elementwise(dt);
         test_swiglu(dt);
