@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../attention_plan.h"
 #include "sim.h"
 
 typedef struct preset {
@@ -86,15 +87,25 @@ double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, doubl
     return r->launch_s + (compute > memory ? compute : memory);
 }
 
-double zinf_sim_attention_s(const zinf_sim_rates *r, int B, int T, int NH, int hd, bool backward) {
-    double heads = (double)B * NH, pairs = (double)T * T;
-    // Forward: S = Q K^T and Y = P V; backward: S again, dV, dP, dQ and dK: fp32 products
-    // of 2 hd FLOPs per (query, key) pair each, over every pair.
-    double flops = (backward ? 5 : 2) * 2.0 * hd * pairs * heads;
-    // The fp32 scores cross memory 4 times forward (the product writes them, the softmax
-    // reads and writes them, the second product reads them) and 9 times backward.
-    double bytes = (backward ? 9 : 4) * 4.0 * pairs * heads;
-    return r->launch_s + flops / (r->flops32 * r->matmul32_eff) + bytes / (r->hbm * r->hbm_eff);
+// The fractions of the 16-bit tensor peak the tensor-core attention kernels reached,
+// counting the FLOPs of the pairs a query sees: GPT-2 124M 0.066 forward and 0.092
+// backward, Llama-3.2-1B 0.080 and 0.102 (8 x 1024, bf16, head size 64, zinf
+// device-bench on an H200, 2026-11-26, commit 3ed764a); the means.
+static const double attention_tensor_fwd_eff = 0.073, attention_tensor_bwd_eff = 0.097;
+
+// The (query, key) pairs T queries see: T (T + 1) / 2 causal, fewer with a window.
+static double seen_pairs(double T, double window) {
+    if (window <= 0 || window >= T) return T * (T + 1) / 2;
+    return window * (window + 1) / 2 + (T - window) * window; // the first window queries see t + 1 keys
+}
+
+double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T, int NH, int hd, int window,
+                            bool backward) {
+    double flops = (backward ? 7 : 2) * 2.0 * ATT_HD_PAD(hd) * seen_pairs(T, window) * B * NH;
+    bool tensor = dt != ZINF_DTYPE_F32 && hd > 32 && hd <= 128;
+    double rate = tensor ? r->flops16 * (backward ? attention_tensor_bwd_eff : attention_tensor_fwd_eff)
+                         : r->flops32 * r->matmul32_eff;
+    return r->launch_s + flops / rate;
 }
 
 double zinf_sim_copy_s(const zinf_sim_rates *r, double bytes, bool pinned) {
@@ -152,11 +163,13 @@ static double op_bytes(const op_record *op) {
 // The fraction of HBM peak zinf's memory-bound kernels reached on the H100 (bf16, the
 // shapes above; 0: not measured, the generic hbm_eff). The row kernels reduce in fp32
 // over 16-bit rows and the embedding's and bias's gradients reduce across rows, which
-// streams well short of the bandwidth.
+// streams well short of the bandwidth. The norms' backwards and the bias gradient are
+// those of their rewrite (rows in 16-byte chunks, column sums over row chunks),
+// measured on an H200 (2026-11-26).
 static const double kernel_hbm_frac[] = {
     [OP_ADD] = 0.63,           [OP_GELU_FWD] = 0.46,      [OP_GELU_BWD] = 0.57,      [OP_SWIGLU_FWD] = 0.53,
-    [OP_SWIGLU_BWD] = 0.70,    [OP_LAYERNORM_FWD] = 0.35, [OP_LAYERNORM_BWD] = 0.11, [OP_RMSNORM_FWD] = 0.70,
-    [OP_RMSNORM_BWD] = 0.22,   [OP_BIAS_GRAD] = 0.25,     [OP_CROSS_ENTROPY] = 0.25, [OP_EMBEDDING_FWD] = 0.23,
+    [OP_SWIGLU_BWD] = 0.70,    [OP_LAYERNORM_FWD] = 0.35, [OP_LAYERNORM_BWD] = 0.24, [OP_RMSNORM_FWD] = 0.70,
+    [OP_RMSNORM_BWD] = 0.26,   [OP_BIAS_GRAD] = 0.35,     [OP_CROSS_ENTROPY] = 0.25, [OP_EMBEDDING_FWD] = 0.23,
     [OP_EMBEDDING_BWD] = 0.23, [OP_ROPE_FWD] = 0.38,      [OP_ROPE_BWD] = 0.38,
 };
 
@@ -174,7 +187,7 @@ double sim_op_seconds(const zinf_sim_rates *r, const op_record *op) {
     case OP_ATTENTION_FWD:
     case OP_ATTENTION_BWD: {
         const zinf_attention_args *a = &op->u.attn;
-        return zinf_sim_attention_s(r, a->B, a->T, a->NH, a->hd, op->kind == OP_ATTENTION_BWD);
+        return zinf_sim_attention_s(r, a->dt, a->B, a->T, a->NH, a->hd, a->window, op->kind == OP_ATTENTION_BWD);
     }
     default: {
         double frac = (size_t)op->kind < ZINF_ARRAY_LEN(kernel_hbm_frac) ? kernel_hbm_frac[op->kind] : 0;

@@ -115,12 +115,14 @@ void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out);
 double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, double n, double k, double batch);
 // A kernel bound by memory: bytes read and written at the memory rate.
 double zinf_sim_memory_s(const zinf_sim_rates *r, double bytes);
-// Attention as zinf's CUDA kernels computed it before the tiled ones, in any dtype: fp32
-// products over every (query, key) pair of each query head (2 forward, 5 backward), the
-// fp32 T x T scores crossing memory 4 times forward and 9 backward. Calibrated on an
-// H100 against those kernels; gpu/cuda/attention.cu's tiled kernels, which keep the
-// scores on chip, are not yet measured, so the model still describes the old ones.
-double zinf_sim_attention_s(const zinf_sim_rates *r, int B, int T, int NH, int hd, bool backward);
+// Attention as zinf's tiled CUDA kernels compute it: 2 products of 2 hd FLOPs (hd padded
+// as the kernels pad it) forward and 7 backward for each (query, key) pair a query sees
+// (causal, within the window; 0: none), per query head. bf16 and fp16 heads of 33 to
+// 128 channels run on tensor cores at the fraction of the 16-bit peak measured on an
+// H200; fp32 and other heads on CUDA cores at matmul32_eff of the fp32 peak (not yet
+// measured on a GPU). The scores stay on chip: no memory term.
+double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T, int NH, int hd, int window,
+                            bool backward);
 // Bytes over the PCIe link from pinned or pageable host memory (no launch cost).
 double zinf_sim_copy_s(const zinf_sim_rates *r, double bytes, bool pinned);
 // A collective in which this GPU receives intra bytes from GPUs on its node and inter
