@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# What a session lent a CUDA device runs first, in one command of at most 8.5 minutes
+# What a session lent a CUDA device runs first, in one command of at most 9.5 minutes
 # (each step under its own time limit, so that one that hangs costs only its share):
 #   1. the card, the driver and the commit (machine.txt);
 #   2. the CUDA backend's kernel and model tests: test_gpu_ops (the tensor-core
-#      attention, the padded head's cross-entropy, the GELU and residual epilogues
-#      against double references), test_model_gpt2 and test_model_llama (against
+#      attention, the padded head's cross-entropy, the GELU and residual epilogues, the
+#      norms against double references), test_model_gpt2 and test_model_llama (against
 #      transformers), test_gpu_device;
 #   3. every op of GPT-2 124M, GPT-2 large and Llama-3.2-1B's shape (bf16, 8 x 1024)
 #      timed beside the sim's model of it (zinf device-bench --shapes --json): the
 #      fractions docs/performance.md's sim table takes;
 #   4. tests/bench/bench_gpu_compute.sh: zinf's tokens/s and model TFLOPS on the same
-#      three models, and PyTorch's where torch with CUDA is importable by $ZINF_PY.
-# Everything lands under $OUT (default $ZINF_BUILD/gpu-checks): a log per step and
-# summary.txt, a line per step with its status and seconds. Built beforehand (make all
-# tests) and carried to the machine: $ZINF_BUILD/zinf, the four test programs and
-# $ZINF_BUILD/ref (the transformers fixtures); a step whose program is missing says so.
-# Record the figures in docs/performance.md with the date, the commit and the machine.
-# With no CUDA device it says so and succeeds.
+#      three models, and PyTorch's where torch with CUDA is importable by $ZINF_PY
+#      (default: python3 on the PATH).
+# Carry $ZINF_BUILD/gpu-pack.tar.xz (tests/bench/gpu_pack.sh makes it: the programs, the
+# fixtures and the shared libraries a bare GPU machine lacks); it is unpacked here when
+# present. The logs gather under $ZINF_BUILD/gpu-checks; where $OUT is set (the machine
+# hands back what is under it, a few files at most) it gets summary.txt and the logs as
+# one gpu-checks.tar.gz. Record the figures in docs/performance.md with the date, the
+# commit and the machine. With no CUDA device it says so and succeeds.
 set -u
 B=${ZINF_BUILD:-build}
-out=${OUT:-$B/gpu-checks}
+out=$B/gpu-checks
 if ! gpus=$(nvidia-smi -L 2> /dev/null) || ! grep -q '^GPU' <<< "$gpus"; then
   echo "gpu_checks: no CUDA device here: skipped (run it on a GPU machine)"
   exit 0
 fi
+if [ -f "$B/gpu-pack.tar.xz" ]; then
+  tar -xJf "$B/gpu-pack.tar.xz" -C "$B" || { echo "gpu_checks: $B/gpu-pack.tar.xz does not unpack"; exit 1; }
+  export LD_LIBRARY_PATH=$PWD/$B/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+export ZINF_PY=${ZINF_PY:-$(command -v python3)}
+rm -rf "$out"
 mkdir -p "$out"
 summary=$out/summary.txt
 : > "$summary"
@@ -42,20 +49,28 @@ step() {
 
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
-  git rev-parse HEAD 2> /dev/null
+  # The pack's commit: a copied tree's git metadata may be an older one's.
+  cat "$B/gpu-pack-commit.txt" 2> /dev/null || git describe --always --dirty 2> /dev/null
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
   nproc
 } > "$out/machine.txt"
 
-step tests 150 env BUILD="$B" BACKEND=cuda tests/run -j 2 test_gpu_ops test_model_gpt2 test_model_llama test_gpu_device
+step tests 120 env BUILD="$B" BACKEND=cuda tests/run -j 2 test_gpu_ops test_model_gpt2 test_model_llama test_gpu_device
 cp -r "$B/test-logs" "$out/test-logs" 2> /dev/null
 
-python3 tests/bench/gpu_compute.py --write-configs "$out/configs" > /dev/null ||
+configs=$(mktemp -d) # with their token files, too large to hand back
+python3 tests/bench/gpu_compute.py --write-configs "$configs" > /dev/null ||
   echo "configs: gpu_compute.py --write-configs failed" | tee -a "$summary"
 for m in gpt2 gpt2-large llama-1b; do
-  step "device-bench-$m" 50 "$B/zinf" device-bench --config "$out/configs/$m.json" --shapes --json
+  step "device-bench-$m" 40 "$B/zinf" device-bench --config "$configs/$m.json" --shapes --json
 done
 
-step bench-gpu-compute 200 env ZINF_BUILD="$B" tests/bench/bench_gpu_compute.sh
+# Arguments go to the bench: --trainers zinf leaves PyTorch out (its compiles take most of
+# the 280 s), --models gpt2 one model.
+step bench-gpu-compute 280 env ZINF_BUILD="$B" tests/bench/bench_gpu_compute.sh "$@"
 cp "$B/bench-gpu-compute.json" "$B/bench-gpu-compute.log" "$out/" 2> /dev/null
 echo "gpu_checks: $(grep -c ': ok' "$summary") of $(wc -l < "$summary") steps ok; logs in $out"
+if [ -n "${OUT:-}" ]; then
+  cp "$summary" "$OUT/summary.txt"
+  tar -czf "$OUT/gpu-checks.tar.gz" -C "$B" gpu-checks
+fi
