@@ -432,17 +432,23 @@ zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool bac
 }
 
 // ---- cross-entropy ----
-// One block per row: the maximum, the sum of exp(x - max), lse = max + log(sum) (saved
+// One block per row, the row in 16-byte chunks (row_chunks) over its padded length ld:
+// each thread keeps a running maximum of its chunks and the sum of exp(x - max),
+// rescaled when the maximum grows; the block combines them (lse = max + log(sum), saved
 // when lse_out is given); the loss lse - x[target]; dlogits = (exp(x - lse) - onehot) *
-// dscale, and zero in the row's pad [V, ld). dlogits may be the logits: every read of
-// another thread's element happens before the reductions' barriers, and the last pass
-// has each thread read then write its own elements. A target outside [0, V) gives a NaN
-// loss and no one-hot instead of a stray read.
+// dscale, and zero in the row's pad [V, ld). Two passes over the row where the three of
+// a maximum, a sum and the gradient pass one value a thread at a time were, and the pad
+// never enters the sums. dlogits may be the logits: every read of another thread's
+// element happens before the reductions' barriers, and the last pass has each thread
+// read then write its own chunks. A target outside [0, V) gives a NaN loss and no
+// one-hot instead of a stray read.
 
 template <typename T>
 static __global__ void __launch_bounds__(ROW_THREADS)
     cross_entropy_kernel(float *losses, float *lse_out, T *dlogits, const T *logits, const int32_t *targets, int V,
-                         int ld, float dscale) {
+                         int ld, float dscale, bool vec) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN;
     __shared__ float red[ROW_THREADS / 32];
     SHARED_FRESH(red);
     size_t r = blockIdx.x;
@@ -450,31 +456,44 @@ static __global__ void __launch_bounds__(ROW_THREADS)
     int tgt = targets[r];
     bool valid = tgt >= 0 && tgt < V;
     float x_tgt = valid ? to_f32(x[tgt]) : __int_as_float(0x7fc00000);
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += ROW_THREADS)
-        mx = fmaxf(mx, to_f32(x[i]));
-    mx = block_max<ROW_THREADS>(mx, red);
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += ROW_THREADS)
-        s += expf(to_f32(x[i]) - mx);
-    float lse = mx + logf(block_sum<ROW_THREADS>(s, red));
+    float m = -INFINITY, s = 0.0f, v[VN];
+    for (int c = threadIdx.x; c < R::count(ld); c += ROW_THREADS) {
+        R::load(v, x, c, ld, vec);
+        float cm = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            if (c * VN + k < V) cm = fmaxf(cm, v[k]);
+        if (cm > m) {
+            s *= expf(m - cm);
+            m = cm;
+        }
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            if (c * VN + k < V) s += expf(v[k] - m);
+    }
+    const float mx = block_max<ROW_THREADS>(m, red);
+    float lse = mx + logf(block_sum<ROW_THREADS>(m == -INFINITY ? 0.0f : s * expf(m - mx), red));
     if (threadIdx.x == 0) {
         losses[r] = lse - x_tgt;
         if (lse_out) lse_out[r] = lse;
     }
     if (!dlogits) return;
     T *d = dlogits + r * ld;
-    for (int i = threadIdx.x; i < V; i += ROW_THREADS) {
-        float p = expf(to_f32(x[i]) - lse);
-        store_f32(&d[i], (p - (i == tgt ? 1.0f : 0.0f)) * dscale);
+    for (int c = threadIdx.x; c < R::count(ld); c += ROW_THREADS) {
+        R::load(v, x, c, ld, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++) {
+            const int i = c * VN + k;
+            v[k] = i < V ? (expf(v[k] - lse) - (i == tgt ? 1.0f : 0.0f)) * dscale : 0.0f;
+        }
+        R::store(d, v, c, ld, vec);
     }
-    for (int i = V + threadIdx.x; i < ld; i += ROW_THREADS)
-        store_f32(&d[i], 0.0f);
 }
 
 template <typename T> static zinf_status cross_entropy_t(cudaStream_t st, const op_cross_entropy *a) {
+    const bool vec = rows_in_chunks<T>(a->ld, a->logits, a->dlogits ? a->dlogits : a->logits, a->logits, a->logits);
     cross_entropy_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
-        a->losses, a->lse, (T *)a->dlogits, (const T *)a->logits, a->targets, a->V, a->ld, a->dscale);
+        a->losses, a->lse, (T *)a->dlogits, (const T *)a->logits, a->targets, a->V, a->ld, a->dscale, vec);
     ZINF_CUDA_LAUNCHED("cross_entropy_kernel");
     return ZINF_OK;
 }
