@@ -222,7 +222,7 @@ template <typename T, int HD, int ROWS> struct tile_regs {
         for (int k = 0; k < N; k++) {
             const int i = threadIdx.x + k * ATT_THREADS, r = i % ROWS, d0 = i / ROWS * 8, t = t0 + r;
             if (vec && t < seq && d0 + 8 <= hd) {
-                chunk[k] = load16(head + (size_t)t * ld + d0);
+                chunk[k] = load_as<uint4>(head + (size_t)t * ld + d0);
                 continue;
             }
             uint32_t w[4];
@@ -243,7 +243,7 @@ template <typename T, int HD, int ROWS> struct tile_regs {
 #pragma unroll
         for (int k = 0; k < N; k++) {
             const int i = threadIdx.x + k * ATT_THREADS, r = i % ROWS, d0 = i / ROWS * 8;
-            if (rows_s) store16(&rows_s[r * ldr + d0], chunk[k]);
+            if (rows_s) store_as(&rows_s[r * ldr + d0], chunk[k]);
             if (cols_s) {
                 const uint32_t w[4] = {chunk[k].x, chunk[k].y, chunk[k].z, chunk[k].w};
 #pragma unroll

@@ -120,24 +120,25 @@ static inline unsigned ew_blocks(size_t n) {
 #define EW_LOOP(i, n)                                                                                                  \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-// ---- 16-byte loads and stores ----
+// ---- vector loads and stores ----
 
-// 16 bytes at p (16-byte aligned) in one vector load or store.
-__device__ __forceinline__ uint4 load16(const void *p) {
+// The V (uint32_t, uint4) at p, aligned to its size, in one load, or stored in one
+// store; under the emulation a memcpy, which C++ allows through any pointer.
+template <typename V> __device__ __forceinline__ V load_as(const void *p) {
 #ifdef CUDA_EMU_LAUNCH
-    uint4 v;
-    memcpy(&v, p, 16);
+    V v;
+    memcpy(&v, p, sizeof v);
     return v;
 #else
-    return *(const uint4 *)p;
+    return *(const V *)p;
 #endif
 }
 
-__device__ __forceinline__ void store16(void *p, uint4 v) {
+template <typename V> __device__ __forceinline__ void store_as(void *p, V v) {
 #ifdef CUDA_EMU_LAUNCH
-    memcpy(p, &v, 16);
+    memcpy(p, &v, sizeof v);
 #else
-    *(uint4 *)p = v;
+    *(V *)p = v;
 #endif
 }
 
@@ -154,7 +155,7 @@ template <typename T> struct row_chunks {
     static __device__ __forceinline__ void load(float (&f)[VN], const T *row, int chunk, int C, bool vec) {
         const int i0 = chunk * VN;
         if (vec) {
-            uint4 u = load16(row + i0);
+            uint4 u = load_as<uint4>(row + i0);
             T t[VN];
             memcpy(t, &u, 16);
 #pragma unroll
@@ -176,7 +177,7 @@ template <typename T> struct row_chunks {
                 store_f32(&t[k], f[k]);
             uint4 u;
             memcpy(&u, t, 16);
-            store16(row + i0, u);
+            store_as(row + i0, u);
             return;
         }
 #pragma unroll

@@ -21,15 +21,7 @@
 #include "cuda_backend.h"
 
 // Two consecutive 16-bit values at p (4-byte aligned) as one register.
-__device__ __forceinline__ uint32_t load_pair(const uint16_t *p) {
-#ifdef CUDA_EMU_LAUNCH
-    uint32_t r;
-    memcpy(&r, p, 4);
-    return r;
-#else
-    return *(const uint32_t *)p;
-#endif
-}
+__device__ __forceinline__ uint32_t load_pair(const uint16_t *p) { return load_as<uint32_t>(p); }
 
 // x rounded to T (bf16 or fp16), as its bits.
 template <typename T> __device__ __forceinline__ uint16_t bits_of(float x) {
