@@ -560,6 +560,11 @@ static void test_bad_args(void) {
         a.C = 4 * 264, a.hd = 264;
         CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_UNSUPPORTED, "a head of 264 channels accepted by CUDA");
         CHECK_CONTAINS(zinf_last_error(), "head size 264");
+        // Its column sums keep a row of fp32 partials in the 32 MiB workspace: a bias of
+        // more than 8 Mi columns is refused before any launch (x is never touched).
+        CHECK(zinf_bias_grad(S, ZINF_DTYPE_F32, x, x, 1, (8 << 20) + 1) == ZINF_ERR_UNSUPPORTED,
+              "a bias of 8 Mi + 1 columns accepted by CUDA");
+        CHECK_CONTAINS(zinf_last_error(), "8388609 columns are over the workspace");
     }
     zinf_embedding_part part = {.wte_lo = 0, .wte_n = -1};
     CHECK(zinf_embedding_fwd(S, ZINF_DTYPE_F32, x, x, x, NULL, 2, 4, 8, &part) == ZINF_ERR_INVAL,
