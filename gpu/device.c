@@ -117,9 +117,29 @@ static zinf_status capacity_of(const backend_ops *be, const zinf_device_params *
     return ZINF_OK;
 }
 
+// cuDNN's attention runs on a CUDA device only; the host and sim backends have one
+// attention each.
+static zinf_status check_attention(const backend_ops *be, const zinf_device_params *p) {
+    if (p->attention < ZINF_ATTENTION_AUTO || p->attention > ZINF_ATTENTION_ZINF)
+        return zinf_fail(ZINF_ERR_INVAL, "device.attention: unknown value %d; expected auto, cudnn or zinf",
+                         (int)p->attention);
+#ifdef ZINF_HAVE_CUDA
+    bool cuda = be == &zinf_cuda_backend;
+#else
+    bool cuda = false;
+#endif
+    if (p->attention == ZINF_ATTENTION_CUDNN && !cuda)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "device.attention is \"cudnn\" but the device is the %s backend, which runs its own "
+                         "attention; use \"auto\" or \"zinf\", or device.backend \"cuda\"",
+                         be->name);
+    return ZINF_OK;
+}
+
 zinf_status zinf_device_choose(const zinf_device_params *p, zinf_device_choice *out) {
     const backend_ops *be = NULL;
     ZINF_CHECK(pick_backend(p->backend, &be));
+    ZINF_CHECK(check_attention(be, p));
     out->backend = be == &zinf_host_backend  ? ZINF_BACKEND_HOST
                    : be == &zinf_sim_backend ? ZINF_BACKEND_SIM
                                              : ZINF_BACKEND_CUDA;
@@ -131,6 +151,7 @@ zinf_status zinf_device_create(zinf_device **out, const zinf_device_params *p) {
     const backend_ops *be = NULL;
     uint64_t capacity;
     ZINF_CHECK(pick_backend(p->backend, &be));
+    ZINF_CHECK(check_attention(be, p));
     ZINF_CHECK(capacity_of(be, p, &capacity));
     zinf_device *d = calloc(1, sizeof *d);
     if (!d) return zinf_fail(ZINF_ERR_NOMEM, "device: out of host memory");

@@ -219,6 +219,7 @@ typedef struct zinf_device_config {
     int64_t pinned_memory_limit; // bytes of pinned host memory per rank; -1 (null): half the
                                  // memory available, within the locked-memory limit
     zinf_sim_params sim;         // backend "sim": the modeled GPU; -1 (null): the preset's rates
+    zinf_attention_impl attention;
 } zinf_device_config;
 
 // zinf's memory-centric features (the memory section).

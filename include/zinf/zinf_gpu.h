@@ -64,6 +64,18 @@ typedef enum zinf_backend {
     ZINF_BACKEND_CUDA = 2,
     ZINF_BACKEND_SIM = 3
 } zinf_backend;
+
+// Which attention a CUDA device runs (the config key device.attention). AUTO: cuDNN's
+// fused attention where libcudnn 9 loads and takes the shape, when it is the faster of
+// the two on the first forward and backward of each shape (timed once per device);
+// otherwise zinf's own kernels. CUDNN: cuDNN's, or an error saying why it cannot run.
+// ZINF: zinf's kernels. The host and sim backends run their own attention whatever
+// this says, but refuse CUDNN.
+typedef enum zinf_attention_impl {
+    ZINF_ATTENTION_AUTO = 0,
+    ZINF_ATTENTION_CUDNN = 1,
+    ZINF_ATTENTION_ZINF = 2
+} zinf_attention_impl;
 const char *zinf_backend_name(zinf_backend b); // "auto", "host", "cuda", "sim"
 
 // ---- the simulated device ----
@@ -139,6 +151,7 @@ typedef struct zinf_device_params {
     int64_t memory_limit; // bytes the device may hold; <= 0: the card's memory (cuda, sim),
                           // ZINF_HOST_DEVICE_DEFAULT_LIMIT (host)
     zinf_sim_params sim;  // the modeled GPU (sim)
+    zinf_attention_impl attention;
 } zinf_device_params;
 
 typedef struct zinf_device zinf_device;

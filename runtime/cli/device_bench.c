@@ -48,8 +48,10 @@ static int parse(args *a, int argc, char **argv) {
 }
 
 static int bench(const args *a, const zinf_config *cfg) {
-    zinf_device_params dp = {
-        .backend = cfg->device.backend, .memory_limit = cfg->device.memory_limit, .sim = cfg->device.sim};
+    zinf_device_params dp = {.backend = cfg->device.backend,
+                             .memory_limit = cfg->device.memory_limit,
+                             .sim = cfg->device.sim,
+                             .attention = cfg->device.attention};
     zinf_device *d = NULL;
     if (zinf_device_create(&d, &dp) != ZINF_OK) return cli_fail("device-bench", CLI_FAIL);
     const zinf_device_caps *caps = zinf_device_get_caps(d);

@@ -37,7 +37,8 @@ static int setup_from(const char *config, const char *model, eval_setup *e) {
         }
         e->batch = (int)cfg.train_micro_batch_size_per_gpu;
         e->dtype = cfg.bf16 ? ZINF_DTYPE_BF16 : cfg.fp16.enabled ? ZINF_DTYPE_F16 : ZINF_DTYPE_F32;
-        e->device = (zinf_device_params){.backend = cfg.device.backend, .memory_limit = cfg.device.memory_limit};
+        e->device = (zinf_device_params){
+            .backend = cfg.device.backend, .memory_limit = cfg.device.memory_limit, .attention = cfg.device.attention};
         zinf_config_free(&cfg);
     }
     if (rc == CLI_OK && e->seq_len > e->shape.block_size)

@@ -36,6 +36,7 @@ static const char *const rope_types[] = {"default", "linear", "dynamic", "llama3
 static const char *const data_formats[] = {"tokens-u16", "text-bytes", "tokens-u32", "megatron", NULL};
 static const char *const samplings[] = {"random", "sequential", NULL};
 static const char *const backends[] = {"auto", "host", "cuda", "sim", NULL};
+static const char *const attentions[] = {"auto", "cudnn", "zinf", NULL}; // zinf_attention_impl's order
 static const char *const sim_gpus[] = {"h100", "h200", "a100", "rtx4090", NULL};
 static const char *const comm_ops[] = ZINF_COMM_OP_NAMES; // comms_logger.prof_ops: a bit per zinf_comm_op
 
@@ -254,8 +255,7 @@ const key zinf_config_keys[] = {
     BOOL("comms_logger.enabled", OFF(comms_logger.enabled), 0),
     BOOL("comms_logger.verbose", OFF(comms_logger.verbose), 0),
     BOOL("comms_logger.prof_all", OFF(comms_logger.prof_all), 1),
-    {.path = "comms_logger.prof_ops", .kind = K_NAMES, .off = OFF(comms_logger.prof_ops),
-     .names = comm_ops},
+    {.path = "comms_logger.prof_ops", .kind = K_NAMES, .off = OFF(comms_logger.prof_ops), .names = comm_ops},
     INERT("comms_logger.debug", "zinf's records already name each collective's path (mpi, nccl, sim) and ranks"),
 
     // ---- the flops profiler (the engine's op profile of one step) ----
@@ -276,8 +276,10 @@ const key zinf_config_keys[] = {
     UNSUPPORTED("memory_breakdown", "false", "zinf logs memory per tier every step"),
     UNSUPPORTED("dump_state", "false", NULL),
     SWITCHED_OFF("amp"),
-    UNSUPPORTED("wandb", "{\"enabled\": false}", "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
-    UNSUPPORTED("comet", "{\"enabled\": false}", "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
+    UNSUPPORTED("wandb", "{\"enabled\": false}",
+                "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
+    UNSUPPORTED("comet", "{\"enabled\": false}",
+                "zinf writes TensorBoard event files and CSVs: enable tensorboard or csv_monitor"),
     SWITCHED_OFF("elasticity"),
     SWITCHED_OFF("autotuning"),
     SWITCHED_OFF("data_efficiency"),
@@ -334,6 +336,7 @@ const key zinf_config_keys[] = {
 
     SECTION("device", NONE, 0),
     ENUM("device.backend", OFF(device.backend), ZINF_BACKEND_AUTO, backends, 0),
+    ENUM("device.attention", OFF(device.attention), ZINF_ATTENTION_AUTO, attentions, 0),
     {.path = "device.memory_limit",
      .kind = K_BYTES,
      .off = OFF(device.memory_limit),

@@ -101,5 +101,6 @@ void engine_device_params(const zinf_config *cfg, const zinf_comm *comm, zinf_de
     *dp = (zinf_device_params){.backend = cfg->device.backend,
                                .memory_limit = cfg->device.memory_limit,
                                .sim = cfg->device.sim,
+                               .attention = cfg->device.attention,
                                .index = ri.device_count > 0 ? zinf_comm_local_rank(comm) % ri.device_count : 0};
 }
