@@ -182,10 +182,10 @@ ifneq ($(ZINF_HAVE_CUDA),1)
 else
   LIB_CU := $(wildcard gpu/cuda/*.cu)
 endif
-# cuBLASLt and NCCL load when first called (gpu/cuda/cublaslt_load.c,
-# runtime/comm/nccl_load.c); the emulation (BACKEND=cuda-emu) is linked in their place.
+# cuBLASLt, cuDNN and NCCL load when first called (gpu/cuda/cublaslt_load.c,
+# gpu/cuda/cudnn_load.c, runtime/comm/nccl_load.c); the emulation (BACKEND=cuda-emu) is linked in their place.
 ifeq ($(EMU),)
-  LIB_C += $(if $(filter 1,$(ZINF_HAVE_CUDA)),gpu/cuda/cublaslt_load.c)
+  LIB_C += $(if $(filter 1,$(ZINF_HAVE_CUDA)),gpu/cuda/cublaslt_load.c gpu/cuda/cudnn_load.c)
   LIB_C += $(if $(filter 1,$(ZINF_HAVE_NCCL)),runtime/comm/nccl_load.c)
 endif
 CLI_C := $(wildcard runtime/cli/*.c)

@@ -170,6 +170,9 @@ typedef struct backend_ops {
     zinf_status (*launch)(zinf_stream *s, const op_record *op);
     // Seconds each engine has been busy (NULL: the backend does not model its time).
     void (*busy)(zinf_device *d, zinf_device_busy *out);
+    // Bytes of attention workspace for a (NKV and hd filled in) on this device, which may
+    // run another attention than the backend's default (NULL: that default's).
+    size_t (*attention_workspace)(zinf_device *d, const zinf_attention_args *a);
 } backend_ops;
 
 extern const backend_ops zinf_host_backend;

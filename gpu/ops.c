@@ -174,7 +174,10 @@ size_t zinf_backend_attention_workspace(zinf_backend b, const zinf_attention_arg
 }
 
 size_t zinf_attention_workspace(zinf_device *d, const zinf_attention_args *a) {
-    return zinf_backend_attention_workspace(zinf_device_get_caps(d)->backend, a);
+    zinf_attention_args r;
+    if (!d->be->attention_workspace || attention_shape(a, &r))
+        return zinf_backend_attention_workspace(zinf_device_get_caps(d)->backend, a);
+    return d->be->attention_workspace(d, &r);
 }
 
 // The record gets a with NKV and hd filled in, so the backends never see a 0 there.

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_plan.h"
 #include "cuda_backend.h"
 
 // ---- errors ----
@@ -73,6 +74,14 @@ static zinf_status cuda_open(zinf_device *d) {
         free(cd);
         return cublas_fail_at(bs, "cublasLtCreate", __FILE__, __LINE__);
     }
+    if (d->params.attention != ZINF_ATTENTION_ZINF) {
+        zinf_status st = cudnn_attention_open(d->params.attention, &cd->dnn);
+        if (st != ZINF_OK) {
+            cublasLtDestroy(cd->lt);
+            free(cd);
+            return st;
+        }
+    }
     d->impl = cd;
     d->caps.backend = ZINF_BACKEND_CUDA;
     d->caps.index = index;
@@ -89,6 +98,7 @@ static void cuda_close(zinf_device *d) {
     cuda_device *cd = cuda_dev_of(d);
     if (!cd) return;
     CUDA_WARN(cudaSetDevice(cd->index));
+    cudnn_attention_close(cd->dnn);
     cublasLtDestroy(cd->lt);
     free(cd);
     d->impl = NULL;
@@ -267,8 +277,8 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
     case OP_SWIGLU_BWD: return cuda_swiglu_bwd(st, dt, &op->u.ew);
     case OP_ROPE_FWD: return cuda_rope(st, dt, &op->u.rope, false);
     case OP_ROPE_BWD: return cuda_rope(st, dt, &op->u.rope, true);
-    case OP_ATTENTION_FWD: return cuda_attention_fwd(st, &op->u.attn);
-    case OP_ATTENTION_BWD: return cuda_attention_bwd(st, &op->u.attn);
+    case OP_ATTENTION_FWD: return cudnn_attention_run(cd->dnn, st, &op->u.attn, false);
+    case OP_ATTENTION_BWD: return cudnn_attention_run(cd->dnn, st, &op->u.attn, true);
     case OP_CROSS_ENTROPY: return cuda_cross_entropy(st, dt, &op->u.xent);
     case OP_CROSS_ENTROPY_GRAD: return cuda_cross_entropy_grad(st, dt, &op->u.xgrad);
     case OP_EMBEDDING_FWD: return cuda_embedding_fwd(st, dt, &op->u.emb);
@@ -283,6 +293,12 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
     case OP_COLLECTIVE: break; // the sim device's alone
     }
     return zinf_fail(ZINF_ERR_INTERNAL, "cuda: unknown op %d", (int)op->kind);
+}
+
+// zinf's kernels' workspace, or cuDNN's where its plans for the shape may run.
+static size_t cuda_attention_workspace(zinf_device *d, const zinf_attention_args *a) {
+    size_t own = att_workspace_bytes(a->B, a->T, a->NH), dnn = cudnn_attention_workspace(cuda_dev_of(d)->dnn, a);
+    return dnn > own ? dnn : own;
 }
 
 extern "C" {
@@ -312,6 +328,7 @@ const backend_ops zinf_cuda_backend = {
     cuda_host_fn,
     cuda_launch,
     nullptr, // busy: a real GPU's time is measured, not modeled
+    cuda_attention_workspace,
 };
 
 } // extern "C"

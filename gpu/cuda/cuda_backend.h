@@ -16,11 +16,15 @@
 
 // ---- objects ----
 
+// attention_cudnn.cu's state: cuDNN's handle and the attention plans built on it.
+typedef struct cudnn_attention cudnn_attention;
+
 // d->impl. The cuBLASLt handle holds no per-call state (stream and workspace are
 // arguments of each matmul), so every thread and stream of the device shares it.
 typedef struct cuda_device {
     int index; // CUDA device index, made current by every entry point
     cublasLtHandle_t lt;
+    cudnn_attention *dnn; // NULL: zinf's attention kernels only (device.attention, or no cuDNN)
 } cuda_device;
 
 // s->impl. Each stream has its own cuBLASLt workspace: two products running at once
@@ -257,5 +261,14 @@ zinf_status cuda_optim(cudaStream_t st, const op_optim *o);
 // attention.cu
 zinf_status cuda_attention_fwd(cudaStream_t st, const zinf_attention_args *a);
 zinf_status cuda_attention_bwd(cudaStream_t st, const zinf_attention_args *a); // ws: (B, NH, T) fp32
+
+// attention_cudnn.cu: cuDNN's fused attention, or zinf's kernels where it is absent,
+// cannot take the shape, or (device.attention "auto") is the slower.
+// want AUTO or CUDNN; *out stays NULL where cuDNN does not start and want is AUTO.
+zinf_status cudnn_attention_open(zinf_attention_impl want, cudnn_attention **out);
+void cudnn_attention_close(cudnn_attention *l); // NULL is a no-op
+// Bytes of workspace cuDNN's plans for a's shape need (0: it will not run them).
+size_t cudnn_attention_workspace(cudnn_attention *l, const zinf_attention_args *a);
+zinf_status cudnn_attention_run(cudnn_attention *l, cudaStream_t st, const zinf_attention_args *a, bool backward);
 
 #endif

@@ -160,7 +160,9 @@ static zinf_status alloc_acts(zinf_model *m) {
     }
     zinf_attention_args at = {.dt = m->p.dtype, .B = m->p.batch, .T = m->p.seq_len, .C = w->att, .NH = s->n_head,
                               .NKV = s->n_kv_head, .hd = s->head_dim, .window = s->window};
-    size_t ws = zinf_backend_attention_workspace(m->dev ? zinf_device_get_caps(m->dev)->backend : m->backend, &at);
+    // The device's own count where there is one: its attention may be cuDNN's, whose
+    // plans say what they need.
+    size_t ws = m->dev ? zinf_attention_workspace(m->dev, &at) : zinf_backend_attention_workspace(m->backend, &at);
     if (ws) ZINF_CHECK(model_dalloc(m, &m->att_ws, ws, 1, "attention workspace"));
     ZINF_CHECK(model_mlp_tiles_alloc(m));
     if (!m->p.training) return ZINF_OK;
