@@ -3,6 +3,7 @@
 #ifndef ZINF_TEST_GPU_H
 #define ZINF_TEST_GPU_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,16 +16,44 @@ static inline zinf_backend test_backend(void) {
     return b && strcmp(b, "cuda") == 0 ? ZINF_BACKEND_CUDA : ZINF_BACKEND_HOST;
 }
 
+// The attention test_device's devices run (device.attention); test_cudnn_begin sets it.
+static zinf_attention_impl test_attention_impl = ZINF_ATTENTION_AUTO;
+
 // The suite's device with the given capacity (0: the default); exits 1 when it cannot
 // be made, since every backend the suite is asked to run on must work.
 static inline zinf_device *test_device(int64_t limit) {
     zinf_device *d;
-    zinf_device_params p = {.backend = test_backend(), .memory_limit = limit};
+    zinf_device_params p = {.backend = test_backend(), .memory_limit = limit, .attention = test_attention_impl};
     if (zinf_device_create(&d, &p) != ZINF_OK) {
         fprintf(stderr, "cannot create the %s device: %s\n", zinf_backend_name(p.backend), zinf_last_error());
         exit(1);
     }
     return d;
+}
+
+// From here test_device's devices run cuDNN's attention, where the suite runs on CUDA
+// and cuDNN loads: the emulation's (CUDA_EMU_CUDNN=1, off otherwise so that the rest of
+// the suite runs zinf's kernels), which must, or a real libcudnn 9. False, having said
+// why, where it does not (then there is nothing to end).
+static inline bool test_cudnn_begin(void) {
+    if (test_backend() != ZINF_BACKEND_CUDA) return false;
+    bool emulated = getenv("ZINF_TEST_CUDA_EMU") != NULL;
+    if (emulated) setenv("CUDA_EMU_CUDNN", "1", 1);
+    zinf_device *d;
+    zinf_device_params p = {.backend = ZINF_BACKEND_CUDA, .attention = ZINF_ATTENTION_CUDNN};
+    if (zinf_device_create(&d, &p) != ZINF_OK) {
+        fprintf(stderr, "cuDNN's attention not checked: %s\n", zinf_last_error());
+        if (emulated) exit(1);
+        return false;
+    }
+    zinf_device_destroy(d);
+    test_attention_impl = ZINF_ATTENTION_CUDNN;
+    return true;
+}
+
+static inline void test_cudnn_end(void) {
+    test_attention_impl = ZINF_ATTENTION_AUTO;
+    unsetenv("CUDA_EMU_CUDNN");
 }
 
 #define TRY(x)                                                                                                         \

@@ -440,9 +440,21 @@ static void test_rope(zinf_dtype dt) {
 // GPT-2's multi-head attention (NKV and hd left 0: NH and C / NH), and grouped-query
 // heads, with a sliding window shorter than the sequence or not. The backward runs
 // twice and must repeat bit for bit.
+static bool cudnn_only; // dev's attention is device.attention "cudnn"
+
 static void test_attention(zinf_dtype dt, int T, int NH, int NKV, int hd, int window) {
     enum { B = 2 };
     int nkv = NKV ? NKV : NH, hs = hd ? hd : 24 / NH, C = NH * hs, G = NH / nkv;
+    if (cudnn_only && hs % 8) { // cuDNN refuses it, saying why
+        zinf_attention_args a = {.dt = dt, .B = B, .T = T, .C = C, .NH = NH, .NKV = NKV, .hd = hd, .window = window};
+        a.qkv = a.out = test_dev_poisoned(dev, S, (size_t)B * T * (NH + 2 * nkv) * hs * 2);
+        a.lse = test_dev_poisoned(dev, S, (size_t)B * NH * T * 4);
+        a.ws = test_dev_poisoned(dev, S, zinf_attention_workspace(dev, &a) + 1);
+        CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_UNSUPPORTED && strstr(zinf_last_error(), "multiples of 8"),
+              "cuDNN attention with head size %d: %s", hs, zinf_last_error());
+        zinf_device_free(dev, (void *)a.qkv), zinf_device_free(dev, a.lse), zinf_device_free(dev, a.ws);
+        return;
+    }
     size_t row = (size_t)(NH + 2 * nkv) * hs, nq = (size_t)B * T * row, no = (size_t)B * T * C;
     float *qkv = randv(dt, nq, 1), *dout = randv(dt, no, 1);
     void *dq = test_dev_of(dev, S, dt, qkv, nq), *ddo = test_dev_of(dev, S, dt, dout, no), *out = test_dev_poisoned(dev, S, no * zinf_dtype_size(dt));
@@ -526,6 +538,92 @@ static void test_attention(zinf_dtype dt, int T, int NH, int NKV, int hd, int wi
     for (size_t i = 0; i < LEN(bufs); i++)
         zinf_device_free(dev, bufs[i]);
     free(qkv), free(dout), free(ro), free(rg), free(rl), free(p), free(dp);
+}
+
+// Every attention case, for zinf's kernels and for cuDNN's.
+static void attention_cases(zinf_dtype dt) {
+    test_attention(dt, 13, 3, 0, 0, 0);
+    test_attention(dt, 13, 4, 2, 6, 0);
+    test_attention(dt, 13, 6, 2, 5, 4);
+    test_attention(dt, 13, 4, 1, 8, 13);
+    // Several tiles (gpu/attention_plan.h: 32 queries and keys a tile up to hd 64;
+    // 32 x 16 forward and 16 x 16 backward for hd 128; 16 x 8 and 8 x 8 for 256)
+    // with a ragged last one, windows that end inside a tile, groups of 2 to 4
+    // query heads, and head sizes short of their padded width (20, 40).
+    test_attention(dt, 80, 4, 1, 64, 0);
+    test_attention(dt, 80, 4, 2, 64, 21);
+    test_attention(dt, 75, 6, 2, 40, 37);
+    test_attention(dt, 70, 2, 2, 20, 33);
+    test_attention(dt, 40, 4, 2, 128, 0);
+    test_attention(dt, 40, 2, 1, 128, 19);
+    test_attention(dt, 21, 2, 1, 256, 10);
+    // Rows the tensor-core kernels cannot read 16 bytes at a time: 36 channels, tokens
+    // 180 values apart.
+    test_attention(dt, 75, 3, 1, 36, 0);
+    // Tiles that need no mask (queries 64 to 127 see all of keys 0 to 63), with a window
+    // that masks them again.
+    test_attention(dt, 130, 2, 1, 64, 0);
+    test_attention(dt, 130, 2, 1, 64, 90);
+}
+
+// cuDNN's fused attention (device.attention), on a CUDA device that can load it: the
+// emulation's (CUDA_EMU_CUDNN=1, off by default so that the rest of the suite runs
+// zinf's kernels, as on a machine without cuDNN) or a real libcudnn 9. The same 16-bit
+// cases against the same references, the backward repeating bit for bit (the
+// deterministic graph); fp32 refused with the reason; "auto" correct whichever it
+// times faster. Elsewhere "cudnn" is refused, naming the key.
+static void test_cudnn_attention(void) {
+    zinf_backend be = zinf_device_get_caps(dev)->backend;
+    zinf_device_params p = {.backend = be, .attention = ZINF_ATTENTION_CUDNN};
+    zinf_device *d = NULL;
+    if (be != ZINF_BACKEND_CUDA) {
+        CHECK(zinf_device_create(&d, &p) == ZINF_ERR_INVAL && strstr(zinf_last_error(), "device.attention"),
+              "device.attention cudnn on the %s backend: %s", zinf_backend_name(be), zinf_last_error());
+        zinf_device_destroy(d);
+        return;
+    }
+    bool emulated = getenv("ZINF_TEST_CUDA_EMU") != NULL;
+    if (emulated) {
+        unsetenv("CUDA_EMU_CUDNN");
+        CHECK(zinf_device_create(&d, &p) == ZINF_ERR_UNSUPPORTED && strstr(zinf_last_error(), "LD_LIBRARY_PATH"),
+              "device.attention cudnn without cuDNN: %s", zinf_last_error());
+        zinf_device_destroy(d);
+        setenv("CUDA_EMU_CUDNN", "1", 1);
+    }
+    if (zinf_device_create(&d, &p) != ZINF_OK) {
+        CHECK(!emulated, "the emulated cuDNN: %s", zinf_last_error());
+        printf("cuDNN's attention not checked: %s\n", zinf_last_error());
+        return;
+    }
+    zinf_device *own = dev;
+    zinf_stream *own_stream = S;
+    for (int impl = ZINF_ATTENTION_CUDNN; impl >= ZINF_ATTENTION_AUTO; impl--) {
+        if (impl == ZINF_ATTENTION_AUTO) {
+            p.attention = ZINF_ATTENTION_AUTO;
+            TRY(zinf_device_create(&d, &p));
+        }
+        dev = d;
+        TRY(zinf_stream_create(dev, &S));
+        if (impl == ZINF_ATTENTION_CUDNN) {
+            cudnn_only = true;
+            attention_cases(ZINF_DTYPE_BF16);
+            attention_cases(ZINF_DTYPE_F16);
+            cudnn_only = false;
+            float *x = test_dev_poisoned(dev, S, 2 * 4 * 72 * 4);
+            zinf_attention_args a = {
+                .dt = ZINF_DTYPE_F32, .B = 1, .T = 4, .C = 24, .NH = 1, .qkv = x, .out = x, .lse = x, .ws = x};
+            CHECK(zinf_attention_fwd(S, &a) == ZINF_ERR_UNSUPPORTED && strstr(zinf_last_error(), "bf16 or fp16"),
+                  "fp32 attention on cuDNN: %s", zinf_last_error());
+            zinf_device_free(dev, x);
+        } else {
+            test_attention(ZINF_DTYPE_BF16, 80, 4, 2, 64, 21);
+            test_attention(ZINF_DTYPE_F16, 40, 2, 1, 128, 0);
+        }
+        zinf_stream_destroy(S);
+        zinf_device_destroy(dev);
+    }
+    dev = own, S = own_stream;
+    if (emulated) unsetenv("CUDA_EMU_CUDNN");
 }
 
 // The front end refuses what the Llama family's ops cannot take, naming the argument.
@@ -918,7 +1016,9 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
 }
 
 int main(void) {
-    dev = test_device(0);
+    // zinf's own attention kernels; cuDNN's are checked apart (test_cudnn_attention).
+    zinf_device_params params = {.backend = test_backend(), .attention = ZINF_ATTENTION_ZINF};
+    TRY(zinf_device_create(&dev, &params));
     TRY(zinf_stream_create(dev, &S));
     printf("backend %s: %s\n", zinf_backend_name(zinf_device_get_caps(dev)->backend), zinf_device_get_caps(dev)->name);
     const zinf_dtype dts[] = {ZINF_DTYPE_F32, ZINF_DTYPE_BF16, ZINF_DTYPE_F16};
@@ -953,28 +1053,7 @@ int main(void) {
         for (size_t k = 0; k < 3; k++)
             test_sumsq(dt, (size_t[]){5, 100003, (size_t)3 << 20 | 7}[k]);
         test_rope(dt);
-        test_attention(dt, 13, 3, 0, 0, 0);
-        test_attention(dt, 13, 4, 2, 6, 0);
-        test_attention(dt, 13, 6, 2, 5, 4);
-        test_attention(dt, 13, 4, 1, 8, 13);
-        // Several tiles (gpu/attention_plan.h: 32 queries and keys a tile up to hd 64;
-        // 32 x 16 forward and 16 x 16 backward for hd 128; 16 x 8 and 8 x 8 for 256)
-        // with a ragged last one, windows that end inside a tile, groups of 2 to 4
-        // query heads, and head sizes short of their padded width (20, 40).
-        test_attention(dt, 80, 4, 1, 64, 0);
-        test_attention(dt, 80, 4, 2, 64, 21);
-        test_attention(dt, 75, 6, 2, 40, 37);
-        test_attention(dt, 70, 2, 2, 20, 33);
-        test_attention(dt, 40, 4, 2, 128, 0);
-        test_attention(dt, 40, 2, 1, 128, 19);
-        test_attention(dt, 21, 2, 1, 256, 10);
-        // Rows the tensor-core kernels cannot read 16 bytes at a time: 36 channels, tokens
-        // 180 values apart.
-        test_attention(dt, 75, 3, 1, 36, 0);
-        // Tiles that need no mask (queries 64 to 127 see all of keys 0 to 63), with a window
-        // that masks them again.
-        test_attention(dt, 130, 2, 1, 64, 0);
-        test_attention(dt, 130, 2, 1, 64, 90);
+        attention_cases(dt);
         test_cross_entropy(dt, false, 53, 53);
         test_cross_entropy(dt, true, 53, 53);
         test_cross_entropy(dt, false, 53, 64);
@@ -991,6 +1070,7 @@ int main(void) {
             test_cast(dt, dts[j]);
     }
     test_bad_args();
+    test_cudnn_attention();
     for (int k = ZINF_OPTIM_ADAM; k <= ZINF_OPTIM_LION; k++) {
         test_optim(k, ZINF_DTYPE_F32, ZINF_DTYPE_NONE);
         test_optim(k, ZINF_DTYPE_BF16, ZINF_DTYPE_BF16);

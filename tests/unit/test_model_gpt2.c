@@ -138,6 +138,13 @@ static void test_bf16(const fixture *fx) {
     gpt2_run_chunked(&ch, fx, ZINF_DTYPE_BF16, true, true, "gpt2.safetensors", CHUNK);
     check_head_chunks("gpt2", &tr, &ch, ZINF_DTYPE_BF16, 3.0 / 256);
     run_free(&inf), run_free(&tr), run_free(&ch);
+    // cuDNN's attention in the model, where it loads, held to the same bound.
+    if (!test_cudnn_begin()) return;
+    gpt2_run(&inf, fx, ZINF_DTYPE_BF16, false, false, "gpt2.safetensors");
+    gpt2_run(&tr, fx, ZINF_DTYPE_BF16, true, false, "gpt2.safetensors");
+    check_bf16("gpt2 (cuDNN attention)", &inf, &tr, &fx->t, (size_t)fx->B * fx->T * fx->V);
+    run_free(&inf), run_free(&tr);
+    test_cudnn_end();
 }
 
 // Files that do not match the model fail with the file and tensor named.

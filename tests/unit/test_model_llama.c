@@ -111,6 +111,16 @@ static void test_bf16(const fixture *fx) {
     llama_run_chunked(&ch, fx, ZINF_DTYPE_BF16, true, true, "", CHUNK);
     check_head_chunks(fx->name, &tr, &ch, ZINF_DTYPE_BF16, 4.0 / 256);
     run_free(&inf), run_free(&tr), run_free(&ch);
+    // cuDNN's attention in the model (grouped heads; Mistral's and Qwen2's windows), where
+    // it loads, held to the same bound.
+    if (!test_cudnn_begin()) return;
+    llama_run(&inf, fx, ZINF_DTYPE_BF16, false, false, "");
+    llama_run(&tr, fx, ZINF_DTYPE_BF16, true, false, "");
+    char what[80];
+    snprintf(what, sizeof what, "%s (cuDNN attention)", fx->name);
+    check_bf16(what, &inf, &tr, &fx->t, (size_t)fx->B * fx->T * fx->V);
+    run_free(&inf), run_free(&tr);
+    test_cudnn_end();
 }
 
 // The shape from the directory's config.json; the old config form (rope_theta beside
