@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a session lent a CUDA device runs first, in one command of at most 9.5 minutes
+# What a session lent a CUDA device runs first, in one command of at most 9.7 minutes
 # (each step under its own time limit, so that one that hangs costs only its share):
 #   1. the card, the driver and the commit (machine.txt);
 #   2. the CUDA backend's kernel and model tests: test_gpu_ops (the tensor-core
@@ -8,10 +8,14 @@
 #      transformers), test_gpu_device;
 #   3. every op of GPT-2 124M, GPT-2 large and Llama-3.2-1B's shape (bf16, 8 x 1024)
 #      timed beside the sim's model of it (zinf device-bench --shapes --json): the
-#      fractions docs/performance.md's sim table takes;
+#      fractions docs/performance.md's sim table takes; GPT-2's again with cuDNN's
+#      attention;
 #   4. tests/bench/bench_gpu_compute.sh: zinf's tokens/s and model TFLOPS on the same
-#      three models, and PyTorch's where torch with CUDA is importable by $ZINF_PY
-#      (default: python3 on the PATH).
+#      three models, with zinf's attention and with cuDNN's, and PyTorch's where torch
+#      with CUDA is importable by $ZINF_PY (default: python3 on the PATH).
+# cuDNN comes from the nvidia-cudnn wheel beside that torch, put on LD_LIBRARY_PATH, so
+# that device.attention "cudnn" (the cuDNN test cases of test_gpu_ops, the cuDNN rows)
+# runs; without it those say cuDNN did not load.
 # Carry $ZINF_BUILD/gpu-pack.tar.xz (tests/bench/gpu_pack.sh makes it: the programs, the
 # fixtures and the shared libraries a bare GPU machine lacks); it is unpacked here when
 # present. The logs gather under $ZINF_BUILD/gpu-checks; where $OUT is set (the machine
@@ -30,6 +34,12 @@ if [ -f "$B/gpu-pack.tar.xz" ]; then
   export LD_LIBRARY_PATH=$PWD/$B/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 export ZINF_PY=${ZINF_PY:-$(command -v python3)}
+cudnn=
+if wheel=$("$ZINF_PY" -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2> /dev/null) &&
+  [ -d "$wheel/lib" ]; then
+  cudnn=$wheel/lib
+  export LD_LIBRARY_PATH=$cudnn${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 rm -rf "$out"
 mkdir -p "$out"
 summary=$out/summary.txt
@@ -53,6 +63,7 @@ step() {
   cat "$B/gpu-pack-commit.txt" 2> /dev/null || git describe --always --dirty 2> /dev/null
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
   nproc
+  echo "cuDNN: ${cudnn:-none beside the torch of $ZINF_PY}"
 } > "$out/machine.txt"
 
 step tests 120 env BUILD="$B" BACKEND=cuda tests/run -j 2 test_gpu_ops test_model_gpt2 test_model_llama test_gpu_device
@@ -64,6 +75,8 @@ python3 tests/bench/gpu_compute.py --write-configs "$configs" > /dev/null ||
 for m in gpt2 gpt2-large llama-1b; do
   step "device-bench-$m" 40 "$B/zinf" device-bench --config "$configs/$m.json" --shapes --json
 done
+step device-bench-gpt2-cudnn 40 "$B/zinf" device-bench --config "$configs/gpt2.json" --shapes --json \
+  --set device.attention=cudnn
 
 # Arguments go to the bench: --trainers zinf leaves PyTorch out (its compiles take most of
 # the 280 s), --models gpt2 one model.
