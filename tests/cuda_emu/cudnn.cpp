@@ -729,10 +729,33 @@ cudnnStatus_t check_broadcast(const operation_info &op, const tensor_info &in, c
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t output_not_by_value(const operation_info &op) {
+// Whether every element of t has a place of its own: with the dimensions of more than
+// one element ordered by stride, each stride reaches past the span of the ones before.
+bool places_distinct(const tensor_info &t) {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < t.dims.size(); i++)
+        if (t.dims[i] > 1) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return t.strides[a] < t.strides[b]; });
+    int64_t span = 1;
+    for (size_t i : order) {
+        if (t.strides[i] < span) return false;
+        span = t.strides[i] * t.dims[i];
+    }
+    return true;
+}
+
+// An operation's output is written, so it cannot be a by-value input, and no two of its
+// elements may share a place (where one would overwrite the other: on a GPU the fused
+// kernel may never store a virtual tensor, here each is stored as its strides say).
+cudnnStatus_t check_output(const operation_info &op) {
     if (op.output.by_value)
         return fail(CUDNN_STATUS_BAD_PARAM, "%s: its output, tensor UID %lld, is by value (an input only)",
                     op.label.c_str(), (long long)op.output.uid);
+    if (!places_distinct(op.output))
+        return fail(CUDNN_STATUS_BAD_PARAM,
+                    "%s: its output, tensor UID %lld (%s), has strides that put two "
+                    "elements in one place",
+                    op.label.c_str(), (long long)op.output.uid, shape_text(op.output).c_str());
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -769,7 +792,7 @@ cudnnStatus_t finalize_operation_pointwise(descriptor &d) {
     if (op.mode == CUDNN_POINTWISE_GEN_INDEX && (op.axis < 0 || op.axis >= (int64_t)op.output.dims.size()))
         return fail(CUDNN_STATUS_BAD_PARAM, "%s: GEN_INDEX axis %lld is not a dimension of Y (rank %zu)",
                     op.label.c_str(), (long long)op.axis, op.output.dims.size());
-    return output_not_by_value(op);
+    return check_output(op);
 }
 
 // Matmul (reference, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR): C = A B over the last
@@ -806,7 +829,7 @@ cudnnStatus_t finalize_operation_matmul(descriptor &d) {
                     "%s: A %s times B %s does not make C %s (A [batch..., M, K], B [batch..., K, N], each batch "
                     "dimension of A and B C's, 1 or a divisor of C's)",
                     op.label.c_str(), shape_text(a).c_str(), shape_text(b).c_str(), shape_text(c).c_str());
-    return output_not_by_value(op);
+    return check_output(op);
 }
 
 // Reduction (reference, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR): each dimension of
@@ -838,7 +861,7 @@ cudnnStatus_t finalize_operation_reduction(descriptor &d) {
         return fail(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH,
                     "%s: Y %s is not X %s reduced (each dimension of Y X's, 1 or a divisor of X's)", op.label.c_str(),
                     shape_text(y).c_str(), shape_text(x).c_str());
-    return output_not_by_value(op);
+    return check_output(op);
 }
 
 // The offset of an index in a tensor's memory.
@@ -895,7 +918,7 @@ cudnnStatus_t finalize_operation_reshape(descriptor &d) {
     if (!fits)
         return fail(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH, "%s: Y %s does not view the elements of X %s one for one",
                     op.label.c_str(), shape_text(y).c_str(), shape_text(x).c_str());
-    return output_not_by_value(op);
+    return check_output(op);
 }
 
 // The operation graph: its tensors by UID (one UID, one tensor), each written by at most

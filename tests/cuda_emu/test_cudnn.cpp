@@ -838,6 +838,19 @@ static void test_graph_errors(cudnnHandle_t h) {
         EXPECT_FAIL(cudnnBackendFinalize(op), CUDNN_STATUS_BAD_PARAM, "is by value");
     }
     {
+        graph gr; // an output whose strides put two elements in one place
+        auto x = gr.tensor(1, CUDNN_DATA_FLOAT, {1, 2, 3}), y = gr.tensor(2, CUDNN_DATA_FLOAT, {1, 2, 3}, {6, 1, 1});
+        cudnnBackendDescriptor_t pw = gr.create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+        gr.set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, CUDNN_POINTWISE_NEG);
+        gr.set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT);
+        gr.finalize(pw);
+        cudnnBackendDescriptor_t op = gr.create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+        gr.set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, pw);
+        gr.set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, x);
+        gr.set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, y);
+        EXPECT_FAIL(cudnnBackendFinalize(op), CUDNN_STATUS_BAD_PARAM, "put two elements in one place");
+    }
+    {
         graph gr; // a reshape that is not a view of X's elements
         auto x = gr.tensor(1, CUDNN_DATA_FLOAT, {1, 2, 3}), y = gr.tensor(2, CUDNN_DATA_FLOAT, {1, 3, 2}, {6, 1, 1});
         cudnnBackendDescriptor_t op = gr.create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
