@@ -423,7 +423,7 @@ static void make_plan(cudnnHandle_t handle, plan *p) {
         g->error[0] = '\0';
     }
     g->status = CUDNN_STATUS_NOT_SUPPORTED;
-    snprintf(g->error, sizeof g->error, "no engine of cuDNN %zu runs this attention graph%s%s", cudnnGetVersion(),
+    snprintf(g->error, sizeof g->error, "no engine of cuDNN %zu runs this attention graph%s%.200s", cudnnGetVersion(),
              first_error[0] ? "; the first one tried: " : "", first_error);
 }
 
