@@ -14,8 +14,10 @@
 // (B, NH, T): each backward runs from either forward. Plans are built once per shape
 // and device and kept until it closes; one handle serves the device under a lock,
 // which each execution holds only to enqueue.
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -433,11 +435,17 @@ static void plan_destroy(plan *p) {
     free(p);
 }
 
-// Why cuDNN's fused attention cannot take a, or NULL.
+static bool aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// Why cuDNN's fused attention cannot take a, or NULL. Its tensors are declared 16-byte
+// aligned (as the frontend declares them), so every buffer must be.
 static const char *refusal(const zinf_attention_args *a) {
     if (a->dt != ZINF_DTYPE_BF16 && a->dt != ZINF_DTYPE_F16) return "it takes bf16 or fp16 only";
     if (a->hd % 8 || a->hd > 256) return "it takes head sizes that are multiples of 8 up to 256";
     if (a->T < 2) return "it takes sequences of 2 tokens or more";
+    if (!aligned(a->qkv) || !aligned(a->out) || !aligned(a->lse) || !aligned(a->dqkv) || !aligned(a->dout) ||
+        !aligned(a->ws))
+        return "it takes buffers that start 16-byte aligned";
     return NULL;
 }
 
@@ -468,6 +476,9 @@ static plan *plan_for(cudnn_attention *l, const zinf_attention_args *a, bool bac
     p->g.next_virtual_uid = UID_FIRST_VIRTUAL;
     (backward ? backward_graph : forward_graph)(&p->g, &key);
     make_plan(l->handle, p);
+    if (!p->execute && l->want == ZINF_ATTENTION_AUTO)
+        ZINF_LOG_INFO("attention%s B %d T %d heads %d/%d head size %d: zinf's kernels run it, since %s",
+                      backward ? " backward" : "", a->B, a->T, a->NH, a->NKV, a->hd, p->g.error);
     l->plans[l->n_plans++] = p;
     return p;
 }
@@ -531,7 +542,10 @@ size_t cudnn_attention_workspace(cudnn_attention *l, const zinf_attention_args *
 static zinf_status execute(cudnn_attention *l, plan *p, cudaStream_t st, const zinf_attention_args *a) {
     size_t es = 2, hd = (size_t)a->hd, q_width = (size_t)a->NH * hd, kv_width = (size_t)a->NKV * hd;
     const char *qkv = (const char *)a->qkv;
-    float scale = 1.0f / sqrtf((float)a->hd), neg_inf = -INFINITY, one = 1.0f, window = (float)p->key.window;
+    // What a masked score becomes: -inf, or before cuDNN 9.10 the lowest float, as the
+    // frontend gives each (attn_score_modifiers.h: older versions prefer it).
+    float neg_inf = cudnnGetVersion() >= 91000 ? -INFINITY : -FLT_MAX;
+    float scale = 1.0f / sqrtf((float)a->hd), one = 1.0f, window = (float)p->key.window;
     int64_t uids[14];
     void *ptrs[14];
     int n = 0;
@@ -611,8 +625,8 @@ zinf_status cudnn_attention_run(cudnn_attention *l, cudaStream_t st, const zinf_
     const char *why = refusal(a);
     if (why && l->want == ZINF_ATTENTION_CUDNN)
         return zinf_fail(ZINF_ERR_UNSUPPORTED,
-                         "device.attention is \"cudnn\" but cuDNN's fused attention cannot run %s, head size %d: %s; "
-                         "set device.attention to \"auto\" or \"zinf\"",
+                         "device.attention is \"cudnn\" but cuDNN's fused attention cannot run this %s attention, "
+                         "head size %d: %s; set device.attention to \"auto\" or \"zinf\"",
                          zinf_dtype_name(a->dt), a->hd, why);
     if (why) return run_zinf(st, a, backward);
     pthread_mutex_lock(&l->lock);

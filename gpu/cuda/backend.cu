@@ -297,6 +297,7 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
 
 // zinf's kernels' workspace, or cuDNN's where its plans for the shape may run.
 static size_t cuda_attention_workspace(zinf_device *d, const zinf_attention_args *a) {
+    CUDA_WARN(cudaSetDevice(cuda_dev_of(d)->index)); // cuDNN builds its plans on the current device
     size_t own = att_workspace_bytes(a->B, a->T, a->NH), dnn = cudnn_attention_workspace(cuda_dev_of(d)->dnn, a);
     return dnn > own ? dnn : own;
 }

@@ -619,6 +619,25 @@ static void test_cudnn_attention(void) {
             test_attention(ZINF_DTYPE_BF16, 80, 4, 2, 64, 21);
             test_attention(ZINF_DTYPE_F16, 40, 2, 1, 128, 0);
         }
+        // A head one element past a 16-byte boundary: "cudnn" refuses it, "auto" runs zinf's.
+        unsigned char *x = test_dev_poisoned(dev, S, 4096);
+        zinf_attention_args a = {.dt = ZINF_DTYPE_BF16,
+                                 .B = 1,
+                                 .T = 4,
+                                 .C = 8,
+                                 .NH = 1,
+                                 .qkv = x + 2,
+                                 .out = x + 1024,
+                                 .lse = (float *)(x + 2048),
+                                 .ws = x + 3072};
+        zinf_status st = zinf_attention_fwd(S, &a);
+        if (impl == ZINF_ATTENTION_CUDNN)
+            CHECK(st == ZINF_ERR_UNSUPPORTED && strstr(zinf_last_error(), "16-byte aligned"),
+                  "a misaligned head on cuDNN: %s", zinf_last_error());
+        else
+            CHECK(st == ZINF_OK, "a misaligned head under auto: %s", zinf_last_error());
+        TRY(zinf_stream_sync(S));
+        zinf_device_free(dev, x);
         zinf_stream_destroy(S);
         zinf_device_destroy(dev);
     }
