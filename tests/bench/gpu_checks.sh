@@ -66,7 +66,9 @@ step() {
   echo "cuDNN: ${cudnn:-none beside the torch of $ZINF_PY}"
 } > "$out/machine.txt"
 
-step tests 120 env BUILD="$B" BACKEND=cuda tests/run -j 2 test_gpu_ops test_model_gpt2 test_model_llama test_gpu_device
+# cuDNN's own warnings and errors in the test logs: why an engine refused a graph.
+step tests 120 env BUILD="$B" BACKEND=cuda CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr \
+  tests/run -j 2 test_gpu_ops test_model_gpt2 test_model_llama test_gpu_device
 cp -r "$B/test-logs" "$out/test-logs" 2> /dev/null
 
 configs=$(mktemp -d) # with their token files, too large to hand back
