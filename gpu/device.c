@@ -57,6 +57,15 @@ void zinf_gpu_runtime_probe(zinf_gpu_runtime_info *info) {
 #endif
 }
 
+int zinf_gpu_cudnn_version(char *why, size_t why_size) {
+#ifdef ZINF_HAVE_CUDA
+    return zinf_cuda_cudnn_version(why, why_size);
+#else
+    snprintf(why, why_size, "this build has no CUDA backend");
+    return 0;
+#endif
+}
+
 zinf_status zinf_gpu_device_probe(int index, zinf_gpu_device_info *out) {
     memset(out, 0, sizeof *out);
     out->index = index;

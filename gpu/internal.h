@@ -213,6 +213,8 @@ struct zinf_event {
 
 // Versions and device count; info comes in zeroed and leaves with status set.
 void zinf_cuda_runtime_probe(zinf_gpu_runtime_info *info);
+// cuDNN's version where it loads, else 0 and why (zinf_gpu_cudnn_version).
+int zinf_cuda_cudnn_version(char *why, size_t why_size);
 // Properties, PCI bus id and a test kernel launch on device index; out comes in
 // zeroed. On failure out keeps what was learned before the failing step.
 zinf_status zinf_cuda_device_probe(int index, zinf_gpu_device_info *out);

@@ -3,7 +3,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <cudnn_graph.h>
+
 #include "cuda_backend.h"
+
+int zinf_cuda_cudnn_version(char *why, size_t why_size) {
+    size_t version = cudnnGetVersion(); // 0 where the loader could not load it
+    if (!version) cudnnGetLastErrorString(why, why_size);
+    return (int)version;
+}
 
 void zinf_cuda_runtime_probe(zinf_gpu_runtime_info *info) {
     info->built = true;

@@ -45,6 +45,11 @@ typedef struct zinf_gpu_runtime_info {
 // device is reported in info->status.
 void zinf_gpu_runtime_probe(zinf_gpu_runtime_info *info);
 
+// cuDNN's version (e.g. 91900) where this build has the CUDA backend and libcudnn 9
+// loads (device.attention can run its fused attention), else 0 with the reason in why.
+// Loads the library, so only zinf info asks.
+int zinf_gpu_cudnn_version(char *why, size_t why_size);
+
 // Facts about CUDA device `index` (0 <= index < device_count), including a test
 // launch of one of this build's kernels. ZINF_ERR_CUDA with the runtime's text on
 // failure, *out keeping what was learned before the failing step (name, memory, bus

@@ -28,6 +28,8 @@ typedef struct {
     path_probe *paths;
     int npaths;
     zinf_gpu_runtime_info gpu;
+    int cudnn_version; // 0: not loaded, for cudnn_why
+    char cudnn_why[256];
     device_probe *devices;
     zinf_comm_info comm;
 } facts;
@@ -39,6 +41,7 @@ static zinf_status collect(facts *f) {
     zinf_aio_probe(&f->aio);
     zinf_comm_probe(&f->comm);
     zinf_gpu_runtime_probe(&f->gpu);
+    f->cudnn_version = zinf_gpu_cudnn_version(f->cudnn_why, sizeof f->cudnn_why);
     if (f->gpu.device_count == 0) return ZINF_OK;
     f->devices = calloc((size_t)f->gpu.device_count, sizeof *f->devices);
     if (!f->devices) return zinf_fail(ZINF_ERR_NOMEM, "out of memory for %d device entries", f->gpu.device_count);
@@ -155,6 +158,8 @@ static json_t *json_facts(const facts *f) {
     json_object_set_new(cuda, "driver_version", json_integer(g->driver_version));
     json_object_set_new(cuda, "device_count", json_integer(g->device_count));
     json_object_set_new(cuda, "status", json_string(g->status));
+    json_object_set_new(cuda, "cudnn_version", json_integer(f->cudnn_version));
+    json_object_set_new(cuda, "cudnn_status", json_string(f->cudnn_version ? "ok" : f->cudnn_why));
     json_t *devices = json_array();
     for (int i = 0; i < g->device_count; i++)
         json_array_append_new(devices, json_device(&f->devices[i]));
@@ -243,6 +248,11 @@ static void print_table(const facts *f) {
         ROW("cuda", "runtime %d.%d, driver %s: %s", g->runtime_version / 1000, g->runtime_version % 1000 / 10,
             g->driver_version ? a : "none", g->status);
     }
+    if (g->built && f->cudnn_version)
+        ROW("cudnn", "%d.%d.%d, loaded: on a CUDA device device.attention can run its fused attention",
+            f->cudnn_version / 10000, f->cudnn_version / 100 % 100, f->cudnn_version % 100);
+    else if (g->built)
+        ROW("cudnn", "not loaded (%s): device.attention \"auto\" runs zinf's kernels", f->cudnn_why);
     for (int i = 0; i < g->device_count; i++) {
         const device_probe *d = &f->devices[i];
         const zinf_gpu_device_info *di = &d->info;

@@ -28,7 +28,8 @@ want = {
     "io_uring": ["available", "error", "features", "single_issuer", "defer_taskrun", "coop_taskrun", "sqpoll",
                  "read", "write", "read_fixed", "fallocate"],
     "paths": None,
-    "cuda": ["built", "runtime_version", "driver_version", "device_count", "status", "devices"],
+    "cuda": ["built", "runtime_version", "driver_version", "device_count", "status", "cudnn_version", "cudnn_status",
+             "devices"],
     "blas": ["config", "threads"],
     "mpi": ["built", "version"],
     "nccl": ["built", "version"],
@@ -61,6 +62,9 @@ if mpi_built and not j["mpi"].get("version"): bad.append("mpi.version empty")
 if j.get("nccl", {}).get("built") is not nccl_built: bad.append("nccl.built vs config.h")
 if j.get("cuda", {}).get("built") is not cuda_built: bad.append("cuda.built vs config.h")
 if len(j.get("cuda", {}).get("devices", [])) != j.get("cuda", {}).get("device_count"): bad.append("cuda.devices count")
+c = j.get("cuda", {})
+if (c.get("cudnn_version", 0) > 0) != (c.get("cudnn_status") == "ok"): bad.append("cuda.cudnn_version vs cudnn_status")
+if not cuda_built and c.get("cudnn_version") != 0: bad.append("cuda.cudnn_version without the CUDA backend")
 if bad:
     print("bad or missing:", ", ".join(bad))
     print(text)
@@ -71,6 +75,9 @@ model=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head 
 "$zinf" info > "$dir/out.txt" 2> "$dir/err" || fail "info exited $?: $(cat "$dir/err")"
 if [ -n "$model" ]; then
   grep -qF -- "$model" "$dir/out.txt" || fail "human output does not name the CPU \"$model\": $(cat "$dir/out.txt")"
+fi
+if [ "$cuda_built" = true ]; then
+  grep -q '^ *cudnn ' "$dir/out.txt" || fail "human output has no cudnn row: $(cat "$dir/out.txt")"
 fi
 
 "$zinf" info --path /nonexistent-zinf-dir > /dev/null 2> "$dir/err"

@@ -1358,7 +1358,17 @@ cudnnStatus_t descriptor_of(cudnnBackendDescriptor_t p, descriptor **out) {
 
 extern "C" {
 
-size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
+// Off, the library is absent, and zinf's loader (gpu/cuda/cudnn_load.c) answers 0 for a
+// library it could not load, with the reason as the last error: so does the emulation.
+size_t cudnnGetVersion(void) {
+    current_call = "cudnnGetVersion";
+    if (!enabled_hook()) {
+        fail(CUDNN_STATUS_NOT_INITIALIZED, "the emulated cuDNN is off (CUDA_EMU_CUDNN is not 1), as on a machine "
+                                           "without libcudnn; set CUDA_EMU_CUDNN=1 to turn it on");
+        return 0;
+    }
+    return CUDNN_VERSION;
+}
 
 const char *cudnnGetErrorString(cudnnStatus_t status) { return status_name(status); }
 
