@@ -198,6 +198,10 @@ typedef struct zinf_plan_target {
     int local_ranks;         // ranks on one host: they share its memory
     zinf_host_mem host;      // that host's memory, for the host budgets
     int nodes;               // the ranks form this many nodes of world / nodes consecutive ranks (0: 1)
+    // The model's attention workspace as the run's device counts it (a CUDA device with
+    // cuDNN's attention asks what its plans need, known once it is open); 0: the
+    // backend's own count, all a plan without a device has.
+    int64_t attention_workspace;
 } zinf_plan_target;
 
 // Where zinf_engine_create(cfg, comm) would make its engine, found without making it:

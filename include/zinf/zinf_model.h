@@ -201,6 +201,10 @@ typedef struct zinf_model_params {
     // output and every block's) live in pinned host memory the caller lends
     // (zinf_model_lend_checkpoints), and the device keeps three of them.
     bool host_checkpoints;
+    // A plan (no device): the bytes of attention workspace the run's device asks, as the
+    // model made on it says (zinf_model_attention_workspace: a CUDA device running
+    // cuDNN's attention counts its plans'); 0: the backend's own count.
+    int64_t attention_workspace;
 } zinf_model_params;
 
 typedef struct zinf_model zinf_model;
@@ -266,6 +270,8 @@ static inline size_t zinf_tiling_len(const zinf_tiling *t, size_t k) {
 }
 
 const zinf_model_params *zinf_model_get_params(const zinf_model *m);
+// The bytes of attention workspace the model took (its device's count, or its plan's).
+size_t zinf_model_attention_workspace(const zinf_model *m);
 int zinf_model_module_count(const zinf_model *m);
 const zinf_module_info *zinf_model_module(const zinf_model *m, int i);
 // The order modules run in: forward only, or forward, (recompute and) backward.

@@ -98,6 +98,7 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     zinf_device_mem before, after;
     zinf_device_get_mem(e->dev, &before);
     ZINF_CHECK(zinf_model_create(&e->model, e->dev, &mp));
+    t.attention_workspace = (int64_t)zinf_model_attention_workspace(e->model);
     zinf_device_get_mem(e->dev, &after);
     e->activation_bytes = (int64_t)(after.in_use - before.in_use);
     ZINF_CHECK(engine_build(e));

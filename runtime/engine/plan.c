@@ -285,6 +285,7 @@ static zinf_status plan_engine(const zinf_config *cfg, const zinf_plan_target *t
     mics_settings(e);
     zinf_model_params mp;
     zinf_status st = engine_model_params(cfg, e->dtype, &mp);
+    mp.attention_workspace = t->attention_workspace;
     if (st == ZINF_OK) st = zinf_model_plan(&e->model, t->backend, &mp, &e->activation_bytes);
     e->plan_device = e->activation_bytes;
     if (st == ZINF_OK) st = engine_build(e);

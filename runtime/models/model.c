@@ -161,8 +161,11 @@ static zinf_status alloc_acts(zinf_model *m) {
     zinf_attention_args at = {.dt = m->p.dtype, .B = m->p.batch, .T = m->p.seq_len, .C = w->att, .NH = s->n_head,
                               .NKV = s->n_kv_head, .hd = s->head_dim, .window = s->window};
     // The device's own count where there is one: its attention may be cuDNN's, whose
-    // plans say what they need.
-    size_t ws = m->dev ? zinf_attention_workspace(m->dev, &at) : zinf_backend_attention_workspace(m->backend, &at);
+    // plans say what they need; a plan takes that count from its params where given.
+    size_t ws = m->dev                         ? zinf_attention_workspace(m->dev, &at)
+                : m->p.attention_workspace > 0 ? (size_t)m->p.attention_workspace
+                                               : zinf_backend_attention_workspace(m->backend, &at);
+    m->att_ws_bytes = ws;
     if (ws) ZINF_CHECK(model_dalloc(m, &m->att_ws, ws, 1, "attention workspace"));
     ZINF_CHECK(model_mlp_tiles_alloc(m));
     if (!m->p.training) return ZINF_OK;
@@ -366,6 +369,7 @@ zinf_status zinf_model_plan(zinf_model **out, zinf_backend backend, const zinf_m
 }
 
 const zinf_model_params *zinf_model_get_params(const zinf_model *m) { return &m->p; }
+size_t zinf_model_attention_workspace(const zinf_model *m) { return m->att_ws_bytes; }
 int zinf_model_module_count(const zinf_model *m) { return m->nmod; }
 const zinf_module_info *zinf_model_module(const zinf_model *m, int i) {
     return i >= 0 && i < m->nmod ? &m->mods[i] : NULL;

@@ -90,6 +90,7 @@ struct zinf_model {
     float *losses; // (B, T)
     float *lse;    // (B, T) training: each row's log-sum-exp, which a head in tiles reads in its backward
     void *att_ws;
+    size_t att_ws_bytes;        // as the device (or, planning, the backend or the params) counted it
     float *rope_cos, *rope_sin; // (T, hd / 2), the Llama family's
     // backward scratch
     void *dres, *dln, *dqkv, *datty, *dfc, *dact;
