@@ -47,6 +47,24 @@ for dt in fp32 bf16; do
 done
 echo "equivalence: stages 0-3 x 1, 2 ranks x fp32, bf16 bit-identical to stage 0 on 1 rank"
 
+# cuDNN's attention (under the emulation, its emulated backend API) through the config:
+# the runs repeat bit for bit across stages and ranks as zinf's own attention's do.
+if [ -n "${ZINF_TEST_CUDA_EMU:-}" ]; then
+  export CUDA_EMU_CUDNN=1
+  run 1 "$tmp/cudnn.1" --set bf16.enabled=true --set device.attention=cudnn
+  run 2 "$tmp/cudnn.3.2" --set bf16.enabled=true --set device.attention=cudnn --set zero_optimization.stage=3
+  unset CUDA_EMU_CUDNN
+  [ "$(summary "$tmp/cudnn.3.2")" = "$(summary "$tmp/cudnn.1")" ] ||
+    fail "cuDNN's attention, stage 3 on 2 ranks: $(summary "$tmp/cudnn.3.2"); stage 0 on 1 rank: $(summary "$tmp/cudnn.1")"
+  python3 - "$tmp/cudnn.1" "$tmp/ref.bf16" <<'PY' || fail "cuDNN's attention drifts from zinf's in bf16"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)][:-1] for p in sys.argv[1:])
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"cuDNN vs zinf attention, bf16 losses: worst relative difference {worst:.2e}")
+sys.exit(0 if worst < 2e-2 else 1)
+PY
+fi
+
 # Buckets of 1000 elements split every module: the same bits, and the plan's gradient
 # buckets are 2 x 1000 fp32 (the 16 K-element embedding no longer sets their size).
 run 2 "$tmp/split" --set zero_optimization.stage=3 --set zero_optimization.reduce_bucket_size=1000
@@ -134,6 +152,11 @@ ZINF_COMM_TIMEOUT=abc expect 1 "$Z" train "$tmp/cfg.json"
 grep -q 'ZINF_COMM_TIMEOUT: "abc"' "$tmp/err" || fail "bad timeout knob: $(cat "$tmp/err")"
 expect 1 "$Z" train "$tmp/cfg.json" --set device.memory_limit=1M
 grep -q 'does not fit.*lower train_micro_batch_size_per_gpu' "$tmp/err" || fail "out of memory: $(cat "$tmp/err")"
+expect 2 "$Z" train "$tmp/cfg.json" --set device.attention=flash
+grep -q 'device.attention' "$tmp/err" || fail "an unknown attention: $(cat "$tmp/err")"
+# The host backend has its own attention; the emulated CUDA device has no cuDNN here.
+expect 1 "$Z" train "$tmp/cfg.json" --set device.attention=cudnn
+grep -q 'device.attention is "cudnn"' "$tmp/err" || fail "cudnn without cuDNN: $(cat "$tmp/err")"
 
 # Under the CUDA emulation: a device whose blocks hold fewer threads than zinf's
 # kernels ask for refuses their launches (cudaErrorInvalidConfiguration), and zinf
