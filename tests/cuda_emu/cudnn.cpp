@@ -28,7 +28,9 @@
 // Test hook: the library is absent unless CUDA_EMU_CUDNN=1 is set in the environment,
 // read at each cudnnCreate: without it cudnnCreate fails with
 // CUDNN_STATUS_NOT_INITIALIZED, as on a machine without libcudnn, so that zinf's default
-// runs do not depend on cuDNN.
+// runs do not depend on cuDNN. A second hook, CUDA_EMU_CUDNN_NO_ENGINE=1, read at each
+// heuristic query, makes the heuristics find no engine for any graph (0 results), as a
+// real cuDNN may for a graph none of its engines takes, so that a caller's fallback runs.
 //
 // Workspace: a plan reports 256 bytes per operation of its graph (the emulated engine
 // keeps its virtual tensors in host memory of its own); each execution checks that the
@@ -1346,6 +1348,11 @@ bool enabled_hook() {
     return v && strcmp(v, "1") == 0;
 }
 
+bool no_engine_hook() {
+    const char *v = getenv("CUDA_EMU_CUDNN_NO_ENGINE");
+    return v && strcmp(v, "1") == 0;
+}
+
 // The descriptor a cudnnBackendDescriptor_t names, or the failure (recorded).
 cudnnStatus_t descriptor_of(cudnnBackendDescriptor_t p, descriptor **out) {
     if (!live_descriptor(p))
@@ -1536,8 +1543,8 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
         v = &computed;
     } else if (attributeName == CUDNN_ATTR_ENGINEHEUR_RESULTS) {
         computed.type = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-        computed.count = 1;
-        computed.descriptors = {std::make_shared<const descriptor>(heuristic_result(*d))};
+        computed.count = no_engine_hook() ? 0 : 1;
+        if (computed.count) computed.descriptors = {std::make_shared<const descriptor>(heuristic_result(*d))};
         v = &computed;
     }
     int64_t count = v ? v->count : 0, n = std::min(count, requestedElementCount);

@@ -938,6 +938,32 @@ static void test_hook() {
     char tiny[4];
     cudnnGetLastErrorString(tiny, sizeof tiny);
     CHECK(strlen(tiny) == 3, "cudnnGetLastErrorString truncates to its buffer");
+    unsetenv("CUDA_EMU_CUDNN");
+    CHECK(cudnnGetVersion() == 0 && last_text().find("CUDA_EMU_CUDNN=1") != std::string::npos,
+          "off, the version is 0 with the reason (as zinf's loader gives it): %s", last_text().c_str());
+    setenv("CUDA_EMU_CUDNN", "1", 1);
+}
+
+// CUDA_EMU_CUDNN_NO_ENGINE=1: the heuristics find no engine for a graph that has one.
+static void test_no_engine_hook(cudnnHandle_t h) {
+    graph gr;
+    auto x = gr.tensor(1, CUDNN_DATA_FLOAT, {1, 1, 4}), y = gr.tensor(2, CUDNN_DATA_FLOAT, {1, 1, 4});
+    cudnnBackendDescriptor_t g = gr.op_graph(h, {gr.pointwise(CUDNN_POINTWISE_NEG, x, y)});
+    gr.finalize(g);
+    for (int hook = 0; hook <= 1; hook++) {
+        if (hook) setenv("CUDA_EMU_CUDNN_NO_ENGINE", "1", 1);
+        cudnnBackendDescriptor_t heur = gr.create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+        gr.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, g);
+        gr.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, CUDNN_HEUR_MODE_A);
+        gr.finalize(heur);
+        int64_t n = -1;
+        EXPECT(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
+                                        nullptr),
+               CUDNN_STATUS_SUCCESS);
+        CHECK(n == 1 - hook, "with the no-engine hook %s the heuristic has %lld results", hook ? "on" : "off",
+              (long long)n);
+    }
+    unsetenv("CUDA_EMU_CUDNN_NO_ENGINE");
 }
 
 // ---- (f) stream order ----
@@ -1022,6 +1048,7 @@ int main() {
     test_graph_errors(h);
     test_execute_errors(h);
     test_stream_order(h);
+    test_no_engine_hook(h);
     cudnnDestroy(h);
     test_stream_mismatch();
     if (failures) {

@@ -636,6 +636,20 @@ static void test_cudnn_attention(void) {
                   "a misaligned head on cuDNN: %s", zinf_last_error());
         else
             CHECK(st == ZINF_OK, "a misaligned head under auto: %s", zinf_last_error());
+        // No engine takes the graph (the emulation's hook: always a real cuDNN's verdict on a
+        // GPU): "cudnn" says so with cuDNN's reason, "auto" runs zinf's kernels.
+        if (emulated) {
+            setenv("CUDA_EMU_CUDNN_NO_ENGINE", "1", 1);
+            a.T = 6, a.qkv = x, a.ws = x + 3584;
+            TRY(zinf_memset_async(S, x, 0, 512));
+            st = zinf_attention_fwd(S, &a);
+            if (impl == ZINF_ATTENTION_CUDNN)
+                CHECK(st == ZINF_ERR_UNSUPPORTED && strstr(zinf_last_error(), "no engine of cuDNN"),
+                      "a graph no engine takes under \"cudnn\": %s", zinf_last_error());
+            else
+                CHECK(st == ZINF_OK, "a graph no engine takes under auto: %s", zinf_last_error());
+            unsetenv("CUDA_EMU_CUDNN_NO_ENGINE");
+        }
         TRY(zinf_stream_sync(S));
         zinf_device_free(dev, x);
         zinf_stream_destroy(S);
