@@ -16,8 +16,9 @@ static inline zinf_backend test_backend(void) {
     return b && strcmp(b, "cuda") == 0 ? ZINF_BACKEND_CUDA : ZINF_BACKEND_HOST;
 }
 
-// The attention test_device's devices run (device.attention); test_cudnn_begin sets it.
-static zinf_attention_impl test_attention_impl = ZINF_ATTENTION_AUTO;
+// The attention test_device's devices run (device.attention): zinf's kernels, which
+// "auto" would leave unchecked on a GPU where cuDNN loads; test_cudnn_begin sets it.
+static zinf_attention_impl test_attention_impl = ZINF_ATTENTION_ZINF;
 
 // The suite's device with the given capacity (0: the default); exits 1 when it cannot
 // be made, since every backend the suite is asked to run on must work.
@@ -52,7 +53,7 @@ static inline bool test_cudnn_begin(void) {
 }
 
 static inline void test_cudnn_end(void) {
-    test_attention_impl = ZINF_ATTENTION_AUTO;
+    test_attention_impl = ZINF_ATTENTION_ZINF;
     unsetenv("CUDA_EMU_CUDNN");
 }
 
