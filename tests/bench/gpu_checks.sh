@@ -8,7 +8,7 @@
 #      transformers), test_gpu_device;
 #   3. every op of GPT-2 124M, GPT-2 large and Llama-3.2-1B's shape (bf16, 8 x 1024)
 #      timed beside the sim's model of it (zinf device-bench --shapes --json): the
-#      fractions docs/performance.md's sim table takes; GPT-2's again with cuDNN's
+#      fractions docs/performance.md's sim table takes; each again with cuDNN's
 #      attention;
 #   4. tests/bench/bench_gpu_compute.sh: zinf's tokens/s and model TFLOPS on the same
 #      three models, with zinf's attention and with cuDNN's, and PyTorch's where torch
@@ -76,9 +76,9 @@ python3 tests/bench/gpu_compute.py --write-configs "$configs" > /dev/null ||
   echo "configs: gpu_compute.py --write-configs failed" | tee -a "$summary"
 for m in gpt2 gpt2-large llama-1b; do
   step "device-bench-$m" 40 "$B/zinf" device-bench --config "$configs/$m.json" --shapes --json
+  step "device-bench-$m-cudnn" 40 "$B/zinf" device-bench --config "$configs/$m.json" --shapes --json \
+    --set device.attention=cudnn
 done
-step device-bench-gpt2-cudnn 40 "$B/zinf" device-bench --config "$configs/gpt2.json" --shapes --json \
-  --set device.attention=cudnn
 
 # Arguments go to the bench: --trainers zinf leaves PyTorch out (its compiles take most of
 # the 280 s), --models gpt2 one model.
