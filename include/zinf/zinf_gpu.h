@@ -71,9 +71,9 @@ typedef enum zinf_backend {
 } zinf_backend;
 
 // Which attention a CUDA device runs (the config key device.attention). AUTO: cuDNN's
-// fused attention where libcudnn 9 loads and takes the shape, when it is the faster of
-// the two on the first forward and backward of each shape (timed once per device);
-// otherwise zinf's own kernels. CUDNN: cuDNN's, or an error saying why it cannot run.
+// fused attention wherever libcudnn 9 loads and an engine takes the shape, otherwise
+// zinf's own kernels (a rule, not a timing, so that runs repeat bit for bit). CUDNN:
+// cuDNN's, or an error saying why it cannot run.
 // ZINF: zinf's kernels. The host and sim backends run their own attention whatever
 // this says, but refuse CUDNN.
 typedef enum zinf_attention_impl {
