@@ -126,8 +126,8 @@ static zinf_status capacity_of(const backend_ops *be, const zinf_device_params *
     return ZINF_OK;
 }
 
-// cuDNN's attention runs on a CUDA device only; the host and sim backends have one
-// attention each.
+// cuDNN's attention runs on a CUDA device, and the sim device models it; the host
+// backend has one attention.
 static zinf_status check_attention(const backend_ops *be, const zinf_device_params *p) {
     if (p->attention < ZINF_ATTENTION_AUTO || p->attention > ZINF_ATTENTION_ZINF)
         return zinf_fail(ZINF_ERR_INVAL, "device.attention: unknown value %d; expected auto, cudnn or zinf",
@@ -137,10 +137,10 @@ static zinf_status check_attention(const backend_ops *be, const zinf_device_para
 #else
     bool cuda = false;
 #endif
-    if (p->attention == ZINF_ATTENTION_CUDNN && !cuda)
+    if (p->attention == ZINF_ATTENTION_CUDNN && !cuda && be != &zinf_sim_backend)
         return zinf_fail(ZINF_ERR_INVAL,
                          "device.attention is \"cudnn\" but the device is the %s backend, which runs its own "
-                         "attention; use \"auto\" or \"zinf\", or device.backend \"cuda\"",
+                         "attention; use \"auto\" or \"zinf\", or device.backend \"cuda\" or \"sim\"",
                          be->name);
     return ZINF_OK;
 }

@@ -140,6 +140,7 @@ zinf_status zinf_device_profile_start(zinf_device *d, const zinf_sim_params *mod
     if (!p) return zinf_fail(ZINF_ERR_NOMEM, "profile start: out of host memory");
     pthread_mutex_init(&p->lock, NULL);
     zinf_sim_rates_of(model, &p->rates);
+    p->rates.attention = d->params.attention;
     zinf_status st = ZINF_OK;
     for (int i = 0; st == ZINF_OK && i < PROFILE_BATCH; i++) {
         st = zinf_event_create_timed(d, &p->ops[i].start);

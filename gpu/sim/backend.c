@@ -167,6 +167,7 @@ static zinf_status s_open(zinf_device *d) {
     sim_device *sd = calloc(1, sizeof *sd);
     if (!sd) return zinf_fail(ZINF_ERR_NOMEM, "sim device: out of memory");
     zinf_sim_rates_of(&d->params.sim, &sd->r);
+    sd->r.attention = d->params.attention;
     sd->paced = !d->params.sim.virtual_time;
     pthread_mutex_init(&sd->mu, NULL);
     d->impl = sd;

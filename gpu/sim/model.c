@@ -93,6 +93,11 @@ double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, doubl
 // device-bench on an H200, 2026-11-26, commit 3ed764a); the means.
 static const double attention_tensor_fwd_eff = 0.073, attention_tensor_bwd_eff = 0.097;
 
+// cuDNN 9.19's fused attention, the same count: GPT-2 124M 0.257 forward and 0.239
+// backward, GPT-2 large 0.302 and 0.259, Llama-3.2-1B 0.325 and 0.261 (8 x 1024, bf16,
+// head size 64, zinf device-bench on an H100, 2026-11-26, commit cd9c847); the means.
+static const double attention_cudnn_fwd_eff = 0.295, attention_cudnn_bwd_eff = 0.253;
+
 // The (query, key) pairs T queries see: T (T + 1) / 2 causal, fewer with a window.
 static double seen_pairs(double T, double window) {
     if (window <= 0 || window >= T) return T * (T + 1) / 2;
@@ -101,7 +106,12 @@ static double seen_pairs(double T, double window) {
 
 double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T, int NH, int hd, int window,
                             bool backward) {
-    double flops = (backward ? 7 : 2) * 2.0 * ATT_HD_PAD(hd) * seen_pairs(T, window) * B * NH;
+    double pair_flops = (backward ? 7 : 2) * 2.0 * seen_pairs(T, window) * B * NH;
+    bool cudnn = r->attention != ZINF_ATTENTION_ZINF && dt != ZINF_DTYPE_F32 && hd % 8 == 0 && hd <= 256 && T >= 2;
+    if (cudnn)
+        return r->launch_s +
+               pair_flops * hd / (r->flops16 * (backward ? attention_cudnn_bwd_eff : attention_cudnn_fwd_eff));
+    double flops = pair_flops * ATT_HD_PAD(hd);
     bool tensor = dt != ZINF_DTYPE_F32 && hd > 32 && hd <= 128;
     double rate = tensor ? r->flops16 * (backward ? attention_tensor_bwd_eff : attention_tensor_fwd_eff)
                          : r->flops32 * r->matmul32_eff;
@@ -163,13 +173,14 @@ static double op_bytes(const op_record *op) {
 // The fraction of HBM peak zinf's memory-bound kernels reached on the H100 (bf16, the
 // shapes above; 0: not measured, the generic hbm_eff). The row kernels reduce in fp32
 // over 16-bit rows and the embedding's and bias's gradients reduce across rows, which
-// streams well short of the bandwidth. The norms' backwards and the bias gradient are
-// those of their rewrite (rows in 16-byte chunks, column sums over row chunks),
-// measured on an H200 (2026-11-26).
+// streams well short of the bandwidth. The norms, the bias gradient and the
+// cross-entropy are those of their rewrites (rows in 16-byte chunks, column sums over
+// row chunks, the padded head), measured on an H100 at commit cd9c847 (2026-11-26): the
+// means over GPT-2 124M and large, or Llama-3.2-1B's for RMSNorm.
 static const double kernel_hbm_frac[] = {
     [OP_ADD] = 0.63,           [OP_GELU_FWD] = 0.46,      [OP_GELU_BWD] = 0.57,      [OP_SWIGLU_FWD] = 0.53,
-    [OP_SWIGLU_BWD] = 0.70,    [OP_LAYERNORM_FWD] = 0.35, [OP_LAYERNORM_BWD] = 0.24, [OP_RMSNORM_FWD] = 0.70,
-    [OP_RMSNORM_BWD] = 0.26,   [OP_BIAS_GRAD] = 0.35,     [OP_CROSS_ENTROPY] = 0.25, [OP_EMBEDDING_FWD] = 0.23,
+    [OP_SWIGLU_BWD] = 0.70,    [OP_LAYERNORM_FWD] = 0.55, [OP_LAYERNORM_BWD] = 0.28, [OP_RMSNORM_FWD] = 0.42,
+    [OP_RMSNORM_BWD] = 0.29,   [OP_BIAS_GRAD] = 0.44,     [OP_CROSS_ENTROPY] = 0.56, [OP_EMBEDDING_FWD] = 0.23,
     [OP_EMBEDDING_BWD] = 0.23, [OP_ROPE_FWD] = 0.38,      [OP_ROPE_BWD] = 0.38,
 };
 

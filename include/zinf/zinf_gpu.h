@@ -74,8 +74,8 @@ typedef enum zinf_backend {
 // fused attention wherever libcudnn 9 loads and an engine takes the shape, otherwise
 // zinf's own kernels (a rule, not a timing, so that runs repeat bit for bit). CUDNN:
 // cuDNN's, or an error saying why it cannot run.
-// ZINF: zinf's kernels. The host and sim backends run their own attention whatever
-// this says, but refuse CUDNN.
+// ZINF: zinf's kernels. The sim device models the one this names (AUTO as cuDNN's, what
+// a GPU with PyTorch's CUDA wheels runs); the host backend runs its own and refuses CUDNN.
 typedef enum zinf_attention_impl {
     ZINF_ATTENTION_AUTO = 0,
     ZINF_ATTENTION_CUDNN = 1,
@@ -112,7 +112,7 @@ typedef struct zinf_sim_params {
 } zinf_sim_params;
 
 // Peaks in SI units and the fractions of them each op class reaches (zinf_sim_rates_of
-// documents where they come from).
+// documents where they come from), and whose attention the modeled card runs.
 typedef struct zinf_sim_rates {
     char name[64];                // "H100 SXM5 80GB"
     double flops16, flops32;      // dense tensor bf16/fp16 and fp32 peaks, FLOP/s
@@ -123,6 +123,8 @@ typedef struct zinf_sim_rates {
     double matmul_fixed_s;                          // added to a 16-bit product beyond the launch
     double hbm_eff, pcie_pinned_eff, pcie_pageable_eff, link_eff;
     double launch_s;              // added to every kernel and collective
+    zinf_attention_impl attention; // device.attention: AUTO (zinf_sim_rates_of's) and CUDNN model
+                                   // cuDNN's where it takes the shape, ZINF zinf's kernels
 } zinf_sim_rates;
 void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out);
 
@@ -132,12 +134,14 @@ void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out);
 double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, double n, double k, double batch);
 // A kernel bound by memory: bytes read and written at the memory rate.
 double zinf_sim_memory_s(const zinf_sim_rates *r, double bytes);
-// Attention as zinf's tiled CUDA kernels compute it: 2 products of 2 hd FLOPs (hd padded
-// as the kernels pad it) forward and 7 backward for each (query, key) pair a query sees
-// (causal, within the window; 0: none), per query head. bf16 and fp16 heads of 33 to
-// 128 channels run on tensor cores at the fraction of the 16-bit peak measured on an
-// H200; fp32 and other heads on CUDA cores at matmul32_eff of the fp32 peak (not yet
-// measured on a GPU). The scores stay on chip: no memory term.
+// Attention: 2 products of 2 hd FLOPs forward and 7 backward for each (query, key) pair
+// a query sees (causal, within the window; 0: none), per query head, at the fraction of
+// the 16-bit peak the attention r->attention names reached on a GPU. cuDNN's fused
+// attention takes bf16 and fp16 heads whose size is a multiple of 8 up to 256 (2 tokens
+// or more); zinf's tiled kernels run the rest, with hd padded as they pad it: bf16 and
+// fp16 heads of 33 to 128 channels on tensor cores, fp32 and other heads on CUDA cores at
+// matmul32_eff of the fp32 peak (not yet measured on a GPU). The scores stay on chip: no
+// memory term.
 double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T, int NH, int hd, int window,
                             bool backward);
 // Bytes over the PCIe link from pinned or pageable host memory (no launch cost).

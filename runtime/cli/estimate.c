@@ -42,7 +42,10 @@ static zinf_status target_of(const zinf_config *cfg, int world, int gpus_per_nod
                             .local_ranks = gpus_per_node};
     if (!gpu) {
         zinf_device_choice dc;
-        zinf_device_params dp = {.backend = b, .memory_limit = cfg->device.memory_limit, .sim = cfg->device.sim};
+        zinf_device_params dp = {.backend = b,
+                                 .memory_limit = cfg->device.memory_limit,
+                                 .sim = cfg->device.sim,
+                                 .attention = cfg->device.attention};
         ZINF_CHECK(zinf_device_choose(&dp, &dc));
         t->device_capacity = (int64_t)dc.capacity;
     }

@@ -79,7 +79,7 @@ zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes
 // virtual time: the seconds the model's kernels take, their modeled times summed (the
 // events would also hold the host's pace of launching them).
 static zinf_status model_seconds(const zinf_config *cfg, double *out) {
-    zinf_device_params dp = {.backend = ZINF_BACKEND_SIM, .sim = cfg->device.sim};
+    zinf_device_params dp = {.backend = ZINF_BACKEND_SIM, .sim = cfg->device.sim, .attention = cfg->device.attention};
     dp.sim.virtual_time = true;
     dp.sim.memory = INT64_C(1) << 50; // reservations only: the plan judges the fit
     zinf_device *dev = NULL;
