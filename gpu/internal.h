@@ -39,6 +39,7 @@ typedef enum op_kind {
     OP_ADD,
     OP_SCALE,
     OP_CAST,
+    OP_ACCUMULATE,
     OP_SUMSQ,
     OP_QUANTIZE,
     OP_DEQUANTIZE,

@@ -310,6 +310,13 @@ zinf_status zinf_cast(zinf_stream *s, void *dst, zinf_dtype dst_dt, const void *
     return launch(s, OP_CAST, dst_dt, &r);
 }
 
+zinf_status zinf_accumulate(zinf_stream *s, float *sums, const void *x, zinf_dtype dt, size_t n) {
+    REQUIRE(storage_dtype(dt), "accumulate", "x's dtype must be fp32, bf16 or fp16");
+    REQUIRE(sums && x, "accumulate", "a buffer is NULL");
+    op_record r = {.u.ew = {.out = sums, .a = x, .src_dt = dt, .n = n}};
+    return launch(s, OP_ACCUMULATE, ZINF_DTYPE_F32, &r);
+}
+
 zinf_status zinf_sumsq(zinf_stream *s, zinf_dtype dt, const void *x, size_t n, double *out) {
     REQUIRE_DT(dt, "sumsq");
     REQUIRE(x && out, "sumsq", "x and out are required");

@@ -60,6 +60,7 @@ static const char *const op_names[] = {
     [OP_ADD] = "add",
     [OP_SCALE] = "scale",
     [OP_CAST] = "cast",
+    [OP_ACCUMULATE] = "accumulate",
     [OP_SUMSQ] = "sumsq",
     [OP_QUANTIZE] = "quantize",
     [OP_DEQUANTIZE] = "dequantize",

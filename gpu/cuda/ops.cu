@@ -636,6 +636,10 @@ template <typename D, typename S> static __global__ void cast_kernel(D *dst, con
     EW_LOOP(i, n) store_f32(&dst[i], to_f32(src[i])); // widening to fp32 is exact: one rounding
 }
 
+template <typename S> static __global__ void accumulate_kernel(float *sums, const S *x, size_t n) {
+    EW_LOOP(i, n) sums[i] += to_f32(x[i]);
+}
+
 template <typename T> static zinf_status add_t(cudaStream_t st, const op_elementwise *e) {
     add_kernel<T> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (const T *)e->b, e->n);
     ZINF_CUDA_LAUNCHED("add_kernel");
@@ -661,6 +665,17 @@ template <typename D> static zinf_status cast_to(cudaStream_t st, const op_eleme
     case ZINF_DTYPE_F16: return cast_t<D, __half>(st, e);
     default: return cuda_bad_dtype(e->src_dt, "cast");
     }
+}
+
+template <typename S> static zinf_status accumulate_t(cudaStream_t st, const op_elementwise *e) {
+    accumulate_kernel<S> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((float *)e->out, (const S *)e->a, e->n);
+    ZINF_CUDA_LAUNCHED("accumulate_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_accumulate(cudaStream_t st, const op_elementwise *e) {
+    if (e->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(e->src_dt, "accumulate", accumulate_t, st, e);
 }
 
 zinf_status cuda_add(cudaStream_t st, zinf_dtype dt, const op_elementwise *e) {

@@ -606,6 +606,10 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
         for (size_t i = 0; i < e->n; i++)
             dt_store(e->out, dt, i, dt_load(e->a, e->src_dt, i));
         return ZINF_OK;
+    case OP_ACCUMULATE:
+        for (size_t i = 0; i < e->n; i++)
+            ((float *)e->out)[i] += dt_load(e->a, e->src_dt, i);
+        return ZINF_OK;
     case OP_SUMSQ: {
         zinf_grad_stats gs;
         ZINF_CHECK(zinf_grad_stats_compute(e->a, dt, e->n, zinf_simd_active(), &gs));

@@ -153,6 +153,7 @@ static double op_bytes(const op_record *op) {
     case OP_EMBEDDING_FWD:
     case OP_EMBEDDING_BWD: return 2.0 * op->u.emb.B * op->u.emb.T * op->u.emb.C * es;
     case OP_CAST: return (double)op->u.ew.n * (es + (double)zinf_dtype_size(op->u.ew.src_dt));
+    case OP_ACCUMULATE: return (double)op->u.ew.n * (2 * es + (double)zinf_dtype_size(op->u.ew.src_dt));
     case OP_SUMSQ: return (double)op->u.ew.n * es;
     case OP_QUANTIZE:
     case OP_DEQUANTIZE: {
@@ -182,6 +183,7 @@ static const double kernel_hbm_frac[] = {
     [OP_SWIGLU_BWD] = 0.70,    [OP_LAYERNORM_FWD] = 0.55, [OP_LAYERNORM_BWD] = 0.28, [OP_RMSNORM_FWD] = 0.42,
     [OP_RMSNORM_BWD] = 0.29,   [OP_BIAS_GRAD] = 0.44,     [OP_CROSS_ENTROPY] = 0.56, [OP_EMBEDDING_FWD] = 0.23,
     [OP_EMBEDDING_BWD] = 0.23, [OP_ROPE_FWD] = 0.38,      [OP_ROPE_BWD] = 0.38,
+    [OP_ACCUMULATE] = 0.63, // the add's, not yet measured: the same loop over a second type
 };
 
 double sim_op_seconds(const zinf_sim_rates *r, const op_record *op) {

@@ -215,6 +215,11 @@ typedef struct gradients {
     bool accumulate_locally;
     float *accumulated; // device: every bucket's elements, in bucket order; NULL unless accumulating locally
     size_t accumulated_bytes;
+    // One rank (and no MiCS replicas) with the optimizer on the device and no local
+    // accumulation: a bucket would only widen the pieces for flush to add them to the fp32
+    // gradients, so each piece is added there straight from its 16-bit gradient on the
+    // compute stream (zinf_accumulate: the same bits, one pass over memory instead of two).
+    bool direct;
     bool accumulating;     // it holds the sums of this step's backward passes so far
     bool last_backward;    // the backward under way is the step's last
     void **buffers16;      // per module during backward
@@ -562,6 +567,13 @@ zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t
 // (params.storage, params.ops, optim.update) and what follows from them (partition.split,
 // grads.scattered, background), once engine_settings has read the config.
 void policy_choose(zinf_engine *e);
+// Whether a run of cfg over world ranks adds its gradients straight into the fp32 ones
+// (gradients.direct): one rank, the optimizer on the device, no stage-1 accumulation
+// (policy_choose's accumulate_locally).
+static inline bool policy_grads_direct(const zinf_config *cfg, int world) {
+    bool local = cfg->zero.stage == 1 && cfg->gradient_accumulation_steps > 1;
+    return world == 1 && cfg->zero.offload_optimizer.device == ZINF_OFFLOAD_NONE && !local;
+}
 
 // The gradient reductions a step makes: one per micro-batch, at stage 1 one.
 static inline int64_t reductions_per_step(const zinf_engine *e) {

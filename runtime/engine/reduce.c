@@ -98,6 +98,7 @@ static zinf_status plan_buckets(zinf_engine *e) {
 
 zinf_status reduce_create(zinf_engine *e) {
     size_t nm = (size_t)e->module_count;
+    e->grads.direct = policy_grads_direct(&e->cfg, e->world);
     e->grads.last_backward_op = malloc(nm * sizeof *e->grads.last_backward_op);
     e->grads.first_piece = malloc(nm * sizeof *e->grads.first_piece);
     e->grads.last_piece = malloc(nm * sizeof *e->grads.last_piece);
@@ -227,6 +228,12 @@ static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const 
          k++) {
         const piece *p = &e->grads.pieces[k];
         if (p->lo < lo || p->lo >= hi) continue;
+        if (e->grads.direct) { // where flush would add the bucket's copy of it
+            const mod_layout *l = &e->layout[p->mod];
+            ZINF_CHECK(zinf_accumulate(e->compute_stream, e->optim.grads32 + l->part_off + (p->lo - l->part_lo),
+                                       (const char *)grad + (p->lo - lo) * e->elem_size, e->dtype, p->n));
+            continue;
+        }
         int b = p->bucket;
         const bucket *bk = &e->grads.buckets[b];
         // A stage-1 step's first backward (of several) widens into the sums themselves.

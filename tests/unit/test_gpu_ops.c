@@ -365,6 +365,24 @@ static void test_cast(zinf_dtype from, zinf_dtype to) {
     zinf_device_free(dev, dx), zinf_device_free(dev, out), free(x), free(h), free(want);
 }
 
+// sums += x widened: bit for bit the fp32 sum of the two, -0 added to +0 included (as
+// the cast and add it replaces give), on a length that ends mid-block.
+static void test_accumulate(zinf_dtype dt) {
+    size_t n = 1029;
+    float *x = randv(dt, n, 3), *sums = randv(ZINF_DTYPE_F32, n, 100), *want = malloc(n * sizeof *want);
+    sums[7] = 0, x[7] = -0.0f;
+    for (size_t i = 0; i < n; i++)
+        want[i] = sums[i] + x[i];
+    void *dx = test_dev_of(dev, S, dt, x, n);
+    float *ds = test_dev_of(dev, S, ZINF_DTYPE_F32, sums, n), *h = malloc(n * sizeof *h);
+    TRY(zinf_accumulate(S, ds, dx, dt, n));
+    from_device(S, h, ds, n * sizeof *h);
+    CHECK(memcmp(h, want, n * sizeof *h) == 0, "accumulate %s: not the fp32 sums' bits", zinf_dtype_name(dt));
+    CHECK(zinf_accumulate(S, ds, NULL, dt, n) == ZINF_ERR_INVAL && strstr(zinf_last_error(), "accumulate"),
+          "accumulate from NULL: %s", zinf_last_error());
+    zinf_device_free(dev, dx), zinf_device_free(dev, ds), free(x), free(sums), free(want), free(h);
+}
+
 // Sizes: one tile's part, many blocks with a ragged end, and more tiles than blocks.
 static void test_sumsq(zinf_dtype dt, size_t n) {
     float *x = randv(dt, n, 2);
@@ -1121,6 +1139,7 @@ int main(void) {
         test_cross_entropy_blocks(dt);
         for (int j = 0; j < 3; j++)
             test_cast(dt, dts[j]);
+        test_accumulate(dt);
     }
     test_bad_args();
     test_cudnn_attention();
