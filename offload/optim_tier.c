@@ -27,10 +27,6 @@
 #include "zinf_offload.h"
 
 enum { NSTATES = 3, MAX_IO = 3 };
-// Elements per call of a speculative update: the optimizer's threads also add the
-// arriving gradients (the engine's communication thread), which should not wait for a
-// whole sub-group.
-enum { SPECULATE_CHUNK = 1 << 22 };
 #define HOME SIZE_MAX // a sub-group's states at its place in the partition
 
 static const char *const state_file[NSTATES] = {"master", "exp_avg", "exp_avg_sq"};
@@ -128,23 +124,30 @@ static void host_free(zinf_optim_tier *t, void *p, bool pinned) {
     zinf_host_pool_free(t->c.host, p, pinned && t->c.pin_memory);
 }
 
+int zinf_optim_tier_group(const size_t *seg_n, int nseg, int64_t sub_group_size, int *group_of) {
+    size_t cap = (size_t)sub_group_size, open = 0; // the elements of the last sub-group
+    int count = 0;
+    for (int i = 0; i < nseg; i++) {
+        group_of[i] = -1;
+        if (!seg_n[i]) continue;
+        if (!count || open + seg_n[i] > cap) count++, open = 0;
+        group_of[i] = count - 1;
+        open += seg_n[i];
+    }
+    return count;
+}
+
 static zinf_status plan_subgroups(zinf_optim_tier *t) {
     t->sg = calloc((size_t)t->c.nseg + 1, sizeof *t->sg);
     t->sg_of = malloc(((size_t)t->c.nseg + 1) * sizeof *t->sg_of);
     if (!t->sg || !t->sg_of) return zinf_fail(ZINF_ERR_NOMEM, "optimizer tier: out of memory");
-    size_t cap = (size_t)t->c.sub_group_size;
+    t->nsg = zinf_optim_tier_group(t->seg_n, t->c.nseg, t->c.sub_group_size, t->sg_of);
     for (int i = 0; i < t->c.nseg; i++) {
-        size_t n = t->seg_n[i];
-        t->sg_of[i] = -1;
-        if (!n) continue;
-        subgroup *g = t->nsg ? &t->sg[t->nsg - 1] : NULL;
-        if (!g || g->n + n > cap) {
-            g = &t->sg[t->nsg++];
-            *g = (subgroup){.first = i, .off = t->seg_off[i]};
-        }
+        if (t->sg_of[i] < 0) continue;
+        subgroup *g = &t->sg[t->sg_of[i]];
+        if (!g->n) *g = (subgroup){.first = i, .off = t->seg_off[i]};
         g->last = i + 1;
-        t->sg_of[i] = (int)(g - t->sg);
-        g->n += n;
+        g->n += t->seg_n[i];
         if (g->n > t->sg_max) t->sg_max = g->n;
     }
     return ZINF_OK;
@@ -609,8 +612,8 @@ zinf_status zinf_optim_tier_preread(zinf_optim_tier *t) {
 static zinf_status speculate_group(zinf_optim_tier *t, const zinf_optim_hparams *h, int g) {
     const subgroup *sg = &t->sg[g];
     ZINF_CHECK(zinf_event_sync(t->held_free)); // the last update's stores from held parameters passed
-    for (size_t a = 0; a < sg->n; a += SPECULATE_CHUNK) {
-        size_t n = sg->n - a < SPECULATE_CHUNK ? sg->n - a : SPECULATE_CHUNK;
+    for (size_t a = 0; a < sg->n; a += ZINF_OPTIM_SPECULATE_CHUNK) {
+        size_t n = sg->n - a < ZINF_OPTIM_SPECULATE_CHUNK ? sg->n - a : ZINF_OPTIM_SPECULATE_CHUNK;
         float *to[NSTATES];
         const float *from[NSTATES];
         for (int s = 0; s < NSTATES; s++)

@@ -220,6 +220,15 @@ typedef struct zinf_optim_tier_config {
     zinf_stream *store_stream; // where `store` queues its work
 } zinf_optim_tier_config;
 
+// The sub-groups of nseg segments of seg_n elements: consecutive segments, each
+// sub-group closing once adding the next segment would pass sub_group_size (a bigger
+// segment is one of its own). group_of[i]: segment i's sub-group (-1 for an empty one);
+// returns how many there are. The tier's own rule, for a plan's schedule too.
+int zinf_optim_tier_group(const size_t *seg_n, int nseg, int64_t sub_group_size, int *group_of);
+// Elements per call of a speculative update: the engine's communication thread adds
+// the arriving gradients between calls, so it never waits for a whole sub-group.
+#define ZINF_OPTIM_SPECULATE_CHUNK (1 << 22)
+
 zinf_status zinf_optim_tier_create(zinf_optim_tier **out, const zinf_optim_tier_config *cfg);
 void zinf_optim_tier_destroy(zinf_optim_tier *t); // NULL is a no-op
 

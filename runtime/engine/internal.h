@@ -561,6 +561,30 @@ zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t
 // plan.c
 // The memory figures of zinf_engine_plan, without its replay of the steps.
 zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out);
+// What orders an offloaded update in a step, as the engine zinf_engine_plan makes would
+// run it: the sub-groups in forward order, and the buckets in the order the last
+// backward flushes them. A sub-group's gradients are final once its last bucket's sums
+// are in host memory; the next forward's first op using it waits for its update.
+typedef struct plan_group {
+    double elements;
+    int first_use;   // the first forward op that reads its parameters (-1: none)
+    int last_bucket; // the last bucket holding its gradients (-1: none)
+} plan_group;
+typedef struct plan_bucket {
+    int op;          // the backward op that fills it (an index into the schedule)
+    double elements; // this rank's sums that come down to host memory
+    bool lands;      // the step's first backward copies them into place: no addition
+} plan_bucket;
+typedef struct plan_schedule {
+    int forward_ops, ops; // of zinf_model_schedule(model, true): the forward's come first
+    plan_group *groups;
+    int group_count;
+    plan_bucket *buckets;
+    int bucket_count;
+    double speculate; // elements the second place holds (super_offload; 0: none)
+} plan_schedule;
+zinf_status engine_plan_schedule(const zinf_config *cfg, const zinf_plan_target *t, plan_schedule *out);
+void plan_schedule_free(plan_schedule *s);
 
 // policy.c
 // The one place the stage and the optimizer's tier choose: the tables of operations

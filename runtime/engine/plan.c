@@ -305,6 +305,66 @@ zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t
     return ZINF_OK;
 }
 
+zinf_status engine_plan_schedule(const zinf_config *given, const zinf_plan_target *t, plan_schedule *out) {
+    memset(out, 0, sizeof *out);
+    zinf_config cfg = *given;
+    zinf_plan_choice choice;
+    ZINF_CHECK(engine_choose(&cfg, t, &choice));
+    zinf_engine *e;
+    ZINF_CHECK(plan_engine(&cfg, t, &e));
+    size_t nm = (size_t)e->module_count, W = (size_t)e->partition.ranks;
+    const zinf_model_op *ops = zinf_model_schedule(e->model, true, &out->ops);
+    zinf_model_schedule(e->model, false, &out->forward_ops);
+    size_t *part_n = malloc((nm + 1) * sizeof *part_n);
+    int *group_of = malloc((nm + 1) * sizeof *group_of);
+    out->groups = calloc(nm + 1, sizeof *out->groups);
+    out->buckets = calloc((size_t)e->grads.bucket_count + 1, sizeof *out->buckets);
+    zinf_status st = part_n && group_of && out->groups && out->buckets
+                         ? ZINF_OK
+                         : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory for the update's schedule");
+    for (size_t i = 0; st == ZINF_OK && i < nm; i++)
+        part_n[i] = e->layout[i].part_n;
+    if (st == ZINF_OK) out->group_count = zinf_optim_tier_group(part_n, (int)nm, cfg.zero.sub_group_size, group_of);
+    for (int g = 0; g < out->group_count; g++)
+        out->groups[g] = (plan_group){.first_use = -1, .last_bucket = -1};
+    for (size_t i = 0; st == ZINF_OK && i < nm; i++) {
+        plan_group *g = group_of[i] >= 0 ? &out->groups[group_of[i]] : NULL;
+        int last = e->grads.last_piece[i], b = last >= 0 ? e->grads.pieces[last].bucket : -1;
+        if (g) g->elements += (double)part_n[i], g->last_bucket = b > g->last_bucket ? b : g->last_bucket;
+    }
+    for (int k = 0; st == ZINF_OK && k < out->forward_ops; k++) {
+        int read[2] = {ops[k].module, ops[k].module >= 0 ? zinf_model_module(e->model, ops[k].module)->external : -1};
+        for (int j = 0; j < 2; j++) {
+            int g = read[j] >= 0 ? group_of[read[j]] : -1;
+            if (g >= 0 && out->groups[g].first_use < 0) out->groups[g].first_use = k;
+        }
+    }
+    // reduce.c flush: with NCCL (or qgZ) or on one rank the sums are on the device and
+    // may land (states_grads_land); at stages 1-3 over several ranks only this rank's
+    // block comes down.
+    bool on_device = W == 1 || e->nccl || e->zeropp.qgz, mine = e->partition.split && W > 1;
+    for (int b = 0; st == ZINF_OK && b < e->grads.bucket_count; b++) {
+        const bucket *bk = &e->grads.buckets[b];
+        bool first = true;
+        for (int k = bk->first; k < bk->first + bk->count; k++)
+            first = first && e->grads.pieces[k].first;
+        out->buckets[b] = (plan_bucket){.op = e->grads.pieces[bk->first + bk->count - 1].op,
+                                        .elements = (double)(mine ? bk->block : W * bk->block),
+                                        .lands = first && on_device && cfg.zero.offload_optimizer.pin_memory};
+    }
+    out->bucket_count = e->grads.bucket_count;
+    out->speculate = (double)cfg.zero.offload_optimizer.speculate_elements;
+    free(part_n), free(group_of);
+    plan_free(e);
+    if (st != ZINF_OK) plan_schedule_free(out);
+    return st;
+}
+
+void plan_schedule_free(plan_schedule *s) {
+    free(s->groups), free(s->buckets);
+    memset(s, 0, sizeof *s);
+}
+
 // The device's peak against its capacity; pinned and all host memory against the
 // budgets the host pool, made when the device held plan_pool_device, would hold.
 static void judge(const zinf_engine *e, const zinf_plan_target *t, zinf_plan *out) {

@@ -11,11 +11,16 @@
 
 #include "internal.h"
 
-zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds, double *busy_s) {
+// zinf_model_pass, and with op_s (NULL: not wanted) each op's compute seconds in the last
+// pass (the busy time it adds: a sim device's modeled kernels), in a new array of the
+// schedule's length.
+static zinf_status model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds, double *busy_s,
+                              double **op_s) {
     if (!cfg || !dev || passes < 1 || !seconds)
         return zinf_fail(ZINF_ERR_INVAL, "model pass: a config, a device, passes >= 1 and seconds are required");
     *seconds = 0;
     if (busy_s) *busy_s = 0;
+    if (op_s) *op_s = NULL;
     zinf_engine e0; // the settings creation derives from cfg
     engine_settings(&e0, cfg);
     zinf_dtype dt = e0.dtype;
@@ -54,12 +59,20 @@ zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes
     if (st == ZINF_OK) st = zinf_model_set_batch(m, s, tok, tok, mp.batch, 1.0f);
     int nops = 0;
     const zinf_model_op *ops = st == ZINF_OK ? zinf_model_schedule(m, true, &nops) : NULL;
+    if (st == ZINF_OK && op_s && !(*op_s = calloc((size_t)nops + 1, sizeof **op_s)))
+        st = zinf_fail(ZINF_ERR_NOMEM, "model pass: out of host memory");
     zinf_device_busy b0 = {0}, b1 = {0};
     for (int pass = 0; st == ZINF_OK && pass < passes; pass++) {
-        if (pass == passes - 1 && (st = zinf_stream_sync(s)) == ZINF_OK) zinf_device_get_busy(dev, &b0);
+        bool last = pass == passes - 1;
+        if (last && (st = zinf_stream_sync(s)) == ZINF_OK) zinf_device_get_busy(dev, &b0);
         if (st == ZINF_OK) st = zinf_event_record(t0, s);
-        for (int k = 0; st == ZINF_OK && k < nops; k++)
+        zinf_device_busy before = b0, after;
+        for (int k = 0; st == ZINF_OK && k < nops; k++) {
             st = zinf_model_run(m, s, &ops[k], bufs, bufs + nmod);
+            if (st != ZINF_OK || !last || !op_s || (st = zinf_stream_sync(s)) != ZINF_OK) continue;
+            zinf_device_get_busy(dev, &after);
+            (*op_s)[k] = after.compute_s - before.compute_s, before = after;
+        }
         if (st == ZINF_OK) st = zinf_event_record(t1, s);
     }
     if (st == ZINF_OK) st = zinf_stream_sync(s);
@@ -72,22 +85,162 @@ zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes
     zinf_model_destroy(m);
     zinf_event_destroy(t0), zinf_event_destroy(t1);
     zinf_stream_destroy(s);
+    if (st != ZINF_OK && op_s) free(*op_s), *op_s = NULL;
     return st;
+}
+
+zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds, double *busy_s) {
+    return model_pass(cfg, dev, passes, seconds, busy_s, NULL);
 }
 
 // One micro-batch's forward and backward (recompute included) on a sim device in
 // virtual time: the seconds the model's kernels take, their modeled times summed (the
-// events would also hold the host's pace of launching them).
-static zinf_status model_seconds(const zinf_config *cfg, double *out) {
+// events would also hold the host's pace of launching them), and each op's.
+static zinf_status model_seconds(const zinf_config *cfg, double *out, double **op_s) {
     zinf_device_params dp = {.backend = ZINF_BACKEND_SIM, .sim = cfg->device.sim, .attention = cfg->device.attention};
     dp.sim.virtual_time = true;
     dp.sim.memory = INT64_C(1) << 50; // reservations only: the plan judges the fit
     zinf_device *dev = NULL;
     zinf_status st = zinf_device_create(&dev, &dp);
     double events_s;
-    if (st == ZINF_OK) st = zinf_model_pass(cfg, dev, 1, &events_s, out);
+    if (st == ZINF_OK) st = model_pass(cfg, dev, 1, &events_s, out, op_s);
     zinf_device_destroy(dev);
     return st;
+}
+
+// An offloaded step as the engine runs it (docs/architecture.md, "One training step"),
+// one resource at a time: the device's ops in order; the communication thread bringing
+// each bucket's sums down and adding them; the optimizer's threads, which share the
+// cores with those additions (an addition waits for a chunk of speculation, never for
+// a sub-group); the parameters' way up after each sub-group.
+typedef struct step_model {
+    const plan_schedule *s;
+    const double *op_s; // each op of one micro-batch on the device
+    int accum;
+    // Seconds per element: the update (Adam, or the drives where they are slower), an
+    // addition of sums into the host gradients, the sums' copy down, the new parameters'
+    // way up.
+    double update, add, down, up;
+    double speculate; // elements the second place holds (super_offload)
+    double after;     // seconds between the last bucket and the step (MiCS's norms)
+} step_model;
+
+// The first sub-group in forward order that is final by `now` and not yet speculated,
+// while the second place has room for it; -1 when none.
+static int next_speculation(const step_model *m, const double *final, const bool *taken, double room, double now) {
+    for (int g = 0; g < m->s->group_count; g++)
+        if (!taken[g] && final[g] <= now && m->s->groups[g].elements <= room) return g;
+    return -1;
+}
+
+// One micro-batch's backward on the device from `dev`, its buckets down and added
+// (from `comm` on, the optimizer's threads free from `host`). The last backward also
+// speculates: *final gets each sub-group's time, *taken those speculated, *leftover the
+// seconds of the one in flight at the step. Returns when the step starts.
+static double backward(const step_model *m, double dev, double *comm, double *host, bool first, bool last,
+                       double *op_end, double *final, bool *taken, double *leftover) {
+    const plan_schedule *s = m->s;
+    for (int k = s->forward_ops; k < s->ops; k++)
+        op_end[k] = dev += m->op_s[k];
+    for (int g = 0; g < s->group_count; g++)
+        final[g] = INFINITY, taken[g] = false;
+    double room = last ? m->speculate : 0, left = 0, start = INFINITY;
+    int b = 0, busy = -1; // the next bucket; the sub-group being speculated
+    *leftover = 0;
+    for (;;) {
+        const plan_bucket *bk = b < s->bucket_count ? &s->buckets[b] : NULL;
+        double arrive = bk ? fmax(*comm, op_end[bk->op]) + bk->elements * m->down : INFINITY;
+        if (!bk) start = fmax(dev, *comm) + m->after;
+        if (busy < 0 && *host < start && (busy = next_speculation(m, final, taken, room, *host)) >= 0)
+            taken[busy] = true, room -= s->groups[busy].elements, left = s->groups[busy].elements;
+        if (busy >= 0 && arrive > *host) { // a chunk of it
+            if (*host >= start) {
+                *leftover = left * m->update;
+                break;
+            }
+            double n = fmin(left, ZINF_OPTIM_SPECULATE_CHUNK);
+            *host += n * m->update, left -= n;
+            if (left <= 0) busy = -1;
+        } else if (bk) {
+            if (first && bk->lands) {
+                *comm = arrive;
+            } else {
+                *host = fmax(*host, arrive) + bk->elements * m->add;
+                *comm = *host;
+            }
+            for (int g = 0; g < s->group_count; g++)
+                if (s->groups[g].last_bucket == b) final[g] = *comm;
+            b++;
+        } else {
+            // Nothing to speculate now: on to the next sub-group to become final, if the
+            // step has not begun by then.
+            double next = INFINITY;
+            for (int g = 0; g < s->group_count && last; g++)
+                if (!taken[g] && final[g] > *host && final[g] < next && s->groups[g].elements <= room) next = final[g];
+            if (next >= start) break;
+            *host = next;
+        }
+    }
+    return start;
+}
+
+// The step from its update's start (the last step's end): the update of the sub-groups
+// the last backward left (the one in flight at the step first), in forward order, each
+// one's parameters sent up after it (the held ones of those speculated first); the first
+// forward, each op waiting for the sub-groups it reads first; every backward once the
+// update is done, the last speculating. Repeated until the sub-groups speculated settle;
+// where they alternate, the mean of the last two steps.
+static zinf_status offloaded_step(const step_model *m, double *out) {
+    const plan_schedule *s = m->s;
+    size_t ng = (size_t)s->group_count + 1, nops = (size_t)s->ops + 1;
+    double *ready = calloc(ng, sizeof *ready), *final = calloc(ng, sizeof *final), *need = calloc(nops, sizeof *need),
+           *op_end = calloc(nops, sizeof *op_end);
+    bool *was = calloc(ng, sizeof *was), *taken = calloc(ng, sizeof *taken);
+    if (!ready || !final || !need || !op_end || !was || !taken) {
+        free(ready), free(final), free(need), free(op_end), free(was), free(taken);
+        return zinf_fail(ZINF_ERR_NOMEM, "plan time: out of memory");
+    }
+    double leftover = 0, steps[2] = {0, 0}, forward = 0;
+    for (int k = 0; k < s->forward_ops; k++)
+        forward += m->op_s[k];
+    enum { ROUNDS = 8 };
+    for (int round = 0; round < ROUNDS; round++) {
+        double host = leftover, up = 0;
+        for (int g = 0; g < s->group_count; g++)
+            if (was[g]) ready[g] = up += s->groups[g].elements * m->up;
+        for (int g = 0; g < s->group_count; g++) {
+            if (was[g]) continue;
+            host += s->groups[g].elements * m->update;
+            ready[g] = up = fmax(up, host) + s->groups[g].elements * m->up;
+        }
+        for (int k = 0; k < s->forward_ops; k++)
+            need[k] = 0;
+        for (int g = 0; g < s->group_count; g++) {
+            int k = s->groups[g].first_use;
+            if (k >= 0) need[k] = fmax(need[k], ready[g]);
+        }
+        double dev = 0, comm = 0, start = 0;
+        for (int k = 0; k < s->forward_ops; k++)
+            dev = fmax(dev, need[k]) + m->op_s[k];
+        dev = fmax(dev, host); // the first backward joins the update
+        for (int micro = 0; micro < m->accum; micro++) {
+            bool first = micro == 0, last = micro == m->accum - 1;
+            start =
+                backward(m, first ? dev : dev + forward, &comm, &host, first, last, op_end, final, taken, &leftover);
+            dev = op_end[s->ops - 1];
+        }
+        steps[round % 2] = start;
+        bool settled = true;
+        for (int g = 0; g < s->group_count; g++)
+            settled = settled && was[g] == taken[g], was[g] = taken[g];
+        if (settled && round) {
+            steps[(round + 1) % 2] = start;
+            break;
+        }
+    }
+    *out = (steps[0] + steps[1]) / 2;
+    free(ready), free(final), free(need), free(op_end), free(was), free(taken);
+    return ZINF_OK;
 }
 
 zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, const zinf_plan *p,
@@ -98,10 +251,10 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     engine_settings(&e0, cfg);
     zinf_sim_rates r;
     zinf_sim_rates_of(&cfg->device.sim, &r);
-    double micro = 0;
+    double micro = 0, *op_s = NULL; // one micro-batch's device seconds, and each op's
     int64_t chunk; // the output layer's chunk as the engine would choose it on the target
     ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, t->device_capacity, &chunk));
-    ZINF_CHECK(model_seconds(&e0.cfg, &micro));
+    ZINF_CHECK(model_seconds(&e0.cfg, &micro, &op_s));
     const zinf_engine_memory *m = &p->mem;
     double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.elem_size;
     double numel = (double)m->model_numel, part = (double)m->partition_numel;
@@ -136,35 +289,54 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // Parameters offloaded at stage 3 stream in under compute.
         out->step = device > nvme ? device : nvme;
     } else {
-        // The optimizer's threads accumulate every reduction's gradients, then take the
-        // norm, step (with the NVMe traffic in flight under it) and zero the gradients.
-        // At every stage the update starts under the next forward, but that forward soon
-        // catches up with it and waits for each sub-group it needs: on an H100 with 16
-        // cores, GPT-2 124M and large at stage 3 stepped in about the device's time
-        // plus the optimizer threads'. Stages 1-2 follow the update the same way (each
-        // module waits for its sub-group, then its all-gather), so they count alike.
-        // With super_offload the share of the update the second place holds runs under the
-        // last backward, beside the gradients' additions on the same threads; on nvme
-        // with that share's traffic, the whole update being the slower of Adam and the
-        // drives.
-        // Each reduction is added into the host partition, and the last takes the norms in
-        // the same pass, under the backward. The step's first over a pinned partition
-        // lands from the device (one rank, or NCCL's reduce-scatter in place; qgZ's too,
-        // not counted), its norms taken there: nothing is left to the threads but the
-        // norms of modules that straddle buckets, not counted. MiCS takes the norms
-        // after the backward, from host memory.
-        const zinf_offload_optimizer_config *oc = &cfg->zero.offload_optimizer;
+        // The update runs on the optimizer's threads, sub-group by sub-group, and the
+        // device waits where it needs one not yet done: the next forward for the
+        // sub-groups it reads (stages 1-2 too: each module's all-gather follows its
+        // sub-group), the backward for the whole update. Each reduction is added into the
+        // host partition, the last taking the norms in the same pass; the step's first
+        // over a pinned partition lands from the device (one rank, or NCCL's or qgZ's
+        // sums in place), its norms taken there. With super_offload the last backward
+        // updates each sub-group once its gradients are final, while the second place
+        // has room. On nvme the update runs at the slower of Adam and the drives. MiCS
+        // takes the norms after the backward, from host memory. Not counted: the norms of
+        // modules that straddle buckets, the host's own time between ops.
         bool mics = e0.params.storage->sliced && cfg->zero.mics_shard_size > 0 && cfg->zero.mics_shard_size < t->world;
-        bool lands = oc->pin_memory && (t->world == 1 || t->nccl);
+        bool lands = cfg->zero.offload_optimizer.pin_memory && (t->world == 1 || t->nccl);
         double first = lands ? 0 : part / h->grad_add;
         double adds = first + (double)(reductions_per_step(&e0) - 1) * part / h->grad_add;
         double norms_after = mics ? part / h->grad_norm : 0;
-        double adam = part / h->adam, spec_share = part > 0 ? (double)p->choice.speculate_elements / part : 0;
+        double adam = part / h->adam;
         bool on_nvme = m->optimizer_tier == ZINF_OFFLOAD_NVME;
-        double whole = on_nvme && nvme > adam ? nvme : adam, under_backward = whole * spec_share;
+        double whole = on_nvme && nvme > adam ? nvme : adam;
         out->cpu = adam + adds + norms_after;
-        double update = fmax(whole - under_backward, on_nvme ? nvme * (1 - spec_share) : nvme);
-        out->step = fmax(device, adds + under_backward) + norms_after + update;
+        plan_schedule sched;
+        zinf_status st = engine_plan_schedule(cfg, t, &sched);
+        if (st != ZINF_OK) {
+            free(op_s);
+            return st;
+        }
+        // The engine's own kernels and the collectives, where they take longer, spread
+        // over the model's ops.
+        double scale = micro > 0 ? device / (accum * micro) : 1;
+        for (int k = 0; k < sched.ops; k++)
+            op_s[k] *= scale;
+        step_model sm = {.s = &sched,
+                         .op_s = op_s,
+                         .accum = cfg->gradient_accumulation_steps,
+                         .update = part > 0 ? whole / part : 0,
+                         .add = 1 / h->grad_add,
+                         .down = zinf_sim_copy_s(&r, sizeof(float), true),
+                         .up = m->params_tier == ZINF_OFFLOAD_NONE
+                                   ? zinf_sim_copy_s(&r, es, cfg->zero.offload_optimizer.pin_memory)
+                                   : 0,
+                         .speculate = sched.speculate,
+                         .after = norms_after};
+        st = offloaded_step(&sm, &out->step);
+        plan_schedule_free(&sched);
+        if (st != ZINF_OK) {
+            free(op_s);
+            return st;
+        }
     }
     const double busy[] = {out->compute, out->h2d, out->d2h, out->links, out->nvme_read, out->nvme_write, out->cpu};
     static const char *const names[] = {"device compute", "pcie up", "pcie down", "gpu links",
@@ -175,5 +347,6 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     out->bound = names[top];
     for (int i = 0; i < 7; i++)
         if (busy[i] > out->step) out->step = busy[i];
+    free(op_s);
     return ZINF_OK;
 }

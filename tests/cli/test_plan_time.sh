@@ -2,20 +2,21 @@
 # zinf estimate --time against the simulated device it models: for a GPT of 45 M
 # parameters on a simulated H100 with this machine's drive and CPU (--measure), the
 # predicted device compute and PCIe time per step match the sim run's busy times within
-# 5% (the same kernels, timed by a dry run), and the predicted step is within a factor
-# of 2 above and 3 below the sim run's median step with the optimizer offloaded to cpu
-# and to nvme, at stages 2 and 3; each row's error is printed. (3 below: the stage-2 row
-# with the optimizer on cpu predicts 0.020-0.039 s against 0.049-0.057 s here, -49% to
-# -64% on 2026-11-26, three tries failing at a factor of 2 in one CI run in three: the
-# planner undercounts that row's host work, an open item of issue 41.) On a quiet machine the rows land
-# within 16%, but this VM's drive and CPU swing by a third and more between passes
-# (the drive's rate by half), so the test holds only what it can hold every time: a
-# model that drops a term or overlaps what the engine serializes. A row outside is
-# measured twice more before it fails (its NVMe rows have swung from -51% to +172% on
-# consecutive passes here). Under AddressSanitizer
-# (SAN=1) host code slows unevenly (the measured kernels and the engine's differ), so
-# there the step is reported and not held; everything else is. The table marks the
-# fastest row that fits; bad --time arguments are refused by name.
+# 5% (the same kernels, timed by a dry run), and the predicted step is within 25% of the
+# sim run's median step with the optimizer offloaded to cpu, and within a factor of 2
+# with the optimizer (and at stage 3 the parameters) on nvme, at stages 2 and 3; each
+# row's error is printed. The cpu rows are the planner's schedule of the update against
+# the engine's: with the tied embedding (57% of this model) the first sub-group the
+# next forward reads and the last whose gradients are final, the forward waits for its
+# update every step; a planner that overlaps the whole update with the forward
+# predicted -35% to -45% here. They land within 3% on most passes; -25% and +29% were
+# seen when --measure's Adam or the run's CPU swung. The nvme rows are held only
+# loosely: this VM's drive swings by half between passes (-51% to +172% on consecutive
+# passes), so they catch a model that drops a term or overlaps what the engine
+# serializes. A row outside is measured twice more before it fails. Under
+# AddressSanitizer (SAN=1) host code slows unevenly (the measured kernels and the
+# engine's differ), so there the step is reported and not held; everything else is.
+# The table marks the fastest row that fits; bad --time arguments are refused by name.
 # timeout: 150 san=180 cuda-emu=175
 # alone: it times this machine's drive and CPU (--measure) against sim runs
 set -u
@@ -63,7 +64,8 @@ err = plan["step_seconds"] / median - 1
 held = sys.argv[4] == "1"
 print(f"{sys.argv[3]}: predicted {plan['step_seconds']:.3f} s ({plan['bound']}), sim median {median:.3f} s: {err:+.0%}"
       + ("" if held else " (not held: sanitizer build)"))
-sys.exit(0 if 1 / 3 <= 1 + err <= 2 or not held else 2)
+cpu = sys.argv[3].split()[1] == "cpu"
+sys.exit(0 if not held or (abs(err) <= 0.25 if cpu else 0.5 <= 1 + err <= 2) else 2)
 PY
 }
 
