@@ -423,9 +423,11 @@ static void print_fastest(const plan *p) {
     if (pnvme)
         printf(", \"max_in_cpu\": %lld, \"buffer_count\": %lld, \"buffer_size\": %lld", (long long)op->max_in_cpu,
                (long long)op->buffer_count, (long long)op->buffer_size);
-    printf("}, \"reduce_bucket_size\": %lld, \"sub_group_size\": %lld",
-           (long long)(c->reduce_bucket_size ? c->reduce_bucket_size : z->reduce_bucket_size),
-           (long long)(c->sub_group_size ? c->sub_group_size : z->sub_group_size));
+    printf("}");
+    if (m->reduce_bufs) // one rank with the optimizer on the device adds its gradients without buckets
+        printf(", \"reduce_bucket_size\": %lld",
+               (long long)(c->reduce_bucket_size ? c->reduce_bucket_size : z->reduce_bucket_size));
+    printf(", \"sub_group_size\": %lld", (long long)(c->sub_group_size ? c->sub_group_size : z->sub_group_size));
     if (z->stage == 3)
         printf(", \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld",
                (long long)z->prefetch_bucket_size, (long long)z->max_live_parameters);
@@ -538,8 +540,11 @@ static int rows(const zinf_config *cfg, const zinf_model_shape *s, int seq_len, 
                     mine = n;
                 n++;
             }
-    if (!a->json) { // the rows' plans chose the bucket size the header names
-        print_head(cfg, s, seq_len, t, a, ps[0].r.choice.reduce_bucket_size);
+    if (!a->json) { // the rows' plans chose the bucket size the header names (those with buckets)
+        int64_t chosen = 0;
+        for (int i = 0; i < n && !chosen; i++)
+            chosen = ps[i].r.choice.reduce_bucket_size;
+        print_head(cfg, s, seq_len, t, a, chosen);
         table_head(a->time);
     }
     for (int i = 0; i < n; i++) {

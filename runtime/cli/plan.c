@@ -104,8 +104,8 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
                 sz(m.optim_output, b[3]), nvme ? ", swap buffers " : "", nvme ? sz(m.optim_swap_buffers, b[4]) : "");
     zinf_sim_rates sim;
     zinf_sim_rates_of(&c->device.sim, &sim);
-    fprintf(f, "  per rank, device: %s activations, %s gradient buckets", sz(m.activations, b[0]),
-            sz(m.reduce_bufs, b[1]));
+    fprintf(f, "  per rank, device: %s activations", sz(m.activations, b[0]));
+    if (m.reduce_bufs) fprintf(f, ", %s gradient buckets", sz(m.reduce_bufs, b[1]));
     if (m.accumulated_grads) fprintf(f, ", %s accumulated gradients (stage 1)", sz(m.accumulated_grads, b[0]));
     fprintf(f, "; %s in use of %s%s%s\n", sz(m.device_in_use, b[2]),
             m.device_capacity > 0 ? sz(m.device_capacity, b[3]) : "the GPU's memory",

@@ -96,7 +96,8 @@ zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan
     zinf_zero_config *z = &cfg->zero;
     *out = (zinf_plan_choice){0};
     ZINF_CHECK(engine_choose_head_chunk(cfg, t->device_capacity, &out->head_chunk_tokens));
-    if (!z->reduce_bucket_size_given && t->device_capacity > 0) {
+    // Gradients added straight into the fp32 ones use no buckets: nothing to choose.
+    if (!z->reduce_bucket_size_given && t->device_capacity > 0 && !policy_grads_direct(cfg, t->world)) {
         size_t i = 0;
         while (i + 1 < ZINF_ARRAY_LEN(bucket_sizes) && 2 * bucket_sizes[i] * 4 > t->device_capacity / 64)
             i++;

@@ -88,7 +88,7 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->optim_states = 2 * out->master;
     out->grads32 = out->master;
     out->activations = e->activation_bytes;
-    out->reduce_bufs = (int64_t)(2 * e->grads.bucket_capacity * sizeof(float));
+    out->reduce_bufs = e->grads.direct ? 0 : (int64_t)(2 * e->grads.bucket_capacity * sizeof(float));
     out->accumulated_grads = (int64_t)e->grads.accumulated_bytes;
     out->optimizer_tier = e->optim.offload;
     out->staging = (int64_t)e->staging_bytes;

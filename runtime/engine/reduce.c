@@ -105,7 +105,8 @@ zinf_status reduce_create(zinf_engine *e) {
     if (!e->grads.last_backward_op || !e->grads.first_piece || !e->grads.last_piece)
         return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     ZINF_CHECK(plan_buckets(e));
-    for (int s = 0; s < 2; s++) {
+    // Added straight into the fp32 gradients, the pieces need no buckets.
+    for (int s = 0; s < 2 && !e->grads.direct; s++) {
         ZINF_CHECK(engine_take_device(e, e->grads.bucket_capacity * sizeof(float), "gradient buckets",
                                       (void **)&e->grads.device_buckets[s]));
         if (!e->plan) ZINF_CHECK(zinf_event_create(e->dev, &e->grads.bucket_free[s]));

@@ -126,7 +126,7 @@ expect 0 "$Z" train "$tmp/big.json" --json
 python3 - "$tmp/out" <<'PY' || fail "device memory is backed: $(tail -1 "$tmp/out")"
 import json, sys
 f = [json.loads(l) for l in open(sys.argv[1])][-1]
-assert f["device_peak_bytes"] > 4 << 30 and f["peak_rss_bytes"] < f["device_peak_bytes"] / 4, f
+assert f["device_peak_bytes"] > 3 << 30 and f["peak_rss_bytes"] < f["device_peak_bytes"] / 4, f
 PY
 
 # Checkpoints: 2 steps, saved, then resumed to 4, end with the weights of 4 straight.
