@@ -59,6 +59,20 @@ def train(exe, cfg, steps, skipped, name, tmp, timeout):
     return timed, next((o for o in objs if o.get("final")), {})
 
 
+def predicted(exe, cfg, timeout):
+    """zinf estimate --time --measure's step for cfg on this machine (this GPU is taken as
+    the simulated card its sim key names: an H100 by default), or None where it cannot.
+    The drives' rates are given (the rows on nvme need them; cfg's own row does not)."""
+    cmd = [exe, "estimate", "--config", cfg, "--time", "--measure", "--nvme-read", "1", "--nvme-write", "1", "--json"]
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    mine = [r for r in rows if r.get("plan") and "step_seconds" in r]
+    return mine[0]["step_seconds"] if p.returncode == 0 and mine else None
+
+
 def figures(timed, final, skipped, tokens):
     """A zinf run's figures: the median of the timed steps, each of them, tokens/s for
     `tokens` a step, the device's peak and the final loss where it printed them."""

@@ -17,6 +17,12 @@
 # cuDNN comes from the nvidia-cudnn wheel beside that torch, put on LD_LIBRARY_PATH, so
 # that device.attention "cudnn" (the cuDNN test cases of test_gpu_ops, the cuDNN rows)
 # runs; without it those say cuDNN did not load.
+# With --offload first, the offloaded step's measurements instead of 3-5 (the tests first):
+#   tests/bench/bench_gpu_peers.sh: GPT-2 large at 8 x 1024 under FSDP2's
+#   CPUOffloadPolicy (torch alone), torchao's CPUOffloadOptimizer and DeepSpeed ZeRO-3
+#   with the optimizer on cpu (where $ZINF_PY imports them: carry them as wheels), zinf
+#   at stage 3 with the optimizer on cpu and at stage 0; zinf's rows with the planner's
+#   step for the same config and where the update ran (under the backward, after it).
 # Carry $ZINF_BUILD/gpu-pack.tar.xz (tests/bench/gpu_pack.sh makes it: the programs, the
 # fixtures and the shared libraries a bare GPU machine lacks); it is unpacked here when
 # present. The logs gather under $ZINF_BUILD/gpu-checks; where $OUT is set (the machine
@@ -24,6 +30,8 @@
 # one gpu-checks.tar.gz. Record the figures in docs/performance.md with the date, the
 # commit and the machine. With no CUDA device it says so and succeeds.
 set -u
+offload=
+[ "${1:-}" = --offload ] && offload=1 && shift
 B=${ZINF_BUILD:-build}
 out=$B/gpu-checks
 if ! gpus=$(nvidia-smi -L 2> /dev/null) || ! grep -q '^GPU' <<< "$gpus"; then
@@ -72,25 +80,37 @@ step tests 60 env BUILD="$B" BACKEND=cuda CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG
   tests/run -j 2 test_gpu_ops test_model_gpt2 test_model_llama test_gpu_device
 cp -r "$B/test-logs" "$out/test-logs" 2> /dev/null
 
-configs=$(mktemp -d) # with their token files, too large to hand back
-python3 tests/bench/gpu_compute.py --write-configs "$configs" > /dev/null ||
-  echo "configs: gpu_compute.py --write-configs failed" | tee -a "$summary"
-for m in gpt2 gpt2-large llama-1b; do
-  step "device-bench-$m" 15 "$B/zinf" device-bench --config "$configs/$m.json" --shapes --json
-  step "device-bench-$m-cudnn" 15 "$B/zinf" device-bench --config "$configs/$m.json" --shapes --json \
+# The kernels: each op beside the sim's model, Llama's step op by op, tokens/s against PyTorch.
+kernels() {
+  local configs
+  configs=$(mktemp -d) # with their token files, too large to hand back
+  python3 tests/bench/gpu_compute.py --write-configs "$configs" > /dev/null ||
+    echo "configs: gpu_compute.py --write-configs failed" | tee -a "$summary"
+  for m in gpt2 gpt2-large llama-1b; do
+    step "device-bench-$m" 15 "$B/zinf" device-bench --config "$configs/$m.json" --shapes --json
+    step "device-bench-$m-cudnn" 15 "$B/zinf" device-bench --config "$configs/$m.json" --shapes --json \
+      --set device.attention=cudnn
+  done
+  # Where Llama's step goes beyond its pass (50 of 150 ms on an H100 with cuDNN's
+  # attention, 2026-11-26): every op of 3 steps after the first, timed alone. Most of the
+  # limit is the host's initialization of 1.2 B parameters.
+  step op-profile-llama-1b 120 "$B/zinf" train "$configs/llama-1b.json" --steps 4 --op-profile \
     --set device.attention=cudnn
-done
+  # Arguments go to the bench: --trainers zinf leaves PyTorch out (its compiles take most
+  # of the 310 s), --models gpt2 one model.
+  step bench-gpu-compute 310 env ZINF_BUILD="$B" tests/bench/bench_gpu_compute.sh "$@"
+  cp "$B/bench-gpu-compute.json" "$B/bench-gpu-compute.log" "$out/" 2> /dev/null
+  rm -rf "$configs"
+}
 
-# Where Llama's step goes beyond its pass (50 of 150 ms on an H100 with cuDNN's attention,
-# 2026-11-26): every op of 3 steps after the first, timed alone. Most of the limit is the
-# host's initialization of 1.2 B parameters.
-step op-profile-llama-1b 120 "$B/zinf" train "$configs/llama-1b.json" --steps 4 --op-profile \
-  --set device.attention=cudnn
+# The offloaded step against its peers: the trainers in turn (FSDP2 and DeepSpeed start from an fp32 model on the
+# host); arguments go to the bench (--peers zinf,zinf_stage0 for zinf's rows alone).
+peers() {
+  step bench-gpu-peers 450 env ZINF_BUILD="$B" ZINF_PY="$ZINF_PY" tests/bench/bench_gpu_peers.sh "$@"
+  cp "$B/bench-gpu-peers.json" "$B/bench-gpu-peers.log" "$out/" 2> /dev/null
+}
 
-# Arguments go to the bench: --trainers zinf leaves PyTorch out (its compiles take most of
-# the 310 s), --models gpt2 one model.
-step bench-gpu-compute 310 env ZINF_BUILD="$B" tests/bench/bench_gpu_compute.sh "$@"
-cp "$B/bench-gpu-compute.json" "$B/bench-gpu-compute.log" "$out/" 2> /dev/null
+if [ -n "$offload" ]; then peers "$@"; else kernels "$@"; fi
 echo "gpu_checks: $(grep -c ': ok' "$summary") of $(wc -l < "$summary") steps ok; logs in $out"
 if [ -n "${OUT:-}" ]; then
   cp "$summary" "$OUT/summary.txt"

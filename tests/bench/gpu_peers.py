@@ -222,13 +222,18 @@ def run_zinf(peer, args, tmp):
     cfg = os.path.join(tmp, f"{peer}.json")
     with open(cfg, "w") as f:
         json.dump(zinf_config(stage, tokens, steps), f)
+    # The planner's step for the same config, to hold it to the card's.
+    plan_s = gpu_bench_runs.predicted(exe, cfg, 120)
     timed, final = gpu_bench_runs.train(exe, cfg, steps, ZINF_SKIPPED, peer, tmp, args.timeout)
     if final is None:
         return {**rec, "error": timed}
     rec.update(gpu_bench_runs.figures(timed, final, ZINF_SKIPPED, MICRO * SEQ))
     rec.update({"zinf_tokens_per_s": statistics.median(o["tokens_per_s"] for o in timed),
                 "precision": "bf16 weights, fp32 master", "gradient_clipping": CLIP,
-                "zero": "stage 3, optimizer on cpu" if stage == 3 else "stage 0, nothing offloaded"})
+                "zero": "stage 3, optimizer on cpu" if stage == 3 else "stage 0, nothing offloaded",
+                "predicted_step_s": plan_s})
+    for k in ("optim_backward_s", "wait_optim_s", "optim_s"):  # where the update ran
+        rec[k] = statistics.median(o.get(k, 0) for o in timed)
     return rec
 
 
@@ -247,6 +252,11 @@ def table(rows, m, out):
         ratio = f"{z['tokens_per_s'] / r['tokens_per_s']:9.2f}" if z and r["peer"] != "zinf" else f"{'':9}"
         gib = f"{r['gpu_peak_gib']:8.1f}" if r.get("gpu_peak_gib") is not None else f"{'':8}"
         note = r.get("zero") or r.get("precision", "")
+        if r.get("predicted_step_s"):
+            note += f"; planner {r['predicted_step_s']:.3f} s"
+        if r.get("optim_s") or r.get("optim_backward_s"):
+            note += (f"; update {r['optim_backward_s']:.3f} s under the backward, {r['optim_s']:.3f} s after, "
+                     f"forward's wait {r['wait_optim_s']:.3f} s")
         if r.get("gradient_clipping") is None:
             note += "; no clipping"
         print(f"{r['peer']:<31} {r['tokens_per_s']:10.0f} {r['step_s']:8.3f} {ratio} {gib}  {note}", file=out)
