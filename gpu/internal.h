@@ -60,7 +60,8 @@ typedef struct op_elementwise { // gelu, swiglu, add, scale, cast, grad_stats, b
                                 // bias_grad: dbias
     const void *a, *b;          // gelu: x (a), dout (b); swiglu: gu (a), dout (b); add: a, b; cast: src (a);
                                 // sumsq: x (a)
-    zinf_dtype src_dt;          // cast
+    zinf_dtype src_dt;          // cast, accumulate: a's
+    bool first;                 // accumulate: out = 0 + a, out not read
     double *stats;              // sumsq: two doubles
     float scale;
     size_t n; // elements; bias_grad, swiglu: rows

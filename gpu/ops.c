@@ -310,10 +310,10 @@ zinf_status zinf_cast(zinf_stream *s, void *dst, zinf_dtype dst_dt, const void *
     return launch(s, OP_CAST, dst_dt, &r);
 }
 
-zinf_status zinf_accumulate(zinf_stream *s, float *sums, const void *x, zinf_dtype dt, size_t n) {
+zinf_status zinf_accumulate(zinf_stream *s, float *sums, const void *x, zinf_dtype dt, size_t n, bool first) {
     REQUIRE(storage_dtype(dt), "accumulate", "x's dtype must be fp32, bf16 or fp16");
     REQUIRE(sums && x, "accumulate", "a buffer is NULL");
-    op_record r = {.u.ew = {.out = sums, .a = x, .src_dt = dt, .n = n}};
+    op_record r = {.u.ew = {.out = sums, .a = x, .src_dt = dt, .n = n, .first = first}};
     return launch(s, OP_ACCUMULATE, ZINF_DTYPE_F32, &r);
 }
 

@@ -636,8 +636,8 @@ template <typename D, typename S> static __global__ void cast_kernel(D *dst, con
     EW_LOOP(i, n) store_f32(&dst[i], to_f32(src[i])); // widening to fp32 is exact: one rounding
 }
 
-template <typename S> static __global__ void accumulate_kernel(float *sums, const S *x, size_t n) {
-    EW_LOOP(i, n) sums[i] += to_f32(x[i]);
+template <typename S> static __global__ void accumulate_kernel(float *sums, const S *x, size_t n, bool first) {
+    EW_LOOP(i, n) sums[i] = (first ? 0.0f : sums[i]) + to_f32(x[i]);
 }
 
 template <typename T> static zinf_status add_t(cudaStream_t st, const op_elementwise *e) {
@@ -668,7 +668,8 @@ template <typename D> static zinf_status cast_to(cudaStream_t st, const op_eleme
 }
 
 template <typename S> static zinf_status accumulate_t(cudaStream_t st, const op_elementwise *e) {
-    accumulate_kernel<S> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((float *)e->out, (const S *)e->a, e->n);
+    accumulate_kernel<S> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((float *)e->out, (const S *)e->a, e->n,
+                                                                         e->first);
     ZINF_CUDA_LAUNCHED("accumulate_kernel");
     return ZINF_OK;
 }

@@ -608,7 +608,7 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
         return ZINF_OK;
     case OP_ACCUMULATE:
         for (size_t i = 0; i < e->n; i++)
-            ((float *)e->out)[i] += dt_load(e->a, e->src_dt, i);
+            ((float *)e->out)[i] = (e->first ? 0.0f : ((float *)e->out)[i]) + dt_load(e->a, e->src_dt, i);
         return ZINF_OK;
     case OP_SUMSQ: {
         zinf_grad_stats gs;

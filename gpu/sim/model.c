@@ -153,7 +153,8 @@ static double op_bytes(const op_record *op) {
     case OP_EMBEDDING_FWD:
     case OP_EMBEDDING_BWD: return 2.0 * op->u.emb.B * op->u.emb.T * op->u.emb.C * es;
     case OP_CAST: return (double)op->u.ew.n * (es + (double)zinf_dtype_size(op->u.ew.src_dt));
-    case OP_ACCUMULATE: return (double)op->u.ew.n * (2 * es + (double)zinf_dtype_size(op->u.ew.src_dt));
+    case OP_ACCUMULATE: // the sums written, and read unless first
+        return (double)op->u.ew.n * ((op->u.ew.first ? 1 : 2) * es + (double)zinf_dtype_size(op->u.ew.src_dt));
     case OP_SUMSQ: return (double)op->u.ew.n * es;
     case OP_QUANTIZE:
     case OP_DEQUANTIZE: {

@@ -457,7 +457,9 @@ zinf_status zinf_add(zinf_stream *s, zinf_dtype dt, void *out, const void *a, co
 zinf_status zinf_scale(zinf_stream *s, zinf_dtype dt, void *x, float scale, size_t n);
 zinf_status zinf_cast(zinf_stream *s, void *dst, zinf_dtype dst_dt, const void *src, zinf_dtype src_dt, size_t n);
 // sums += x widened to fp32: the bits of a cast to fp32 and an fp32 add, in one pass.
-zinf_status zinf_accumulate(zinf_stream *s, float *sums, const void *x, zinf_dtype dt, size_t n);
+// With first, sums = 0 + x instead, not read: the bits of accumulating into zeros (a
+// -0 becomes +0), without the zeroing pass.
+zinf_status zinf_accumulate(zinf_stream *s, float *sums, const void *x, zinf_dtype dt, size_t n, bool first);
 
 // out[0] = sum of x^2 (fp64, in an order fixed for each backend and n); out[1] = 1 when
 // some element is inf or NaN, else 0. out: two doubles in device memory.

@@ -218,7 +218,8 @@ typedef struct gradients {
     // One rank (and no MiCS replicas) with the optimizer on the device and no local
     // accumulation: a bucket would only widen the pieces for flush to add them to the fp32
     // gradients, so each piece is added there straight from its 16-bit gradient on the
-    // compute stream (zinf_accumulate: the same bits, one pass over memory instead of two).
+    // compute stream (zinf_accumulate: the same bits, one pass over memory instead of two;
+    // the step's first backward overwrites the last step's sums, never zeroed).
     bool direct;
     bool accumulating;     // it holds the sums of this step's backward passes so far
     bool last_backward;    // the backward under way is the step's last
@@ -241,9 +242,10 @@ typedef struct gradients {
     double *host_norms;
     int64_t backwards;     // backward passes so far
     bool norms_on_arrival; // the backward under way is the step's last (and not MiCS's)
-    // Offloaded: the host partition holds the last step's gradients, which the next
-    // backward's first additions overwrite (states.c) instead of their being zeroed.
-    bool host_stale;
+    // The fp32 gradients hold the last step's values, which the next backward's first
+    // additions overwrite instead of their being zeroed: offloaded, in the host partition
+    // (states.c); direct, on the device (zinf_accumulate's first).
+    bool stale;
     int64_t *norms_taken;  // per module: the backward whose arrival filled its host_norms, or -1
 } gradients;
 

@@ -229,10 +229,11 @@ static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const 
          k++) {
         const piece *p = &e->grads.pieces[k];
         if (p->lo < lo || p->lo >= hi) continue;
-        if (e->grads.direct) { // where flush would add the bucket's copy of it
+        if (e->grads.direct) { // where flush would add the bucket's copy of it; the step's first overwrites
             const mod_layout *l = &e->layout[p->mod];
             ZINF_CHECK(zinf_accumulate(e->compute_stream, e->optim.grads32 + l->part_off + (p->lo - l->part_lo),
-                                       (const char *)grad + (p->lo - lo) * e->elem_size, e->dtype, p->n));
+                                       (const char *)grad + (p->lo - lo) * e->elem_size, e->dtype, p->n,
+                                       p->first && e->grads.stale));
             continue;
         }
         int b = p->bucket;

@@ -119,7 +119,7 @@ void states_destroy(zinf_engine *e) {
 }
 
 zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, float *dst) {
-    if (s == ZINF_TIER_GRAD && e->grads.host_stale) { // no backward since the step
+    if (s == ZINF_TIER_GRAD && e->grads.stale) { // no backward since the step
         memset(dst, 0, n * sizeof *dst);
         return ZINF_OK;
     }
@@ -131,9 +131,12 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src) {
     for (int i = 0; s == ZINF_TIER_GRAD && e->grads.norms_taken && i < e->module_count; i++)
         e->grads.norms_taken[i] = -1; // the norms taken as they arrived are of other values
-    if (s == ZINF_TIER_GRAD && e->grads.host_stale) { // the rest of the partition is zero from now
-        zinf_optim_tier_zero_grads(e->optim.tier);
-        e->grads.host_stale = false;
+    if (s == ZINF_TIER_GRAD && e->grads.stale) { // the rest of the partition is zero from now
+        if (e->optim.tier)
+            zinf_optim_tier_zero_grads(e->optim.tier);
+        else
+            ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.grads32, 0, e->partition.numel * sizeof(float)));
+        e->grads.stale = false;
     }
     if (e->optim.tier) return zinf_optim_tier_write(e->optim.tier, s, off, n, src);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, *dev_state(e, s) + off, src, n * sizeof *src, ZINF_COPY_H2D));
@@ -150,9 +153,9 @@ zinf_status states_zero(zinf_engine *e) {
 }
 
 zinf_status states_zero_grads(zinf_engine *e) {
-    if (!e->optim.tier)
+    if (!e->optim.tier && !e->grads.direct)
         return zinf_memset_async(e->compute_stream, e->optim.grads32, 0, e->partition.numel * sizeof(float));
-    e->grads.host_stale = true; // overwritten by the next backward (grad_add_run)
+    e->grads.stale = true; // overwritten by the next backward (grad_add_run, reduce.c widen)
     return ZINF_OK;
 }
 
@@ -243,14 +246,14 @@ static void grad_add_run(void *arg) {
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed) {
     grad_add_job *j = malloc(sizeof *j);
     if (!j) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    *j = (grad_add_job){e, src, b, packed, e->grads.host_stale, e->grads.norms_on_arrival ? e->grads.backwards : -1};
+    *j = (grad_add_job){e, src, b, packed, e->grads.stale, e->grads.norms_on_arrival ? e->grads.backwards : -1};
     zinf_status st = zinf_stream_host_fn(e->comm_stream, grad_add_run, j);
     if (st != ZINF_OK) free(j);
     return st;
 }
 
 bool states_grads_land(const zinf_engine *e, int b) {
-    if (!e->grads.host_stale || !e->optim.pinned_grads) return false;
+    if (!e->grads.stale || !e->optim.pinned_grads) return false;
     const bucket *bk = &e->grads.buckets[b];
     for (int k = bk->first; k < bk->first + bk->count; k++)
         if (!e->grads.pieces[k].first) return false;

@@ -203,7 +203,7 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     // This backward's additions are queued, the first ones overwriting; at stage 1 only
     // the step's last backward adds (reduce.c).
     bool reduced = !e->grads.accumulate_locally || e->grads.last_backward;
-    if (reduced) e->grads.host_stale = false;
+    if (reduced) e->grads.stale = false;
     e->grads.accumulating = !reduced;
     e->step.micro_batches++;
     e->step.loss_sum += e->step.last_loss;

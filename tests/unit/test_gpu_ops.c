@@ -366,7 +366,8 @@ static void test_cast(zinf_dtype from, zinf_dtype to) {
 }
 
 // sums += x widened: bit for bit the fp32 sum of the two, -0 added to +0 included (as
-// the cast and add it replaces give), on a length that ends mid-block.
+// the cast and add it replaces give), on a length that ends mid-block. With first, the
+// bits of adding x into zeros, whatever the sums held (a -0 becomes +0).
 static void test_accumulate(zinf_dtype dt) {
     size_t n = 1029;
     float *x = randv(dt, n, 3), *sums = randv(ZINF_DTYPE_F32, n, 100), *want = malloc(n * sizeof *want);
@@ -375,10 +376,17 @@ static void test_accumulate(zinf_dtype dt) {
         want[i] = sums[i] + x[i];
     void *dx = test_dev_of(dev, S, dt, x, n);
     float *ds = test_dev_of(dev, S, ZINF_DTYPE_F32, sums, n), *h = malloc(n * sizeof *h);
-    TRY(zinf_accumulate(S, ds, dx, dt, n));
+    TRY(zinf_accumulate(S, ds, dx, dt, n, false));
     from_device(S, h, ds, n * sizeof *h);
     CHECK(memcmp(h, want, n * sizeof *h) == 0, "accumulate %s: not the fp32 sums' bits", zinf_dtype_name(dt));
-    CHECK(zinf_accumulate(S, ds, NULL, dt, n) == ZINF_ERR_INVAL && strstr(zinf_last_error(), "accumulate"),
+    for (size_t i = 0; i < n; i++)
+        want[i] = 0.0f + x[i];
+    CHECK(signbit(want[7]) == 0, "0 + -0 is +0");
+    TRY(zinf_accumulate(S, ds, dx, dt, n, true)); // over the sums just made: not read
+    from_device(S, h, ds, n * sizeof *h);
+    CHECK(memcmp(h, want, n * sizeof *h) == 0, "accumulate %s, first: not the bits of adding into zeros",
+          zinf_dtype_name(dt));
+    CHECK(zinf_accumulate(S, ds, NULL, dt, n, false) == ZINF_ERR_INVAL && strstr(zinf_last_error(), "accumulate"),
           "accumulate from NULL: %s", zinf_last_error());
     zinf_device_free(dev, dx), zinf_device_free(dev, ds), free(x), free(sums), free(want), free(h);
 }
