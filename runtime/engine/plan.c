@@ -297,6 +297,14 @@ static zinf_status plan_engine(const zinf_config *cfg, const zinf_plan_target *t
     return ZINF_OK;
 }
 
+// plan_engine with the keys the config leaves out chosen as creation chooses them.
+static zinf_status plan_chosen(const zinf_config *given, const zinf_plan_target *t, zinf_plan_choice *choice,
+                               zinf_engine **out) {
+    zinf_config cfg = *given;
+    ZINF_CHECK(engine_choose(&cfg, t, choice));
+    return plan_engine(&cfg, t, out);
+}
+
 zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t, zinf_engine_memory *out) {
     zinf_engine *e;
     ZINF_CHECK(plan_engine(cfg, t, &e));
@@ -305,13 +313,12 @@ zinf_status engine_plan_memory(const zinf_config *cfg, const zinf_plan_target *t
     return ZINF_OK;
 }
 
-zinf_status engine_plan_schedule(const zinf_config *given, const zinf_plan_target *t, plan_schedule *out) {
+zinf_status engine_plan_schedule(const zinf_config *cfg, const zinf_plan_target *t, plan_schedule *out) {
     memset(out, 0, sizeof *out);
-    zinf_config cfg = *given;
     zinf_plan_choice choice;
-    ZINF_CHECK(engine_choose(&cfg, t, &choice));
     zinf_engine *e;
-    ZINF_CHECK(plan_engine(&cfg, t, &e));
+    ZINF_CHECK(plan_chosen(cfg, t, &choice, &e));
+    const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;
     size_t nm = (size_t)e->module_count, W = (size_t)e->partition.ranks;
     const zinf_model_op *ops = zinf_model_schedule(e->model, true, &out->ops);
     zinf_model_schedule(e->model, false, &out->forward_ops);
@@ -324,7 +331,7 @@ zinf_status engine_plan_schedule(const zinf_config *given, const zinf_plan_targe
                          : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory for the update's schedule");
     for (size_t i = 0; st == ZINF_OK && i < nm; i++)
         part_n[i] = e->layout[i].part_n;
-    if (st == ZINF_OK) out->group_count = zinf_optim_tier_group(part_n, (int)nm, cfg.zero.sub_group_size, group_of);
+    if (st == ZINF_OK) out->group_count = zinf_optim_tier_group(part_n, (int)nm, e->cfg.zero.sub_group_size, group_of);
     for (int g = 0; g < out->group_count; g++)
         out->groups[g] = (plan_group){.first_use = -1, .last_bucket = -1};
     for (size_t i = 0; st == ZINF_OK && i < nm; i++) {
@@ -350,10 +357,10 @@ zinf_status engine_plan_schedule(const zinf_config *given, const zinf_plan_targe
             first = first && e->grads.pieces[k].first;
         out->buckets[b] = (plan_bucket){.op = e->grads.pieces[bk->first + bk->count - 1].op,
                                         .elements = (double)(mine ? bk->block : W * bk->block),
-                                        .lands = first && on_device && cfg.zero.offload_optimizer.pin_memory};
+                                        .lands = first && on_device && oc->pin_memory};
     }
     out->bucket_count = e->grads.bucket_count;
-    out->speculate = (double)cfg.zero.offload_optimizer.speculate_elements;
+    out->speculate = (double)oc->speculate_elements;
     free(part_n), free(group_of);
     plan_free(e);
     if (st != ZINF_OK) plan_schedule_free(out);
@@ -382,12 +389,8 @@ static void judge(const zinf_engine *e, const zinf_plan_target *t, zinf_plan *ou
 zinf_status zinf_engine_plan(const zinf_config *given, const zinf_plan_target *t, zinf_plan *out) {
     if (!given || !t || !out) return zinf_fail(ZINF_ERR_INVAL, "engine plan: cfg, t and out are required");
     memset(out, 0, sizeof *out);
-    zinf_config cfg = *given;
-    zinf_plan_choice choice;
-    ZINF_CHECK(engine_choose(&cfg, t, &choice));
     zinf_engine *e;
-    ZINF_CHECK(plan_engine(&cfg, t, &e));
-    out->choice = choice;
+    ZINF_CHECK(plan_chosen(given, t, &out->choice, &e));
     zinf_engine_memory_get(e, &out->mem);
     int64_t *gathers = calloc((size_t)e->module_count + 1, sizeof *gathers),
             *tile_ops = calloc((size_t)e->module_count + 1, sizeof *tile_ops);
