@@ -244,7 +244,7 @@ typedef struct gradients {
     bool norms_on_arrival; // the backward under way is the step's last (and not MiCS's)
     // The fp32 gradients hold the last step's values, which the next backward's first
     // additions overwrite instead of their being zeroed: offloaded, in the host partition
-    // (states.c); direct, on the device (zinf_accumulate's first).
+    // (states.c); on the device, each module's first reduction (zinf_accumulate's first).
     bool stale;
     int64_t *norms_taken;  // per module: the backward whose arrival filled its host_norms, or -1
 } gradients;

@@ -199,7 +199,8 @@ static zinf_status flush(zinf_engine *e, int b) {
                 if (!partition_holds(e, r)) continue;
                 const float *src = d + (packed ? 0 : r * blk) + p->off;
                 float *dst = e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
-                ZINF_CHECK(zinf_add(e->comm_stream, ZINF_DTYPE_F32, dst, dst, src, p->n));
+                // The step's first reduction of a module overwrites the last step's sums.
+                ZINF_CHECK(zinf_accumulate(e->comm_stream, dst, src, ZINF_DTYPE_F32, p->n, p->first && e->grads.stale));
             }
         }
     }

@@ -153,9 +153,7 @@ zinf_status states_zero(zinf_engine *e) {
 }
 
 zinf_status states_zero_grads(zinf_engine *e) {
-    if (!e->optim.tier && !e->grads.direct)
-        return zinf_memset_async(e->compute_stream, e->optim.grads32, 0, e->partition.numel * sizeof(float));
-    e->grads.stale = true; // overwritten by the next backward (grad_add_run, reduce.c widen)
+    e->grads.stale = true; // overwritten by the next backward (grad_add_run; reduce.c's widen and flush)
     return ZINF_OK;
 }
 

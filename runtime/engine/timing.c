@@ -260,21 +260,25 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     double numel = (double)m->model_numel, part = (double)m->partition_numel;
     // Per micro-batch the 16-bit gradients are widened into fp32 buckets (at stage 1 over
     // several, after the first, added to the sums so far), and with the optimizer on the
-    // device each rank's part added to its fp32 gradients; on one rank (reduce.c's
-    // direct) added there straight from the 16-bit gradients, the first micro-batch's
-    // overwriting the last step's sums. At stage 3 every module is gathered for forward
-    // and again for backward.
+    // device each rank's part added to its fp32 gradients once per reduction; on one rank
+    // (reduce.c's direct) added there straight from the 16-bit gradients. Either way the
+    // step's first add writes the sums without reading them (the last step's are
+    // overwritten, never zeroed). At stage 3 every module is gathered for forward and
+    // again for backward.
     bool on_device = m->optimizer_tier == ZINF_OFFLOAD_NONE;
     bool direct = policy_grads_direct(cfg, t->world);
-    double engine =
-        direct ? zinf_sim_memory_s(&r, numel * (es + 4)) + (accum - 1) * zinf_sim_memory_s(&r, numel * (es + 8))
-               : accum * zinf_sim_memory_s(&r, numel * (es + 4)) +
-                     (on_device ? accum * zinf_sim_memory_s(&r, part * 12) : 0);
+    double engine, reductions = (double)reductions_per_step(&e0);
+    if (direct) {
+        engine = zinf_sim_memory_s(&r, numel * (es + 4)) + (accum - 1) * zinf_sim_memory_s(&r, numel * (es + 8));
+    } else {
+        engine = accum * zinf_sim_memory_s(&r, numel * (es + 4));
+        if (on_device) engine += zinf_sim_memory_s(&r, part * 8) + (reductions - 1) * zinf_sim_memory_s(&r, part * 12);
+    }
     if (e0.grads.accumulate_locally) engine += (accum - 1) * zinf_sim_memory_s(&r, numel * 12);
     if (e0.params.storage->sliced && t->world == 1) engine += accum * 2 * zinf_sim_memory_s(&r, 2 * numel * es);
-    // Per step: the norm over the fp32 gradients, their zeroing (not where they are
-    // overwritten), and the optimizer when it runs on the device.
-    if (on_device) engine += zinf_sim_memory_s(&r, part * (4 + (direct ? 0 : 4) + 28 + es));
+    // Per step: the norm over the fp32 gradients and the optimizer when it runs on the
+    // device (the next backward overwrites the gradients: no zeroing).
+    if (on_device) engine += zinf_sim_memory_s(&r, part * (4 + 28 + es));
     out->compute = accum * micro + engine;
     out->h2d = zinf_sim_copy_s(&r, (double)p->h2d, true);
     out->d2h = zinf_sim_copy_s(&r, (double)p->d2h, true);
