@@ -95,7 +95,8 @@ zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes
 
 // One micro-batch's forward and backward (recompute included) on a sim device in
 // virtual time: the seconds the model's kernels take, their modeled times summed (the
-// events would also hold the host's pace of launching them), and each op's.
+// events would also hold the host's pace of launching them), and each op's (op_s NULL:
+// not wanted).
 static zinf_status model_seconds(const zinf_config *cfg, double *out, double **op_s) {
     zinf_device_params dp = {.backend = ZINF_BACKEND_SIM, .sim = cfg->device.sim, .attention = cfg->device.attention};
     dp.sim.virtual_time = true;
@@ -251,10 +252,12 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     engine_settings(&e0, cfg);
     zinf_sim_rates r;
     zinf_sim_rates_of(&cfg->device.sim, &r);
-    double micro = 0, *op_s = NULL; // one micro-batch's device seconds, and each op's
+    // One micro-batch's device seconds, and each op's where the schedule below needs them
+    // (an offloaded optimizer).
+    double micro = 0, *op_s = NULL;
     int64_t chunk; // the output layer's chunk as the engine would choose it on the target
     ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, t->device_capacity, &chunk));
-    ZINF_CHECK(model_seconds(&e0.cfg, &micro, &op_s));
+    ZINF_CHECK(model_seconds(&e0.cfg, &micro, p->mem.optimizer_tier != ZINF_OFFLOAD_NONE ? &op_s : NULL));
     const zinf_engine_memory *m = &p->mem;
     double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.elem_size;
     double numel = (double)m->model_numel, part = (double)m->partition_numel;

@@ -84,6 +84,20 @@ grep -q "^Fastest that fits: stage 0, optimizer none, params none" "$tmp/out" ||
 grep -q '^  set: "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "none"}, "offload_param": {"device": "none"}, "sub_group_size": 10000000}$' "$tmp/out" ||
   fail "the fastest row's keys: $(grep -A3 Fastest "$tmp/out")"
 
+# Over 2 ranks with 2 micro-batches a step (the schedule's buckets of one rank's block,
+# its later micro-batches' additions): every row that fits has a finite step no shorter
+# than its busiest resource.
+expect 0 "$Z" estimate --config "$tmp/cfg.json" --gpus-per-node 2 --set train_batch_size=64 \
+  --set gradient_accumulation_steps=2 --time --nvme-read 2 --nvme-write 2 --adam 1000 --json
+python3 - "$tmp/out" <<'PY' || fail "2 ranks, 2 micro-batches: $(head -c 600 "$tmp/out")"
+import json, math, sys
+rows = [o for o in map(json.loads, open(sys.argv[1])) if "step_seconds" in o]
+assert len(rows) >= 10, len(rows)
+for o in rows:
+    s = o["step_seconds"]
+    assert math.isfinite(s) and s >= max(o["busy_s"].values()) > 0, o
+PY
+
 # Bad input.
 expect 2 "$Z" estimate --config "$tmp/cfg.json" --time --gpu v100
 grep -q -- '--gpu: "v100" is not a modeled GPU' "$tmp/err" || fail "--gpu v100: $(cat "$tmp/err")"
