@@ -57,6 +57,43 @@ static zinf_status cuda_describe(const zinf_device_params *p, char name[96], uin
     return ZINF_OK;
 }
 
+// The device's memory pool and its two streams. Freed memory stays in the pool for the
+// next allocation (the release threshold's default, 0, would hand it back to the driver
+// at every synchronization, and the next step would map it again). An allocation takes
+// only memory whose free has run: let to reuse a free still waiting on the device's
+// work, the pool would make the allocation wait for that work, and the host with it.
+static zinf_status pool_open(cuda_device *cd) {
+    cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = cd->index;
+    uint64_t keep = UINT64_MAX;
+    int no = 0;
+    ZINF_CUDA_CHECK(cudaMemPoolCreate(&cd->pool, &props));
+    ZINF_CUDA_CHECK(cudaMemPoolSetAttribute(cd->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    ZINF_CUDA_CHECK(cudaMemPoolSetAttribute(cd->pool, cudaMemPoolReuseAllowInternalDependencies, &no));
+    ZINF_CUDA_CHECK(cudaStreamCreateWithFlags(&cd->alloc_stream, cudaStreamNonBlocking));
+    ZINF_CUDA_CHECK(cudaStreamCreateWithFlags(&cd->free_stream, cudaStreamNonBlocking));
+    return ZINF_OK;
+}
+
+// What cuda_open made, with the device current; the pool's frees run first.
+static void release(cuda_device *cd) {
+    cudaStream_t pool_streams[2] = {cd->alloc_stream, cd->free_stream};
+    for (int i = 0; i < 2; i++) {
+        if (!pool_streams[i]) continue;
+        CUDA_WARN(cudaStreamSynchronize(pool_streams[i]));
+        CUDA_WARN(cudaStreamDestroy(pool_streams[i]));
+    }
+    if (cd->pool) CUDA_WARN(cudaMemPoolDestroy(cd->pool));
+    pthread_mutex_destroy(&cd->streams_lock);
+    cudnn_attention_close(cd->dnn);
+    cublasLtDestroy(cd->lt);
+    free(cd);
+}
+
 static zinf_status cuda_open(zinf_device *d) {
     int index = d->params.index;
     cudaDeviceProp prop;
@@ -69,18 +106,18 @@ static zinf_status cuda_open(zinf_device *d) {
     cuda_device *cd = (cuda_device *)calloc(1, sizeof *cd);
     if (!cd) return zinf_fail(ZINF_ERR_NOMEM, "cuda device %d: out of host memory", index);
     cd->index = index;
+    pthread_mutex_init(&cd->streams_lock, NULL);
     cublasStatus_t bs = cublasLtCreate(&cd->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         free(cd);
         return cublas_fail_at(bs, "cublasLtCreate", __FILE__, __LINE__);
     }
-    if (d->params.attention != ZINF_ATTENTION_ZINF) {
-        zinf_status st = cudnn_attention_open(d->params.attention, &cd->dnn);
-        if (st != ZINF_OK) {
-            cublasLtDestroy(cd->lt);
-            free(cd);
-            return st;
-        }
+    zinf_status st = pool_open(cd);
+    if (st == ZINF_OK && d->params.attention != ZINF_ATTENTION_ZINF)
+        st = cudnn_attention_open(d->params.attention, &cd->dnn);
+    if (st != ZINF_OK) {
+        release(cd);
+        return st;
     }
     d->impl = cd;
     d->caps.backend = ZINF_BACKEND_CUDA;
@@ -98,25 +135,48 @@ static void cuda_close(zinf_device *d) {
     cuda_device *cd = cuda_dev_of(d);
     if (!cd) return;
     CUDA_WARN(cudaSetDevice(cd->index));
-    cudnn_attention_close(cd->dnn);
-    cublasLtDestroy(cd->lt);
-    free(cd);
+    release(cd);
     d->impl = NULL;
 }
 
 // ---- memory ----
 
 static zinf_status cuda_mem_alloc(zinf_device *d, size_t bytes, void **out) {
+    cuda_device *cd = cuda_dev_of(d);
     *out = NULL;
-    ZINF_CUDA_CHECK(cudaSetDevice(cuda_dev_of(d)->index));
-    ZINF_CUDA_CHECK(cudaMalloc(out, bytes));
+    ZINF_CUDA_CHECK(cudaSetDevice(cd->index));
+    cudaError_t err = cudaMallocFromPoolAsync(out, bytes, cd->pool, cd->alloc_stream);
+    if (err == cudaErrorMemoryAllocation) {
+        // Once the frees queued so far have run, their memory, given back to the driver,
+        // serves any size (the pool's blocks keep the sizes freed).
+        cudaGetLastError();
+        ZINF_CUDA_CHECK(cudaStreamSynchronize(cd->free_stream));
+        ZINF_CUDA_CHECK(cudaMemPoolTrimTo(cd->pool, 0));
+        err = cudaMallocFromPoolAsync(out, bytes, cd->pool, cd->alloc_stream);
+    }
+    if (err != cudaSuccess) return cuda_fail_at(err, "cudaMallocFromPoolAsync", __FILE__, __LINE__);
+    // Stream-ordered: usable on the allocating stream at once, on every other stream
+    // once the allocation has run there (it waits for nothing else).
+    err = cudaStreamSynchronize(cd->alloc_stream);
+    if (err != cudaSuccess) {
+        *out = NULL;
+        return cuda_fail_at(err, "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
     return ZINF_OK;
 }
 
+// Given back once the work queued before it on every stream of the device has run.
 static void cuda_mem_free(zinf_device *d, void *p, size_t bytes) {
     (void)bytes;
-    CUDA_WARN(cudaSetDevice(cuda_dev_of(d)->index));
-    CUDA_WARN(cudaFree(p));
+    cuda_device *cd = cuda_dev_of(d);
+    CUDA_WARN(cudaSetDevice(cd->index));
+    pthread_mutex_lock(&cd->streams_lock);
+    for (cuda_stream *cs = cd->streams; cs; cs = cs->next) {
+        CUDA_WARN(cudaEventRecord(cs->reached, cs->st));
+        CUDA_WARN(cudaStreamWaitEvent(cd->free_stream, cs->reached, 0));
+    }
+    pthread_mutex_unlock(&cd->streams_lock);
+    CUDA_WARN(cudaFreeAsync(p, cd->free_stream));
 }
 
 // Portable: the pages count as pinned for every device, not only this one.
@@ -146,12 +206,19 @@ static zinf_status cuda_stream_create(zinf_stream *s) {
         return cuda_fail_at(err, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
     }
     err = cudaMalloc(&cs->d_lt_ws, CUDA_LT_WORKSPACE);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&cs->reached, cudaEventDisableTiming);
     if (err != cudaSuccess) {
-        zinf_status st = cuda_fail_at(err, "cudaMalloc of the cuBLASLt workspace", __FILE__, __LINE__);
+        zinf_status st = cuda_fail_at(err, "the stream's cuBLASLt workspace and event", __FILE__, __LINE__);
+        if (cs->d_lt_ws) cudaFree(cs->d_lt_ws);
         cudaStreamDestroy(cs->st);
         free(cs);
         return st;
     }
+    cuda_device *cd = cuda_dev_of(s->dev);
+    pthread_mutex_lock(&cd->streams_lock);
+    cs->next = cd->streams;
+    cd->streams = cs;
+    pthread_mutex_unlock(&cd->streams_lock);
     s->impl = cs;
     return ZINF_OK;
 }
@@ -159,9 +226,18 @@ static zinf_status cuda_stream_create(zinf_stream *s) {
 static void cuda_stream_destroy(zinf_stream *s) {
     cuda_stream *cs = cuda_stream_of(s);
     if (!cs) return;
-    CUDA_WARN(cudaSetDevice(cuda_dev_of(s->dev)->index));
+    cuda_device *cd = cuda_dev_of(s->dev);
+    CUDA_WARN(cudaSetDevice(cd->index));
+    pthread_mutex_lock(&cd->streams_lock);
+    for (cuda_stream **at = &cd->streams; *at; at = &(*at)->next)
+        if (*at == cs) {
+            *at = cs->next;
+            break;
+        }
+    pthread_mutex_unlock(&cd->streams_lock);
     CUDA_WARN(cudaStreamSynchronize(cs->st));
     if (cs->d_lt_ws) CUDA_WARN(cudaFree(cs->d_lt_ws));
+    CUDA_WARN(cudaEventDestroy(cs->reached));
     CUDA_WARN(cudaStreamDestroy(cs->st));
     free(cs);
     s->impl = NULL;

@@ -4,6 +4,7 @@
 #ifndef ZINF_CUDA_BACKEND_H
 #define ZINF_CUDA_BACKEND_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -21,19 +22,32 @@ typedef struct cudnn_attention cudnn_attention;
 
 // d->impl. The cuBLASLt handle holds no per-call state (stream and workspace are
 // arguments of each matmul), so every thread and stream of the device shares it.
+typedef struct cuda_stream cuda_stream;
+
 typedef struct cuda_device {
     int index; // CUDA device index, made current by every entry point
     cublasLtHandle_t lt;
     cudnn_attention *dnn; // NULL: zinf's attention kernels only (device.attention, or no cuDNN)
+    // The front end's buffers come from a memory pool of the device's own, taken on one
+    // stream and given back on another: cudaMalloc and cudaFree synchronize every stream
+    // of the device, and a step takes and frees gradient and gathered buffers module by
+    // module. A free waits, on its stream, for the work queued on every stream of the
+    // device before it, as cudaFree's synchronization did, without holding the host.
+    cudaMemPool_t pool;
+    cudaStream_t alloc_stream, free_stream;
+    pthread_mutex_t streams_lock; // guards streams
+    cuda_stream *streams;         // the device's live streams
 } cuda_device;
 
 // s->impl. Each stream has its own cuBLASLt workspace: two products running at once
 // on different streams must not share one, and a private workspace is what keeps
 // cuBLAS bit-reproducible with several streams active.
-typedef struct cuda_stream {
+struct cuda_stream {
     cudaStream_t st;
-    void *d_lt_ws; // CUDA_LT_WORKSPACE bytes
-} cuda_stream;
+    void *d_lt_ws;       // CUDA_LT_WORKSPACE bytes
+    cudaEvent_t reached; // recorded by each free, for the free stream to wait on
+    cuda_stream *next;   // in cuda_device.streams
+};
 
 // 32 MiB, what cuBLAS asks for on Hopper, one per stream, allocated with the stream
 // (outside the front end's memory account, like the CUDA context and cuBLASLt's own).

@@ -50,6 +50,15 @@ struct CUevent_st {
     std::shared_ptr<marker> last; // the latest cudaEventRecord; null: never recorded
 };
 
+// A memory pool. Its allocations are exact and its frees return memory at once (no
+// block is kept for reuse), so the guards and AddressSanitizer still see every access
+// to a freed buffer; what the pool keeps on a GPU is a matter of speed alone.
+struct CUmemPoolHandle_st {
+    int device;
+    uint64_t release_threshold = 0;
+    bool destroyed = false; // kept (machine::pools) so that a stale handle is refused
+};
+
 namespace cuda_emu {
 namespace {
 
@@ -66,7 +75,9 @@ constexpr unsigned char GUARD_BYTE = 0xa5;
 struct allocation {
     size_t size;
     int device;
-    char *raw; // what posix_memalign gave; the caller's pointer is raw + GUARD
+    char *raw;                   // what posix_memalign gave; the caller's pointer is raw + GUARD
+    bool freeing = false;        // cudaFreeAsync queued its release
+    CUmemPoolHandle_st *pool{};  // cudaMallocFromPoolAsync's pool, else null
 };
 
 struct device_state {
@@ -83,6 +94,7 @@ struct machine {
     std::map<uintptr_t, allocation> allocs;            // by the caller's pointer
     std::map<uintptr_t, size_t> registered;            // cudaHostRegister ranges
     std::vector<std::unique_ptr<CUstream_st>> retired; // destroyed streams (see cudaStreamDestroy)
+    std::vector<std::unique_ptr<CUmemPoolHandle_st>> pools; // every pool made, destroyed ones too
     std::mutex done_mu;                                // with done_cv: any marker or work item finished
     std::condition_variable done_cv;
 };
@@ -454,37 +466,86 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 // ---- memory ----
 
-cudaError_t cudaMalloc(void **ptr, size_t size) {
-    if (!ptr) return fail(cudaErrorInvalidValue);
-    *ptr = nullptr;
-    ENTER();
-    if (size == 0) return cudaSuccess; // documented: a null pointer, no error
-    device_state &d = dev(current);
+} // extern "C"
+
+namespace cuda_emu {
+namespace {
+
+// size bytes on device (machine::mu not held); false when they do not fit.
+bool allocate(int device, size_t size, CUmemPoolHandle_st *pool, void **ptr) {
+    device_state &d = dev(device);
     {
         std::lock_guard<std::mutex> g(M().mu);
-        if (size > d.prop.totalGlobalMem - d.used) return fail(cudaErrorMemoryAllocation);
+        if (size > d.prop.totalGlobalMem - d.used) return false;
         d.used += size;
     }
     void *raw = nullptr;
     if (posix_memalign(&raw, 256, size + 2 * GUARD) != 0) {
         std::lock_guard<std::mutex> g(M().mu);
         d.used -= size;
-        return fail(cudaErrorMemoryAllocation);
+        return false;
     }
     char *p = (char *)raw + GUARD;
     memset(raw, GUARD_BYTE, GUARD);
     memset(p + size, GUARD_BYTE, GUARD);
-    // cudaMalloc does not clear memory: all bits set (a NaN in every float type) makes
-    // a read of what was never written show.
+    // Device memory is not cleared: all bits set (a NaN in every float type) makes a
+    // read of what was never written show.
     memset(p, 0xff, size);
     std::lock_guard<std::mutex> g(M().mu);
-    M().allocs[(uintptr_t)p] = allocation{size, current, (char *)raw};
+    M().allocs[(uintptr_t)p] = allocation{size, device, (char *)raw, false, pool};
     *ptr = p;
-    return cudaSuccess;
+    return true;
 }
 
-// Frees after every stream of the device has finished (cudaFree synchronizes). A
-// guard byte changed means device work wrote past the allocation: a fault.
+// Gives back the allocation at ptr, already taken out of machine::allocs. A guard byte
+// changed means device work wrote past it: a fault.
+void release(void *ptr, const allocation &a) {
+    {
+        std::lock_guard<std::mutex> g(M().mu);
+        dev(a.device).used -= a.size;
+    }
+    for (size_t i = 0; i < GUARD; i++) {
+        if ((unsigned char)a.raw[i] != GUARD_BYTE || (unsigned char)a.raw[GUARD + a.size + i] != GUARD_BYTE) {
+            fault(a.device, cudaErrorIllegalAddress, "a write %s the %zu-byte allocation at %p",
+                  a.raw[i] != (char)GUARD_BYTE ? "before" : "past", a.size, ptr);
+            break;
+        }
+    }
+    free(a.raw);
+}
+
+// Takes ptr's allocation out of machine::allocs; false when it is none, or one whose
+// cudaFreeAsync is already queued.
+bool take(void *ptr, allocation *out) {
+    std::lock_guard<std::mutex> g(M().mu);
+    auto it = M().allocs.find((uintptr_t)ptr);
+    if (it == M().allocs.end() || it->second.freeing) return false;
+    *out = it->second;
+    M().allocs.erase(it);
+    return true;
+}
+
+bool live_pool(cudaMemPool_t pool) {
+    std::lock_guard<std::mutex> g(M().mu);
+    for (auto &p : M().pools)
+        if (p.get() == pool) return !p->destroyed;
+    return false;
+}
+
+} // namespace
+} // namespace cuda_emu
+
+extern "C" {
+
+cudaError_t cudaMalloc(void **ptr, size_t size) {
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    *ptr = nullptr;
+    ENTER();
+    if (size == 0) return cudaSuccess; // documented: a null pointer, no error
+    return allocate(current, size, nullptr, ptr) ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+// Frees after every stream of the device has finished (cudaFree synchronizes).
 cudaError_t cudaFree(void *ptr) {
     if (!ptr) return cudaSuccess;
     if (in_host_fn) return fail(cudaErrorNotPermitted);
@@ -492,28 +553,107 @@ cudaError_t cudaFree(void *ptr) {
     {
         std::lock_guard<std::mutex> g(M().mu);
         auto it = M().allocs.find((uintptr_t)ptr);
-        if (it == M().allocs.end()) return fail(cudaErrorInvalidValue);
+        if (it == M().allocs.end() || it->second.freeing) return fail(cudaErrorInvalidValue);
         owner = it->second.device;
     }
     drain_device(owner);
     allocation a;
+    if (!take(ptr, &a)) return fail(cudaErrorInvalidValue); // freed meanwhile
+    release(ptr, a);
+    return fail(sticky(owner));
+}
+
+// ---- stream-ordered allocation ----
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const struct cudaMemPoolProps *props) {
+    if (!pool || !props) return fail(cudaErrorInvalidValue);
+    ENTER();
+    if (props->allocType != cudaMemAllocationTypePinned || props->handleTypes != cudaMemHandleTypeNone ||
+        props->location.type != cudaMemLocationTypeDevice || !valid_device(props->location.id))
+        return fail(cudaErrorInvalidValue);
+    auto p = std::make_unique<CUmemPoolHandle_st>();
+    p->device = props->location.id;
+    std::lock_guard<std::mutex> g(M().mu);
+    *pool = p.get();
+    M().pools.push_back(std::move(p));
+    return cudaSuccess;
+}
+
+// Allocations still out stay valid until freed, as the reference describes.
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+    ENTER();
+    if (!live_pool(pool)) return fail(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> g(M().mu);
+    pool->destroyed = true;
+    return cudaSuccess;
+}
+
+// The reuse rules (int) change only what the pool keeps, which the emulation does not
+// keep; the release threshold is a cuuint64_t.
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value) {
+    ENTER();
+    if (!live_pool(pool) || !value) return fail(cudaErrorInvalidValue);
+    switch (attr) {
+    case cudaMemPoolReuseFollowEventDependencies:
+    case cudaMemPoolReuseAllowOpportunistic:
+    case cudaMemPoolReuseAllowInternalDependencies: return cudaSuccess;
+    case cudaMemPoolAttrReleaseThreshold: {
+        std::lock_guard<std::mutex> g(M().mu);
+        pool->release_threshold = *(const uint64_t *)value;
+        return cudaSuccess;
+    }
+    }
+    return fail(cudaErrorInvalidValue);
+}
+
+// Nothing to give back: the emulated pool keeps no freed memory.
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep) {
+    (void)min_bytes_to_keep;
+    ENTER();
+    return live_pool(pool) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+// The allocation is made at once. Memory that frees queued earlier on the same stream
+// will give back counts as free, as the pool reuses it in stream order: when the device
+// is full, those frees run first.
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    *ptr = nullptr;
+    ENTER();
+    if (!live_pool(pool)) return fail(cudaErrorInvalidValue);
+    CUstream_st *s = stream ? stream : legacy_stream(current);
+    if (size == 0) return cudaSuccess;
+    if (allocate(pool->device, size, pool, ptr)) return cudaSuccess;
+    drain(s);
+    return allocate(pool->device, size, pool, ptr) ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+// The release runs when the stream reaches it; until then the buffer stays the
+// caller's, and a second free of it is refused.
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
+    ENTER();
+    if (!ptr) return fail(cudaErrorInvalidValue);
     {
         std::lock_guard<std::mutex> g(M().mu);
         auto it = M().allocs.find((uintptr_t)ptr);
-        if (it == M().allocs.end()) return fail(cudaErrorInvalidValue); // freed meanwhile
-        a = it->second;
-        M().allocs.erase(it);
-        dev(owner).used -= a.size;
+        if (it == M().allocs.end() || it->second.freeing) return fail(cudaErrorInvalidValue);
+        it->second.freeing = true;
     }
-    for (size_t i = 0; i < GUARD; i++) {
-        if ((unsigned char)a.raw[i] != GUARD_BYTE || (unsigned char)a.raw[GUARD + a.size + i] != GUARD_BYTE) {
-            fault(owner, cudaErrorIllegalAddress, "a write %s the %zu-byte allocation at %p",
-                  a.raw[i] != (char)GUARD_BYTE ? "before" : "past", a.size, ptr);
-            break;
+    cudaError_t e = enqueue(stream, [ptr] {
+        allocation a;
+        {
+            std::lock_guard<std::mutex> g(M().mu);
+            auto it = M().allocs.find((uintptr_t)ptr);
+            a = it->second;
+            M().allocs.erase(it);
         }
+        release(ptr, a);
+    });
+    if (e != cudaSuccess) {
+        std::lock_guard<std::mutex> g(M().mu);
+        M().allocs[(uintptr_t)ptr].freeing = false;
     }
-    free(a.raw);
-    return fail(sticky(owner));
+    return e;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {

@@ -7,7 +7,7 @@
 // m16n8k16 in bf16 and fp16 against a product in double (fragments per the PTX ISA; a
 // warp short of 32 lanes faults), streams,
 // events, host functions, the pageable and pinned rules of cudaMemcpyAsync (host to
-// host returns once done), and the 16-bit conversions against the CPU's
+// host returns once done), memory pools and stream-ordered frees, and the 16-bit conversions against the CPU's
 // own (F16C) and a double-precision reference. Each fault uses a device of its own,
 // since a fault ends that device's context for the rest of the process.
 // timeout: 10 cuda-emu=10 san-cuda-emu=10
@@ -387,6 +387,7 @@ static void test_faults() {
 }
 
 static std::atomic<int> gate;
+static std::atomic<bool> gate_opened_late;
 static void wait_gate(void *) {
     while (!gate.load())
         std::this_thread::yield();
@@ -469,6 +470,75 @@ static void test_streams() {
     cudaStreamDestroy(a), cudaStreamDestroy(b);
 }
 
+// Stream-ordered allocation: cudaFreeAsync waits for nothing but its own stream (where
+// cudaFree drains the device), its release runs in that stream's order, a second free is
+// refused, and memory freed earlier on a stream serves the next allocation there.
+static void test_pools() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 99;
+    cudaMemPool_t pool;
+    EXPECT(cudaMemPoolCreate(&pool, &props), cudaErrorInvalidValue); // no such device
+    props.location.id = 0;
+    EXPECT(cudaMemPoolCreate(&pool, &props), cudaSuccess);
+    uint64_t keep = UINT64_MAX;
+    EXPECT(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), cudaSuccess);
+    int no = 0;
+    EXPECT(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no), cudaSuccess);
+    EXPECT(cudaMemPoolSetAttribute(pool, (cudaMemPoolAttr)99, &no), cudaErrorInvalidValue);
+    cudaStream_t busy, ps;
+    EXPECT(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT(cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking), cudaSuccess);
+
+    int *p = nullptr;
+    EXPECT(cudaMallocFromPoolAsync((void **)&p, 64 * sizeof(int), pool, ps), cudaSuccess);
+    EXPECT(cudaStreamSynchronize(ps), cudaSuccess);
+    gate = 0;
+    EXPECT(cudaLaunchHostFunc(busy, wait_gate, nullptr), cudaSuccess);
+    gate_opened_late = false;
+    std::thread opener([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+        gate_opened_late = true;
+        gate = 1;
+    });
+    EXPECT(cudaFreeAsync(p, ps), cudaSuccess);
+    EXPECT(cudaFreeAsync(p, ps), cudaErrorInvalidValue); // twice
+    EXPECT(cudaStreamSynchronize(ps), cudaSuccess);
+    CHECK(!gate_opened_late, "cudaFreeAsync and its stream waited for another stream's work");
+    int h = 0;
+    EXPECT(cudaMemcpy(p, &h, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue); // released
+    gate = 1;
+    opener.join();
+    EXPECT(cudaStreamSynchronize(busy), cudaSuccess);
+
+    // 1 GiB devices: 700 MiB freed on ps, then 700 MiB more asked of ps, before the
+    // release has surely run.
+    void *a = nullptr, *b = nullptr;
+    EXPECT(cudaMallocFromPoolAsync(&a, (size_t)700 << 20, pool, ps), cudaSuccess);
+    gate = 0;
+    EXPECT(cudaLaunchHostFunc(ps, wait_gate, nullptr), cudaSuccess);
+    EXPECT(cudaFreeAsync(a, ps), cudaSuccess);
+    std::thread late([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        gate = 1;
+    });
+    EXPECT(cudaMallocFromPoolAsync(&b, (size_t)700 << 20, pool, ps), cudaSuccess);
+    late.join();
+    EXPECT(cudaFreeAsync(b, ps), cudaSuccess);
+    EXPECT(cudaStreamSynchronize(ps), cudaSuccess);
+    EXPECT(cudaMemPoolTrimTo(pool, 0), cudaSuccess);
+
+    EXPECT(cudaMemPoolDestroy(pool), cudaSuccess);
+    EXPECT(cudaMallocFromPoolAsync(&a, 16, pool, ps), cudaErrorInvalidValue); // destroyed
+    EXPECT(cudaMemPoolDestroy(pool), cudaErrorInvalidValue);
+    cudaGetLastError();
+    cudaStreamDestroy(busy), cudaStreamDestroy(ps);
+}
+
 // ---- 16-bit conversions ----
 
 __attribute__((target("f16c"))) static unsigned short f16c_from(float f) {
@@ -518,6 +588,7 @@ int main() {
     test_mma();
     test_faults();
     test_streams();
+    test_pools();
     test_conversions();
     if (failures)
         printf("test_runtime: %d check(s) failed\n", failures);

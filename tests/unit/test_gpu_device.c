@@ -3,8 +3,9 @@
 // made (zinf_device_choose), an account that returns to zero,
 // pinned memory, and stream/event ordering: a copy on one stream that another stream
 // waits on is seen complete, and without the wait it is not (on the host backend,
-// where the first stream is made slow on purpose).
+// where the first stream is made slow on purpose); freeing waits for no stream.
 // timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -172,6 +173,50 @@ static void test_ordering(void) {
     zinf_device_destroy(d);
 }
 
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static atomic_bool free_gate;
+
+// Stands in for a kernel that runs until the test lets it end (10 s at most).
+static void run_until_gate(void *arg) {
+    double t0 = seconds_now();
+    while (!atomic_load(&free_gate) && seconds_now() - t0 < 10)
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    *(double *)arg = seconds_now() - t0;
+}
+
+// A buffer freed and another taken while a stream's work runs wait for none of it: a
+// step frees and takes gradient and gathered buffers module by module under its
+// kernels (cudaFree would drain every stream of the device).
+static void test_free_beside_work(void) {
+    zinf_device *d = test_device(0);
+    zinf_stream *s;
+    TRY(zinf_stream_create(d, &s));
+    void *buf, *again;
+    TRY(zinf_device_alloc(d, 1 << 20, "freed", &buf));
+    double ran = -1;
+    atomic_store(&free_gate, false);
+    TRY(zinf_stream_host_fn(s, run_until_gate, &ran));
+    double t0 = seconds_now();
+    zinf_device_free(d, buf);
+    TRY(zinf_device_alloc(d, 1 << 20, "taken again", &again));
+    double took = seconds_now() - t0;
+    atomic_store(&free_gate, true);
+    TRY(zinf_stream_sync(s));
+    CHECK(took < 5 && ran < 9, "freeing and allocating took %.2f s while the stream's work ran (%.2f s): they "
+          "waited for it", took, ran);
+    zinf_device_mem m;
+    zinf_device_get_mem(d, &m);
+    CHECK(m.allocations == 1, "%lld buffers in the account, 1 expected", (long long)m.allocations);
+    zinf_device_free(d, again);
+    zinf_stream_destroy(s);
+    zinf_device_destroy(d);
+}
+
 // A bad op is refused when submitted, with its name, and the stream goes on.
 static void test_bad_args(void) {
     zinf_device *d = test_device(0);
@@ -227,6 +272,7 @@ int main(void) {
     test_choose();
     test_ordering();
     test_elapsed();
+    test_free_beside_work();
     test_bad_args();
     return check_exit("test_gpu_device");
 }
