@@ -151,7 +151,10 @@ typedef struct backend_ops {
     zinf_status (*open)(zinf_device *d);
     void (*close)(zinf_device *d);
     zinf_status (*mem_alloc)(zinf_device *d, size_t bytes, void **out);
-    void (*mem_free)(zinf_device *d, void *p, size_t bytes); // bytes: as allocated
+    // bytes: as allocated. unused: no queued work uses p (zinf_device_free_unused), so it
+    // may serve the next allocation at once; else it is given back after the work queued
+    // on the device's streams before the call.
+    void (*mem_free)(zinf_device *d, void *p, size_t bytes, bool unused);
     zinf_status (*host_register)(zinf_device *d, void *p, size_t bytes);
     void (*host_unregister)(zinf_device *d, void *p, size_t bytes);
     zinf_status (*stream_create)(zinf_stream *s); // fills s->impl

@@ -127,7 +127,7 @@ zinf_status zinf_device_alloc(zinf_device *d, size_t bytes, const char *what, vo
         d->mem.in_use -= rounded;
         pthread_mutex_unlock(&d->lock);
         if (st == ZINF_OK) {
-            d->be->mem_free(d, p, bytes);
+            d->be->mem_free(d, p, bytes, true);
             return zinf_fail(ZINF_ERR_NOMEM, "device alloc for %s: out of host memory for its account", what);
         }
         return st;
@@ -140,7 +140,7 @@ zinf_status zinf_device_alloc(zinf_device *d, size_t bytes, const char *what, vo
     return ZINF_OK;
 }
 
-void zinf_device_free(zinf_device *d, void *p) {
+static void give_back(zinf_device *d, void *p, bool unused) {
     if (!p) return;
     pthread_mutex_lock(&d->lock);
     alloc_entry *e = entry_take(d, p, ALLOC_DEVICE);
@@ -154,9 +154,13 @@ void zinf_device_free(zinf_device *d, void *p) {
         ZINF_LOG_ERROR("zinf_device_free: %p is not an allocation of this device", p);
         return;
     }
-    d->be->mem_free(d, p, e->bytes);
+    d->be->mem_free(d, p, e->bytes, unused);
     free(e);
 }
+
+void zinf_device_free(zinf_device *d, void *p) { give_back(d, p, false); }
+
+void zinf_device_free_unused(zinf_device *d, void *p) { give_back(d, p, true); }
 
 void zinf_device_get_mem(zinf_device *d, zinf_device_mem *out) {
     pthread_mutex_lock(&d->lock);
@@ -241,7 +245,7 @@ void zinf_device_destroy(zinf_device *d) {
     while (e) {
         alloc_entry *next = e->next;
         if (e->kind == ALLOC_DEVICE) {
-            d->be->mem_free(d, e->p, e->bytes);
+            d->be->mem_free(d, e->p, e->bytes, false);
         } else {
             d->be->host_unregister(d, e->p, e->bytes);
             if (e->kind == ALLOC_PINNED) munmap(e->p, e->bytes);

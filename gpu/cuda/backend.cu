@@ -165,11 +165,17 @@ static zinf_status cuda_mem_alloc(zinf_device *d, size_t bytes, void **out) {
     return ZINF_OK;
 }
 
-// Given back once the work queued before it on every stream of the device has run.
-static void cuda_mem_free(zinf_device *d, void *p, size_t bytes) {
+// Given back on the allocating stream when no queued work uses it (its memory serves the
+// next allocation at once); else on the free stream, once the work queued before the
+// call on every stream of the device has run.
+static void cuda_mem_free(zinf_device *d, void *p, size_t bytes, bool unused) {
     (void)bytes;
     cuda_device *cd = cuda_dev_of(d);
     CUDA_WARN(cudaSetDevice(cd->index));
+    if (unused) {
+        CUDA_WARN(cudaFreeAsync(p, cd->alloc_stream));
+        return;
+    }
     pthread_mutex_lock(&cd->streams_lock);
     for (cuda_stream *cs = cd->streams; cs; cs = cs->next) {
         CUDA_WARN(cudaEventRecord(cs->reached, cs->st));

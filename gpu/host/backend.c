@@ -80,8 +80,8 @@ static zinf_status h_mem_alloc(zinf_device *d, size_t bytes, void **out) {
     return ZINF_OK;
 }
 
-static void h_mem_free(zinf_device *d, void *p, size_t bytes) {
-    (void)d, (void)bytes;
+static void h_mem_free(zinf_device *d, void *p, size_t bytes, bool unused) {
+    (void)d, (void)bytes, (void)unused;
     free(p);
 }
 

@@ -200,8 +200,8 @@ static zinf_status s_mem_alloc(zinf_device *d, size_t bytes, void **out) {
     return ZINF_OK;
 }
 
-static void s_mem_free(zinf_device *d, void *p, size_t bytes) {
-    (void)d;
+static void s_mem_free(zinf_device *d, void *p, size_t bytes, bool unused) {
+    (void)d, (void)unused;
     munmap(p, bytes);
 }
 

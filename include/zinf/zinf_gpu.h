@@ -247,7 +247,12 @@ double zinf_op_times_sum(const zinf_op_time *rows, int n, bool modeled); // seco
 zinf_status zinf_device_alloc(zinf_device *d, size_t bytes, const char *what, void **out);
 // What an allocation of bytes counts in the account (a plan sums these).
 size_t zinf_device_account_bytes(size_t bytes);
-void zinf_device_free(zinf_device *d, void *p); // NULL is a no-op
+// Given back once the work queued on the device's streams before the call has run;
+// the caller need not wait for it. NULL is a no-op.
+void zinf_device_free(zinf_device *d, void *p);
+// The same for a buffer no queued work uses (the caller has waited for its last use):
+// its memory may serve the next allocation at once.
+void zinf_device_free_unused(zinf_device *d, void *p);
 
 // Pinned (page-locked) host memory on the calling thread's NUMA node, usable by
 // async copies at full speed and registered with the device (cudaHostRegister on

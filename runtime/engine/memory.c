@@ -24,7 +24,7 @@ zinf_status engine_reap(zinf_engine *e, bool wait) {
             if (st == ZINF_OK) st = s;
         }
         if (wait || zinf_event_done(p->ev)) {
-            zinf_device_free(e->dev, p->p);
+            zinf_device_free_unused(e->dev, p->p); // its last use has run
             zinf_event_destroy(p->ev);
         } else {
             e->pending.items[kept++] = *p;

@@ -3,7 +3,8 @@
 // made (zinf_device_choose), an account that returns to zero,
 // pinned memory, and stream/event ordering: a copy on one stream that another stream
 // waits on is seen complete, and without the wait it is not (on the host backend,
-// where the first stream is made slow on purpose); freeing waits for no stream.
+// where the first stream is made slow on purpose); freeing waits for no stream, and a
+// buffer freed unused is taken again at once.
 // timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <stdatomic.h>
 #include <time.h>
@@ -213,6 +214,25 @@ static void test_free_beside_work(void) {
     zinf_device_get_mem(d, &m);
     CHECK(m.allocations == 1, "%lld buffers in the account, 1 expected", (long long)m.allocations);
     zinf_device_free(d, again);
+
+    // A buffer freed unused serves the next allocation at once, where the device holds
+    // only one of the two (the emulated one has 1 GiB) and a stream's work runs; freed
+    // with zinf_device_free, it would wait for that work.
+    void *big, *big2;
+    TRY(zinf_device_alloc(d, (size_t)600 << 20, "freed unused", &big));
+    atomic_store(&free_gate, false);
+    TRY(zinf_stream_host_fn(s, run_until_gate, &ran));
+    t0 = seconds_now();
+    zinf_device_free_unused(d, big);
+    TRY(zinf_device_alloc(d, (size_t)600 << 20, "taken again", &big2));
+    took = seconds_now() - t0;
+    atomic_store(&free_gate, true);
+    TRY(zinf_stream_sync(s));
+    CHECK(took < 5 && ran < 9,
+          "a buffer freed unused served the next allocation after %.2f s, while the stream's "
+          "work ran (%.2f s)",
+          took, ran);
+    zinf_device_free(d, big2);
     zinf_stream_destroy(s);
     zinf_device_destroy(d);
 }
@@ -268,6 +288,7 @@ static void test_elapsed(void) {
 }
 
 int main(void) {
+    setenv("CUDA_EMU_MEMORY", "1G", 0); // the emulated device's memory (test_free_beside_work)
     test_capacity();
     test_choose();
     test_ordering();
