@@ -106,12 +106,12 @@ static zinf_status cuda_open(zinf_device *d) {
     cuda_device *cd = (cuda_device *)calloc(1, sizeof *cd);
     if (!cd) return zinf_fail(ZINF_ERR_NOMEM, "cuda device %d: out of host memory", index);
     cd->index = index;
-    pthread_mutex_init(&cd->streams_lock, NULL);
     cublasStatus_t bs = cublasLtCreate(&cd->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         free(cd);
         return cublas_fail_at(bs, "cublasLtCreate", __FILE__, __LINE__);
     }
+    pthread_mutex_init(&cd->streams_lock, NULL);
     zinf_status st = pool_open(cd);
     if (st == ZINF_OK && d->params.attention != ZINF_ATTENTION_ZINF)
         st = cudnn_attention_open(d->params.attention, &cd->dnn);
@@ -147,9 +147,10 @@ static zinf_status cuda_mem_alloc(zinf_device *d, size_t bytes, void **out) {
     ZINF_CUDA_CHECK(cudaSetDevice(cd->index));
     cudaError_t err = cudaMallocFromPoolAsync(out, bytes, cd->pool, cd->alloc_stream);
     if (err == cudaErrorMemoryAllocation) {
-        // Once the frees queued so far have run, their memory, given back to the driver,
-        // serves any size (the pool's blocks keep the sizes freed).
+        // Once the frees queued so far on both streams have run, their memory, given back
+        // to the driver, serves any size (the pool's blocks keep the sizes freed).
         cudaGetLastError();
+        ZINF_CUDA_CHECK(cudaStreamSynchronize(cd->alloc_stream));
         ZINF_CUDA_CHECK(cudaStreamSynchronize(cd->free_stream));
         ZINF_CUDA_CHECK(cudaMemPoolTrimTo(cd->pool, 0));
         err = cudaMallocFromPoolAsync(out, bytes, cd->pool, cd->alloc_stream);

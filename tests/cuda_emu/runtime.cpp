@@ -55,7 +55,6 @@ struct CUevent_st {
 // to a freed buffer; what the pool keeps on a GPU is a matter of speed alone.
 struct CUmemPoolHandle_st {
     int device;
-    uint64_t release_threshold = 0;
     bool destroyed = false; // kept (machine::pools) so that a stale handle is refused
 };
 
@@ -588,20 +587,16 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
     return cudaSuccess;
 }
 
-// The reuse rules (int) change only what the pool keeps, which the emulation does not
-// keep; the release threshold is a cuuint64_t.
+// The reuse rules and the release threshold change only what the pool keeps of freed
+// memory, and the emulated pool keeps none: each is checked and accepted.
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value) {
     ENTER();
     if (!live_pool(pool) || !value) return fail(cudaErrorInvalidValue);
     switch (attr) {
     case cudaMemPoolReuseFollowEventDependencies:
     case cudaMemPoolReuseAllowOpportunistic:
-    case cudaMemPoolReuseAllowInternalDependencies: return cudaSuccess;
-    case cudaMemPoolAttrReleaseThreshold: {
-        std::lock_guard<std::mutex> g(M().mu);
-        pool->release_threshold = *(const uint64_t *)value;
-        return cudaSuccess;
-    }
+    case cudaMemPoolReuseAllowInternalDependencies:
+    case cudaMemPoolAttrReleaseThreshold: return cudaSuccess;
     }
     return fail(cudaErrorInvalidValue);
 }

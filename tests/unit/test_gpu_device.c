@@ -6,6 +6,7 @@
 // where the first stream is made slow on purpose); freeing waits for no stream, and a
 // buffer freed unused is taken again at once.
 // timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
+#include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -190,6 +191,13 @@ static void run_until_gate(void *arg) {
     *(double *)arg = seconds_now() - t0;
 }
 
+static void *open_gate_later(void *arg) {
+    (void)arg;
+    nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+    atomic_store(&free_gate, true);
+    return NULL;
+}
+
 // A buffer freed and another taken while a stream's work runs wait for none of it: a
 // step frees and takes gradient and gathered buffers module by module under its
 // kernels (cudaFree would drain every stream of the device).
@@ -232,7 +240,19 @@ static void test_free_beside_work(void) {
           "a buffer freed unused served the next allocation after %.2f s, while the stream's "
           "work ran (%.2f s)",
           took, ran);
+
+    // Freed the waiting way, it is given back once that work has run: an allocation that
+    // does not fit meanwhile waits for the frees queued, and then fits.
+    atomic_store(&free_gate, false);
+    TRY(zinf_stream_host_fn(s, run_until_gate, &ran));
     zinf_device_free(d, big2);
+    pthread_t opener;
+    pthread_create(&opener, NULL, open_gate_later, NULL);
+    zinf_status st = zinf_device_alloc(d, (size_t)600 << 20, "after the queued free", &big);
+    pthread_join(opener, NULL);
+    TRY(zinf_stream_sync(s));
+    CHECK(st == ZINF_OK, "an allocation the queued free makes room for failed: %s", zinf_last_error());
+    if (st == ZINF_OK) zinf_device_free(d, big);
     zinf_stream_destroy(s);
     zinf_device_destroy(d);
 }
