@@ -76,7 +76,6 @@ struct allocation {
     int device;
     char *raw;                   // what posix_memalign gave; the caller's pointer is raw + GUARD
     bool freeing = false;        // cudaFreeAsync queued its release
-    CUmemPoolHandle_st *pool{};  // cudaMallocFromPoolAsync's pool, else null
 };
 
 struct device_state {
@@ -471,7 +470,7 @@ namespace cuda_emu {
 namespace {
 
 // size bytes on device (machine::mu not held); false when they do not fit.
-bool allocate(int device, size_t size, CUmemPoolHandle_st *pool, void **ptr) {
+bool allocate(int device, size_t size, void **ptr) {
     device_state &d = dev(device);
     {
         std::lock_guard<std::mutex> g(M().mu);
@@ -491,7 +490,7 @@ bool allocate(int device, size_t size, CUmemPoolHandle_st *pool, void **ptr) {
     // read of what was never written show.
     memset(p, 0xff, size);
     std::lock_guard<std::mutex> g(M().mu);
-    M().allocs[(uintptr_t)p] = allocation{size, device, (char *)raw, false, pool};
+    M().allocs[(uintptr_t)p] = allocation{size, device, (char *)raw, false};
     *ptr = p;
     return true;
 }
@@ -541,7 +540,7 @@ cudaError_t cudaMalloc(void **ptr, size_t size) {
     *ptr = nullptr;
     ENTER();
     if (size == 0) return cudaSuccess; // documented: a null pointer, no error
-    return allocate(current, size, nullptr, ptr) ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+    return allocate(current, size, ptr) ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 
 // Frees after every stream of the device has finished (cudaFree synchronizes).
@@ -618,9 +617,9 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool,
     if (!live_pool(pool)) return fail(cudaErrorInvalidValue);
     CUstream_st *s = stream ? stream : legacy_stream(current);
     if (size == 0) return cudaSuccess;
-    if (allocate(pool->device, size, pool, ptr)) return cudaSuccess;
+    if (allocate(pool->device, size, ptr)) return cudaSuccess;
     drain(s);
-    return allocate(pool->device, size, pool, ptr) ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+    return allocate(pool->device, size, ptr) ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 
 // The release runs when the stream reaches it; until then the buffer stays the
