@@ -36,6 +36,9 @@ typedef struct zinf_offload_optimizer_config {
     int64_t speculate_elements;
     bool speculate_elements_chosen;
     double cpuadam_cores_perc; // the share of the physical cores CPU Adam's threads take
+    // DeepSpeed's partial offload (stage 3): the share of the sub-groups offloaded, the
+    // last ones in forward order; the first ones keep their states on the device.
+    double ratio;
 } zinf_offload_optimizer_config;
 
 typedef struct zinf_offload_param_config {

@@ -161,6 +161,10 @@ typedef struct zinf_engine_memory {
     int64_t master;                     // fp32 master weights of this rank's partition
     int64_t optim_states;               // exp_avg and exp_avg_sq
     int64_t grads32;                    // fp32 gradient partition (host memory when the optimizer is offloaded)
+    // offload_optimizer.ratio below 1: the first sub-groups keep their states and
+    // gradients on the device (16 bytes per element); the three above are the whole partition's.
+    int subgroups_on_device;
+    int64_t optimizer_device_numel;
     int64_t activations;                // device: the model's activations and scratch
     int64_t reduce_bufs;                // device: gradient buckets
     int64_t accumulated_grads;          // device: stage 1's whole fp32 gradient summed over micro-batches

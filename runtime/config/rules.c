@@ -206,6 +206,34 @@ static zinf_status mics_rules(zinf_config *c, const parse_ctx *ctx) {
     return ZINF_OK;
 }
 
+// DeepSpeed's partial offload: the first sub-groups in forward order keep their states
+// on the device (its stage-3 optimizer's split; the other stages ignore the key there).
+static zinf_status ratio_rules(zinf_config *c, const parse_ctx *ctx) {
+    zinf_zero_config *z = &c->zero;
+    const char *k = "zero_optimization.offload_optimizer.ratio";
+    double ratio = z->offload_optimizer.ratio;
+    if (ratio == 1) return ZINF_OK;
+    if (z->offload_optimizer.device == ZINF_OFFLOAD_NONE) {
+        ZINF_LOG_WARN("%s: %s is unused: zero_optimization.offload_optimizer.device is \"none\"", ctx->name, k);
+        z->offload_optimizer.ratio = 1;
+        return ZINF_OK;
+    }
+    if (ratio == 0)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: %s: 0 offloads nothing; for every state on the device set "
+                         "zero_optimization.offload_optimizer.device to \"none\", else a ratio above 0",
+                         ctx->name, k);
+    if (z->stage != 3)
+        return zinf_fail(ZINF_ERR_INVAL,
+                         "%s: %s: %g needs zero_optimization.stage 3 (stage is %lld), as in DeepSpeed; at stages 1-2 "
+                         "the whole optimizer is offloaded or none of it",
+                         ctx->name, k, ratio, (long long)z->stage);
+    if (z->mics_shard_size > 0)
+        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: %g does not combine with zero_optimization.mics_shard_size",
+                         ctx->name, k, ratio);
+    return ZINF_OK;
+}
+
 static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
     zinf_zero_config *z = &c->zero;
     // DeepSpeed overlaps gradient reduction with backward by default in stage 3 only.
@@ -228,6 +256,7 @@ static zinf_status zero_rules(zinf_config *c, const parse_ctx *ctx) {
     ZINF_CHECK(offload_rules(ctx, "offload_optimizer", z->offload_optimizer.device, &z->offload_optimizer.nvme_path,
                              z->stage, 1));
     ZINF_CHECK(offload_rules(ctx, "offload_param", z->offload_param.device, &z->offload_param.nvme_path, z->stage, 3));
+    ZINF_CHECK(ratio_rules(c, ctx));
     if (z->quantized_weights && z->stage != 3)
         return zinf_fail(ZINF_ERR_INVAL,
                          "%s: zero_optimization.zero_quantized_weights: true needs zero_optimization.stage 3 (stage is "

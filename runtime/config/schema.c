@@ -176,7 +176,7 @@ const key zinf_config_keys[] = {
     BOOL(OO "fast_init", OFF(zero.offload_optimizer.fast_init), 0),
     BOOL(OO "super_offload", OFF(zero.offload_optimizer.super_offload), 1),                    // zinf: on
     REAL(OO "cpuadam_cores_perc", OFF(zero.offload_optimizer.cpuadam_cores_perc), 1, 0, 1, 0), // zinf: all
-    UNSUPPORTED(OO "ratio", "1.0", "partial optimizer offload is not implemented"),
+    REAL(OO "ratio", OFF(zero.offload_optimizer.ratio), 1, 0, 1, 0),
 
     SECTION(ZO "offload_param", NONE, F_NULL),
     ENUM(OP "device", OFF(zero.offload_param.device), ZINF_OFFLOAD_NONE, offload_devices, 0),

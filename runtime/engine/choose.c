@@ -74,7 +74,8 @@ static zinf_status choose_speculation(zinf_config *cfg, const zinf_plan_target *
     zinf_engine e0;
     engine_settings(&e0, cfg);
     bool nvme = oc->device == ZINF_OFFLOAD_NVME;
-    int64_t out_es = e0.dtype == ZINF_DTYPE_F32 ? 4 : (int64_t)e0.elem_size, n = p.mem.partition_numel;
+    int64_t out_es = e0.dtype == ZINF_DTYPE_F32 ? 4 : (int64_t)e0.elem_size,
+            n = p.mem.partition_numel - p.mem.optimizer_device_numel; // offloaded
     int64_t room = (p.host.have - p.host.need) / 2 / ((nvme ? 0 : 3 * 4) + out_es);
     if (oc->pin_memory && p.pinned.have >= 0) {
         int64_t pinned_room = (p.pinned.have - p.pinned.need) / 2 / out_es;

@@ -267,7 +267,12 @@ typedef struct parameters {
 // and how the step runs the update.
 typedef struct optimizer {
     zinf_offload_device offload;
-    float *master, *exp_avg, *exp_avg_sq, *grads32; // on the device
+    float *master, *exp_avg, *exp_avg_sq, *grads32; // on the device: the partition's first device_numel elements
+    // The partition's first elements, whose states are on the device: all of it with the
+    // optimizer there; with offload_optimizer.ratio below 1, the first sub-groups'
+    // (DeepSpeed's partial offload); else none. The tier holds the rest.
+    size_t device_numel;
+    int device_subgroups;
     zinf_optim_tier *tier;                          // cpu and nvme
     zinf_optim_tier_stats tier_stats;               // its figures: of the tier made, or planned
     float *host_grads32;                            // its gradient partition
@@ -383,6 +388,12 @@ static inline zinf_tiling tiling_of(const zinf_engine *e, int mod) {
 // Rank r's slice of each module is in this rank's part of the optimizer states.
 static inline bool partition_holds(const zinf_engine *e, size_t r) {
     return !e->partition.split || r == (size_t)e->partition.rank;
+}
+
+// Module mod's optimizer states are on the device (optim.device_numel), and its gradients
+// are summed there.
+static inline bool states_on_device(const zinf_engine *e, int mod) {
+    return e->optim.offload == ZINF_OFFLOAD_NONE || e->layout[mod].part_off < e->optim.device_numel;
 }
 
 // layout.c

@@ -87,6 +87,10 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->master = (int64_t)(e->partition.numel * sizeof(float));
     out->optim_states = 2 * out->master;
     out->grads32 = out->master;
+    if (e->optim.offload != ZINF_OFFLOAD_NONE) {
+        out->subgroups_on_device = e->optim.device_subgroups;
+        out->optimizer_device_numel = (int64_t)e->optim.device_numel;
+    }
     out->activations = e->activation_bytes;
     out->reduce_bufs = e->grads.direct ? 0 : (int64_t)(2 * e->grads.bucket_capacity * sizeof(float));
     out->accumulated_grads = (int64_t)e->grads.accumulated_bytes;

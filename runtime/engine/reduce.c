@@ -154,6 +154,14 @@ static zinf_status flush(zinf_engine *e, int b) {
     float *d = e->grads.device_buckets[b & 1], *h = e->staging;
     size_t blk = bk->block, W = (size_t)e->partition.ranks, R = (size_t)e->partition.rank;
     ZINF_CHECK(engine_comm_after_compute(e));
+    // Where the sums go: the fp32 gradients on the device, or the host partition of an
+    // offloaded optimizer; with offload_optimizer.ratio below 1, each piece where its
+    // module's states are.
+    bool to_device = false, to_host = false;
+    for (int k = bk->first; k < bk->first + bk->count; k++) {
+        bool dev = states_on_device(e, e->grads.pieces[k].mod);
+        to_device |= dev, to_host |= !dev;
+    }
     bool scattered = e->grads.scattered && W > 1;
     // With NCCL or qgZ a rank's reduced block stays on the device where its block was.
     bool in_place = e->nccl || e->zeropp.qgz;
@@ -168,16 +176,15 @@ static zinf_status flush(zinf_engine *e, int b) {
             ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.group.comm, e->comm_stream, d, W * blk));
     } else if (W > 1) {
         ZINF_CHECK(engine_copy(e, h, d, W * blk * sizeof *d, ZINF_COPY_D2H));
-        bool back = e->optim.offload == ZINF_OFFLOAD_NONE; // the sums are added on the device
         if (scattered) {
             ZINF_CHECK(engine_comm(e, &e->partition.group, COMM_REDUCE_SCATTER, h, h + W * blk, blk));
-            if (back) ZINF_CHECK(engine_copy(e, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
+            if (to_device) ZINF_CHECK(engine_copy(e, d, h + W * blk, blk * sizeof *d, ZINF_COPY_H2D));
         } else {
             ZINF_CHECK(engine_comm(e, &e->partition.group, COMM_ALLREDUCE, h, NULL, W * blk));
-            if (back) ZINF_CHECK(engine_copy(e, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
+            if (to_device) ZINF_CHECK(engine_copy(e, d, h, W * blk * sizeof *d, ZINF_COPY_H2D));
         }
     }
-    if (e->optim.offload != ZINF_OFFLOAD_NONE) { // the sums go to the host partition, from pinned memory
+    if (to_host) { // the sums go to the host partition, from pinned memory
         if (W == 1 || in_place) {
             // At stages 1-3 a rank's part of the sums is its own block: only that comes down.
             bool mine = e->partition.split && W > 1;
@@ -191,17 +198,16 @@ static zinf_status flush(zinf_engine *e, int b) {
         } else {
             ZINF_CHECK(states_add_grads(e, b, packed ? h + W * blk : h, packed));
         }
-    } else {
-        for (int k = bk->first; k < bk->first + bk->count; k++) {
-            const piece *p = &e->grads.pieces[k];
-            const mod_layout *l = &e->layout[p->mod];
-            for (size_t r = 0; r < W; r++) {
-                if (!partition_holds(e, r)) continue;
-                const float *src = d + (packed ? 0 : r * blk) + p->off;
-                float *dst = e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
-                // The step's first reduction of a module overwrites the last step's sums.
-                ZINF_CHECK(zinf_accumulate(e->comm_stream, dst, src, ZINF_DTYPE_F32, p->n, p->first && e->grads.stale));
-            }
+    }
+    for (int k = bk->first; to_device && k < bk->first + bk->count; k++) {
+        const piece *p = &e->grads.pieces[k];
+        const mod_layout *l = &e->layout[p->mod];
+        for (size_t r = 0; states_on_device(e, p->mod) && r < W; r++) {
+            if (!partition_holds(e, r)) continue;
+            const float *src = d + (packed ? 0 : r * blk) + p->off;
+            float *dst = e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo) + p->lo;
+            // The step's first reduction of a module overwrites the last step's sums.
+            ZINF_CHECK(zinf_accumulate(e->comm_stream, dst, src, ZINF_DTYPE_F32, p->n, p->first && e->grads.stale));
         }
     }
     ZINF_CHECK(zinf_event_record(e->grads.bucket_free[b & 1], e->comm_stream));

@@ -1,6 +1,8 @@
 // The optimizer states: a rank's fp32 master weights, moments and gradient partition,
 // on the device (offload_optimizer none) or in offload/'s optimizer tier (cpu, nvme),
-// whose host gradient partition the communication stream adds each reduced bucket into.
+// whose host gradient partition the communication stream adds each reduced bucket into;
+// with offload_optimizer.ratio below 1 the first sub-groups' on the device, the rest in
+// the tier.
 #include <string.h>
 
 #include "internal.h"
@@ -41,25 +43,63 @@ static zinf_status io_beside_adam(zinf_engine *e) {
     return ZINF_OK;
 }
 
+// offload_optimizer.ratio below 1: of the n sub-groups the first int((1 - ratio) n) keep
+// their states on the device, as DeepSpeed splits them. They are the first modules in
+// forward order: the ones whose gradients the backward makes final last, and that the
+// next forward reads first, so that an update on the CPU could go under neither pass.
+static zinf_status device_prefix(zinf_engine *e, const size_t *part_n) {
+    double ratio = e->cfg.zero.offload_optimizer.ratio;
+    if (ratio >= 1) return ZINF_OK;
+    int *group_of = malloc(((size_t)e->module_count + 1) * sizeof *group_of);
+    if (!group_of) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    int n = zinf_optim_tier_group(part_n, e->module_count, e->cfg.zero.sub_group_size, group_of);
+    e->optim.device_subgroups = (int)((1 - ratio) * n);
+    for (int i = 0; i < e->module_count; i++)
+        if (group_of[i] >= 0 && group_of[i] < e->optim.device_subgroups)
+            e->optim.device_numel = e->layout[i].part_off + part_n[i];
+    free(group_of);
+    if (e->rank == 0 && !e->plan)
+        ZINF_LOG_INFO("offload_optimizer.ratio %g: the first %d of %d sub-groups (%zu of %zu elements) keep their "
+                      "states on the device",
+                      ratio, e->optim.device_subgroups, n, e->optim.device_numel, e->partition.numel);
+    return ZINF_OK;
+}
+
+// The states of the partition's first elements (all of them, or the first sub-groups'
+// with a ratio below 1) on the device.
+static zinf_status device_states(zinf_engine *e) {
+    for (int s = ZINF_TIER_MASTER; e->optim.device_numel && s <= ZINF_TIER_GRAD; s++)
+        ZINF_CHECK(
+            engine_take_device(e, e->optim.device_numel * sizeof(float), device_name[s], (void **)dev_state(e, s)));
+    return ZINF_OK;
+}
+
 zinf_status states_create(zinf_engine *e) {
     const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;
     e->optim.offload = oc->device;
     if (e->optim.offload == ZINF_OFFLOAD_NONE) {
-        for (int s = ZINF_TIER_MASTER; s <= ZINF_TIER_GRAD; s++)
-            ZINF_CHECK(
-                engine_take_device(e, e->partition.numel * sizeof(float), device_name[s], (void **)dev_state(e, s)));
-        return ZINF_OK;
+        e->optim.device_numel = e->partition.numel;
+        return device_states(e);
     }
     size_t *part_n = malloc(((size_t)e->module_count + 1) * sizeof *part_n);
     if (!part_n) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
     for (int i = 0; i < e->module_count; i++)
         part_n[i] = e->layout[i].part_n;
+    zinf_status st = device_prefix(e, part_n);
+    if (st == ZINF_OK) st = device_states(e);
+    if (st != ZINF_OK) {
+        free(part_n);
+        return st;
+    }
+    // The tier holds the rest: its segments of the device's modules are empty.
+    for (int i = 0; i < e->module_count; i++)
+        if (states_on_device(e, i)) part_n[i] = 0;
     // DeepSpeed's cpuadam_cores_perc: a share of the cores, leaving the rest to the
     // threads that feed the device and move the data.
     int cores = zinf_cpu_pool_cores();
     e->optim.threads = oc->cpuadam_cores_perc >= 1 ? cores : (int)(oc->cpuadam_cores_perc * cores);
     if (e->optim.threads < 1) e->optim.threads = 1;
-    zinf_status st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->optim.pool, e->optim.threads);
+    st = e->plan ? ZINF_OK : zinf_cpu_pool_create(&e->optim.pool, e->optim.threads);
     zinf_optim_tier_config tc = {.device = e->optim.offload,
                                  .seg_n = part_n,
                                  .nseg = e->module_count,
@@ -118,12 +158,15 @@ void states_destroy(zinf_engine *e) {
         zinf_device_free(e->dev, *dev_state(e, s));
 }
 
+// A range of states_read and states_write lies within one module's part: on the device
+// below optim.device_numel, in the tier (from its own start) at or past it.
 zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, float *dst) {
     if (s == ZINF_TIER_GRAD && e->grads.stale) { // no backward since the step
         memset(dst, 0, n * sizeof *dst);
         return ZINF_OK;
     }
-    if (e->optim.tier) return zinf_optim_tier_read(e->optim.tier, s, off, n, dst);
+    if (off >= e->optim.device_numel)
+        return zinf_optim_tier_read(e->optim.tier, s, off - e->optim.device_numel, n, dst);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, *dev_state(e, s) + off, n * sizeof *dst, ZINF_COPY_D2H));
     return zinf_stream_sync(e->compute_stream);
 }
@@ -132,20 +175,22 @@ zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n
     for (int i = 0; s == ZINF_TIER_GRAD && e->grads.norms_taken && i < e->module_count; i++)
         e->grads.norms_taken[i] = -1; // the norms taken as they arrived are of other values
     if (s == ZINF_TIER_GRAD && e->grads.stale) { // the rest of the partition is zero from now
-        if (e->optim.tier)
-            zinf_optim_tier_zero_grads(e->optim.tier);
-        else
-            ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.grads32, 0, e->partition.numel * sizeof(float)));
+        if (e->optim.tier) zinf_optim_tier_zero_grads(e->optim.tier);
+        if (e->optim.device_numel)
+            ZINF_CHECK(
+                zinf_memset_async(e->compute_stream, e->optim.grads32, 0, e->optim.device_numel * sizeof(float)));
         e->grads.stale = false;
     }
-    if (e->optim.tier) return zinf_optim_tier_write(e->optim.tier, s, off, n, src);
+    if (off >= e->optim.device_numel)
+        return zinf_optim_tier_write(e->optim.tier, s, off - e->optim.device_numel, n, src);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, *dev_state(e, s) + off, src, n * sizeof *src, ZINF_COPY_H2D));
     return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status states_zero(zinf_engine *e) {
-    if (e->optim.tier) return zinf_optim_tier_zero_states(e->optim.tier);
-    size_t bytes = e->partition.numel * sizeof(float);
+    if (e->optim.tier) ZINF_CHECK(zinf_optim_tier_zero_states(e->optim.tier));
+    size_t bytes = e->optim.device_numel * sizeof(float);
+    if (!bytes) return ZINF_OK;
     ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.exp_avg, 0, bytes));
     ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.exp_avg_sq, 0, bytes));
     ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.grads32, 0, bytes));
@@ -159,7 +204,7 @@ zinf_status states_zero_grads(zinf_engine *e) {
 
 // Rank r's slice of a module in this rank's host gradient partition.
 static float *host_grad_at(const zinf_engine *e, const mod_layout *l, size_t r) {
-    return e->optim.host_grads32 + l->part_off + (r * l->slice - l->part_lo);
+    return e->optim.host_grads32 + (l->part_off - e->optim.device_numel) + (r * l->slice - l->part_lo);
 }
 
 zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms) {
@@ -210,6 +255,7 @@ static void grad_add_run(void *arg) {
     for (int k = bk->first; k < bk->first + bk->count; k++) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
+        if (states_on_device(e, p->mod)) continue; // reduce.c adds it on the device
         bool last = j->backward >= 0 && e->grads.last_piece[p->mod] == k;
         bool whole = j->backward >= 0 && whole_final_piece(e, k);
         zinf_status st = ZINF_OK;
@@ -254,7 +300,7 @@ bool states_grads_land(const zinf_engine *e, int b) {
     if (!e->grads.stale || !e->optim.pinned_grads) return false;
     const bucket *bk = &e->grads.buckets[b];
     for (int k = bk->first; k < bk->first + bk->count; k++)
-        if (!e->grads.pieces[k].first) return false;
+        if (!e->grads.pieces[k].first && !states_on_device(e, e->grads.pieces[k].mod)) return false;
     return true;
 }
 
@@ -264,6 +310,7 @@ zinf_status states_land_grads(zinf_engine *e, int b, const float *from, bool pac
     for (int k = bk->first; k < bk->first + bk->count; k++) {
         const piece *p = &e->grads.pieces[k];
         const mod_layout *l = &e->layout[p->mod];
+        if (states_on_device(e, p->mod)) continue; // reduce.c adds it on the device
         // Its norms on the device, as grad_stats takes them there (the same bits as the
         // host's), and not a pass of the optimizer's threads.
         bool norms = e->grads.norms_on_arrival && whole_final_piece(e, k);

@@ -219,17 +219,17 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
 // (states.c); the rest are taken here, alike.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     size_t W = (size_t)e->partition.ranks, np = (size_t)e->module_count * W;
-    bool dev = e->optim.offload == ZINF_OFFLOAD_NONE;
-    double *h = calloc(2 * np, sizeof *h);
+    bool dev = e->optim.device_numel > 0; // some modules' gradients are on the device
+    double *h = calloc(4 * np, sizeof *h), *from_dev = h + 2 * np;
     if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
     zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->grads.device_norms, 0, 2 * np * sizeof *h) : ZINF_OK;
     for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
-        if (!dev && e->grads.norms_taken[i] == e->grads.backwards) {
+        if (!states_on_device(e, i) && e->grads.norms_taken[i] == e->grads.backwards) {
             memcpy(h + 2 * i * W, e->grads.host_norms + 2 * i * W, 2 * W * sizeof *h);
             continue;
         }
-        if (!dev) {
+        if (!states_on_device(e, i)) {
             st = states_grad_norms(e, i, h);
             continue;
         }
@@ -240,8 +240,10 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
                                 e->grads.device_norms + 2 * (i * W + r));
     }
     if (st == ZINF_OK && dev)
-        st = zinf_copy_async(e->compute_stream, h, e->grads.device_norms, 2 * np * sizeof *h, ZINF_COPY_D2H);
+        st = zinf_copy_async(e->compute_stream, from_dev, e->grads.device_norms, 2 * np * sizeof *h, ZINF_COPY_D2H);
     if (st == ZINF_OK) st = zinf_stream_sync(e->compute_stream);
+    for (int i = 0; st == ZINF_OK && dev && i < e->module_count; i++)
+        if (states_on_device(e, i)) memcpy(h + 2 * i * W, from_dev + 2 * i * W, 2 * W * sizeof *h);
     // Each piece lives on one rank of the partition (or on all, at stage 0); adding the
     // others' zeros keeps its bits. MiCS's replicas hold the same pieces: each shard
     // group sums its own.
@@ -255,12 +257,13 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     return st;
 }
 
-// The optimizer on the device, on the compute stream.
+// The optimizer on the device, on the compute stream: every module's part, or with
+// offload_optimizer.ratio below 1 those of the first sub-groups.
 static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
     bool f32 = e->dtype == ZINF_DTYPE_F32;
     for (int i = 0; i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
-        if (!l->padded) continue;
+        if (!l->padded || !states_on_device(e, i)) continue;
         // The kernel writes the 16-bit part in place where it lives on the device, else
         // into scratch the parameter tier takes it from.
         void *dst = e->params.storage->device_part(e, i), *tmp = NULL;
@@ -395,6 +398,12 @@ static zinf_status run_in_background(zinf_engine *e, const zinf_optim_hparams *h
     }
     ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(e->params.ops->end_step(e));
+    // offload_optimizer.ratio below 1: the first sub-groups are updated on the device
+    // first, their new slices stored before the tier's thread stores any.
+    if (e->optim.device_numel) {
+        ZINF_CHECK(update(e, h));
+        ZINF_CHECK(engine_wait_streams(e));
+    }
     ZINF_CHECK(zinf_optim_tier_start(e->optim.tier, h, &info->optim_rolled_back));
     ZINF_CHECK(states_zero_grads(e)); // the update reads them; the next backward overwrites them
     share_start(e);

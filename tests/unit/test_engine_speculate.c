@@ -3,16 +3,15 @@
 // the guess that the step neither clips nor overflows, and updated again from the
 // states they left when it does. At stages 1, 2 and 3 with the optimizer on cpu and
 // at 1 and 3 on nvme, on 1 rank and on 2 (mpirun; the test starts itself; nvme at
-// stage 3 only), eight steps of 2 micro-batches end with the weights, both moments and
-// every step's loss of the optimizer on the device at stage 0 (stage 1 on 2 ranks: at
-// stage 1, whose sums take each rank's micro-batches first), bit for bit, with
-// clipping never, always and sometimes (a threshold the device run crosses after a
-// step under it), and under fp16 with a loss scale that overflows now and then; the
-// step says how many sub-groups went under the backward and how many were redone, and
-// both are what the clipping pattern calls for. After the steps no gradient reads back
-// (offloaded, the host partition keeps it for the next backward to overwrite), and one
-// parameter's gradient set reads back with every other zero.
-// timeout: 60 san=90 cuda-emu=90 san-cuda-emu=200
+// stage 3 only), and at stage 3 with offload_optimizer.ratio 0.5 on both tiers (half the
+// sub-groups updated on the device in the step, the rest on the tier), eight steps of 2 micro-batches end with the
+// weights, both moments and every step's loss of the optimizer on the device at stage 0 (stage 1 on 2 ranks: at stage
+// 1, whose sums take each rank's micro-batches first), bit for bit, with clipping never, always and sometimes (a
+// threshold the device run crosses after a step under it), and under fp16 with a loss scale that overflows now and
+// then; the step says how many sub-groups went under the backward and how many were redone, and both are what the
+// clipping pattern calls for. After the steps no gradient reads back (offloaded, the host partition keeps it for the
+// next backward to overwrite), and one parameter's gradient set reads back with every other zero. timeout: 60 san=90
+// cuda-emu=90 san-cuda-emu=200
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,8 @@ typedef struct run_result {
 static const char *const tiers[] = {"none", "cpu", "nvme"};
 static char nvme_dir[] = "/var/tmp/zinf-speculate-XXXXXX";
 
-static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, int stage, int tier, double clip, bool fp16) {
+// ratio: offload_optimizer.ratio (1: the whole optimizer on the tier).
+static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, int stage, int tier, double ratio, double clip, bool fp16) {
     int W = zinf_comm_size(comm);
     char json[2048];
     snprintf(json, sizeof json,
@@ -43,14 +43,14 @@ static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, int stage, int tier,
              " \"gradient_clipping\": %.17g, %s"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-2, \"weight_decay\": 0.1}},"
              " \"zero_optimization\": {\"stage\": %d, \"sub_group_size\": 3000, \"reduce_bucket_size\": 4000,"
-             " \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}},"
+             " \"offload_optimizer\": {\"device\": \"%s\", \"ratio\": %g%s%s%s}},"
              " \"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": %d, \"block_size\": %d},"
              " \"device\": {\"backend\": \"%s\"}}",
              GA * B * W, B, clip,
              fp16 ? "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 20, \"loss_scale_window\": 2,"
                     " \"hysteresis\": 1},"
                   : "\"bf16\": {\"enabled\": true},",
-             stage, tiers[tier], tier == 2 ? ", \"super_offload\": true, \"nvme_path\": \"" : "",
+             stage, tiers[tier], tier ? ratio : 1, tier == 2 ? ", \"super_offload\": true, \"nvme_path\": \"" : "",
              tier == 2 ? nvme_dir : "", tier == 2 ? "\"" : "", V, T,
              getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host");
     zinf_engine *e = NULL;
@@ -69,11 +69,11 @@ static void batch(int key, int32_t *in, int32_t *tg) {
 
 // STEPS steps; between the last backward and the step a pause long enough for the
 // optimizer thread to update every final sub-group (each takes microseconds here).
-static bool run(zinf_comm *comm, int stage, int tier, double clip, bool fp16, run_result *out) {
+static bool run(zinf_comm *comm, int stage, int tier, double ratio, double clip, bool fp16, run_result *out) {
     zinf_config cfg;
     int rank = zinf_comm_rank(comm);
     memset(out, 0, sizeof *out);
-    zinf_engine *e = make(comm, &cfg, stage, tier, clip, fp16);
+    zinf_engine *e = make(comm, &cfg, stage, tier, ratio, clip, fp16);
     bool ok = e != NULL;
     for (int s = 0; ok && s < STEPS; s++) {
         for (int m = 0; ok && m < GA; m++) {
@@ -151,20 +151,26 @@ static void compare(zinf_comm *comm, const run_result *ref, double clip, bool fp
     // The nvme tier's speculation is the same code at every stage: stages 1 and 3 on
     // 1 rank, 3 on 2 (its stores are stage 3's parameter tier or stages 1-2's store
     // stream, as on cpu).
-    static const int runs[][2] = {{1, 1}, {2, 1}, {3, 1}, {3, 2}, {1, 2}};
-    for (int r = 0; r < (W == 1 ? 5 : 4); r++) {
-        int stage = runs[r][0], tier = runs[r][1];
-        char what[128];
-        snprintf(what, sizeof what, "%s, stage %d, optimizer on %s, %d rank(s)", mode, stage, tiers[tier], W);
+    // With offload_optimizer.ratio 0.5 (stage 3) the first half of the sub-groups are
+    // updated on the device in the step and the rest on the tier, speculating.
+    static const struct {
+        int stage, tier;
+        double ratio;
+    } runs[] = {{1, 1, 1}, {2, 1, 1}, {3, 1, 1}, {3, 2, 1}, {3, 1, 0.5}, {3, 2, 0.5}, {1, 2, 1}};
+    for (int r = 0; r < (W == 1 ? 7 : 6); r++) {
+        int stage = runs[r].stage, tier = runs[r].tier;
+        char what[160];
+        snprintf(what, sizeof what, "%s, stage %d, optimizer on %s (ratio %g), %d rank(s)", mode, stage, tiers[tier],
+                 runs[r].ratio, W);
         run_result got, own = {0};
         // Stage 1 over several ranks sums each rank's micro-batches first: its own
         // device run is the reference there.
         const run_result *want = ref;
         if (stage == 1 && W > 1) {
-            if (!run(comm, 1, 0, clip, fp16, &own)) continue;
+            if (!run(comm, 1, 0, 1, clip, fp16, &own)) continue;
             want = &own;
         }
-        if (!run(comm, stage, tier, clip, fp16, &got)) {
+        if (!run(comm, stage, tier, runs[r].ratio, clip, fp16, &got)) {
             drop(&own);
             continue;
         }
@@ -187,14 +193,14 @@ static void compare(zinf_comm *comm, const run_result *ref, double clip, bool fp
 static void test_modes(zinf_comm *comm) {
     run_result ref;
     // Never and always.
-    if (run(comm, 0, 0, 0, false, &ref)) compare(comm, &ref, 0, false, "clipping never");
+    if (run(comm, 0, 0, 1, 0, false, &ref)) compare(comm, &ref, 0, false, "clipping never");
     drop(&ref);
-    if (run(comm, 0, 0, 1e-4, false, &ref)) compare(comm, &ref, 1e-4, false, "clipping always");
+    if (run(comm, 0, 0, 1, 1e-4, false, &ref)) compare(comm, &ref, 1e-4, false, "clipping always");
     drop(&ref);
     // Sometimes: the first threshold, among the norms of an unclipped run, at which the
     // device run clips right after a step that did not.
     run_result free_run;
-    if (!run(comm, 0, 0, 0, false, &free_run)) return;
+    if (!run(comm, 0, 0, 1, 0, false, &free_run)) return;
     double sorted[STEPS];
     memcpy(sorted, free_run.norm, sizeof sorted);
     for (int i = 0; i < STEPS; i++)
@@ -207,7 +213,7 @@ static void test_modes(zinf_comm *comm) {
     bool found = false;
     for (int i = 0; !found && i < STEPS - 1; i++) {
         double clip = 0.5 * (sorted[i] + sorted[i + 1]);
-        if (!run(comm, 0, 0, clip, false, &ref)) return;
+        if (!run(comm, 0, 0, 1, clip, false, &ref)) return;
         for (int s = 1; s < STEPS; s++)
             found |= !ref.clipped[s - 1] && ref.clipped[s];
         if (found) compare(comm, &ref, clip, false, "clipping sometimes");
@@ -215,7 +221,7 @@ static void test_modes(zinf_comm *comm) {
     }
     CHECK(found, "no clipping threshold gives a clipped step after an unclipped one");
     // fp16: the scale doubles every 2 good steps, until it overflows again.
-    if (run(comm, 0, 0, 0, true, &ref)) {
+    if (run(comm, 0, 0, 1, 0, true, &ref)) {
         int skips = 0;
         for (int s = 0; s < STEPS; s++)
             skips += ref.skipped[s] && s > 0 && !ref.skipped[s - 1];
