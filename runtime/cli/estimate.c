@@ -87,10 +87,11 @@ static json_t *row_json(const plan *p) {
     json_t *o = row_fields(p);
     // Each row's model states and buffers: where the device, pinned and pageable bytes go.
     json_t *states = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "params16_bytes", (json_int_t)m->params16, "master_bytes",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "params16_bytes", (json_int_t)m->params16, "master_bytes",
         (json_int_t)m->master, "optim_states_bytes", (json_int_t)m->optim_states, "grads32_bytes",
-        (json_int_t)m->grads32, "reduce_bucket_bytes", (json_int_t)m->reduce_bufs, "accumulated_grads_bytes",
-        (json_int_t)m->accumulated_grads, "staging_bytes", (json_int_t)m->staging, "reduce_bucket_size",
+        (json_int_t)m->grads32, "optimizer_device_numel", (json_int_t)m->optimizer_device_numel, "reduce_bucket_bytes",
+        (json_int_t)m->reduce_bufs, "accumulated_grads_bytes", (json_int_t)m->accumulated_grads, "staging_bytes",
+        (json_int_t)m->staging, "reduce_bucket_size",
         (json_int_t)(p->r.choice.reduce_bucket_size ? p->r.choice.reduce_bucket_size : p->cfg.zero.reduce_bucket_size));
     json_object_update(o, states);
     json_decref(states);

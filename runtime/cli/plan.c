@@ -102,6 +102,14 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
                                                                 : ", not pipelined")
                      : "",
                 sz(m.optim_output, b[3]), nvme ? ", swap buffers " : "", nvme ? sz(m.optim_swap_buffers, b[4]) : "");
+    if (m.optimizer_device_numel)
+        fprintf(
+            f,
+            "  per rank, offload_optimizer.ratio %g: the first %d sub-group%s (%lld elements of the partition) keep "
+            "their fp32 master, optimizer states and fp32 gradients on the device (%s), updated there in the "
+            "step; the rest above are offloaded\n",
+            oo->ratio, m.subgroups_on_device, m.subgroups_on_device == 1 ? "" : "s",
+            (long long)m.optimizer_device_numel, sz(16 * m.optimizer_device_numel, b[0]));
     zinf_sim_rates sim;
     zinf_sim_rates_of(&c->device.sim, &sim);
     fprintf(f, "  per rank, device: %s activations", sz(m.activations, b[0]));

@@ -207,7 +207,8 @@ static zinf_status mics_rules(zinf_config *c, const parse_ctx *ctx) {
 }
 
 // DeepSpeed's partial offload: the first sub-groups in forward order keep their states
-// on the device (its stage-3 optimizer's split; the other stages ignore the key there).
+// on the device (DeepSpeed's stage-3 split; zinf's stages 1-2 split alike). MiCS sums the
+// gradient partition over its replicas in one place, the host's or the device's.
 static zinf_status ratio_rules(zinf_config *c, const parse_ctx *ctx) {
     zinf_zero_config *z = &c->zero;
     const char *k = "zero_optimization.offload_optimizer.ratio";
@@ -223,11 +224,6 @@ static zinf_status ratio_rules(zinf_config *c, const parse_ctx *ctx) {
                          "%s: %s: 0 offloads nothing; for every state on the device set "
                          "zero_optimization.offload_optimizer.device to \"none\", else a ratio above 0",
                          ctx->name, k);
-    if (z->stage != 3)
-        return zinf_fail(ZINF_ERR_INVAL,
-                         "%s: %s: %g needs zero_optimization.stage 3 (stage is %lld), as in DeepSpeed; at stages 1-2 "
-                         "the whole optimizer is offloaded or none of it",
-                         ctx->name, k, ratio, (long long)z->stage);
     if (z->mics_shard_size > 0)
         return zinf_fail(ZINF_ERR_INVAL, "%s: %s: %g does not combine with zero_optimization.mics_shard_size",
                          ctx->name, k, ratio);

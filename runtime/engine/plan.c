@@ -119,10 +119,9 @@ static zinf_status micro_batch(replay *r) {
 // become the trace.
 static zinf_status end_step(replay *r) {
     zinf_engine *e = r->e;
-    bool scratch =
-        e->params.offload != ZINF_OFFLOAD_NONE && e->optim.offload == ZINF_OFFLOAD_NONE && e->dtype != ZINF_DTYPE_F32;
+    bool scratch = e->params.offload != ZINF_OFFLOAD_NONE && e->dtype != ZINF_DTYPE_F32;
     for (int i = 0; scratch && i < e->module_count; i++)
-        if (e->layout[i].padded)
+        if (e->layout[i].padded && states_on_device(e, i))
             take(r, e->layout[i].part_n * e->elem_size), r->dev -= dev_bytes(e->layout[i].part_n * e->elem_size);
     zeropp_invalidate(e); // the update was applied
     ZINF_CHECK(e->params.ops->after_update(e));
@@ -188,6 +187,20 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
     } else if (offloaded) {
         out->d2h += (int64_t)(e->partition.split && W > 1 ? slice4 : pad4) * reductions;
     }
+    // offload_optimizer.ratio below 1: the buckets all of whose pieces are summed on the
+    // device stay there (reduce.c flush), and through the staging those go back up.
+    size_t dev4 = 0, dev_slice4 = 0;
+    for (int b = 0; e->optim.device_numel && offloaded && b < e->grads.bucket_count; b++) {
+        const bucket *bk = &e->grads.buckets[b];
+        bool host = false;
+        for (int k = bk->first; k < bk->first + bk->count; k++)
+            host |= !states_on_device(e, e->grads.pieces[k].mod);
+        if (!host) dev4 += W * bk->block * sizeof(float), dev_slice4 += bk->block * sizeof(float);
+    }
+    if (offloaded && !staged && !e->zeropp.qgz)
+        out->d2h -= (int64_t)(e->partition.split && W > 1 ? dev_slice4 : dev4) * reductions;
+    if (offloaded && staged && !e->zeropp.qgz)
+        out->h2d += (int64_t)(e->grads.scattered ? dev_slice4 : dev4) * reductions;
     if (staged && !offloaded && !e->zeropp.qgz) out->h2d += (int64_t)(e->grads.scattered ? slice4 : pad4) * reductions;
     if (e->partition.replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
         out->d2h += (int64_t)(e->partition.numel * sizeof(float)),
@@ -197,12 +210,15 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
         int64_t one = e->ckpt_host_bytes / (mp->shape.n_layer + 1), back = mp->shape.n_layer - 2;
         out->d2h += e->ckpt_host_bytes * ga, out->h2d += (back > 0 ? back : 0) * one * ga;
     }
+    // The new 16-bit parameters: up from the tier's update, down from the device's to
+    // slices in host memory.
     bool host_params = e->params.offload != ZINF_OFFLOAD_NONE;
-    if (offloaded && !host_params) out->h2d += (int64_t)(e->partition.numel * e->elem_size);
-    if (!offloaded && host_params) out->d2h += (int64_t)(e->partition.numel * e->elem_size);
+    size_t on_device = e->optim.device_numel, on_tier = e->partition.numel - on_device;
+    if (!host_params) out->h2d += (int64_t)(on_tier * e->elem_size);
+    if (host_params) out->d2h += (int64_t)(on_device * e->elem_size);
     if (e->optim.offload == ZINF_OFFLOAD_NVME) {
-        out->nvme_read += (int64_t)(3 * e->partition.numel * sizeof(float));
-        out->nvme_write += (int64_t)(3 * e->partition.numel * sizeof(float));
+        out->nvme_read += (int64_t)(3 * on_tier * sizeof(float));
+        out->nvme_write += (int64_t)(3 * on_tier * sizeof(float));
     }
 }
 
@@ -329,8 +345,9 @@ zinf_status engine_plan_schedule(const zinf_config *cfg, const zinf_plan_target 
     zinf_status st = part_n && group_of && out->groups && out->buckets
                          ? ZINF_OK
                          : zinf_fail(ZINF_ERR_NOMEM, "engine plan: out of memory for the update's schedule");
+    // The tier's sub-groups: not those kept on the device (offload_optimizer.ratio).
     for (size_t i = 0; st == ZINF_OK && i < nm; i++)
-        part_n[i] = e->layout[i].part_n;
+        part_n[i] = states_on_device(e, (int)i) ? 0 : e->layout[i].part_n;
     if (st == ZINF_OK) out->group_count = zinf_optim_tier_group(part_n, (int)nm, e->cfg.zero.sub_group_size, group_of);
     for (int g = 0; g < out->group_count; g++)
         out->groups[g] = (plan_group){.first_use = -1, .last_bucket = -1};
@@ -352,11 +369,13 @@ zinf_status engine_plan_schedule(const zinf_config *cfg, const zinf_plan_target 
     bool on_device = W == 1 || e->nccl || e->zeropp.qgz, mine = e->partition.split && W > 1;
     for (int b = 0; st == ZINF_OK && b < e->grads.bucket_count; b++) {
         const bucket *bk = &e->grads.buckets[b];
-        bool first = true;
-        for (int k = bk->first; k < bk->first + bk->count; k++)
-            first = first && e->grads.pieces[k].first;
+        bool first = true, host = false; // a bucket summed on the device alone brings nothing down
+        for (int k = bk->first; k < bk->first + bk->count; k++) {
+            bool dev = states_on_device(e, e->grads.pieces[k].mod);
+            first = first && (e->grads.pieces[k].first || dev), host |= !dev;
+        }
         out->buckets[b] = (plan_bucket){.op = e->grads.pieces[bk->first + bk->count - 1].op,
-                                        .elements = (double)(mine ? bk->block : W * bk->block),
+                                        .elements = host ? (double)(mine ? bk->block : W * bk->block) : 0,
                                         .lands = first && on_device && oc->pin_memory};
     }
     out->bucket_count = e->grads.bucket_count;

@@ -261,27 +261,32 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     const zinf_engine_memory *m = &p->mem;
     double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.elem_size;
     double numel = (double)m->model_numel, part = (double)m->partition_numel;
+    // The partition's elements whose states are on the device (all, or with
+    // offload_optimizer.ratio below 1 the first sub-groups') and those the tier updates.
+    bool on_device = m->optimizer_tier == ZINF_OFFLOAD_NONE;
+    double dev_part = on_device ? part : (double)m->optimizer_device_numel, tier_part = part - dev_part;
     // Per micro-batch the 16-bit gradients are widened into fp32 buckets (at stage 1 over
     // several, after the first, added to the sums so far), and with the optimizer on the
-    // device each rank's part added to its fp32 gradients once per reduction; on one rank
+    // device (or that part of it) each rank's part added to its fp32 gradients once per reduction; on one rank
     // (reduce.c's direct) added there straight from the 16-bit gradients. Either way the
     // step's first add writes the sums without reading them (the last step's are
     // overwritten, never zeroed). At stage 3 every module is gathered for forward and
     // again for backward.
-    bool on_device = m->optimizer_tier == ZINF_OFFLOAD_NONE;
     bool direct = policy_grads_direct(cfg, t->world);
     double engine, reductions = (double)reductions_per_step(&e0);
     if (direct) {
         engine = zinf_sim_memory_s(&r, numel * (es + 4)) + (accum - 1) * zinf_sim_memory_s(&r, numel * (es + 8));
     } else {
         engine = accum * zinf_sim_memory_s(&r, numel * (es + 4));
-        if (on_device) engine += zinf_sim_memory_s(&r, part * 8) + (reductions - 1) * zinf_sim_memory_s(&r, part * 12);
+        if (dev_part > 0)
+            engine += zinf_sim_memory_s(&r, dev_part * 8) + (reductions - 1) * zinf_sim_memory_s(&r, dev_part * 12);
     }
     if (e0.grads.accumulate_locally) engine += (accum - 1) * zinf_sim_memory_s(&r, numel * 12);
     if (e0.params.storage->sliced && t->world == 1) engine += accum * 2 * zinf_sim_memory_s(&r, 2 * numel * es);
-    // Per step: the norm over the fp32 gradients and the optimizer when it runs on the
-    // device (the next backward overwrites the gradients: no zeroing).
-    if (on_device) engine += zinf_sim_memory_s(&r, part * (4 + 28 + es));
+    // Per step: the norm over the fp32 gradients and the optimizer where it runs on the
+    // device, all of it or the first sub-groups (the next backward overwrites the
+    // gradients: no zeroing).
+    if (dev_part > 0) engine += zinf_sim_memory_s(&r, dev_part * (4 + 28 + es));
     out->compute = accum * micro + engine;
     out->h2d = zinf_sim_copy_s(&r, (double)p->h2d, true);
     out->d2h = zinf_sim_copy_s(&r, (double)p->d2h, true);
@@ -311,10 +316,10 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // modules that straddle buckets, the host's own time between ops.
         bool mics = e0.params.storage->sliced && cfg->zero.mics_shard_size > 0 && cfg->zero.mics_shard_size < t->world;
         bool lands = cfg->zero.offload_optimizer.pin_memory && (t->world == 1 || t->nccl);
-        double first = lands ? 0 : part / h->grad_add;
-        double adds = first + (double)(reductions_per_step(&e0) - 1) * part / h->grad_add;
-        double norms_after = mics ? part / h->grad_norm : 0;
-        double adam = part / h->adam;
+        double first = lands ? 0 : tier_part / h->grad_add;
+        double adds = first + (double)(reductions_per_step(&e0) - 1) * tier_part / h->grad_add;
+        double norms_after = mics ? tier_part / h->grad_norm : 0;
+        double adam = tier_part / h->adam;
         bool on_nvme = m->optimizer_tier == ZINF_OFFLOAD_NVME;
         double whole = on_nvme && nvme > adam ? nvme : adam;
         out->cpu = adam + adds + norms_after;
@@ -332,7 +337,7 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         step_model sm = {.s = &sched,
                          .op_s = op_s,
                          .accum = cfg->gradient_accumulation_steps,
-                         .update = part > 0 ? whole / part : 0,
+                         .update = tier_part > 0 ? whole / tier_part : 0,
                          .add = 1 / h->grad_add,
                          .down = zinf_sim_copy_s(&r, sizeof(float), true),
                          .up = m->params_tier == ZINF_OFFLOAD_NONE

@@ -74,7 +74,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = ("stage optimizer params world_size model_numel partition_numel device_bytes device_peak_bytes "
         "gathered_peak_bytes pinned_bytes pageable_bytes nvme_bytes activation_bytes pcie_h2d_bytes pcie_d2h_bytes "
         "nvme_read_bytes nvme_write_bytes comm_bytes_intra comm_bytes_inter tiled fits params16_bytes master_bytes "
-        "optim_states_bytes grads32_bytes reduce_bucket_bytes accumulated_grads_bytes staging_bytes reduce_bucket_size").split()
+        "optim_states_bytes grads32_bytes optimizer_device_numel reduce_bucket_bytes accumulated_grads_bytes staging_bytes reduce_bucket_size").split()
 assert len(rows) == 16, len(rows)
 tiers = [(r["stage"], r["optimizer"], r["params"]) for r in rows]
 want = [(0, "none", "none")] + [(s, o, "none") for s in (1, 2) for o in ("none", "cpu", "nvme")] + \
@@ -320,5 +320,28 @@ expect 0 "$Z" estimate --config "$tmp/tiny.json" --set zero_optimization.stage=2
 expect 0 "$Z" estimate --config "$tmp/large.json" --set zero_optimization.sub_group_size=1e9
 ! grep -q "sub_group_size [0-9]* (with" "$tmp/out" || fail "a given sub_group_size replaced: $(grep chosen "$tmp/out")"
 [ $fails = $before ] && echo "choice: sub-groups for an optimizer on cpu, by the partition's size"
+
+# offload_optimizer.ratio 0.5: of GPT-2 large's sub-groups on one rank the first half keep
+# their states on the device; the plan says so; the device holds their 16 bytes per
+# element more, and only the rest's new 16-bit parameters come up.
+before=$fails
+expect 0 "$Z" estimate --config "$tmp/large.json" --json
+tail -n 1 "$tmp/out" > "$tmp/whole.json"
+expect 0 "$Z" estimate --config "$tmp/large.json" --set zero_optimization.offload_optimizer.ratio=0.5
+grep -q "offload_optimizer.ratio 0.5: the first 1[0-9] sub-groups ([0-9]* elements of the partition) keep" "$tmp/out" ||
+  fail "ratio: no plan line: $(grep -i ratio "$tmp/out")"
+expect 0 "$Z" estimate --config "$tmp/large.json" --set zero_optimization.offload_optimizer.ratio=0.5 --json
+tail -n 1 "$tmp/out" > "$tmp/half.json"
+python3 - "$tmp/whole.json" "$tmp/half.json" <<'PY' || fail "ratio: the plan's figures"
+import json, sys
+whole, half = (json.load(open(f)) for f in sys.argv[1:])
+n, part = half["optimizer_device_numel"], half["partition_numel"]
+assert whole["optimizer_device_numel"] == 0 and 0.3 * part < n < 0.7 * part, (n, part)
+assert half["device_bytes"] - whole["device_bytes"] == 16 * n, (half["device_bytes"], whole["device_bytes"], n)
+assert whole["pcie_h2d_bytes"] - half["pcie_h2d_bytes"] == 2 * n, (whole["pcie_h2d_bytes"], half["pcie_h2d_bytes"])
+assert half["pcie_d2h_bytes"] < whole["pcie_d2h_bytes"], (half["pcie_d2h_bytes"], whole["pcie_d2h_bytes"])
+assert half["pinned_bytes"] + half["pageable_bytes"] < whole["pinned_bytes"] + whole["pageable_bytes"]
+PY
+[ $fails = $before ] && echo "ratio: the first half of the sub-groups' states on the device, in the plan's figures"
 
 finish test_estimate

@@ -336,17 +336,12 @@ static const bad_case cases[] = {
      4,
      ZINF_ERR_INVAL,
      {"zero_optimization.mics_shard_size: MiCS does not combine with zero_optimization.zero_hpz_partition_size"}},
-    // Partial offload: stage 3, an offloaded optimizer, something offloaded, no MiCS.
+    // Partial offload: something offloaded, no MiCS.
     {"{" TB "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0}}}",
      NULL,
      1,
      ZINF_ERR_INVAL,
      {"zero_optimization.offload_optimizer.ratio: 0 offloads nothing", "device to \"none\""}},
-    {"{" TB "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}}}",
-     NULL,
-     1,
-     ZINF_ERR_INVAL,
-     {"zero_optimization.offload_optimizer.ratio: 0.5 needs zero_optimization.stage 3 (stage is 2)"}},
     {"{" TB "\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 2, \"offload_optimizer\": {\"device\": "
      "\"cpu\", \"ratio\": 0.5}}}",
      NULL,

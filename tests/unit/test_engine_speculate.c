@@ -3,8 +3,9 @@
 // the guess that the step neither clips nor overflows, and updated again from the
 // states they left when it does. At stages 1, 2 and 3 with the optimizer on cpu and
 // at 1 and 3 on nvme, on 1 rank and on 2 (mpirun; the test starts itself; nvme at
-// stage 3 only), and at stage 3 with offload_optimizer.ratio 0.5 on both tiers (half the
-// sub-groups updated on the device in the step, the rest on the tier), eight steps of 2 micro-batches end with the
+// stage 3 only), and with offload_optimizer.ratio 0.5 at stages 1-3 on cpu and 3 on
+// nvme (half the sub-groups updated on the device in the step, the rest on the tier),
+// eight steps of 2 micro-batches end with the
 // weights, both moments and every step's loss of the optimizer on the device at stage 0 (stage 1 on 2 ranks: at stage
 // 1, whose sums take each rank's micro-batches first), bit for bit, with clipping never, always and sometimes (a
 // threshold the device run crosses after a step under it), and under fp16 with a loss scale that overflows now and
@@ -151,13 +152,14 @@ static void compare(zinf_comm *comm, const run_result *ref, double clip, bool fp
     // The nvme tier's speculation is the same code at every stage: stages 1 and 3 on
     // 1 rank, 3 on 2 (its stores are stage 3's parameter tier or stages 1-2's store
     // stream, as on cpu).
-    // With offload_optimizer.ratio 0.5 (stage 3) the first half of the sub-groups are
-    // updated on the device in the step and the rest on the tier, speculating.
+    // With offload_optimizer.ratio 0.5 the first half of the sub-groups are updated on
+    // the device in the step and the rest on the tier, speculating.
     static const struct {
         int stage, tier;
         double ratio;
-    } runs[] = {{1, 1, 1}, {2, 1, 1}, {3, 1, 1}, {3, 2, 1}, {3, 1, 0.5}, {3, 2, 0.5}, {1, 2, 1}};
-    for (int r = 0; r < (W == 1 ? 7 : 6); r++) {
+    } runs[] = {{1, 1, 1},   {2, 1, 1},   {3, 1, 1},   {3, 2, 1}, {1, 1, 0.5},
+                {2, 1, 0.5}, {3, 1, 0.5}, {3, 2, 0.5}, {1, 2, 1}};
+    for (int r = 0; r < (W == 1 ? 9 : 8); r++) {
         int stage = runs[r].stage, tier = runs[r].tier;
         char what[160];
         snprintf(what, sizeof what, "%s, stage %d, optimizer on %s (ratio %g), %d rank(s)", mode, stage, tiers[tier],
