@@ -163,6 +163,51 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
 // secondary with hpZ reads none; a tiled module's slice once per op), and every slice
 // on disk written once. The batch's tokens and losses (a few bytes per token) are left
 // out.
+// reduce.c flush with an offloaded optimizer, the sums on the device (one rank, or NCCL's
+// in place): a bucket with pieces for the host partition brings down this rank's block
+// (the whole buffer on one rank); in the step's first reduction, one the partition takes
+// in place (pinned, each of its host pieces a module's first: states_grads_land) brings
+// down those pieces alone. With offload_optimizer.ratio below 1 a bucket of the device's
+// pieces alone brings nothing.
+static int64_t sums_down_bytes(const zinf_engine *e, int64_t reductions) {
+    size_t W = (size_t)e->partition.ranks;
+    bool mine = e->partition.split && W > 1;
+    int64_t bytes = 0;
+    for (int b = 0; b < e->grads.bucket_count; b++) {
+        const bucket *bk = &e->grads.buckets[b];
+        size_t host = 0;
+        bool first = true;
+        for (int k = bk->first; k < bk->first + bk->count; k++) {
+            const piece *p = &e->grads.pieces[k];
+            if (states_on_device(e, p->mod)) continue;
+            host += p->n, first = first && p->first;
+        }
+        if (!host) continue;
+        size_t rows = mine ? 1 : W, block = rows * bk->block;
+        bool lands = first && e->cfg.zero.offload_optimizer.pin_memory;
+        bytes += (int64_t)((lands ? rows * host + (size_t)(reductions - 1) * block : (size_t)reductions * block) *
+                           sizeof(float));
+    }
+    return bytes;
+}
+
+// reduce.c flush through the pinned staging (several ranks without NCCL): the sums for
+// the device go back up, this rank's block where they were scattered, every block where
+// all-reduced: each bucket with the optimizer on the device, those with a device's piece
+// with offload_optimizer.ratio below 1.
+static int64_t sums_up_bytes(const zinf_engine *e, int64_t reductions) {
+    int64_t bytes = 0;
+    for (int b = 0; b < e->grads.bucket_count; b++) {
+        const bucket *bk = &e->grads.buckets[b];
+        bool dev = false;
+        for (int k = bk->first; k < bk->first + bk->count; k++)
+            dev |= states_on_device(e, e->grads.pieces[k].mod);
+        size_t rows = e->grads.scattered ? 1 : (size_t)e->partition.ranks;
+        if (dev) bytes += (int64_t)(rows * bk->block * sizeof(float)) * reductions;
+    }
+    return bytes;
+}
+
 static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
     size_t W = (size_t)e->world, pad4 = 0, slice4 = 0;
     int64_t ga = e->cfg.gradient_accumulation_steps, reductions = reductions_per_step(e);
@@ -185,23 +230,9 @@ static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, cons
     } else if (staged) {
         out->d2h += (int64_t)pad4 * reductions;
     } else if (offloaded) {
-        out->d2h += (int64_t)(e->partition.split && W > 1 ? slice4 : pad4) * reductions;
+        out->d2h += sums_down_bytes(e, reductions);
     }
-    // offload_optimizer.ratio below 1: the buckets all of whose pieces are summed on the
-    // device stay there (reduce.c flush), and through the staging those go back up.
-    size_t dev4 = 0, dev_slice4 = 0;
-    for (int b = 0; e->optim.device_numel && offloaded && b < e->grads.bucket_count; b++) {
-        const bucket *bk = &e->grads.buckets[b];
-        bool host = false;
-        for (int k = bk->first; k < bk->first + bk->count; k++)
-            host |= !states_on_device(e, e->grads.pieces[k].mod);
-        if (!host) dev4 += W * bk->block * sizeof(float), dev_slice4 += bk->block * sizeof(float);
-    }
-    if (offloaded && !staged && !e->zeropp.qgz)
-        out->d2h -= (int64_t)(e->partition.split && W > 1 ? dev_slice4 : dev4) * reductions;
-    if (offloaded && staged && !e->zeropp.qgz)
-        out->h2d += (int64_t)(e->grads.scattered ? dev_slice4 : dev4) * reductions;
-    if (staged && !offloaded && !e->zeropp.qgz) out->h2d += (int64_t)(e->grads.scattered ? slice4 : pad4) * reductions;
+    if (staged && !e->zeropp.qgz) out->h2d += sums_up_bytes(e, reductions);
     if (e->partition.replicas > 1 && staged && !offloaded) // mics.c: the partition's gradients through the staging
         out->d2h += (int64_t)(e->partition.numel * sizeof(float)),
             out->h2d += (int64_t)(e->partition.numel * sizeof(float));
