@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checkpoints. Exact resume: 6 steps, save, load, 4 more give the losses and weights
 # digest of 10 uninterrupted steps bit for bit, for every ZeRO stage and offload tier
-# on 1 and 2 ranks, in bf16, fp32 and fp16 (the loss scaler's state comes back too).
+# on 1 and 2 ranks, in bf16, fp32 and fp16 (the loss scaler's state comes back too),
+# and with half the sub-groups' states on the device (offload_optimizer.ratio 0.5),
+# saved so and loaded with the whole optimizer on nvme.
 # A different world size re-slices: saved by 2 ranks, loaded by 1 and by 3 and saved
 # again, then loaded by 2, it still continues bit for bit. checkpoint.keep prunes.
 # Corruption (a flipped byte, a truncated file, a deleted rank, another model, a
@@ -72,7 +74,16 @@ for np in 1 2; do
     resume "s3.${tiers/\//.}" $np "$tmp/bf16.full" --set zero_optimization.stage=3 --set $OO.device=${tiers%/*} \
       --set $OP.device=${tiers#*/}
   done
+  resume "s3.cpu.ratio" $np "$tmp/bf16.full" --set zero_optimization.stage=3 --set $OO.device=cpu --set $OO.ratio=0.5
 done
+# Saved with half the sub-groups' states on the device, loaded with all of them on nvme.
+rm -rf "$tmp/ck"
+run 1 "$tmp/ratio.a" --steps 6 --set checkpoint.dir="$tmp/ck" --set zero_optimization.stage=3 --set $OO.device=cpu \
+  --set $OO.ratio=0.5
+run 1 "$tmp/ratio.b" --set checkpoint.dir="$tmp/ck" --set checkpoint.load=latest --set zero_optimization.stage=3 \
+  --set $OO.device=nvme
+[ "$(after "$tmp/ratio.b" 6)" = "$(after "$tmp/bf16.full" 6)" ] ||
+  fail "ratio 0.5 -> 1: resumed $(after "$tmp/ratio.b" 6); straight $(after "$tmp/bf16.full" 6)"
 fp32=(--set bf16.enabled=false --set zero_optimization.stage=3 --set $OP.device=nvme)
 run 2 "$tmp/fp32.full" "${fp32[@]}"
 resume fp32.s3 2 "$tmp/fp32.full" "${fp32[@]}"
@@ -80,7 +91,8 @@ fp16=(--set bf16.enabled=false --set fp16.enabled=true --set fp16.initial_scale_
 run 1 "$tmp/fp16.full" "${fp16[@]}"
 resume fp16.s2 1 "$tmp/fp16.full" "${fp16[@]}"
 grep -q '"skipped":true' "$tmp/fp16.full" || fail "fp16: no step overflowed, so the scaler's state went untested"
-[ $fails = $before ] && echo "exact resume: stages 0-3 x every tier x 1, 2 ranks, bf16, fp32, fp16: bit-identical"
+[ $fails = $before ] &&
+  echo "exact resume: stages 0-3 x every tier x 1, 2 ranks, bf16, fp32, fp16, offload_optimizer.ratio: bit-identical"
 
 # Another world size: 2 ranks save at step 6; 1 (stage 3) and 3 (stage 1) ranks load it
 # and save it again at once (no step); 2 ranks load that and finish. Every element
