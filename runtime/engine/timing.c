@@ -267,11 +267,11 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     double dev_part = on_device ? part : (double)m->optimizer_device_numel, tier_part = part - dev_part;
     // Per micro-batch the 16-bit gradients are widened into fp32 buckets (at stage 1 over
     // several, after the first, added to the sums so far), and with the optimizer on the
-    // device (or that part of it) each rank's part added to its fp32 gradients once per reduction; on one rank
-    // (reduce.c's direct) added there straight from the 16-bit gradients. Either way the
-    // step's first add writes the sums without reading them (the last step's are
-    // overwritten, never zeroed). At stage 3 every module is gathered for forward and
-    // again for backward.
+    // device (or part of it) each rank's part added to its fp32 gradients once per
+    // reduction; on one rank (reduce.c's direct) added there straight from the 16-bit
+    // gradients. Either way the step's first add writes the sums without reading them
+    // (the last step's are overwritten, never zeroed). At stage 3 every module is
+    // gathered for forward and again for backward.
     bool direct = policy_grads_direct(cfg, t->world);
     double engine, reductions = (double)reductions_per_step(&e0);
     if (direct) {

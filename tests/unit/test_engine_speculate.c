@@ -5,14 +5,16 @@
 // at 1 and 3 on nvme, on 1 rank and on 2 (mpirun; the test starts itself; nvme at
 // stage 3 only), and with offload_optimizer.ratio 0.5 at stages 1-3 on cpu and 3 on
 // nvme (half the sub-groups updated on the device in the step, the rest on the tier),
-// eight steps of 2 micro-batches end with the
-// weights, both moments and every step's loss of the optimizer on the device at stage 0 (stage 1 on 2 ranks: at stage
-// 1, whose sums take each rank's micro-batches first), bit for bit, with clipping never, always and sometimes (a
-// threshold the device run crosses after a step under it), and under fp16 with a loss scale that overflows now and
-// then; the step says how many sub-groups went under the backward and how many were redone, and both are what the
-// clipping pattern calls for. After the steps no gradient reads back (offloaded, the host partition keeps it for the
-// next backward to overwrite), and one parameter's gradient set reads back with every other zero. timeout: 60 san=90
-// cuda-emu=90 san-cuda-emu=200
+// eight steps of 2 micro-batches end with the weights, both moments and every step's
+// loss of the optimizer on the device at stage 0 (stage 1 on 2 ranks: at stage 1,
+// whose sums take each rank's micro-batches first), bit for bit, with clipping never,
+// always and sometimes (a threshold the device run crosses after a step under it), and
+// under fp16 with a loss scale that overflows now and then; the step says how many
+// sub-groups went under the backward and how many were redone, and both are what the
+// clipping pattern calls for. After the steps no gradient reads back (offloaded, the
+// host partition keeps it for the next backward to overwrite), and one parameter's
+// gradient set reads back with every other zero.
+// timeout: 60 san=90 cuda-emu=120 san-cuda-emu=300
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
