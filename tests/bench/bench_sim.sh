@@ -3,12 +3,14 @@
 # micro-batch 8 x 1024 tokens at stage 3 on a simulated H100 (device.backend "sim":
 # the GPU's time is modeled, this machine's drive and CPU are real), with the
 # optimizer on cpu, on nvme, and both tiers on nvme (every parameter slice on disk:
-# max_in_cpu 0). Per run the median step over the steps after the first, the bound
-# (the busiest resource), the step over it, the device's busy fraction, and zinf
-# estimate --time --measure's prediction for that config with its error. Then the step
-# against its real floor, measured right after it in the same run: fio alone moving
-# that step's NVMe bytes (one reader and one writer at once, aio's block size and queue
-# depth, O_DIRECT, io_uring), and zinf adam-bench over the same parameter count; the
+# max_in_cpu 0), and the optimizer on cpu with half its sub-groups kept on the device
+# (offload_optimizer.ratio 0.5). Per run the median step over the steps after the
+# first, the bound (the busiest resource), the step over it, the device's busy
+# fraction, and zinf estimate --time --measure's prediction for that config with its
+# error. Then the step against its real floor, measured right after it in the same
+# run: fio alone moving that step's NVMe bytes (one reader and one writer at once,
+# aio's block size and queue depth, O_DIRECT, io_uring), and zinf adam-bench over the
+# elements the CPU updates (the partition, less what a ratio keeps on the device); the
 # floor is the slower of the two. Last, the planner's pick among every stage and tier
 # that fits, on the H100 and on an RTX 4090. The both-tiers-on-nvme row runs again
 # with aio.checksum off ("sums off"): what the swap blocks' CRC-32C costs there.
@@ -67,11 +69,11 @@ echo "  floor: the slower of fio moving the step's NVMe bytes and adam-bench ove
 printf '%-14s %-10s %8s %-14s %9s %8s %10s %7s %7s %7s %10s\n' model "optim/par" s/step bound step/bound "dev busy" \
   predicted error "fio s" "adam s" step/floor
 for m in gpt2l llama; do
-  for tiers in "cpu none true" "nvme none true" "nvme nvme true" "nvme nvme false"; do
+  for tiers in "cpu none true 1" "cpu none true 0.5" "nvme none true 1" "nvme nvme true 1" "nvme nvme false 1"; do
     set -- $tiers
     sets=(--set "zero_optimization.offload_optimizer.device=\"$1\"" --set "zero_optimization.offload_param.device=\"$2\""
-      --set "aio.checksum=$3")
-    label=$1/$2$([ "$3" = true ] || echo " sums off")
+      --set "aio.checksum=$3" --set "zero_optimization.offload_optimizer.ratio=$4")
+    label=$1/$2$([ "$3" = true ] || echo " sums off")$([ "$4" = 1 ] || echo " ratio $4")
     if ! "$Z" estimate --config "$dir/$m.json" "${sets[@]}" --time --measure --json > "$dir/plan" 2> "$dir/plan.err"; then
       echo "bench_sim: estimate failed: $(tail -c 300 "$dir/plan.err")"; exit 1
     fi
@@ -91,7 +93,8 @@ json.dump(steps[len(steps) // 2], sys.stdout)
 PY
     read -r rd wr np < <(python3 -c "import json, sys; s = json.load(open(sys.argv[1])); \
 p = [o for o in map(json.loads, open(sys.argv[2])) if o.get('plan')][0]; \
-print(s['nvme_read_bytes'], s['nvme_write_bytes'], p['model_numel'])" "$dir/median" "$dir/plan")
+print(s['nvme_read_bytes'], s['nvme_write_bytes'], p['partition_numel'] - p['optimizer_device_numel'])" \
+  "$dir/median" "$dir/plan")
     fio_s=$(fio_step "$rd" "$wr") || { echo "bench_sim: fio failed"; exit 1; }
     "$Z" adam-bench --params "$np" --steps 3 --json > "$dir/adam" || { echo "bench_sim: adam-bench failed"; exit 1; }
     python3 - "$dir/plan" "$dir/median" "$dir/adam" "$fio_s" "$m" "$label" <<'PY'

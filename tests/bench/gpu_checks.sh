@@ -21,7 +21,8 @@
 #   tests/bench/bench_gpu_peers.sh: GPT-2 large at 8 x 1024 under FSDP2's
 #   CPUOffloadPolicy (torch alone), torchao's CPUOffloadOptimizer and DeepSpeed ZeRO-3
 #   with the optimizer on cpu (where $ZINF_PY imports them: carry them as wheels), zinf
-#   at stage 3 with the optimizer on cpu and at stage 0; zinf's rows with the planner's
+#   at stage 3 with the optimizer on cpu (all of it, and offload_optimizer.ratio 0.5) and
+#   at stage 0; zinf's rows with the planner's
 #   step for the same config and where the update ran (under the backward, after it).
 # Carry $ZINF_BUILD/gpu-pack.tar.xz (tests/bench/gpu_pack.sh makes it: the programs, the
 # fixtures and the shared libraries a bare GPU machine lacks); it is unpacked here when
@@ -104,7 +105,7 @@ kernels() {
 }
 
 # The offloaded step against its peers: the trainers in turn (FSDP2 and DeepSpeed start from an fp32 model on the
-# host); arguments go to the bench (--peers zinf,zinf_stage0 for zinf's rows alone).
+# host); arguments go to the bench (--peers zinf,zinf_ratio,zinf_stage0 for zinf's rows alone).
 peers() {
   step bench-gpu-peers 450 env ZINF_BUILD="$B" ZINF_PY="$ZINF_PY" tests/bench/bench_gpu_peers.sh "$@"
   cp "$B/bench-gpu-peers.json" "$B/bench-gpu-peers.log" "$out/" 2> /dev/null
