@@ -279,6 +279,13 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
                              .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dtype,
                              .n = l->part_n};
         ZINF_CHECK(zinf_device_optim(e->compute_stream, h, &t));
+        // At stages 1-2 an offloaded optimizer's stores go on a stream of their own
+        // (with a ratio below 1 the device updates part of it): after the kernel.
+        zinf_stream *s = params_stream(e);
+        if ((f32 || !dst) && s != e->compute_stream) {
+            ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
+            ZINF_CHECK(zinf_stream_wait_event(s, e->compute_mark));
+        }
         if (f32 || !dst) ZINF_CHECK(e->params.storage->store(e, i, f32 ? t.param : tmp, false));
         ZINF_CHECK(engine_free_after(e, tmp, e->compute_stream));
     }

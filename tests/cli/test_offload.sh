@@ -2,8 +2,9 @@
 # The offload tiers: where the fp32 master weights and moments (and at stage 3 the
 # 16-bit parameter slices) live must not change the numbers. For ZeRO stages 1-3 on 1
 # and 2 ranks (mpirun -np 2), in fp32 (the output layer in chunks) and bf16 (at once),
-# offload_optimizer cpu and nvme, and at stage 3 offload_param cpu and nvme with every
-# optimizer tier, give the losses and weights digest of the same run with everything on
+# offload_optimizer cpu and nvme (and cpu with offload_optimizer.ratio 0.5), and at
+# stage 3 offload_param cpu and nvme with every optimizer tier (and both on nvme with
+# ratio 0.5), give the losses and weights digest of the same run with everything on
 # the device, bit for bit, after 10 steps; the output layer in chunks trains within
 # rounding of the plain run; so do nvme with each pipeline setting, several sub-groups per step, and the
 # parameter pool at one buffer. The swap store's files are gone after the run; the
@@ -47,19 +48,20 @@ for dt in fp32 bf16; do
   for stage in 1 2 3; do
     for np in 1 2; do
       sets=("${dts[@]}" --set zero_optimization.stage=$stage)
-      tiers=("cpu none" "nvme none")
-      [ $stage = 3 ] && tiers+=("none cpu" "cpu cpu" "nvme cpu" "none nvme" "cpu nvme" "nvme nvme")
+      # A third word: offload_optimizer.ratio (half the sub-groups' states on the device).
+      tiers=("cpu none" "nvme none" "cpu none 0.5")
+      [ $stage = 3 ] && tiers+=("none cpu" "cpu cpu" "nvme cpu" "none nvme" "cpu nvme" "nvme nvme" "nvme nvme 0.5")
       for t in "${tiers[@]}"; do
-        read -r opt par <<< "$t"
-        run $np "$tmp/out" "${sets[@]}" --set $OO.device=$opt --set $OP.device=$par
+        read -r opt par ratio <<< "$t"
+        run $np "$tmp/out" "${sets[@]}" --set $OO.device=$opt --set $OP.device=$par --set $OO.ratio=${ratio:-1}
         got=$(summary "$tmp/out")
         [ "$got" = "$want" ] ||
-          fail "$dt stage $stage on $np ranks, optimizer on $opt, parameters on $par: $got; on the device (stage 1, 1 rank): $want"
+          fail "$dt stage $stage on $np ranks, optimizer on $opt${ratio:+ (ratio $ratio)}, parameters on $par: $got; on the device (stage 1, 1 rank): $want"
       done
     done
   done
 done
-[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme (and at stage 3 parameters on cpu and nvme) bit-identical to the device, stages 1-3 x 1, 2 ranks x fp32 (head in chunks), bf16"
+[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme, all of it or half its sub-groups (and at stage 3 parameters on cpu and nvme) bit-identical to the device, stages 1-3 x 1, 2 ranks x fp32 (head in chunks), bf16"
 
 # The head in chunks against at once (fp32, stage 3, 2 ranks, both tiers on nvme): the
 # head weight's gradient is summed in another order, so each step's loss stays within
@@ -104,6 +106,11 @@ grep -q "parameters offloaded to nvme: .*: 72 KiB of the first 1 module in pinne
 grep -q "buffer_size: raised from 1000 to 34816 elements, this rank's slice of h.0.mlp" "$tmp/err" || fail "buffer_size raised: $(cat "$tmp/err")"
 grep -q "host: .* of which pinned .* of a .* budget.*NVMe: .* under $tmp/nvme\$" "$tmp/out" ||
   fail "plan's host line: $(grep -A6 '^plan' "$tmp/out")"
+expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=3 --set $OO.device=cpu --set $OO.ratio=0.5
+grep -q "offload_optimizer.ratio 0.5: the first [0-9]* sub-groups* ([0-9]* elements of the partition) keep" "$tmp/out" ||
+  fail "plan with a ratio: $(grep -A6 '^plan' "$tmp/out")"
+grep -q "offload_optimizer.ratio 0.5: the first [0-9]* of [0-9]* sub-groups" "$tmp/err" ||
+  fail "no log line for the ratio: $(cat "$tmp/err")"
 # CPU Adam takes DeepSpeed's cpuadam_cores_perc of the cores (all by default), one thread at least.
 all=$(sed -n 's/^  CPU Adam: \([0-9]*\) threads* .*/\1/p' "$tmp/out")
 [ -n "$all" ] || fail "plan: no CPU Adam threads: $(grep -A9 '^plan' "$tmp/out")"
