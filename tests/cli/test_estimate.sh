@@ -344,4 +344,26 @@ assert half["pinned_bytes"] + half["pageable_bytes"] < whole["pinned_bytes"] + w
 PY
 [ $fails = $before ] && echo "ratio: the first half of the sub-groups' states on the device, in the plan's figures"
 
+# With --time, a config whose step the CPU's optimizer bounds is told the ratio that
+# keeps the least of it on the device for a step within 10% of the fastest ratio's; one
+# with that ratio already, or with nothing offloaded, is told nothing.
+before=$fails
+timed=(--time --adam 4800 --nvme-read 6 --nvme-write 3)
+expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}"
+grep -q "the CPU's optimizer bounds the step ([0-9.]* s): offload_optimizer.ratio 0\.[1-9] keeps the first" "$tmp/out" ||
+  fail "pace: no ratio named: $(tail -n 3 "$tmp/out")"
+expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --json
+python3 - "$tmp/out" <<'PY' || fail "pace: the plan's figures: $(tail -n 1 "$tmp/out" | head -c 400)"
+import json, sys
+p = json.loads(open(sys.argv[1]).readlines()[-1])
+assert p["bound"] == "cpu optimizer" and 0 < p["pace_ratio"] < 1, p
+assert p["pace_ratio_step_seconds"] < 0.95 * p["step_seconds"] and p["pace_ratio_device_peak_bytes"] > p["device_peak_bytes"], p
+PY
+ratio=$(python3 -c "import json, sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['pace_ratio'])" "$tmp/out")
+expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --set zero_optimization.offload_optimizer.ratio=$ratio
+! grep -q "offload_optimizer.ratio [0-9.]* keeps the first" "$tmp/out" || fail "pace: named again at its own ratio"
+expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --set zero_optimization.offload_optimizer.device=none
+! grep -q "CPU's optimizer bounds" "$tmp/out" || fail "pace: named with nothing offloaded"
+[ $fails = $before ] && echo "pace: the ratio whose step is within 10% of the fastest ratio's, named where the CPU bounds the step"
+
 finish test_estimate
