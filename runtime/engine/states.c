@@ -58,7 +58,12 @@ static zinf_status device_prefix(zinf_engine *e, const size_t *part_n) {
         if (group_of[i] >= 0 && group_of[i] < e->optim.device_subgroups)
             e->optim.device_numel = e->layout[i].part_off + part_n[i];
     free(group_of);
-    if (e->rank == 0 && !e->plan)
+    if (e->rank == 0 && !e->plan && e->optim.device_subgroups == 0)
+        ZINF_LOG_WARN("offload_optimizer.ratio %g keeps none of the partition's %d sub-group%s of up to "
+                      "sub_group_size %lld elements on the device: lower zero_optimization.sub_group_size (or leave "
+                      "it out, for zinf to choose) for sub-groups the ratio can split",
+                      ratio, n, n == 1 ? "" : "s", (long long)e->cfg.zero.sub_group_size);
+    else if (e->rank == 0 && !e->plan)
         ZINF_LOG_INFO("offload_optimizer.ratio %g: the first %d of %d sub-groups (%zu of %zu elements) keep their "
                       "states on the device",
                       ratio, e->optim.device_subgroups, n, e->optim.device_numel, e->partition.numel);

@@ -111,6 +111,11 @@ grep -q "offload_optimizer.ratio 0.5: the first [0-9]* sub-groups* ([0-9]* eleme
   fail "plan with a ratio: $(grep -A6 '^plan' "$tmp/out")"
 grep -q "offload_optimizer.ratio 0.5: the first [0-9]* of [0-9]* sub-groups" "$tmp/err" ||
   fail "no log line for the ratio: $(cat "$tmp/err")"
+# One sub-group leaves the ratio nothing to split: said, with what to change.
+expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=3 --set $OO.device=cpu --set $OO.ratio=0.5 \
+  --set zero_optimization.sub_group_size=1000000000
+grep -q "offload_optimizer.ratio 0.5 keeps none of the partition's 1 sub-group .* lower zero_optimization.sub_group_size" \
+  "$tmp/err" || fail "one sub-group and a ratio: $(cat "$tmp/err")"
 # CPU Adam takes DeepSpeed's cpuadam_cores_perc of the cores (all by default), one thread at least.
 all=$(sed -n 's/^  CPU Adam: \([0-9]*\) threads* .*/\1/p' "$tmp/out")
 [ -n "$all" ] || fail "plan: no CPU Adam threads: $(grep -A9 '^plan' "$tmp/out")"
