@@ -510,11 +510,14 @@ static int time_row(plan *p, const zinf_host_rates *h) {
 // the row fits (a lower ratio takes more of the device); what keeping the first
 // sub-groups' states on the device buys. *found is false where no ratio makes the step
 // 5% faster.
+static bool cpu_bound(const plan *own) {
+    return own->timed && own->r.mem.optimizer_tier != ZINF_OFFLOAD_NONE && strcmp(own->tm.bound, "cpu optimizer") == 0;
+}
+
 static int pace_ratio(const plan *own, const zinf_host_rates *h, plan *out, bool *found) {
     *found = false;
-    if (!own->timed || own->r.mem.optimizer_tier == ZINF_OFFLOAD_NONE || own->cfg.zero.mics_shard_size > 0 ||
-        strcmp(own->tm.bound, "cpu optimizer") != 0)
-        return CLI_OK;
+    if (!cpu_bound(own) || own->cfg.zero.mics_shard_size > 0) return CLI_OK; // MiCS takes no ratio
+
     enum { TENTHS = 10 };
     double step[TENTHS] = {0}, best = own->tm.step;
     int top = (int)ceil(own->cfg.zero.offload_optimizer.ratio * TENTHS) - 1;
@@ -544,8 +547,7 @@ static int pace_ratio(const plan *own, const zinf_host_rates *h, plan *out, bool
 
 static void print_pace(const plan *own, const plan *pace, bool found) {
     char b[2][32];
-    if (!own->timed || own->r.mem.optimizer_tier == ZINF_OFFLOAD_NONE || strcmp(own->tm.bound, "cpu optimizer") != 0)
-        return;
+    if (!cpu_bound(own) || own->cfg.zero.mics_shard_size > 0) return;
     if (!found) {
         printf("  the CPU's optimizer bounds the step, and no offload_optimizer.ratio down to 0.1 that fits the "
                "device makes it 5%% faster\n");

@@ -440,6 +440,10 @@ zinf_status reduce_module_ready(zinf_engine *e, int mod);
 // Tile k of tiled module mod is done in the backward's op grads.current_op: its gradient (every
 // rank's part of the tile, rank after rank, on the device) goes to the buckets.
 zinf_status reduce_tile_ready(zinf_engine *e, int mod, int k, const void *grad);
+// Where bucket b's sums go: the fp32 gradients on the device, or the host partition of an
+// offloaded optimizer; with offload_optimizer.ratio below 1, each piece where its
+// module's states are, so a bucket may go to both.
+void reduce_bucket_sides(const zinf_engine *e, int b, bool *to_device, bool *to_host);
 // params.c: the 16-bit parameters (params.storage: params_whole, params_sliced)
 void params_destroy(zinf_engine *e);
 // Where the optimizer tier's stores run: the parameter tier's stream (stage 3), the

@@ -153,16 +153,6 @@ static zinf_status replay_steps(zinf_engine *e, int64_t *gathers, int64_t *tile_
     return st;
 }
 
-// Bytes moved per optimizer step: what the replay's movers counted (the gathers at
-// stage 3, the new parameters' all-gather at stages 1-2), then following the engine's
-// copies: each micro-batch's gradient buckets (stage 1: the step's, once) to the host
-// (reduce.c flush: the whole bucket, every rank's block, where a host collective needs
-// it or at stage 0; with NCCL at stages 1-3 this rank's block), the new 16-bit
-// parameters (the optimizer tier's stores, step.c update), and on NVMe the three
-// optimizer states read and written once, each gather of a slice on disk read once (a
-// secondary with hpZ reads none; a tiled module's slice once per op), and every slice
-// on disk written once. The batch's tokens and losses (a few bytes per token) are left
-// out.
 // reduce.c flush with an offloaded optimizer, the sums on the device (one rank, or NCCL's
 // in place): a bucket with pieces for the host partition brings down this rank's block
 // (the whole buffer on one rank); in the step's first reduction, one the partition takes
@@ -197,17 +187,25 @@ static int64_t sums_down_bytes(const zinf_engine *e, int64_t reductions) {
 // with offload_optimizer.ratio below 1.
 static int64_t sums_up_bytes(const zinf_engine *e, int64_t reductions) {
     int64_t bytes = 0;
+    size_t rows = e->grads.scattered ? 1 : (size_t)e->partition.ranks;
     for (int b = 0; b < e->grads.bucket_count; b++) {
-        const bucket *bk = &e->grads.buckets[b];
-        bool dev = false;
-        for (int k = bk->first; k < bk->first + bk->count; k++)
-            dev |= states_on_device(e, e->grads.pieces[k].mod);
-        size_t rows = e->grads.scattered ? 1 : (size_t)e->partition.ranks;
-        if (dev) bytes += (int64_t)(rows * bk->block * sizeof(float)) * reductions;
+        bool dev, host;
+        reduce_bucket_sides(e, b, &dev, &host);
+        if (dev) bytes += (int64_t)(rows * e->grads.buckets[b].block * sizeof(float)) * reductions;
     }
     return bytes;
 }
 
+// Bytes moved per optimizer step: what the replay's movers counted (the gathers at
+// stage 3, the new parameters' all-gather at stages 1-2), then following the engine's
+// copies: each micro-batch's gradient buckets (stage 1: the step's, once) to the host
+// (reduce.c flush: the whole bucket, every rank's block, where a host collective needs
+// it or at stage 0; with NCCL at stages 1-3 this rank's block), the new 16-bit
+// parameters (the optimizer tier's stores, step.c update), and on NVMe the three
+// optimizer states read and written once, each gather of a slice on disk read once (a
+// secondary with hpZ reads none; a tiled module's slice once per op), and every slice
+// on disk written once. The batch's tokens and losses (a few bytes per token) are left
+// out.
 static void pcie_nvme_traffic(const zinf_engine *e, const int64_t *gathers, const int64_t *tile_ops, zinf_plan *out) {
     size_t W = (size_t)e->world, pad4 = 0, slice4 = 0;
     int64_t ga = e->cfg.gradient_accumulation_steps, reductions = reductions_per_step(e);
@@ -400,11 +398,10 @@ zinf_status engine_plan_schedule(const zinf_config *cfg, const zinf_plan_target 
     bool on_device = W == 1 || e->nccl || e->zeropp.qgz, mine = e->partition.split && W > 1;
     for (int b = 0; st == ZINF_OK && b < e->grads.bucket_count; b++) {
         const bucket *bk = &e->grads.buckets[b];
-        bool first = true, host = false; // a bucket summed on the device alone brings nothing down
-        for (int k = bk->first; k < bk->first + bk->count; k++) {
-            bool dev = states_on_device(e, e->grads.pieces[k].mod);
-            first = first && (e->grads.pieces[k].first || dev), host |= !dev;
-        }
+        bool first = true, dev, host; // a bucket summed on the device alone brings nothing down
+        reduce_bucket_sides(e, b, &dev, &host);
+        for (int k = bk->first; k < bk->first + bk->count; k++)
+            first = first && (e->grads.pieces[k].first || states_on_device(e, e->grads.pieces[k].mod));
         out->buckets[b] = (plan_bucket){.op = e->grads.pieces[bk->first + bk->count - 1].op,
                                         .elements = host ? (double)(mine ? bk->block : W * bk->block) : 0,
                                         .lands = first && on_device && oc->pin_memory};

@@ -148,20 +148,23 @@ void reduce_destroy(zinf_engine *e) {
         free(e->grads.buckets);
 }
 
+void reduce_bucket_sides(const zinf_engine *e, int b, bool *to_device, bool *to_host) {
+    const bucket *bk = &e->grads.buckets[b];
+    *to_device = *to_host = false;
+    for (int k = bk->first; k < bk->first + bk->count; k++) {
+        bool dev = states_on_device(e, e->grads.pieces[k].mod);
+        *to_device |= dev, *to_host |= !dev;
+    }
+}
+
 // Sum bucket b over the ranks and add this rank's parts to its gradient partition.
 static zinf_status flush(zinf_engine *e, int b) {
     const bucket *bk = &e->grads.buckets[b];
     float *d = e->grads.device_buckets[b & 1], *h = e->staging;
     size_t blk = bk->block, W = (size_t)e->partition.ranks, R = (size_t)e->partition.rank;
     ZINF_CHECK(engine_comm_after_compute(e));
-    // Where the sums go: the fp32 gradients on the device, or the host partition of an
-    // offloaded optimizer; with offload_optimizer.ratio below 1, each piece where its
-    // module's states are.
-    bool to_device = false, to_host = false;
-    for (int k = bk->first; k < bk->first + bk->count; k++) {
-        bool dev = states_on_device(e, e->grads.pieces[k].mod);
-        to_device |= dev, to_host |= !dev;
-    }
+    bool to_device, to_host;
+    reduce_bucket_sides(e, b, &to_device, &to_host);
     bool scattered = e->grads.scattered && W > 1;
     // With NCCL or qgZ a rank's reduced block stays on the device where its block was.
     bool in_place = e->nccl || e->zeropp.qgz;

@@ -106,6 +106,10 @@ grep -q "parameters offloaded to nvme: .*: 72 KiB of the first 1 module in pinne
 grep -q "buffer_size: raised from 1000 to 34816 elements, this rank's slice of h.0.mlp" "$tmp/err" || fail "buffer_size raised: $(cat "$tmp/err")"
 grep -q "host: .* of which pinned .* of a .* budget.*NVMe: .* under $tmp/nvme\$" "$tmp/out" ||
   fail "plan's host line: $(grep -A6 '^plan' "$tmp/out")"
+# With nothing offloaded a ratio has nothing to split: said, and the run goes on.
+expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=3 --set $OO.ratio=0.5
+grep -q 'zero_optimization.offload_optimizer.ratio is unused: zero_optimization.offload_optimizer.device is "none"' \
+  "$tmp/err" || fail "a ratio with nothing offloaded: $(cat "$tmp/err")"
 expect 0 "$Z" train "$tmp/cfg.json" --steps 1 --set zero_optimization.stage=3 --set $OO.device=cpu --set $OO.ratio=0.5
 grep -q "offload_optimizer.ratio 0.5: the first [0-9]* sub-groups* ([0-9]* elements of the partition) keep" "$tmp/out" ||
   fail "plan with a ratio: $(grep -A6 '^plan' "$tmp/out")"
