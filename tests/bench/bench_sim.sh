@@ -2,10 +2,11 @@
 # Offload at GPU speed: GPT-2 large (774 M) and a Llama-3.2-1B-shaped model (1.24 B),
 # micro-batch 8 x 1024 tokens at stage 3 on a simulated H100 (device.backend "sim":
 # the GPU's time is modeled, this machine's drive and CPU are real), with the
-# optimizer on cpu, on nvme, and both tiers on nvme (every parameter slice on disk:
-# max_in_cpu 0), and the optimizer on cpu with half its sub-groups kept on the device
-# (offload_optimizer.ratio 0.5). Per run the median step over the steps after the
-# first, the bound (the busiest resource), the step over it, the device's busy
+# optimizer on cpu (its gradients and 16-bit outputs pageable, DeepSpeed's default, and
+# pinned: pin_memory true), on nvme, and both tiers on nvme (every parameter slice on
+# disk: max_in_cpu 0), and the optimizer on cpu with half its sub-groups kept on the
+# device (offload_optimizer.ratio 0.5, pinned). Per run the median step over the steps
+# after the first, the bound (the busiest resource), the step over it, the device's busy
 # fraction, and zinf estimate --time --measure's prediction for that config with its
 # error. Then the step against its real floor, measured right after it in the same
 # run: fio alone moving that step's NVMe bytes (one reader and one writer at once,
@@ -66,20 +67,24 @@ mkdir -p "$dir/fio"
 
 echo "bench_sim: a simulated H100 (modeled time), this machine's drive under $base and its CPU; micro-batch 8 x 1024, stage 3"
 echo "  floor: the slower of fio moving the step's NVMe bytes and adam-bench over its parameters, both measured here"
-printf '%-14s %-10s %8s %-14s %9s %8s %10s %7s %7s %7s %10s\n' model "optim/par" s/step bound step/bound "dev busy" \
+printf '%-14s %-26s %8s %-14s %9s %8s %10s %7s %7s %7s %10s\n' model "optim/par" s/step bound step/bound "dev busy" \
   predicted error "fio s" "adam s" step/floor
 for m in gpt2l llama; do
-  for tiers in "cpu none true 1" "cpu none true 0.5" "nvme none true 1" "nvme nvme true 1" "nvme nvme false 1"; do
+  for tiers in "cpu none true 1 false" "cpu none true 1 true" "cpu none true 0.5 true" "nvme none true 1 false" \
+    "nvme nvme true 1 false" "nvme nvme false 1 false"; do
     set -- $tiers
     sets=(--set "zero_optimization.offload_optimizer.device=\"$1\"" --set "zero_optimization.offload_param.device=\"$2\""
-      --set "aio.checksum=$3" --set "zero_optimization.offload_optimizer.ratio=$4")
-    label=$1/$2$([ "$3" = true ] || echo " sums off")$([ "$4" = 1 ] || echo " ratio $4")
+      --set "aio.checksum=$3" --set "zero_optimization.offload_optimizer.ratio=$4"
+      --set "zero_optimization.offload_optimizer.pin_memory=$5")
+    # The cpu rows take half a second a step: 8 steps, so the median is not a warm-up's.
+    [ "$1" = cpu ] && sets+=(--set steps=8)
+    label=$1/$2$([ "$3" = true ] || echo " sums off")$([ "$5" = false ] || echo " pinned")$([ "$4" = 1 ] || echo " ratio $4")
     if ! "$Z" estimate --config "$dir/$m.json" "${sets[@]}" --time --measure --json > "$dir/plan" 2> "$dir/plan.err"; then
       echo "bench_sim: estimate failed: $(tail -c 300 "$dir/plan.err")"; exit 1
     fi
     if ! "$Z" train "$dir/$m.json" "${sets[@]}" --json > "$dir/run" 2> "$dir/run.err"; then
       if grep -q "verdict: does not fit" "$dir/run.err"; then
-        printf '%-14s %-10s  skipped: %s\n' "$m" "$label" "$(grep -o 'does not fit: .*' "$dir/run.err" | head -1 | cut -c1-90)"
+        printf '%-14s %-26s  skipped: %s\n' "$m" "$label" "$(grep -o 'does not fit: .*' "$dir/run.err" | head -1 | cut -c1-90)"
         continue
       fi
       echo "bench_sim: the $m $label run failed; stderr ends:"; tail -n 15 "$dir/run.err" | sed 's/^/  /'; exit 1
@@ -104,7 +109,7 @@ s = json.load(open(sys.argv[2]))
 adam = json.load(open(sys.argv[3]))
 fio, t = float(sys.argv[4]), s["step_seconds"]
 adam_s = adam["params"] / adam["params_per_s"]
-print("%-14s %-10s %8.3f %-14s %9.2f %8.0f%% %9.3fs %+6.0f%% %7.2f %7.2f %10.2f" % (sys.argv[5], sys.argv[6], t,
+print("%-14s %-26s %8.3f %-14s %9.2f %8.0f%% %9.3fs %+6.0f%% %7.2f %7.2f %10.2f" % (sys.argv[5], sys.argv[6], t,
       s["bound"], s["step_over_bound"], 100 * s["busy_s"]["device_compute"] / t, plan["step_seconds"],
       100 * (plan["step_seconds"] / t - 1), fio, adam_s, t / max(fio, adam_s)))
 PY
