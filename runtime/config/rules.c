@@ -207,8 +207,7 @@ static zinf_status mics_rules(zinf_config *c, const parse_ctx *ctx) {
 }
 
 // DeepSpeed's partial offload: the first sub-groups in forward order keep their states
-// on the device (DeepSpeed's stage-3 split; zinf's stages 1-2 split alike). MiCS sums the
-// gradient partition over its replicas in one place, the host's or the device's.
+// on the device (DeepSpeed's stage-3 split; zinf's stages 1-2 split alike).
 static zinf_status ratio_rules(zinf_config *c, const parse_ctx *ctx) {
     zinf_zero_config *z = &c->zero;
     const char *k = "zero_optimization.offload_optimizer.ratio";
@@ -224,9 +223,6 @@ static zinf_status ratio_rules(zinf_config *c, const parse_ctx *ctx) {
                          "%s: %s: 0 offloads nothing; for every state on the device set "
                          "zero_optimization.offload_optimizer.device to \"none\", else a ratio above 0",
                          ctx->name, k);
-    if (z->mics_shard_size > 0)
-        return zinf_fail(ZINF_ERR_INVAL, "%s: %s: %g does not combine with zero_optimization.mics_shard_size",
-                         ctx->name, k, ratio);
     return ZINF_OK;
 }
 

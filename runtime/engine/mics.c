@@ -90,21 +90,26 @@ void mics_destroy(zinf_engine *e) {
     }
 }
 
-// The gradient partition, device or host, summed over the replication group: on the
-// device by NCCL, else through the staging in pieces, or in host memory where the
-// offloaded optimizer keeps it. Every bucket has been added (the streams are idle).
+// The gradient partition summed over the replication group, each part where its states
+// are: the offloaded part in host memory, where the tier keeps it; the device's (all
+// of it without a tier, the first sub-groups' with offload_optimizer.ratio below 1) by
+// NCCL, else through the staging in pieces. Every bucket has been added (the streams
+// are idle).
 zinf_status mics_reduce_grads(zinf_engine *e) {
     if (e->partition.replicas == 1) return ZINF_OK;
+    size_t on_device = e->optim.device_numel;
     if (e->optim.tier)
-        return zinf_comm_allreduce_f32(e->partition.replica_group.comm, e->optim.host_grads32, e->partition.numel);
+        ZINF_CHECK(zinf_comm_allreduce_f32(e->partition.replica_group.comm, e->optim.host_grads32,
+                                           e->partition.numel - on_device));
+    if (on_device == 0) return ZINF_OK;
     if (e->nccl) {
         ZINF_CHECK(zinf_comm_device_allreduce_f32(e->partition.replica_group.comm, e->comm_stream, e->optim.grads32,
-                                                  e->partition.numel));
+                                                  on_device));
         return engine_wait_streams(e);
     }
     size_t most = e->staging_bytes / sizeof(float);
-    for (size_t o = 0, n; o < e->partition.numel; o += n) {
-        n = e->partition.numel - o < most ? e->partition.numel - o : most;
+    for (size_t o = 0, n; o < on_device; o += n) {
+        n = on_device - o < most ? on_device - o : most;
         ZINF_CHECK(engine_copy(e, e->staging, e->optim.grads32 + o, n * sizeof(float), ZINF_COPY_D2H));
         ZINF_CHECK(engine_comm(e, &e->partition.replica_group, COMM_ALLREDUCE, e->staging, NULL, n));
         ZINF_CHECK(engine_copy(e, e->optim.grads32 + o, e->staging, n * sizeof(float), ZINF_COPY_H2D));
@@ -118,11 +123,11 @@ zinf_status mics_reduce_grads(zinf_engine *e) {
 static int64_t allreduce_bytes(int64_t n, int64_t R) { return (2 * (n / R) + n % R) * (int64_t)sizeof(float); }
 
 int64_t mics_grads_bytes(const zinf_engine *e) {
-    const int64_t n = (int64_t)e->partition.numel, R = e->partition.replicas;
-    if (e->optim.offload != ZINF_OFFLOAD_NONE) return allreduce_bytes(n, R);
-    if (e->nccl) return 2 * (n * (int64_t)sizeof(float) / R);
-    int64_t most = (int64_t)(e->staging_bytes / sizeof(float)), sum = 0;
-    for (int64_t o = 0; o < n; o += most)
-        sum += allreduce_bytes(n - o < most ? n - o : most, R);
+    const int64_t R = e->partition.replicas, on_device = (int64_t)e->optim.device_numel;
+    int64_t sum = allreduce_bytes((int64_t)e->partition.numel - on_device, R); // the tier's part
+    if (e->nccl) return sum + 2 * (on_device * (int64_t)sizeof(float) / R);
+    int64_t most = (int64_t)(e->staging_bytes / sizeof(float));
+    for (int64_t o = 0; o < on_device; o += most)
+        sum += allreduce_bytes(on_device - o < most ? on_device - o : most, R);
     return sum;
 }

@@ -9,7 +9,8 @@
 # (zero_quantized_gradients) the gradients' to int4; each, and all three together,
 # train within a stated tolerance of plain ZeRO-3; every offload tier gives the same
 # bits, and a checkpoint resumes exactly and at another world size. MiCS (shard groups
-# of 2, and of 1) trains as plain ZeRO-3 within rounding with the states anywhere, and
+# of 2, and of 1) trains as plain ZeRO-3 within rounding with the states anywhere (half
+# the optimizer's sub-groups on the device too: offload_optimizer.ratio 0.5), and
 # its checkpoint (written by the first shard group) resumes exactly and loads at any
 # world size and stage; its hierarchical gathers give plain ZeRO-3's bits with fewer
 # bytes across nodes. The config errors.
@@ -75,6 +76,8 @@ counts all.nvme "${ALL[@]}" --set zero_optimization.offload_optimizer.device=nvm
 M=(--set zero_optimization.mics_shard_size=2)
 counts mics "${M[@]}"
 counts mics.cpu "${M[@]}" --set zero_optimization.offload_optimizer.device=cpu
+counts mics.ratio "${M[@]}" --set zero_optimization.offload_optimizer.device=cpu \
+  --set zero_optimization.offload_optimizer.ratio=0.5 --set zero_optimization.sub_group_size=20000
 counts mics.qwz "${M[@]}" --set zero_optimization.zero_quantized_weights=true
 counts mics1 --set zero_optimization.mics_shard_size=1
 MH=(--set zero_optimization.mics_shard_size=4 --set zero_optimization.mics_hierarchical_params_gather=true)
@@ -201,6 +204,14 @@ for tier in cpu nvme; do
   [ "$(summary "$tmp/m6.$tier")" = "$(summary "$tmp/m6")" ] ||
     fail "MiCS with both tiers on $tier: $(summary "$tmp/m6.$tier"); on the device: $(summary "$tmp/m6")"
 done
+# Half the optimizer's sub-groups on the device (offload_optimizer.ratio): the replicas
+# sum the device's part there and the rest in host memory, to the same bits.
+R=(--set zero_optimization.offload_optimizer.ratio=0.5 --set zero_optimization.sub_group_size=20000)
+run4 "$tmp/m6.ratio" "${m[@]}" "${R[@]}" --set zero_optimization.offload_optimizer.device=cpu
+grep -q 'offload_optimizer.ratio 0.5: the first [1-9][0-9]* of [0-9]* sub-groups' "$tmp/m6.ratio.err" ||
+  fail "MiCS with ratio 0.5 keeps no sub-group on the device: $(grep ratio "$tmp/m6.ratio.err")"
+[ "$(summary "$tmp/m6.ratio")" = "$(summary "$tmp/m6")" ] ||
+  fail "MiCS with ratio 0.5: $(summary "$tmp/m6.ratio"); on the device: $(summary "$tmp/m6")"
 # Its checkpoint is the first shard group's: 2 files; it resumes exactly, and loads on
 # 1 rank at stage 0 and on 2 ranks without MiCS.
 run4 "$tmp/ma" "${m[@]}" --steps 3 --set checkpoint.dir="$tmp/mck" --set checkpoint.interval=3

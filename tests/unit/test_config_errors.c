@@ -342,12 +342,6 @@ static const bad_case cases[] = {
      1,
      ZINF_ERR_INVAL,
      {"zero_optimization.offload_optimizer.ratio: 0 offloads nothing", "device to \"none\""}},
-    {"{" TB "\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 2, \"offload_optimizer\": {\"device\": "
-     "\"cpu\", \"ratio\": 0.5}}}",
-     NULL,
-     4,
-     ZINF_ERR_INVAL,
-     {"zero_optimization.offload_optimizer.ratio: 0.5 does not combine with zero_optimization.mics_shard_size"}},
     {"{" TB "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 1.5}}}",
      NULL,
      1,
