@@ -504,20 +504,20 @@ static int time_row(plan *p, const zinf_host_rates *h) {
     return CLI_OK;
 }
 
+// The config's row is timed and bound by its offloaded optimizer's CPU work.
+static bool cpu_bound(const plan *own) {
+    return own->timed && own->r.mem.optimizer_tier != ZINF_OFFLOAD_NONE && strcmp(own->tm.bound, "cpu optimizer") == 0;
+}
+
 // --time with --config, the config's row bound by its offloaded optimizer's CPU work:
 // the offload_optimizer.ratio below the config's, in tenths, that keeps the least of the
 // optimizer on the device for a step within 10% of the fastest those ratios give while
 // the row fits (a lower ratio takes more of the device); what keeping the first
 // sub-groups' states on the device buys. *found is false where no ratio makes the step
 // 5% faster.
-static bool cpu_bound(const plan *own) {
-    return own->timed && own->r.mem.optimizer_tier != ZINF_OFFLOAD_NONE && strcmp(own->tm.bound, "cpu optimizer") == 0;
-}
-
 static int pace_ratio(const plan *own, const zinf_host_rates *h, plan *out, bool *found) {
     *found = false;
-    if (!cpu_bound(own) || own->cfg.zero.mics_shard_size > 0) return CLI_OK; // MiCS takes no ratio
-
+    if (!cpu_bound(own)) return CLI_OK;
     enum { TENTHS = 10 };
     double step[TENTHS] = {0}, best = own->tm.step;
     int top = (int)ceil(own->cfg.zero.offload_optimizer.ratio * TENTHS) - 1;
@@ -547,7 +547,7 @@ static int pace_ratio(const plan *own, const zinf_host_rates *h, plan *out, bool
 
 static void print_pace(const plan *own, const plan *pace, bool found) {
     char b[2][32];
-    if (!cpu_bound(own) || own->cfg.zero.mics_shard_size > 0) return;
+    if (!cpu_bound(own)) return;
     if (!found) {
         printf("  the CPU's optimizer bounds the step, and no offload_optimizer.ratio down to 0.1 that fits the "
                "device makes it 5%% faster\n");

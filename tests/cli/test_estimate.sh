@@ -345,8 +345,8 @@ PY
 [ $fails = $before ] && echo "ratio: the first half of the sub-groups' states on the device, in the plan's figures"
 
 # With --time, a config whose step the CPU's optimizer bounds is told the ratio that
-# keeps the least of it on the device for a step within 10% of the fastest ratio's; one
-# with that ratio already, or with nothing offloaded, is told nothing.
+# keeps the least of it on the device for a step within 10% of the fastest ratio's (with
+# MiCS too); one with that ratio already, or with nothing offloaded, is told nothing.
 before=$fails
 timed=(--time --adam 4800 --nvme-read 6 --nvme-write 3)
 expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}"
@@ -364,6 +364,11 @@ expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --set zero_optim
 ! grep -q "offload_optimizer.ratio [0-9.]* keeps the first" "$tmp/out" || fail "pace: named again at its own ratio"
 expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --set zero_optimization.offload_optimizer.device=none
 ! grep -q "CPU's optimizer bounds" "$tmp/out" || fail "pace: named with nothing offloaded"
+# MiCS (shard groups of 2 over 2 nodes of 2) takes a ratio too.
+expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --gpus-per-node 2 --nodes 2 \
+  --set zero_optimization.mics_shard_size=2
+grep -q "the CPU's optimizer bounds the step ([0-9.]* s): offload_optimizer.ratio 0\.[1-9] keeps the first" "$tmp/out" ||
+  fail "pace: no ratio named with MiCS: $(tail -n 3 "$tmp/out")"
 [ $fails = $before ] && echo "pace: the ratio whose step is within 10% of the fastest ratio's, named where the CPU bounds the step"
 
 finish test_estimate
