@@ -171,6 +171,54 @@ static int count_physical_cores(void) {
     return distinct;
 }
 
+// The CPUs in a sysfs list ("0-7,16-23"); 0 when it does not parse.
+static int count_cpu_list(const char *list) {
+    int n = 0;
+    for (const char *p = list; *p && *p != '\n';) {
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (end == p) return 0;
+        if (*end == '-') {
+            p = end + 1;
+            hi = strtol(p, &end, 10);
+            if (end == p || hi < lo) return 0;
+        }
+        n += (int)(hi - lo + 1);
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+// cpu0's highest-level cache ("32768K") times the caches of that level (the online
+// CPUs over those sharing cpu0's); 0 when sysfs does not say.
+static int64_t last_level_cache(int online) {
+    int64_t bytes = 0;
+    long best_level = 0;
+    int sharing = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[96], text[256];
+        long level;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (!read_long(path, &level)) break;
+        if (level < best_level) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        long size = 0;
+        char unit = 0;
+        int got = f ? fscanf(f, "%ld%c", &size, &unit) : 0;
+        if (f) fclose(f);
+        if (got < 1 || size <= 0) continue;
+        int shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", i);
+        f = fopen(path, "r");
+        int n = f && fgets(text, sizeof text, f) ? count_cpu_list(text) : 0;
+        if (f) fclose(f);
+        best_level = level, bytes = (int64_t)size << shift, sharing = n > 0 ? n : 1;
+    }
+    int caches = (online + sharing - 1) / (sharing > 0 ? sharing : 1);
+    return bytes * (caches > 0 ? caches : 1);
+}
+
 void zinf_cpu_probe(zinf_cpu_info *out) {
     memset(out, 0, sizeof *out);
     probe_simd(out);
@@ -182,4 +230,5 @@ void zinf_cpu_probe(zinf_cpu_info *out) {
     out->physical_cores = cores > 0 ? cores : out->logical_cpus;
     out->numa_nodes = numa_available() < 0 ? 1 : numa_num_configured_nodes();
     if (out->numa_nodes < 1) out->numa_nodes = 1;
+    out->last_level_cache_bytes = last_level_cache(out->logical_cpus);
 }

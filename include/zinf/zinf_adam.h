@@ -26,6 +26,9 @@ typedef struct zinf_cpu_info {
     int logical_cpus;   // online logical CPUs
     int physical_cores; // distinct (package, core) pairs; logical_cpus when unknown
     int numa_nodes;     // configured NUMA nodes (1 without libnuma support)
+    // The last-level caches of all online CPUs together (lscpu's total), 0 when sysfs
+    // does not say: a buffer several times larger measures memory, not the cache.
+    int64_t last_level_cache_bytes;
     zinf_simd simd;     // best level both the CPU and the OS (XSAVE state) enable
     // The three below also need the OS to enable their register state (XCR0), as
     // the kernel checks before listing them in /proc/cpuinfo.

@@ -475,16 +475,18 @@ static int measure(const zinf_config *cfg, zinf_host_rates *h, bool json) {
         if (!h->nvme_read) h->nvme_read = r[1].bytes_per_s;
         h->nvme_mixed = r[2].bytes_per_s;
     }
-    cli_cpu_rates_t c;
+    cli_cpu_rates_t c = {0};
+    size_t n = cli_cpu_rates_elements();
     if (!h->adam) {
-        if (cli_cpu_rates(16u << 20, &c) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
+        if (cli_cpu_rates(n, &c) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
         h->adam = c.adam, h->grad_add = c.add, h->grad_norm = c.norm;
     }
     if (!json)
         printf("Rates: NVMe read %.2f GB/s, write %.2f GB/s, both at once %.2f GB/s%s; optimizer threads: Adam %.0f M, "
-               "gradient accumulation %.0f M, norm %.0f M elements/s\n",
+               "gradient accumulation %.0f M, norm %.0f M elements/s%s\n",
                h->nvme_read / 1e9, h->nvme_write / 1e9, h->nvme_mixed / 1e9, pl->count ? "" : " (no nvme_path: given)",
-               h->adam / 1e6, h->grad_add / 1e6, h->grad_norm / 1e6);
+               h->adam / 1e6, h->grad_add / 1e6, h->grad_norm / 1e6, c.adam ? "" : " (given)");
+    if (!json && c.adam) printf("  measured over %zu M elements\n", n >> 20);
     return CLI_OK;
 }
 

@@ -64,6 +64,7 @@ static json_t *json_cpu(const zinf_cpu_info *c) {
     json_object_set_new(o, "logical_cpus", json_integer(c->logical_cpus));
     json_object_set_new(o, "physical_cores", json_integer(c->physical_cores));
     json_object_set_new(o, "numa_nodes", json_integer(c->numa_nodes));
+    json_object_set_new(o, "last_level_cache_bytes", json_integer(c->last_level_cache_bytes));
     json_object_set_new(o, "simd", json_string(zinf_simd_name(c->simd)));
     json_object_set_new(o, "avx512_bf16", json_boolean(c->avx512_bf16));
     json_object_set_new(o, "amx_bf16", json_boolean(c->amx_bf16));
@@ -199,8 +200,9 @@ static void print_table(const facts *f) {
     const zinf_cpu_info *c = &f->cpu;
     ROW("zinf", "%s", ZINF_VERSION);
     ROW("cpu", "%s", c->model);
-    ROW("", "%d logical CPUs, %d cores, %d NUMA node%s", c->logical_cpus, c->physical_cores, c->numa_nodes,
-        c->numa_nodes == 1 ? "" : "s");
+    ROW("", "%d logical CPUs, %d cores, %d NUMA node%s, last-level caches %s", c->logical_cpus, c->physical_cores,
+        c->numa_nodes, c->numa_nodes == 1 ? "" : "s",
+        c->last_level_cache_bytes ? zinf_size_format((uint64_t)c->last_level_cache_bytes, a, sizeof a) : "unknown");
     ROW("simd", "%s (f16c %s, avx512_bf16 %s, amx_bf16 %s)", zinf_simd_name(c->simd), yn(c->f16c), yn(c->avx512_bf16),
         yn(c->amx_bf16));
 

@@ -1,8 +1,10 @@
 // zinf_cpu_probe against the kernel's own view: the flags, processor lines and model
-// name in /proc/cpuinfo, the physical/core ids there, and the NUMA nodes in sysfs.
+// name in /proc/cpuinfo, the physical/core ids there, the NUMA nodes in sysfs, and the
+// last-level caches' total as util-linux's lscpu counts them.
 // timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
 #include <ctype.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,28 @@ static bool has_flag(const char *flags, const char *name) {
     for (const char *p = flags; (p = strstr(p, name)); p += n)
         if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
     return false;
+}
+
+// lscpu's total of its highest "Ln cache:" line ("L3 cache: 32 MiB (1 instance)"), in
+// bytes; 0 when it prints none.
+static double lscpu_last_level_cache(void) {
+    FILE *p = popen("LC_ALL=C lscpu 2>/dev/null", "r");
+    if (!p) return 0;
+    char line[512], unit[8];
+    int best = 0, level;
+    double bytes = 0, v;
+    while (fgets(line, sizeof line, p))
+        if (sscanf(line, "L%d%*[di] cache: %lf %7s", &level, &v, unit) == 3 ||
+            sscanf(line, "L%d cache: %lf %7s", &level, &v, unit) == 3) {
+            if (level < best) continue;
+            double scale = !strcmp(unit, "KiB")   ? 0x1p10
+                           : !strcmp(unit, "MiB") ? 0x1p20
+                           : !strcmp(unit, "GiB") ? 0x1p30
+                                                  : 1;
+            best = level, bytes = v * scale;
+        }
+    pclose(p);
+    return bytes;
 }
 
 int main(void) {
@@ -109,6 +133,12 @@ int main(void) {
     } else {
         CHECK(c.numa_nodes == 1, "numa_nodes %d without /sys/devices/system/node", c.numa_nodes);
     }
+
+    double llc = lscpu_last_level_cache();
+    printf("last-level caches %lld bytes, lscpu %.0f\n", (long long)c.last_level_cache_bytes, llc);
+    CHECK(llc > 0, "lscpu printed no cache size: util-linux's lscpu is this test's reference");
+    CHECK(fabs((double)c.last_level_cache_bytes - llc) <= 0.01 * llc, "last_level_cache_bytes %lld, lscpu %.0f",
+          (long long)c.last_level_cache_bytes, llc);
 
     return check_exit("test_cpu_probe");
 }
