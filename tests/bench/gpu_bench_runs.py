@@ -10,11 +10,12 @@ import sys
 import time
 
 
-def worker(script, name, args, failed):
-    """Runs SCRIPT --worker NAME --steps --warmup in a session of its own, so that a timeout
-    ends it and whatever it started (compilers, ninja). Returns its last JSON line, or
-    `failed` with the error."""
-    cmd = [sys.executable, script, "--worker", name, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+def worker(script, name, args, failed, extra=()):
+    """Runs SCRIPT --worker NAME --steps --warmup and the EXTRA arguments in a session of its
+    own, so that a timeout ends it and whatever it started (compilers, ninja). Returns its
+    last JSON line, or `failed` with the error."""
+    cmd = [sys.executable, script, "--worker", name, "--steps", str(args.steps), "--warmup", str(args.warmup),
+           *extra]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
@@ -60,8 +61,9 @@ def train(exe, cfg, steps, skipped, name, tmp, timeout):
 
 
 def predicted(exe, cfg, timeout):
-    """zinf estimate --time --measure's step for cfg on this machine (this GPU is taken as
-    the simulated card its sim key names: an H100 by default), or None where it cannot.
+    """zinf estimate --time --measure's plan row for cfg on this machine (its step_seconds,
+    partition_numel, optimizer_device_numel...; this GPU is taken as the simulated card its
+    sim key names: an H100 by default), or None where it cannot.
     The drives' rates are given (the rows on nvme need them; cfg's own row does not)."""
     cmd = [exe, "estimate", "--config", cfg, "--time", "--measure", "--nvme-read", "1", "--nvme-write", "1", "--json"]
     try:
@@ -70,7 +72,7 @@ def predicted(exe, cfg, timeout):
         return None
     rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
     mine = [r for r in rows if r.get("plan") and "step_seconds" in r]
-    return mine[0]["step_seconds"] if p.returncode == 0 and mine else None
+    return mine[0] if p.returncode == 0 and mine else None
 
 
 def figures(timed, final, skipped, tokens):
@@ -95,3 +97,16 @@ def machine(root):
     gpu = sh("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader").splitlines()
     return {"gpu": gpu[0] if gpu else "no GPU seen", "cores": os.cpu_count(),
             "commit": sh("git", "describe", "--always", "--dirty") or "?", "date": time.strftime("%Y-%m-%d")}
+
+
+def cpu_update_s(exe, params, timeout):
+    """zinf adam-bench's seconds for one AdamW step over `params` fp32 elements with fp32
+    gradients and the bf16 copy, on the optimizer's default threads: the CPU's floor for
+    an offloaded step that updates them all. None where it cannot run."""
+    cmd = [exe, "adam-bench", "--params", str(params), "--steps", "5", "--json"]
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    return rows[-1]["seconds"] if p.returncode == 0 and rows else None

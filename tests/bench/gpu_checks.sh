@@ -100,7 +100,9 @@ kernels() {
   # Arguments go to the bench: --trainers zinf leaves PyTorch out (its compiles take most
   # of the 310 s), --models gpt2 one model.
   step bench-gpu-compute 310 env ZINF_BUILD="$B" tests/bench/bench_gpu_compute.sh "$@"
-  cp "$B/bench-gpu-compute.json" "$B/bench-gpu-compute.log" "$out/" 2> /dev/null
+  # The bench's own log beside its table's (the step's log has the name it had).
+  cp "$B/bench-gpu-compute.json" "$out/" 2> /dev/null
+  cp "$B/bench-gpu-compute.log" "$out/bench-gpu-compute-runs.log" 2> /dev/null
   rm -rf "$configs"
 }
 
@@ -108,7 +110,8 @@ kernels() {
 # host); arguments go to the bench (--peers zinf,zinf_ratio,zinf_stage0 for zinf's rows alone).
 peers() {
   step bench-gpu-peers 450 env ZINF_BUILD="$B" ZINF_PY="$ZINF_PY" tests/bench/bench_gpu_peers.sh "$@"
-  cp "$B/bench-gpu-peers.json" "$B/bench-gpu-peers.log" "$out/" 2> /dev/null
+  cp "$B/bench-gpu-peers.json" "$out/" 2> /dev/null
+  cp "$B/bench-gpu-peers.log" "$out/bench-gpu-peers-runs.log" 2> /dev/null
 }
 
 if [ -n "$offload" ]; then peers "$@"; else kernels "$@"; fi
