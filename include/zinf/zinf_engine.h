@@ -280,7 +280,12 @@ typedef struct zinf_step_time {
     // (each at its own rate), the optimizer's threads (accumulation, norm, Adam).
     double compute, h2d, d2h, links, nvme_read, nvme_write, cpu;
     double step;                                                  // the step's seconds
-    const char *bound;                                            // the busiest resource
+    // The step when it clips (gradient_clipping): the norm is known only at the
+    // backward's end, so nothing is updated under it (a step that clipped after updating
+    // would redo those sub-groups, and the engine stops speculating while steps clip, as
+    // they do early in training). The step itself where nothing goes under the backward.
+    double step_clipping;
+    const char *bound; // the busiest resource
 } zinf_step_time;
 
 zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, const zinf_plan *p,

@@ -346,6 +346,11 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
                          .speculate = sched.speculate,
                          .after = norms_after};
         st = offloaded_step(&sm, &out->step);
+        out->step_clipping = out->step;
+        if (st == ZINF_OK && sm.speculate > 0 && cfg->gradient_clipping > 0) {
+            sm.speculate = 0;
+            st = offloaded_step(&sm, &out->step_clipping);
+        }
         plan_schedule_free(&sched);
         if (st != ZINF_OK) {
             free(op_s);
@@ -359,8 +364,11 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     for (int i = 1; i < 7; i++)
         if (busy[i] > busy[top]) top = i;
     out->bound = names[top];
-    for (int i = 0; i < 7; i++)
+    if (m->optimizer_tier == ZINF_OFFLOAD_NONE) out->step_clipping = out->step;
+    for (int i = 0; i < 7; i++) {
         if (busy[i] > out->step) out->step = busy[i];
+        if (busy[i] > out->step_clipping) out->step_clipping = busy[i];
+    }
     free(op_s);
     return ZINF_OK;
 }

@@ -229,7 +229,8 @@ def run_zinf(peer, args, tmp):
     cfg = os.path.join(tmp, f"{peer}.json")
     with open(cfg, "w") as f:
         json.dump(zinf_config(stage, ratio, tokens, steps, args.clip), f)
-    # The planner's step for the same config, to hold it to the card's.
+    # The planner's step for the same config, to hold it to the card's: the step that
+    # clips where --clip is set (at the random start every step does).
     plan = gpu_bench_runs.predicted(exe, cfg, 120) or {}
     timed, final = gpu_bench_runs.train(exe, cfg, steps, ZINF_SKIPPED, peer, tmp, args.timeout)
     if final is None:
@@ -239,7 +240,7 @@ def run_zinf(peer, args, tmp):
                 "precision": "bf16 weights, fp32 master", "gradient_clipping": args.clip,
                 "zero": ("stage 0, nothing offloaded" if stage == 0 else "stage 3, optimizer on cpu"
                          + (f" (ratio {ratio}: half its sub-groups on the device)" if ratio < 1 else "")),
-                "predicted_step_s": plan.get("step_seconds")})
+                "predicted_step_s": plan.get("step_seconds_clipping" if args.clip else "step_seconds")})
     for k in ("optim_backward_s", "wait_optim_s", "optim_s"):  # where the update ran
         rec[k] = statistics.median(o.get(k, 0) for o in timed)
     if stage == 3 and plan:

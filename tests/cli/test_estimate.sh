@@ -371,4 +371,25 @@ grep -q "the CPU's optimizer bounds the step ([0-9.]* s): offload_optimizer.rati
   fail "pace: no ratio named with MiCS: $(tail -n 3 "$tmp/out")"
 [ $fails = $before ] && echo "pace: the ratio whose step is within 10% of the fastest ratio's, named where the CPU bounds the step"
 
+# A step that clips updates nothing under the backward: with gradient_clipping the plan
+# gives that step too, longer than the one that does not clip; without, nothing.
+before=$fails
+expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --set gradient_clipping=1.0
+grep -q "a step that clips (gradient_clipping 1, .*) updates nothing under the backward: [0-9.]* s, against" "$tmp/out" ||
+  fail "clipping: no line: $(tail -n 3 "$tmp/out")"
+expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --set gradient_clipping=1.0 --json
+python3 - "$tmp/out" <<'PY' || fail "clipping: the plan's figures: $(tail -n 1 "$tmp/out" | head -c 400)"
+import json, sys
+p = json.loads(open(sys.argv[1]).readlines()[-1])
+assert p["step_seconds_clipping"] > 1.05 * p["step_seconds"], p
+PY
+expect 0 "$Z" estimate --config "$tmp/large.json" "${timed[@]}" --json
+python3 - "$tmp/out" <<'PY' || fail "clipping: a step without clipping: $(tail -n 1 "$tmp/out" | head -c 400)"
+import json, sys
+p = json.loads(open(sys.argv[1]).readlines()[-1])
+assert p["step_seconds_clipping"] == p["step_seconds"], p
+PY
+! grep -q "a step that clips" "$tmp/out" || fail "clipping: named without gradient_clipping"
+[ $fails = $before ] && echo "clipping: the step that clips, longer, named where gradient_clipping is set"
+
 finish test_estimate
