@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a session lent a CUDA device runs first, in one command of at most 9.7 minutes
+# What a session lent a CUDA device runs first, in one command of at most 9.8 minutes
 # (each step under its own time limit, so that one that hangs costs only its share):
 #   1. the card, the driver and the commit (machine.txt);
 #   2. the CUDA backend's kernel and model tests: test_gpu_ops (the tensor-core
@@ -22,8 +22,9 @@
 #   CPUOffloadPolicy (torch alone), torchao's CPUOffloadOptimizer and DeepSpeed ZeRO-3
 #   with the optimizer on cpu (where $ZINF_PY imports them: carry them as wheels), zinf
 #   at stage 3 with the optimizer on cpu (all of it, and offload_optimizer.ratio 0.5) and
-#   at stage 0; zinf's rows with the planner's
-#   step for the same config and where the update ran (under the backward, after it).
+#   at stage 0; zinf's rows with the planner's step for the same config, where the
+#   update ran (under the backward, after it) and the CPU's Adam alone; then zinf's rows
+#   again with no clipping (--clip 0).
 # Carry $ZINF_BUILD/gpu-pack.tar.xz (tests/bench/gpu_pack.sh makes it: the programs, the
 # fixtures and the shared libraries a bare GPU machine lacks); it is unpacked here when
 # present. The logs gather under $ZINF_BUILD/gpu-checks; where $OUT is set (the machine
@@ -108,10 +109,18 @@ kernels() {
 
 # The offloaded step against its peers: the trainers in turn (FSDP2 and DeepSpeed start from an fp32 model on the
 # host); arguments go to the bench (--peers zinf,zinf_ratio,zinf_stage0 for zinf's rows alone).
+# Every trainer clips at 1.0, as GPT-2 large's first steps all do (357 s on an H200 on
+# 2026-11-27, DeepSpeed's build of its CPU Adam the longest part); then zinf's rows
+# without clipping, where the update goes under the backward (133 s).
 peers() {
-  step bench-gpu-peers 450 env ZINF_BUILD="$B" ZINF_PY="$ZINF_PY" tests/bench/bench_gpu_peers.sh "$@"
+  step bench-gpu-peers 380 env ZINF_BUILD="$B" ZINF_PY="$ZINF_PY" tests/bench/bench_gpu_peers.sh \
+    --steps 5 --warmup 2 --timeout 140 "$@"
   cp "$B/bench-gpu-peers.json" "$out/" 2> /dev/null
   cp "$B/bench-gpu-peers.log" "$out/bench-gpu-peers-runs.log" 2> /dev/null
+  step bench-gpu-peers-noclip 150 env ZINF_BUILD="$B" ZINF_PY="$ZINF_PY" tests/bench/bench_gpu_peers.sh \
+    --peers zinf,zinf_ratio,zinf_stage0 --clip 0 --steps 5 --timeout 100
+  cp "$B/bench-gpu-peers.json" "$out/bench-gpu-peers-noclip.json" 2> /dev/null
+  cp "$B/bench-gpu-peers.log" "$out/bench-gpu-peers-noclip-runs.log" 2> /dev/null
 }
 
 if [ -n "$offload" ]; then peers "$@"; else kernels "$@"; fi
