@@ -227,8 +227,19 @@ def run_zinf(peer, args, tmp):
     steps = args.steps + ZINF_SKIPPED
     stage, ratio = (0, 1) if peer == "zinf_stage0" else (3, 0.5 if peer == "zinf_ratio" else 1)
     cfg = os.path.join(tmp, f"{peer}.json")
+    config = zinf_config(stage, ratio, tokens, steps, args.clip)
+    for kv in args.set:  # dotted keys, JSON values ("0.8", "true") or strings
+        key, _, text = kv.partition("=")
+        *path, last = key.split(".")
+        node = config
+        for k in path:
+            node = node.setdefault(k, {})
+        try:
+            node[last] = json.loads(text)
+        except ValueError:
+            node[last] = text
     with open(cfg, "w") as f:
-        json.dump(zinf_config(stage, ratio, tokens, steps, args.clip), f)
+        json.dump(config, f)
     # The planner's step for the same config, to hold it to the card's: the step that
     # clips where --clip is set (at the random start every step does).
     plan = gpu_bench_runs.predicted(exe, cfg, 120) or {}
@@ -240,7 +251,8 @@ def run_zinf(peer, args, tmp):
                 "precision": "bf16 weights, fp32 master", "gradient_clipping": args.clip,
                 "zero": ("stage 0, nothing offloaded" if stage == 0 else "stage 3, optimizer on cpu"
                          + (f" (ratio {ratio}: half its sub-groups on the device)" if ratio < 1 else "")),
-                "predicted_step_s": plan.get("step_seconds_clipping" if args.clip else "step_seconds")})
+                "predicted_step_s": plan.get("step_seconds_clipping" if args.clip else "step_seconds"),
+                "sets": args.set})
     for k in ("optim_backward_s", "wait_optim_s", "optim_s"):  # where the update ran
         rec[k] = statistics.median(o.get(k, 0) for o in timed)
     if stage == 3 and plan:
@@ -265,6 +277,8 @@ def table(rows, m, out):
         ratio = f"{z['tokens_per_s'] / r['tokens_per_s']:9.2f}" if z and r["peer"] != "zinf" else f"{'':9}"
         gib = f"{r['gpu_peak_gib']:8.1f}" if r.get("gpu_peak_gib") is not None else f"{'':8}"
         note = r.get("zero") or r.get("precision", "")
+        if r.get("sets"):
+            note += " with " + ", ".join(r["sets"])
         if r.get("predicted_step_s"):
             note += f"; planner {r['predicted_step_s']:.3f} s"
         if r.get("optim_s") or r.get("optim_backward_s"):
@@ -314,6 +328,9 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0,
                     help="gradient_clipping of every trainer that clips (default 1.0; 0 clips none: zinf's "
                     "update then goes under the backward, which a clipping step holds back)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config key of zinf's rows, as zinf train --set takes it (repeatable), e.g. "
+                    "zero_optimization.offload_optimizer.cpuadam_cores_perc=0.8")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds a peer may take in all (default 1800)")
     ap.add_argument("--out", help="also write the JSON lines to this file")
     ap.add_argument("--worker", choices=TORCH_PEERS, help=argparse.SUPPRESS)
