@@ -13,9 +13,10 @@
 # (DeepSpeed builds its CPU Adam with ninja and a C++ compiler on first use); on a machine
 # with no network carry them as wheels: pip install --no-index --find-links DIR torchao deepspeed.
 # JSON lines go to $ZINF_BUILD/bench-gpu-peers.json, the trainers' logs to
-# $ZINF_BUILD/bench-gpu-peers.log; arguments are passed to the driver (--peers zinf,zinf_ratio,zinf_stage0,
-# --steps, --warmup, --clip 0 for no clipping, --set KEY=VALUE for zinf's rows). Record the figures in docs/performance.md with the date, the commit
-# and the machine (the table's first line names them).
+# $ZINF_BUILD/bench-gpu-peers.log; arguments are passed to the driver (--peers
+# zinf,zinf_ratio,zinf_stage0, --steps, --warmup, --clip 0 for no clipping, --set
+# KEY=VALUE for zinf's rows). Record the figures in docs/performance.md with the date,
+# the commit and the machine (the table's first line names them).
 # With no CUDA device (make bench everywhere else) it says so and succeeds.
 set -eu
 B=${ZINF_BUILD:-build}
