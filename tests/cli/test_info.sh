@@ -23,7 +23,8 @@ j = json.loads(text)
 path, mpi_built, nccl_built, cuda_built = sys.argv[2], sys.argv[3] == "true", sys.argv[4] == "true", sys.argv[5] == "true"
 want = {
     "version": None,
-    "cpu": ["model", "logical_cpus", "physical_cores", "numa_nodes", "simd", "avx512_bf16", "amx_bf16", "f16c"],
+    "cpu": ["model", "logical_cpus", "physical_cores", "numa_nodes", "last_level_cache_bytes", "simd", "avx512_bf16",
+            "amx_bf16", "f16c"],
     "memory": ["total_bytes", "available_bytes", "memlock_limit_bytes", "transparent_hugepages"],
     "io_uring": ["available", "error", "features", "single_issuer", "defer_taskrun", "coop_taskrun", "sqpoll",
                  "read", "write", "read_fixed", "fallocate"],
