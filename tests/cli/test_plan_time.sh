@@ -6,7 +6,8 @@
 # sim run's median step with the optimizer offloaded to cpu, and within a factor of 2
 # with the optimizer (and at stage 3 the parameters) on nvme, at stages 2 and 3, and at
 # stage 3 on cpu with offload_optimizer.ratio 0.5 (the first sub-groups, the tied
-# embedding among them, updated on the device); each row's error is printed. The cpu rows are the planner's schedule of the update against
+# embedding among them, updated on the device) and with the step that clips (nothing
+# updated under the backward); each row's error is printed. The cpu rows are the planner's schedule of the update against
 # the engine's: with the tied embedding (57% of this model) the first sub-group the
 # next forward reads and the last whose gradients are final, the forward waits for its
 # update every step; a planner that overlaps the whole update with the forward
@@ -42,19 +43,26 @@ cat > "$tmp/cfg.json" <<JSON
  "device": {"backend": "sim"}}
 JSON
 
-# compare STAGE OPTIMIZER PARAMS [RATIO]: predicted against the sim run; 0 when within
-# tolerance. RATIO: offload_optimizer.ratio (default 1).
+# compare STAGE OPTIMIZER PARAMS [RATIO [clips]]: predicted against the sim run; 0 when
+# within tolerance. RATIO: offload_optimizer.ratio (default 1). clips: the plan's step
+# that clips (gradient_clipping set) against a run that updates nothing under the
+# backward, as a clipping step does (the sim computes no gradients, so never clips).
 compare() {
   local sets=(--set zero_optimization.stage=$1 --set "zero_optimization.offload_optimizer.device=\"$2\""
               --set "zero_optimization.offload_param.device=\"$3\""
-              --set zero_optimization.offload_optimizer.ratio=${4:-1})
-  "$Z" estimate --config "$tmp/cfg.json" "${sets[@]}" --time --measure --json > "$tmp/plan" 2> "$tmp/plan.err" ||
-    { echo "estimate: $(tail -c 300 "$tmp/plan.err")"; return 1; }
-  "$Z" train "$tmp/cfg.json" "${sets[@]}" --json > "$tmp/run" 2> "$tmp/run.err" ||
+              --set zero_optimization.offload_optimizer.ratio=${4:-1}) plan=() run=()
+  if [ "${5:-}" = clips ]; then
+    plan=(--set gradient_clipping=1.0) run=(--set zero_optimization.offload_optimizer.super_offload=false)
+  fi
+  "$Z" estimate --config "$tmp/cfg.json" "${sets[@]}" "${plan[@]}" --time --measure --json > "$tmp/plan" \
+    2> "$tmp/plan.err" || { echo "estimate: $(tail -c 300 "$tmp/plan.err")"; return 1; }
+  "$Z" train "$tmp/cfg.json" "${sets[@]}" "${run[@]}" --json > "$tmp/run" 2> "$tmp/run.err" ||
     { echo "train: $(tail -c 300 "$tmp/run.err")"; return 1; }
-  python3 - "$tmp/plan" "$tmp/run" "$1 $2 $3${4:+ ratio $4}" "$held" <<'PY'
+  python3 - "$tmp/plan" "$tmp/run" "$1 $2 $3${4:+ ratio $4}${5:+ $5}" "$held" "${5:-}" <<'PY'
 import json, sys
 plan = [o for o in map(json.loads, open(sys.argv[1])) if o.get("plan")][0]
+if sys.argv[5] == "clips":
+    plan["step_seconds"] = plan["step_seconds_clipping"]
 steps = [json.loads(l) for l in open(sys.argv[2])][:-1]
 later = sorted(s["step_seconds"] for s in steps[1:])  # the first step has no update before it
 median = later[len(later) // 2]
@@ -72,7 +80,7 @@ sys.exit(0 if not held or (abs(err) <= 0.25 if cpu else 0.5 <= 1 + err <= 2) els
 PY
 }
 
-for row in "3 nvme nvme" "3 nvme none" "3 cpu none" "3 cpu none 0.5" "2 cpu none" "2 nvme none"; do
+for row in "3 nvme nvme" "3 nvme none" "3 cpu none" "3 cpu none 1 clips" "3 cpu none 0.5" "2 cpu none" "2 nvme none"; do
   out=$(compare $row) || out="$out; again: $(compare $row)" || out="$out; again: $(compare $row)" || fail "$out"
   echo "$out"
 done
