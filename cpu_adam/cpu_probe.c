@@ -190,13 +190,14 @@ static int count_cpu_list(const char *list) {
 }
 
 // cpu0's highest-level cache ("32768K") times the caches of that level (the online
-// CPUs over those sharing cpu0's); 0 when sysfs does not say.
+// CPUs over those sharing cpu0's; one where sysfs does not list them, never more than
+// there are); 0 when sysfs does not say.
 static int64_t last_level_cache(int online) {
     int64_t bytes = 0;
     long best_level = 0;
     int sharing = 0;
     for (int i = 0; i < 16; i++) {
-        char path[96], text[256];
+        char path[96], text[4096];
         long level;
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
         if (!read_long(path, &level)) break;
@@ -213,10 +214,9 @@ static int64_t last_level_cache(int online) {
         f = fopen(path, "r");
         int n = f && fgets(text, sizeof text, f) ? count_cpu_list(text) : 0;
         if (f) fclose(f);
-        best_level = level, bytes = (int64_t)size << shift, sharing = n > 0 ? n : 1;
+        best_level = level, bytes = (int64_t)size << shift, sharing = n > 0 ? n : online;
     }
-    int caches = (online + sharing - 1) / (sharing > 0 ? sharing : 1);
-    return bytes * (caches > 0 ? caches : 1);
+    return sharing > 0 ? bytes * ((online + sharing - 1) / sharing) : 0;
 }
 
 void zinf_cpu_probe(zinf_cpu_info *out) {

@@ -155,8 +155,9 @@ static zinf_status grad_measure(zinf_cpu_pool *pool, size_t n, double *add_s, do
 size_t cli_cpu_rates_elements(void) {
     zinf_cpu_info c;
     zinf_cpu_probe(&c);
-    size_t n = (size_t)(4 * c.last_level_cache_bytes / 18), least = 16u << 20;
-    return n > least ? (n + least - 1) / least * least : least;
+    size_t n = (size_t)(4 * c.last_level_cache_bytes / 18), least = 16u << 20, most = 256u << 20;
+    n = n > least ? (n + least - 1) / least * least : least;
+    return n < most ? n : most;
 }
 
 zinf_status cli_cpu_rates(size_t n, cli_cpu_rates_t *out) {

@@ -476,18 +476,21 @@ static int measure(const zinf_config *cfg, zinf_host_rates *h, bool json) {
         if (!h->nvme_read) h->nvme_read = r[1].bytes_per_s;
         h->nvme_mixed = r[2].bytes_per_s;
     }
-    cli_cpu_rates_t c = {0};
-    size_t n = cli_cpu_rates_elements();
+    size_t n = 0; // the elements the optimizer's rates are measured over; 0: --adam gave them
     if (!h->adam) {
+        cli_cpu_rates_t c;
+        n = cli_cpu_rates_elements();
         if (cli_cpu_rates(n, &c) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
         h->adam = c.adam, h->grad_add = c.add, h->grad_norm = c.norm;
     }
-    if (!json)
-        printf("Rates: NVMe read %.2f GB/s, write %.2f GB/s, both at once %.2f GB/s%s; optimizer threads: Adam %.0f M, "
-               "gradient accumulation %.0f M, norm %.0f M elements/s%s\n",
-               h->nvme_read / 1e9, h->nvme_write / 1e9, h->nvme_mixed / 1e9, pl->count ? "" : " (no nvme_path: given)",
-               h->adam / 1e6, h->grad_add / 1e6, h->grad_norm / 1e6, c.adam ? "" : " (given)");
-    if (!json && c.adam) printf("  measured over %zu M elements\n", n >> 20);
+    if (json) return CLI_OK;
+    printf("Rates: NVMe read %.2f GB/s, write %.2f GB/s, both at once %.2f GB/s%s; optimizer threads: ",
+           h->nvme_read / 1e9, h->nvme_write / 1e9, h->nvme_mixed / 1e9, pl->count ? "" : " (no nvme_path: given)");
+    if (n)
+        printf("Adam %.0f M, gradient accumulation %.0f M, norm %.0f M elements/s (over %zu M elements)\n",
+               h->adam / 1e6, h->grad_add / 1e6, h->grad_norm / 1e6, n >> 20);
+    else
+        printf("Adam %.0f M elements/s (given)\n", h->adam / 1e6);
     return CLI_OK;
 }
 

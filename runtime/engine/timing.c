@@ -301,7 +301,7 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     double device = out->compute > out->links ? out->compute : out->links;
     if (m->optimizer_tier == ZINF_OFFLOAD_NONE) {
         // Parameters offloaded at stage 3 stream in under compute.
-        out->step = device > nvme ? device : nvme;
+        out->step = out->step_clipping = device > nvme ? device : nvme;
     } else {
         // The update runs on the optimizer's threads, sub-group by sub-group, and the
         // device waits where it needs one not yet done: the next forward for the
@@ -364,7 +364,6 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     for (int i = 1; i < 7; i++)
         if (busy[i] > busy[top]) top = i;
     out->bound = names[top];
-    if (m->optimizer_tier == ZINF_OFFLOAD_NONE) out->step_clipping = out->step;
     for (int i = 0; i < 7; i++) {
         if (busy[i] > out->step) out->step = busy[i];
         if (busy[i] > out->step_clipping) out->step_clipping = busy[i];

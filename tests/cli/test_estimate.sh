@@ -371,6 +371,14 @@ grep -q "the CPU's optimizer bounds the step ([0-9.]* s): offload_optimizer.rati
   fail "pace: no ratio named with MiCS: $(tail -n 3 "$tmp/out")"
 [ $fails = $before ] && echo "pace: the ratio whose step is within 10% of the fastest ratio's, named where the CPU bounds the step"
 
+# --measure times the optimizer's threads over at least 16M elements (four times the
+# last-level caches), and says so; a rate --adam gives is printed as given.
+expect 0 "$Z" estimate --params 124M --time --measure --nvme-read 1 --nvme-write 1
+n=$(grep -o 'elements/s (over [0-9]* M elements)' "$tmp/out" | grep -o '[0-9][0-9]*')
+[ -n "$n" ] && [ "$n" -ge 16 ] && [ "$n" -le 256 ] || fail "--measure: the elements: $(grep Rates "$tmp/out")"
+expect 0 "$Z" estimate --params 124M --time --measure --adam 2000 --nvme-read 1 --nvme-write 1
+grep -q 'optimizer threads: Adam 2000 M elements/s (given)$' "$tmp/out" || fail "--adam: $(grep Rates "$tmp/out")"
+
 # A step that clips updates nothing under the backward: with gradient_clipping the plan
 # gives that step too, longer than the one that does not clip; without, nothing.
 before=$fails
