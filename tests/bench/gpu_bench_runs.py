@@ -32,10 +32,11 @@ def worker(script, name, args, failed, extra=()):
     return {**failed, "error": f"worker {how} without a result (see the log)"}
 
 
-def train(exe, cfg, steps, skipped, name, tmp, timeout):
-    """Runs zinf train CONFIG --json --steps STEPS. Returns (timed, final): the step lines
-    after the first `skipped` and the final line, or (error, None) where it cannot."""
-    cmd = [exe, "train", cfg, "--json", "--steps", str(steps)]
+def train(exe, cfg, steps, skipped, name, tmp, timeout, sets=()):
+    """Runs zinf train CONFIG --json --steps STEPS with --set for each of `sets`. Returns
+    (timed, final): the step lines after the first `skipped` and the final line, or
+    (error, None) where it cannot."""
+    cmd = [exe, "train", cfg, "--json", "--steps", str(steps), *(a for kv in sets for a in ("--set", kv))]
     print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     err = os.path.join(tmp, f"{name}.err")
     try:
@@ -60,12 +61,14 @@ def train(exe, cfg, steps, skipped, name, tmp, timeout):
     return timed, next((o for o in objs if o.get("final")), {})
 
 
-def predicted(exe, cfg, timeout):
-    """zinf estimate --time --measure's plan row for cfg on this machine (its step_seconds,
+def predicted(exe, cfg, timeout, sets=()):
+    """zinf estimate --time --measure's plan row for cfg (with --set for each of `sets`) on
+    this machine (its step_seconds,
     partition_numel, optimizer_device_numel...; this GPU is taken as the simulated card its
     sim key names: an H100 by default), or None where it cannot.
     The drives' rates are given (the rows on nvme need them; cfg's own row does not)."""
-    cmd = [exe, "estimate", "--config", cfg, "--time", "--measure", "--nvme-read", "1", "--nvme-write", "1", "--json"]
+    cmd = [exe, "estimate", "--config", cfg, "--time", "--measure", "--nvme-read", "1", "--nvme-write", "1", "--json",
+           *(a for kv in sets for a in ("--set", kv))]
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

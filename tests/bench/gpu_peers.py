@@ -5,8 +5,9 @@ trainer with its optimizer on the CPU, in tokens per second.
 The model is GPT-2 large as Hugging Face transformers builds it (36 layers, 20 heads, 1280
 wide, 50257 tokens, 1024 positions; 774 M parameters, random init, torch.manual_seed(0)),
 trained on one micro-batch of 8 x 1024 random token ids (fixed seed) with AdamW, lr 1e-5,
-gradients clipped at norm --clip (1.0 by default) where the trainer can. Each peer runs in a process of its
-own, so that one that fails or runs out of memory leaves the others to run:
+gradients clipped at norm --clip (1.0 by default) where the trainer can. Each peer runs in
+a process of its own, so that one that fails or runs out of memory leaves the others to
+run:
 
   fsdp2_cpu_offload: PyTorch FSDP2 (fully_shard per block and at the root) with
     CPUOffloadPolicy, one rank, bf16 parameters in compute (MixedPrecisionPolicy), fp32
@@ -227,23 +228,12 @@ def run_zinf(peer, args, tmp):
     steps = args.steps + ZINF_SKIPPED
     stage, ratio = (0, 1) if peer == "zinf_stage0" else (3, 0.5 if peer == "zinf_ratio" else 1)
     cfg = os.path.join(tmp, f"{peer}.json")
-    config = zinf_config(stage, ratio, tokens, steps, args.clip)
-    for kv in args.set:  # dotted keys, JSON values ("0.8", "true") or strings
-        key, _, text = kv.partition("=")
-        *path, last = key.split(".")
-        node = config
-        for k in path:
-            node = node.setdefault(k, {})
-        try:
-            node[last] = json.loads(text)
-        except ValueError:
-            node[last] = text
     with open(cfg, "w") as f:
-        json.dump(config, f)
+        json.dump(zinf_config(stage, ratio, tokens, steps, args.clip), f)
     # The planner's step for the same config, to hold it to the card's: the step that
     # clips where --clip is set (at the random start every step does).
-    plan = gpu_bench_runs.predicted(exe, cfg, 120) or {}
-    timed, final = gpu_bench_runs.train(exe, cfg, steps, ZINF_SKIPPED, peer, tmp, args.timeout)
+    plan = gpu_bench_runs.predicted(exe, cfg, 120, args.set) or {}
+    timed, final = gpu_bench_runs.train(exe, cfg, steps, ZINF_SKIPPED, peer, tmp, args.timeout, args.set)
     if final is None:
         return {**rec, "error": timed}
     rec.update(gpu_bench_runs.figures(timed, final, ZINF_SKIPPED, MICRO * SEQ))
@@ -329,7 +319,7 @@ def main():
                     help="gradient_clipping of every trainer that clips (default 1.0; 0 clips none: zinf's "
                     "update then goes under the backward, which a clipping step holds back)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a config key of zinf's rows, as zinf train --set takes it (repeatable), e.g. "
+                    help="a config key of zinf's rows, passed to zinf train and estimate as --set (repeatable), e.g. "
                     "zero_optimization.offload_optimizer.cpuadam_cores_perc=0.8")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds a peer may take in all (default 1800)")
     ap.add_argument("--out", help="also write the JSON lines to this file")
