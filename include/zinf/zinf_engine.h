@@ -160,7 +160,8 @@ typedef struct zinf_engine_memory {
                                         // CPU pinned host memory, NVME the swap store
     int64_t master;                     // fp32 master weights of this rank's partition
     int64_t optim_states;               // exp_avg and exp_avg_sq
-    int64_t grads32;                    // fp32 gradient partition (host memory when the optimizer is offloaded)
+    int64_t grads32;                    // fp32 gradient partition (host memory when the optimizer is offloaded;
+                                        // 0 where the step reads the backward's 16-bit gradients)
     // offload_optimizer.ratio below 1: the first sub-groups keep their states and
     // gradients on the device (16 bytes per element); the three above are the whole partition's.
     int subgroups_on_device;

@@ -82,9 +82,11 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
     bool nvme = m.optimizer_tier == ZINF_OFFLOAD_NVME;
     if (m.optimizer_tier == ZINF_OFFLOAD_NONE)
         fprintf(f,
-                "  per rank, optimizer on the device: %s fp32 master, %s optimizer states, %s fp32 gradients "
-                "(partition of %lld elements)\n",
-                sz(m.master, b[0]), sz(m.optim_states, b[1]), sz(m.grads32, b[2]), (long long)m.partition_numel);
+                "  per rank, optimizer on the device: %s fp32 master, %s optimizer states, %s%s (partition of %lld "
+                "elements)\n",
+                sz(m.master, b[0]), sz(m.optim_states, b[1]), m.grads32 ? sz(m.grads32, b[2]) : "",
+                m.grads32 ? " fp32 gradients" : "no fp32 gradients: the step reads the backward's",
+                (long long)m.partition_numel);
     else
         fprintf(f,
                 "  per rank, optimizer offloaded to %s: %s fp32 master and %s optimizer states %s, %s fp32 "

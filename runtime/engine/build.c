@@ -69,6 +69,9 @@ zinf_status engine_build(zinf_engine *e) {
     for (int i = 0; i < e->module_count; i++)
         e->names[i] = zinf_model_module(e->model, i)->name;
     ZINF_CHECK(layout_build(e));
+    // Before the states: held gradients need no fp32 ones.
+    e->grads.direct = policy_grads_direct(&e->cfg, e->world);
+    e->grads.held = policy_grads_held(&e->cfg, e->world);
     ZINF_CHECK(mics_create(e));
     ZINF_CHECK(alloc_states(e));
     ZINF_CHECK(lend_checkpoints(e));

@@ -221,6 +221,12 @@ typedef struct gradients {
     // compute stream (zinf_accumulate: the same bits, one pass over memory instead of two;
     // the step's first backward overwrites the last step's sums, never zeroed).
     bool direct;
+    // Direct with one micro-batch a step: the fp32 gradient would be the 16-bit one
+    // widened, so the step reads the backward's 16-bit buffers themselves (held until the
+    // update) and no fp32 gradients exist: the same bits for 10 fewer bytes an element
+    // through device memory, and 2 fewer bytes an element held. Setting a gradient by
+    // hand (zinf_engine_set_full) makes the fp32 ones for that step (states.c).
+    bool held;
     bool accumulating;     // it holds the sums of this step's backward passes so far
     bool last_backward;    // the backward under way is the step's last
     void **buffers16;      // per module during backward
@@ -458,6 +464,10 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src);
 zinf_status states_zero(zinf_engine *e); // moments and gradients
 zinf_status states_zero_grads(zinf_engine *e);
+// Held gradients (gradients.held) become fp32 ones for the rest of the step, for a
+// gradient set by hand or a second backward before the step to add in fp32 as without
+// holding; nothing otherwise.
+zinf_status states_grads_to_fp32(zinf_engine *e);
 // Add bucket b, reduced in pinned memory at src, into the host gradient partition (on
 // comm_stream); with src NULL (it landed there) only take the norms the device did not.
 zinf_status states_add_grads(zinf_engine *e, int b, const float *src, bool packed);
@@ -614,6 +624,13 @@ void policy_choose(zinf_engine *e);
 static inline bool policy_grads_direct(const zinf_config *cfg, int world) {
     bool local = cfg->zero.stage == 1 && cfg->gradient_accumulation_steps > 1;
     return world == 1 && cfg->zero.offload_optimizer.device == ZINF_OFFLOAD_NONE && !local;
+}
+
+// Whether a run of cfg over world ranks holds its 16-bit gradients for the step
+// (gradients.held): direct, one micro-batch a step, below stage 3 (whose modules may
+// come in tiles, each gradient tile going as the model finishes it).
+static inline bool policy_grads_held(const zinf_config *cfg, int world) {
+    return policy_grads_direct(cfg, world) && cfg->gradient_accumulation_steps == 1 && cfg->zero.stage < 3;
 }
 
 // The gradient reductions a step makes: one per micro-batch, at stage 1 one.

@@ -86,7 +86,7 @@ void zinf_engine_memory_get(const zinf_engine *e, zinf_engine_memory *out) {
     out->secondary = e->zeropp.secondary_bytes;
     out->master = (int64_t)(e->partition.numel * sizeof(float));
     out->optim_states = 2 * out->master;
-    out->grads32 = out->master;
+    out->grads32 = e->grads.held ? 0 : out->master; // held: the step reads the 16-bit ones
     if (e->optim.offload != ZINF_OFFLOAD_NONE) {
         out->subgroups_on_device = e->optim.device_subgroups;
         out->optimizer_device_numel = (int64_t)e->optim.device_numel;

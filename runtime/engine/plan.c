@@ -104,7 +104,8 @@ static zinf_status micro_batch(replay *r) {
         if (op->pass == ZINF_PASS_BACKWARD)
             need_grad(r, op->module), need_grad(r, zinf_model_module(e->model, op->module)->external);
         ZINF_CHECK(run_op(r, op));
-        for (int i = 0; i < e->module_count; i++) // reduce.c: reduced once its last backward use ran
+        // reduce.c: reduced once its last backward use ran; held ones stay for the step.
+        for (int i = 0; !e->grads.held && i < e->module_count; i++)
             if (e->grads.last_backward_op[i] == k && r->grad[i]) {
                 r->grad[i] = false;
                 r->dev -= dev_bytes(e->layout[i].padded * e->elem_size);
@@ -113,12 +114,14 @@ static zinf_status micro_batch(replay *r) {
     return ZINF_OK;
 }
 
-// step.c update's 16-bit scratch (a device optimizer writing slices that live in host
-// memory), the new parameters handed to the ranks (params.ops after_update: at stages
-// 1-2 all-gathered, counted), then coord_end_step: every gathered buffer goes, the uses
-// become the trace.
+// The held gradients go (states_zero_grads), step.c update's 16-bit scratch (a device
+// optimizer writing slices that live in host memory), the new parameters handed to the
+// ranks (params.ops after_update: at stages 1-2 all-gathered, counted), then
+// coord_end_step: every gathered buffer goes, the uses become the trace.
 static zinf_status end_step(replay *r) {
     zinf_engine *e = r->e;
+    for (int i = 0; e->grads.held && i < e->module_count; i++)
+        if (r->grad[i]) r->grad[i] = false, r->dev -= dev_bytes(e->layout[i].padded * e->elem_size);
     bool scratch = e->params.offload != ZINF_OFFLOAD_NONE && e->dtype != ZINF_DTYPE_F32;
     for (int i = 0; scratch && i < e->module_count; i++)
         if (e->layout[i].padded && states_on_device(e, i))

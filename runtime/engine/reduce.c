@@ -98,7 +98,6 @@ static zinf_status plan_buckets(zinf_engine *e) {
 
 zinf_status reduce_create(zinf_engine *e) {
     size_t nm = (size_t)e->module_count;
-    e->grads.direct = policy_grads_direct(&e->cfg, e->world);
     e->grads.last_backward_op = malloc(nm * sizeof *e->grads.last_backward_op);
     e->grads.first_piece = malloc(nm * sizeof *e->grads.first_piece);
     e->grads.last_piece = malloc(nm * sizeof *e->grads.last_piece);
@@ -264,6 +263,7 @@ static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const 
 zinf_status reduce_module_ready(zinf_engine *e, int mod) {
     const mod_layout *l = &e->layout[mod];
     if (!l->padded || l->tile) return ZINF_OK; // a tiled module's tiles went as the model finished them
+    if (e->grads.held && !e->optim.grads32) return ZINF_OK; // the step reads it where it is
     ZINF_CHECK(widen(e, e->grads.first_piece[mod], 0, l->slice, e->grads.buffers16[mod], l->slice));
     ZINF_CHECK(engine_free_after(e, e->grads.buffers16[mod], e->compute_stream));
     e->grads.buffers16[mod] = NULL;

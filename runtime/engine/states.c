@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "zinf_half.h"
 
 static const char *const device_name[] = {"fp32 master weights", "optimizer exp_avg", "optimizer exp_avg_sq",
                                           "fp32 gradients"};
@@ -73,7 +74,8 @@ static zinf_status device_prefix(zinf_engine *e, const size_t *part_n) {
 // The states of the partition's first elements (all of them, or the first sub-groups'
 // with a ratio below 1) on the device.
 static zinf_status device_states(zinf_engine *e) {
-    for (int s = ZINF_TIER_MASTER; e->optim.device_numel && s <= ZINF_TIER_GRAD; s++)
+    int last = e->grads.held ? ZINF_TIER_EXP_AVG_SQ : ZINF_TIER_GRAD; // held: the step reads the 16-bit ones
+    for (int s = ZINF_TIER_MASTER; e->optim.device_numel && s <= last; s++)
         ZINF_CHECK(
             engine_take_device(e, e->optim.device_numel * sizeof(float), device_name[s], (void **)dev_state(e, s)));
     return ZINF_OK;
@@ -163,6 +165,50 @@ void states_destroy(zinf_engine *e) {
         zinf_device_free(e->dev, *dev_state(e, s));
 }
 
+zinf_status states_grads_to_fp32(zinf_engine *e) {
+    if (!e->grads.held || e->optim.grads32) return ZINF_OK;
+    ZINF_CHECK(engine_alloc(e, e->optim.device_numel * sizeof(float), "fp32 gradients (a gradient set by hand)",
+                            (void **)&e->optim.grads32));
+    if (e->grads.stale) return ZINF_OK; // the next write or backward overwrites them
+    for (int i = 0; i < e->module_count; i++) {
+        const mod_layout *l = &e->layout[i];
+        float *dst = e->optim.grads32 + l->part_off;
+        void **g = &e->grads.buffers16[i];
+        if (!l->padded) continue;
+        if (!*g) { // the backward did not reach the module: its gradient is zero
+            ZINF_CHECK(zinf_memset_async(e->compute_stream, dst, 0, l->part_n * sizeof(float)));
+            continue;
+        }
+        ZINF_CHECK(zinf_accumulate(e->compute_stream, dst, *g, e->dtype, l->part_n, true));
+        ZINF_CHECK(engine_free_after(e, *g, e->compute_stream));
+        *g = NULL;
+    }
+    return ZINF_OK;
+}
+
+// Held gradients of [off, off + n) of the partition, widened; zeros for a module the
+// backward did not reach.
+static zinf_status read_held(zinf_engine *e, size_t off, size_t n, float *dst) {
+    int i = 0;
+    while (i + 1 < e->module_count && off >= e->layout[i].part_off + e->layout[i].part_n)
+        i++;
+    const void *g = e->grads.buffers16[i];
+    if (!g) {
+        memset(dst, 0, n * sizeof *dst);
+        return ZINF_OK;
+    }
+    void *h = malloc(n * e->elem_size);
+    if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+    zinf_status st =
+        zinf_copy_async(e->compute_stream, h, (const char *)g + (off - e->layout[i].part_off) * e->elem_size,
+                        n * e->elem_size, ZINF_COPY_D2H);
+    if (st == ZINF_OK) st = zinf_stream_sync(e->compute_stream);
+    for (size_t k = 0; st == ZINF_OK && k < n; k++)
+        dst[k] = dt_load(h, e->dtype, k);
+    free(h);
+    return st;
+}
+
 // A range of states_read and states_write lies within one module's part: on the device
 // below optim.device_numel, in the tier (from its own start) at or past it.
 zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, float *dst) {
@@ -170,6 +216,7 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
         memset(dst, 0, n * sizeof *dst);
         return ZINF_OK;
     }
+    if (s == ZINF_TIER_GRAD && e->grads.held && !e->optim.grads32) return read_held(e, off, n, dst);
     if (off >= e->optim.device_numel)
         return zinf_optim_tier_read(e->optim.tier, s, off - e->optim.device_numel, n, dst);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, *dev_state(e, s) + off, n * sizeof *dst, ZINF_COPY_D2H));
@@ -177,6 +224,7 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
 }
 
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src) {
+    if (s == ZINF_TIER_GRAD) ZINF_CHECK(states_grads_to_fp32(e));
     for (int i = 0; s == ZINF_TIER_GRAD && e->grads.norms_taken && i < e->module_count; i++)
         e->grads.norms_taken[i] = -1; // the norms taken as they arrived are of other values
     if (s == ZINF_TIER_GRAD && e->grads.stale) { // the rest of the partition is zero from now
@@ -198,12 +246,21 @@ zinf_status states_zero(zinf_engine *e) {
     if (!bytes) return ZINF_OK;
     ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.exp_avg, 0, bytes));
     ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.exp_avg_sq, 0, bytes));
-    ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.grads32, 0, bytes));
+    if (e->optim.grads32) ZINF_CHECK(zinf_memset_async(e->compute_stream, e->optim.grads32, 0, bytes));
     return zinf_stream_sync(e->compute_stream);
 }
 
 zinf_status states_zero_grads(zinf_engine *e) {
     e->grads.stale = true; // overwritten by the next backward (grad_add_run; reduce.c's widen and flush)
+    if (!e->grads.held) return ZINF_OK;
+    // The step has read the held gradients (or the fp32 ones a hand made): the next
+    // backward makes new ones.
+    for (int i = 0; i < e->module_count; i++) {
+        ZINF_CHECK(engine_free_after(e, e->grads.buffers16[i], e->compute_stream));
+        e->grads.buffers16[i] = NULL;
+    }
+    ZINF_CHECK(engine_free_after(e, e->optim.grads32, e->compute_stream));
+    e->optim.grads32 = NULL;
     return ZINF_OK;
 }
 

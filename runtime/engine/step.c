@@ -177,6 +177,8 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
     zinf_optim_tier_join(e->optim.tier);
     ZINF_CHECK(zinf_latch_raise(e->failure));
     ZINF_CHECK(e->params.ops->settle(e));
+    // A second backward before the step adds to the first's gradients in fp32.
+    if (e->step.micro_batches > 0) ZINF_CHECK(states_grads_to_fp32(e));
     // The gradients are final as this backward adds them when it is the step's last
     // (but with MiCS, whose replicas add theirs at the step).
     e->grads.backwards++;
@@ -233,6 +235,12 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
             st = states_grad_norms(e, i, h);
             continue;
         }
+        if (e->grads.held && !e->optim.grads32) { // one rank: the whole module (none: the backward did not reach it)
+            if (e->grads.buffers16[i])
+                st = zinf_sumsq(e->compute_stream, e->dtype, e->grads.buffers16[i], l->padded,
+                                e->grads.device_norms + 2 * i);
+            continue;
+        }
         for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++)
             if (partition_holds(e, r))
                 st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32,
@@ -268,11 +276,14 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
         // into scratch the parameter tier takes it from.
         void *dst = e->params.storage->device_part(e, i), *tmp = NULL;
         if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->elem_size, "16-bit parameters", &tmp));
+        // Held gradients: the backward's own (one rank: the part is the whole module).
+        bool held = e->grads.held && !e->optim.grads32;
+        if (held) ZINF_CHECK(need_grad(e, i)); // zeros where the backward did not reach
         zinf_optim_tile t = {.param = e->optim.master + l->part_off,
                              .exp_avg = e->optim.exp_avg + l->part_off,
                              .exp_avg_sq = e->optim.exp_avg_sq + l->part_off,
-                             .grad = e->optim.grads32 + l->part_off,
-                             .grad_dtype = ZINF_DTYPE_F32,
+                             .grad = held ? e->grads.buffers16[i] : (void *)(e->optim.grads32 + l->part_off),
+                             .grad_dtype = held ? e->dtype : ZINF_DTYPE_F32,
                              .out = f32   ? NULL
                                     : dst ? dst
                                           : tmp,

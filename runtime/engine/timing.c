@@ -270,11 +270,14 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     // device (or part of it) each rank's part added to its fp32 gradients once per
     // reduction; on one rank (reduce.c's direct) added there straight from the 16-bit
     // gradients. Either way the step's first add writes the sums without reading them
-    // (the last step's are overwritten, never zeroed). At stage 3 every module is
-    // gathered for forward and again for backward.
-    bool direct = policy_grads_direct(cfg, t->world);
+    // (the last step's are overwritten, never zeroed). Held gradients (one micro-batch)
+    // are not added at all: the step reads them. At stage 3 every module is gathered for
+    // forward and again for backward.
+    bool direct = policy_grads_direct(cfg, t->world), held = policy_grads_held(cfg, t->world);
     double engine, reductions = (double)reductions_per_step(&e0);
-    if (direct) {
+    if (held) {
+        engine = 0;
+    } else if (direct) {
         engine = zinf_sim_memory_s(&r, numel * (es + 4)) + (accum - 1) * zinf_sim_memory_s(&r, numel * (es + 8));
     } else {
         engine = accum * zinf_sim_memory_s(&r, numel * (es + 4));
@@ -283,10 +286,11 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     }
     if (e0.grads.accumulate_locally) engine += (accum - 1) * zinf_sim_memory_s(&r, numel * 12);
     if (e0.params.storage->sliced && t->world == 1) engine += accum * 2 * zinf_sim_memory_s(&r, 2 * numel * es);
-    // Per step: the norm over the fp32 gradients and the optimizer where it runs on the
+    // Per step: the norm over the gradients and the optimizer where it runs on the
     // device, all of it or the first sub-groups (the next backward overwrites the
-    // gradients: no zeroing).
-    if (dev_part > 0) engine += zinf_sim_memory_s(&r, dev_part * (4 + 28 + es));
+    // gradients: no zeroing); each reads the gradients at their width (es held, else 4).
+    double gs = held ? es : 4;
+    if (dev_part > 0) engine += zinf_sim_memory_s(&r, dev_part * (gs + 24 + gs + es));
     out->compute = accum * micro + engine;
     out->h2d = zinf_sim_copy_s(&r, (double)p->h2d, true);
     out->d2h = zinf_sim_copy_s(&r, (double)p->d2h, true);

@@ -11,6 +11,9 @@
 //   next update's first sub-groups by then) is the one the step uses: optimizer on
 //   NVMe gives the device tier's weights;
 // - checkpoints only between steps, and a saved state loads back whole;
+// - held gradients (bf16 on one rank with the optimizer on the device: the step reads
+//   the backward's own) read back, set by hand, and added to by a second backward
+//   before the step as stage 3's fp32 ones, the weights the same bits;
 // - stage 1 over 2 micro-batches refuses a step after the first backward alone;
 // - stage 2 with the optimizer on cpu, on 1 rank and on 2 (mpirun; the test starts
 //   itself), accumulating 2 micro-batches: the step returns before its update runs (the
@@ -216,6 +219,67 @@ static void test_state_set_late(zinf_comm *comm) {
           "exp_avg set between backward and step: optimizer on nvme trains differently from the device");
     free(want), free(got);
     rmdir(dir);
+}
+
+// One bf16 step of `steps` with `backwards` backward passes before each, from a stage-0
+// engine (one rank, optimizer on the device: its gradients held for the step) or a
+// stage-3 one (fp32 gradients); the weights after, and after the first backward its
+// gradients, memory and (with set) a gradient set by hand.
+static float *held_run(zinf_comm *comm, int stage, int backwards, bool set, float **grads, size_t *n,
+                       zinf_engine_memory *mem) {
+    zinf_config cfg;
+    char extra[160];
+    snprintf(extra, sizeof extra,
+             ", \"bf16\": {\"enabled\": true}, \"gradient_clipping\": 0.05, \"zero_optimization\": {\"stage\": %d}",
+             stage);
+    zinf_engine *e = make(comm, &cfg, extra);
+    float *w = NULL;
+    *grads = NULL;
+    if (!e) goto out;
+    zinf_engine_memory_get(e, mem);
+    for (int s = 0; s < 2; s++) {
+        for (int k = 0; k < backwards; k++) {
+            if (!fwd_bwd(e, 2 * s + k)) goto out;
+            if (s || k) continue;
+            *grads = engine_all_of(e, ZINF_STATE_GRAD, n);
+            if (!set) continue;
+            float half[32];
+            for (int i = 0; i < 32; i++)
+                half[i] = 0.5f + (float)i / 1024; // not bf16 values: kept in fp32
+            CHECK(zinf_engine_set_full(e, "ln_f.bias", ZINF_STATE_GRAD, half) == ZINF_OK, "%s", zinf_last_error());
+        }
+        zinf_step_info si;
+        CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
+    }
+    w = engine_all_of(e, ZINF_STATE_PARAM, n);
+out:
+    zinf_engine_destroy(e);
+    zinf_config_free(&cfg);
+    return w;
+}
+
+// Held gradients are what fp32 ones would be: read back, set by hand, added to by a
+// second backward before the step, each step's weights those of stage 3 bit for bit.
+static void test_held_gradients(zinf_comm *comm) {
+    for (int c = 0; c < 3; c++) {
+        int backwards = c == 2 ? 2 : 1;
+        bool set = c == 1;
+        size_t n0 = 0, n3 = 0;
+        float *g0, *g3;
+        zinf_engine_memory m0, m3;
+        float *w0 = held_run(comm, 0, backwards, set, &g0, &n0, &m0);
+        float *w3 = held_run(comm, 3, backwards, set, &g3, &n3, &m3);
+        CHECK(m0.grads32 == 0 && m3.grads32 > 0, "fp32 gradients: %lld bytes held, %lld at stage 3",
+              (long long)m0.grads32, (long long)m3.grads32);
+        CHECK(g0 && g3 && n0 == n3 && memcmp(g0, g3, n0 * sizeof *g0) == 0,
+              "held gradients read back differ from stage 3's fp32 ones");
+        CHECK(w0 && w3 && n0 == n3 && memcmp(w0, w3, n0 * sizeof *w0) == 0, "%s: the weights differ from stage 3's",
+              c == 0 ? "held"
+              : set  ? "a gradient set"
+                     : "two backwards");
+        free(g0), free(g3), free(w0), free(w3);
+    }
+    printf("held gradients: read back, set by hand and added to by a second backward as stage 3's fp32 ones\n");
 }
 
 static int departures;
@@ -494,6 +558,7 @@ int main(int argc, char **argv) {
     test_stage1_step_early(comm);
     test_clipping(comm, "none");
     test_clipping(comm, "cpu");
+    test_held_gradients(comm);
     test_trace_change(comm);
     test_state_set_late(comm);
     test_checkpoint_api(comm);
