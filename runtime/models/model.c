@@ -124,12 +124,15 @@ static zinf_status alloc_acts(zinf_model *m) {
     size_t BT = (size_t)m->p.batch * m->p.seq_len, C = (size_t)s->n_embd, es = zinf_dtype_size(m->p.dtype);
     int L = s->n_layer, sets = m->p.checkpoint_activations ? 1 : L;
     m->h_tok = malloc(BT * sizeof *m->h_tok);
+    m->h_targets = malloc(BT * sizeof *m->h_targets);
     m->h_order = malloc(BT * sizeof *m->h_order);
+    m->h_token_starts = malloc(((size_t)s->vocab_size + 1) * sizeof *m->h_token_starts);
     m->h_losses = malloc(BT * sizeof *m->h_losses);
     m->res3 = calloc((size_t)L, sizeof *m->res3);
     m->layers = calloc((size_t)sets, sizeof *m->layers);
-    if (!m->h_tok || !m->h_order || !m->h_losses || !m->res3 || !m->layers)
+    if (!m->h_tok || !m->h_targets || !m->h_order || !m->h_token_starts || !m->h_losses || !m->res3 || !m->layers)
         return zinf_fail(ZINF_ERR_NOMEM, "%s: out of host memory", m->fam->name);
+    if (m->dev) ZINF_CHECK(zinf_event_create(m->dev, &m->batch_copied));
     ZINF_CHECK(model_dalloc(m, (void **)&m->tok, BT, 4, "tokens"));
     ZINF_CHECK(model_dalloc(m, (void **)&m->targets, BT, 4, "targets"));
     ZINF_CHECK(model_dalloc(m, (void **)&m->order, BT, 4, "token order"));
@@ -202,7 +205,9 @@ void zinf_model_destroy(zinf_model *m) {
                     m->dln,    m->dqkv,    m->datty, m->dfc,     m->dact,     m->ones,     m->mlp_bias};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(bufs); i++)
         zinf_device_free(d, bufs[i]);
-    free(m->res3), free(m->layers), free(m->h_tok), free(m->h_order), free(m->h_losses);
+    free(m->res3), free(m->layers), free(m->h_tok), free(m->h_targets), free(m->h_order), free(m->h_token_starts);
+    free(m->h_losses);
+    zinf_event_destroy(m->batch_copied);
     free(m->mods), free(m->params), free(m->sched);
     free(m);
 }
@@ -382,11 +387,18 @@ const zinf_model_op *zinf_model_schedule(const zinf_model *m, bool backward, int
 
 // ---- batches ----
 
-static int by_token(const void *a, const void *b, void *tok) {
-    const int32_t *t = tok;
-    int x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (t[x] != t[y]) return t[x] < t[y] ? -1 : 1;
-    return (x > y) - (x < y); // stable: equal tokens keep position order
+// The batch's positions ordered by token, equal tokens in position order (what the
+// embedding's backward sums in): a counting sort, stable by construction, O(n + vocab).
+static void order_by_token(zinf_model *m, int n) {
+    int V = m->p.shape.vocab_size;
+    int32_t *start = m->h_token_starts;
+    memset(start, 0, ((size_t)V + 1) * sizeof *start);
+    for (int i = 0; i < n; i++)
+        start[m->h_tok[i] + 1]++;
+    for (int v = 0; v < V; v++)
+        start[v + 1] += start[v];
+    for (int i = 0; i < n; i++)
+        m->h_order[start[m->h_tok[i]]++] = i;
 }
 
 zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *tokens, const int32_t *targets,
@@ -399,16 +411,16 @@ zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *t
         if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
             return zinf_fail(ZINF_ERR_INVAL, "%s: token %d at position %d is outside the vocabulary (0..%d)", m->fam->name,
                              tokens[i] < 0 || tokens[i] >= V ? tokens[i] : targets[i], i, V - 1);
-    // The streams may still read the previous batch's host copies: wait first.
-    ZINF_CHECK(zinf_stream_sync(s));
+    // The stream's work goes on: only the last batch's copies are waited for, and the
+    // caller's memory is copied here, never read by the stream.
+    ZINF_CHECK(zinf_event_sync(m->batch_copied));
     memcpy(m->h_tok, tokens, (size_t)n * sizeof *tokens);
-    for (int i = 0; i < n; i++)
-        m->h_order[i] = i;
-    qsort_r(m->h_order, (size_t)n, sizeof *m->h_order, by_token, m->h_tok);
+    memcpy(m->h_targets, targets, (size_t)n * sizeof *targets);
+    order_by_token(m, n);
     ZINF_CHECK(zinf_copy_async(s, m->tok, m->h_tok, (size_t)n * 4, ZINF_COPY_H2D));
-    ZINF_CHECK(zinf_copy_async(s, m->targets, targets, (size_t)n * 4, ZINF_COPY_H2D));
+    ZINF_CHECK(zinf_copy_async(s, m->targets, m->h_targets, (size_t)n * 4, ZINF_COPY_H2D));
     ZINF_CHECK(zinf_copy_async(s, m->order, m->h_order, (size_t)n * 4, ZINF_COPY_H2D));
-    ZINF_CHECK(zinf_stream_sync(s)); // targets is the caller's memory
+    ZINF_CHECK(zinf_event_record(m->batch_copied, s));
     m->b = batch;
     m->dloss = dloss;
     return ZINF_OK;

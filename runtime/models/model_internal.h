@@ -76,7 +76,12 @@ struct zinf_model {
 
     int b;       // sequences in the current batch
     float dloss; // d objective / d mean loss
-    int32_t *h_tok, *h_order;
+    // The batch's host side: the next set_batch waits for batch_copied, the last
+    // batch's copies to the device, before it overwrites them (long done by then when a
+    // loss was read), never for the stream's other work.
+    int32_t *h_tok, *h_targets, *h_order;
+    int32_t *h_token_starts; // vocab_size + 1: the counting sort's buckets
+    zinf_event *batch_copied;
     float *h_losses;
 
     // device activations
