@@ -352,40 +352,66 @@ zinf_status cuda_gelu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *
 }
 
 // ---- SwiGLU ----
-// Element j of row r: gate gu[r][j], up gu[r][F + j]. One thread reads both before it
-// writes both, so dgu may be gu.
+// A warp per row (ROW_WARPS rows a block), its lanes over the row's F columns in
+// 16-byte chunks (row_chunks): the gate at gu[r][j], the up at gu[r][F + j]. A lane reads
+// both chunks before it writes both, so dgu may be gu. No 64-bit division per element:
+// one each an element left the H100's SwiGLU at half its bandwidth.
 
 static __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
-template <typename T> static __global__ void swiglu_fwd_kernel(T *out, const T *gu, size_t F, size_t n) {
-    EW_LOOP(i, n) {
-        size_t r = i / F, j = i % F;
-        float g = to_f32(gu[2 * F * r + j]), u = to_f32(gu[2 * F * r + F + j]);
-        store_f32(&out[i], g * sigmoid(g) * u);
+template <typename T>
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+    swiglu_fwd_kernel(T *out, const T *gu, size_t rows, int F, bool vec) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN;
+    size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
+    if (r >= rows) return;
+    const T *gate = gu + r * 2 * F, *up = gate + F;
+    T *o = out + r * F;
+    float g[VN], u[VN], y[VN];
+    for (int c = threadIdx.x; c < R::count(F); c += 32) {
+        R::load(g, gate, c, F, vec), R::load(u, up, c, F, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            y[k] = g[k] * sigmoid(g[k]) * u[k];
+        R::store(o, y, c, F, vec);
     }
 }
 
-template <typename T> static __global__ void swiglu_bwd_kernel(T *dgu, const T *gu, const T *dout, size_t F, size_t n) {
-    EW_LOOP(i, n) {
-        size_t at = 2 * F * (i / F) + i % F;
-        float g = to_f32(gu[at]), u = to_f32(gu[at + F]), d = to_f32(dout[i]);
-        float sg = sigmoid(g);
-        store_f32(&dgu[at], d * u * (sg * (1.0f + g * (1.0f - sg))));
-        store_f32(&dgu[at + F], d * (g * sg));
+template <typename T>
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+    swiglu_bwd_kernel(T *dgu, const T *gu, const T *dout, size_t rows, int F, bool vec) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN;
+    size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
+    if (r >= rows) return;
+    const T *gate = gu + r * 2 * F, *up = gate + F, *dy = dout + r * F;
+    T *dgate = dgu + r * 2 * F, *dup = dgate + F;
+    float g[VN], u[VN], d[VN];
+    for (int c = threadIdx.x; c < R::count(F); c += 32) {
+        R::load(g, gate, c, F, vec), R::load(u, up, c, F, vec), R::load(d, dy, c, F, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++) {
+            float sg = sigmoid(g[k]), dg = d[k] * u[k] * (sg * (1.0f + g[k] * (1.0f - sg)));
+            u[k] = d[k] * (g[k] * sg);
+            g[k] = dg;
+        }
+        R::store(dgate, g, c, F, vec), R::store(dup, u, c, F, vec);
     }
 }
 
 template <typename T> static zinf_status swiglu_fwd_t(cudaStream_t st, const op_elementwise *e) {
-    size_t n = e->n * e->cols;
-    swiglu_fwd_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (size_t)e->cols, n);
+    const bool vec = rows_in_chunks<T>(e->cols, e->out, e->a, e->a, e->a);
+    swiglu_fwd_kernel<T> CUDA_LAUNCH(row_blocks(e->n), dim3(32, ROW_WARPS), 0, st)((T *)e->out, (const T *)e->a, e->n,
+                                                                                   e->cols, vec);
     ZINF_CUDA_LAUNCHED("swiglu_fwd_kernel");
     return ZINF_OK;
 }
 
 template <typename T> static zinf_status swiglu_bwd_t(cudaStream_t st, const op_elementwise *e) {
-    size_t n = e->n * e->cols;
-    swiglu_bwd_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (const T *)e->b,
-                                                                      (size_t)e->cols, n);
+    const bool vec = rows_in_chunks<T>(e->cols, e->out, e->a, e->b, e->b);
+    swiglu_bwd_kernel<T> CUDA_LAUNCH(row_blocks(e->n), dim3(32, ROW_WARPS), 0, st)((T *)e->out, (const T *)e->a,
+                                                                                   (const T *)e->b, e->n, e->cols, vec);
     ZINF_CUDA_LAUNCHED("swiglu_bwd_kernel");
     return ZINF_OK;
 }
@@ -401,27 +427,44 @@ zinf_status cuda_swiglu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise
 }
 
 // ---- rotary embedding ----
-// One thread per pair (i, i + hd/2) of a q or k head. The backward turns by the
-// opposite angle: sin negated, which is exact.
+// A warp per token row, its lanes over the row's (head, chunk) items: a chunk is a
+// 16-byte run of a q or k head's first half and the run hd / 2 after it, the pairs (i,
+// i + hd / 2) turned together (row_chunks, where hd / 2 is a whole number of chunks).
+// The backward turns by the opposite angle: sin negated, which is exact.
 
 template <typename T>
-static __global__ void rope_kernel(T *qkv, const float *cos_tab, const float *sin_tab, int seq, int heads, size_t row,
-                                   int hd, float sign, size_t n) {
-    EW_LOOP(i, n) {
-        size_t half = hd / 2, p = i % half, h = (i / half) % heads, bt = i / (half * heads), t = bt % seq;
-        T *x = qkv + bt * row + h * hd + p;
-        float x1 = to_f32(x[0]), x2 = to_f32(x[half]);
-        float c = cos_tab[t * half + p], s = sign * sin_tab[t * half + p];
-        store_f32(&x[0], x1 * c - x2 * s);
-        store_f32(&x[half], x2 * c + x1 * s);
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+    rope_kernel(T *qkv, const float *cos_tab, const float *sin_tab, size_t rows, int seq, int heads, int row, int hd,
+                float sign, bool vec) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN;
+    size_t bt = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
+    if (bt >= rows) return;
+    const int half = hd / 2, per_head = R::count(half);
+    const size_t t = bt % (size_t)seq;
+    const float *cr = cos_tab + t * half, *sr = sin_tab + t * half;
+    float x1[VN], x2[VN];
+    for (int item = threadIdx.x; item < heads * per_head; item += 32) {
+        const int h = item / per_head, c = item % per_head;
+        T *x = qkv + bt * row + (size_t)h * hd;
+        R::load(x1, x, c, half, vec), R::load(x2, x + half, c, half, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++) {
+            const int i = c * VN + k < half ? c * VN + k : half - 1; // past half: stored nowhere
+            const float cv = cr[i], sv = sign * sr[i], a = x1[k], b = x2[k];
+            x1[k] = a * cv - b * sv;
+            x2[k] = b * cv + a * sv;
+        }
+        R::store(x, x1, c, half, vec), R::store(x + half, x2, c, half, vec);
     }
 }
 
 template <typename T> static zinf_status rope_t(cudaStream_t st, const op_rope *a, bool backward) {
-    int heads = a->NH + a->NKV;
-    size_t n = (size_t)a->B * a->T * heads * (a->hd / 2), row = (size_t)(a->NH + 2 * a->NKV) * a->hd;
-    rope_kernel<T> CUDA_LAUNCH(ew_blocks(n), EW_THREADS, 0, st)((T *)a->qkv, a->cos_tab, a->sin_tab, a->T, heads, row,
-                                                                a->hd, backward ? -1.0f : 1.0f, n);
+    const int heads = a->NH + a->NKV, row = (a->NH + 2 * a->NKV) * a->hd;
+    const size_t rows = (size_t)a->B * a->T;
+    const bool vec = rows_in_chunks<T>(a->hd / 2, a->qkv, a->qkv, a->qkv, a->qkv); // hd / 2 whole chunks: rows too
+    rope_kernel<T> CUDA_LAUNCH(row_blocks(rows), dim3(32, ROW_WARPS), 0, st)(
+        (T *)a->qkv, a->cos_tab, a->sin_tab, rows, a->T, heads, row, a->hd, backward ? -1.0f : 1.0f, vec);
     ZINF_CUDA_LAUNCHED("rope_kernel");
     return ZINF_OK;
 }

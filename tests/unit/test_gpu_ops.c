@@ -324,9 +324,10 @@ static void test_elementwise(zinf_dtype dt) {
 
 static double sigmoid_ref(double g) { return 1 / (1 + exp(-g)); }
 
-// The backward also in place (dgu over gu), as a model saves the memory.
-static void test_swiglu(zinf_dtype dt) {
-    enum { R = 7, F = 37 };
+// The backward also in place (dgu over gu), as a model saves the memory. On CUDA rows of
+// 37 go one value at a time, rows of 64 in 16-byte chunks.
+static void test_swiglu(zinf_dtype dt, int F) {
+    enum { R = 7 };
     size_t ng = (size_t)R * 2 * F, no = (size_t)R * F;
     float *gu = randv(dt, ng, 4), *dy = randv(dt, no, 1);
     void *dgu_in = test_dev_of(dev, S, dt, gu, ng), *ddy = test_dev_of(dev, S, dt, dy, no), *inplace = test_dev_of(dev, S, dt, gu, ng);
@@ -433,11 +434,12 @@ static void rope_ref(double *y, const float *x, const float *cs, const float *sn
 }
 
 // Tables as transformers makes them (fp32 inverse frequencies and angles); then the
-// backward of a random gradient, and the backward undoing the forward.
-static void test_rope(zinf_dtype dt) {
-    enum { B = 2, T = 11, NH = 4, NKV = 2, HD = 10 };
+// backward of a random gradient, and the backward undoing the forward. On CUDA heads of
+// 10 go one value at a time, heads of 32 in 16-byte chunks (bf16, fp16: one a half).
+static void test_rope(zinf_dtype dt, int HD) {
+    enum { B = 2, T = 11, NH = 4, NKV = 2 };
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HD;
-    float cs[T * HD / 2], sn[T * HD / 2];
+    float *cs = malloc(T * HD / 2 * sizeof *cs), *sn = malloc(T * HD / 2 * sizeof *sn);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < HD / 2; i++) {
             float inv = 1.0f / powf(10000.0f, (float)(2 * i) / HD), ang = (float)t * inv;
@@ -445,7 +447,7 @@ static void test_rope(zinf_dtype dt) {
         }
     float *x = randv(dt, n, 2), *g = randv(dt, n, 1);
     void *dx = test_dev_of(dev, S, dt, x, n), *dg = test_dev_of(dev, S, dt, g, n);
-    float *dcs = to_device(dev, S, cs, sizeof cs), *dsn = to_device(dev, S, sn, sizeof sn);
+    float *dcs = to_device(dev, S, cs, T * HD / 2 * sizeof *cs), *dsn = to_device(dev, S, sn, T * HD / 2 * sizeof *sn);
     double *ref = malloc(n * sizeof *ref), *orig = malloc(n * sizeof *orig);
     TRY(zinf_rope_fwd(S, dt, dx, dcs, dsn, B, T, NH, NKV, HD));
     rope_ref(ref, x, cs, sn, B, T, NH, NKV, HD, 1);
@@ -458,7 +460,7 @@ static void test_rope(zinf_dtype dt) {
         orig[i] = x[i];
     compare("rope backward of forward", dt, dx, orig, n);
     zinf_device_free(dev, dx), zinf_device_free(dev, dg), zinf_device_free(dev, dcs), zinf_device_free(dev, dsn);
-    free(x), free(g), free(ref), free(orig);
+    free(x), free(g), free(ref), free(orig), free(cs), free(sn);
 }
 
 // ---- attention ----
@@ -1128,10 +1130,12 @@ int main(void) {
             test_rmsnorm(dt, rows, rows < 100 ? 45 : 64);
         }
         test_elementwise(dt);
-        test_swiglu(dt);
+        test_swiglu(dt, 37);
+        test_swiglu(dt, 64);
         for (size_t k = 0; k < 3; k++)
             test_sumsq(dt, (size_t[]){5, 100003, (size_t)3 << 20 | 7}[k]);
-        test_rope(dt);
+        test_rope(dt, 10);
+        test_rope(dt, 32);
         attention_cases(dt);
         test_cross_entropy(dt, false, 53, 53);
         test_cross_entropy(dt, true, 53, 53);
