@@ -9,14 +9,15 @@
 #define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
 
 // Column sums (bias and norm weight gradients) over the whole card: block (x, y) takes
-// COL_X columns of the rows in chunk y, thread (x, y') summing rows y', y' + COL_Y, ...
-// of the chunk in order, then thread (x, 0) the COL_Y partials in order, into the
-// chunk's row of fp32 partials; one more kernel adds each column's chunks in order into
-// the gradient. The chunks are set by the sizes alone, so results repeat bit for bit.
-// With a block per column tile alone (C / 32 blocks, 24 for GPT-2's 768) a fifth of an
-// H100's SMs summed 8192 rows one load at a time. The partials live in the stream's
-// cuBLASLt workspace, which no other kernel on the stream uses meanwhile.
-enum { COL_X = 32, COL_Y = 16, COL_CHUNK_ROWS = 256, COL_FINISH_THREADS = 256 };
+// COL_LANES 16-byte chunks of columns (row_chunks) of the rows in chunk y, thread (x, y')
+// summing rows y', y' + COL_Y, ... of the chunk in order, then one thread a column the
+// COL_Y partials in order, into the chunk's row of fp32 partials; one more kernel adds
+// each column's chunks in order into the gradient. The chunks are set by the sizes
+// alone, so results repeat bit for bit. With a block per column tile alone (C / 32
+// blocks, 24 for GPT-2's 768) a fifth of an H100's SMs summed 8192 rows; with one value
+// a thread a row, the sums ran at a third of its bandwidth. The partials live in the
+// stream's cuBLASLt workspace, which no other kernel on the stream uses meanwhile.
+enum { COL_LANES = 8, COL_Y = 32, COL_CHUNK_ROWS = 256, COL_FINISH_THREADS = 256 };
 
 // Chunks of about COL_CHUNK_ROWS rows, as many as nout rows of cols partials fit in the
 // workspace.
@@ -27,33 +28,39 @@ static unsigned col_chunks(size_t rows, int cols, int nout) {
     return (unsigned)(n < 1 ? 1 : n > 65535 ? 65535 : n);
 }
 
-// term(r, j, s) adds row r, column j's terms into s[0 .. NOUT). partial: NOUT x chunks x cols.
-template <int NOUT, typename Term>
-static __global__ void col_partial_kernel(float *partial, Term term, size_t rows, int cols) {
-    __shared__ float part[NOUT][COL_Y][COL_X];
+// term(r, c, vec, s) adds row r's terms of column chunk c (row_chunks<T>: VN columns,
+// zeros past cols) into s[0 .. NOUT). partial: NOUT x chunks x cols.
+template <typename T, int NOUT, typename Term>
+static __global__ void __launch_bounds__(COL_LANES *COL_Y)
+    col_partial_kernel(float *partial, Term term, size_t rows, int cols, bool vec) {
+    constexpr int VN = row_chunks<T>::VN, W = COL_LANES * VN; // a block's columns
+    __shared__ float part[NOUT][COL_Y][W];
     SHARED_FRESH(part);
-    const int j = blockIdx.x * COL_X + threadIdx.x;
+    const int c = blockIdx.x * COL_LANES + threadIdx.x;
     const size_t chunk_rows = (rows + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * chunk_rows;
     const size_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
-    float s[NOUT];
+    float s[NOUT][VN];
 #pragma unroll
     for (int o = 0; o < NOUT; o++)
-        s[o] = 0.0f;
-    if (j < cols)
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            s[o][k] = 0.0f;
+    if (c < row_chunks<T>::count(cols))
         for (size_t r = r0 + threadIdx.y; r < r1; r += COL_Y)
-            term(r, j, s);
+            term(r, c, vec, s);
 #pragma unroll
     for (int o = 0; o < NOUT; o++)
-        part[o][threadIdx.y][threadIdx.x] = s[o];
-    __syncthreads();
-    if (threadIdx.y == 0 && j < cols)
 #pragma unroll
-        for (int o = 0; o < NOUT; o++) {
-            float t = part[o][0][threadIdx.x];
-            for (int y = 1; y < COL_Y; y++)
-                t += part[o][y][threadIdx.x];
-            partial[((size_t)o * gridDim.y + blockIdx.y) * cols + j] = t;
-        }
+        for (int k = 0; k < VN; k++)
+            part[o][threadIdx.y][threadIdx.x * VN + k] = s[o][k];
+    __syncthreads();
+    const int t = threadIdx.y * COL_LANES + threadIdx.x, o = t / W, jj = t % W, j = blockIdx.x * W + jj;
+    if (o < NOUT && j < cols) {
+        float sum = part[o][0][jj];
+        for (int y = 1; y < COL_Y; y++)
+            sum += part[o][y][jj];
+        partial[((size_t)o * gridDim.y + blockIdx.y) * cols + j] = sum;
+    }
 }
 
 // out_o[j] += the chunks' partials of column j, in order (out1: NOUT 2 only).
@@ -73,15 +80,18 @@ static __global__ void __launch_bounds__(COL_FINISH_THREADS)
     }
 }
 
+// vec: the term's rows go in whole 16-byte chunks (rows_in_chunks over its arrays).
 template <typename T, int NOUT, typename Term>
-static zinf_status col_sums(cuda_stream *cs, T *out0, T *out1, Term term, size_t rows, int cols) {
+static zinf_status col_sums(cuda_stream *cs, T *out0, T *out1, Term term, size_t rows, int cols, bool vec) {
+    static_assert(NOUT * COL_LANES * row_chunks<T>::VN <= COL_LANES * COL_Y, "a thread a column of partials");
     if ((size_t)cols * NOUT * sizeof(float) > CUDA_LT_WORKSPACE)
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "column sums: %d columns are over the workspace's %zu bytes", cols,
                          CUDA_LT_WORKSPACE);
     const unsigned chunks = col_chunks(rows, cols, NOUT);
+    const int W = COL_LANES * row_chunks<T>::VN;
     float *partial = (float *)cs->d_lt_ws;
-    col_partial_kernel<NOUT, Term> CUDA_LAUNCH(dim3((unsigned)((cols + COL_X - 1) / COL_X), chunks), dim3(COL_X, COL_Y),
-                                               0, cs->st)(partial, term, rows, cols);
+    col_partial_kernel<T, NOUT, Term> CUDA_LAUNCH(dim3((unsigned)((cols + W - 1) / W), chunks), dim3(COL_LANES, COL_Y),
+                                                  0, cs->st)(partial, term, rows, cols, vec);
     ZINF_CUDA_LAUNCHED("col_partial_kernel");
     col_finish_kernel<T, NOUT> CUDA_LAUNCH((unsigned)((cols + COL_FINISH_THREADS - 1) / COL_FINISH_THREADS),
                                            COL_FINISH_THREADS, 0, cs->st)(out0, out1, partial, (int)chunks, cols);
@@ -94,11 +104,19 @@ static zinf_status col_sums(cuda_stream *cs, T *out0, T *out1, Term term, size_t
 template <typename T> struct bias_term {
     const T *dout;
     int cols;
-    __device__ void operator()(size_t r, int j, float (&s)[1]) const { s[0] += to_f32(dout[r * cols + j]); }
+    static constexpr int VN = row_chunks<T>::VN;
+    __device__ void operator()(size_t r, int c, bool vec, float (&s)[1][VN]) const {
+        float d[VN];
+        row_chunks<T>::load(d, dout + r * cols, c, cols, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            s[0][k] += d[k];
+    }
 };
 
 template <typename T> static zinf_status bias_grad_t(cuda_stream *cs, const op_elementwise *e) {
-    return col_sums<T, 1>(cs, (T *)e->out, (T *)nullptr, bias_term<T>{(const T *)e->a, e->cols}, e->n, e->cols);
+    const bool vec = rows_in_chunks<T>(e->cols, e->a, e->a, e->a, e->a);
+    return col_sums<T, 1>(cs, (T *)e->out, (T *)nullptr, bias_term<T>{(const T *)e->a, e->cols}, e->n, e->cols, vec);
 }
 
 zinf_status cuda_bias_grad(cuda_stream *cs, zinf_dtype dt, const op_elementwise *e) {
@@ -111,28 +129,43 @@ zinf_status cuda_bias_grad(cuda_stream *cs, zinf_dtype dt, const op_elementwise 
 // square root: the build has no fast-math flags).
 
 template <typename T>
-static __global__ void __launch_bounds__(ROW_WARPS * 32) layernorm_fwd_kernel(T *out, float *mean, float *rstd,
-                                                                             const T *x, const T *w, const T *b,
-                                                                             size_t rows, int C, float eps) {
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+    layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b, size_t rows, int C,
+                         float eps, bool vec) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN;
     size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
     if (r >= rows) return; // the whole warp: no lane is left waiting in a shuffle
     const T *xr = x + r * C;
     T *o = out + r * C;
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < C; i += 32)
-        s += to_f32(xr[i]);
+    float s = 0.0f, xv[VN], wv[VN], bv[VN];
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            s += xv[k]; // zeros past C
+    }
     float m = warp_sum(s) / (float)C;
     float v = 0.0f;
-    for (int i = threadIdx.x; i < C; i += 32) {
-        float d = to_f32(xr[i]) - m;
-        v += d * d;
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++) {
+            float d = c * VN + k < C ? xv[k] - m : 0.0f;
+            v += d * d;
+        }
     }
     v = warp_sum(v) / (float)C;
     float rs = 1.0f / sqrtf(v + eps);
-    // Each lane writes only the elements it reads, after every read of the row's
+    // Each lane writes only the chunks it reads, after every read of the row's
     // statistics: out may be x.
-    for (int i = threadIdx.x; i < C; i += 32)
-        store_f32(&o[i], (to_f32(xr[i]) - m) * rs * to_f32(w[i]) + to_f32(b[i]));
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec), R::load(wv, w, c, C, vec), R::load(bv, b, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            xv[k] = (xv[k] - m) * rs * wv[k] + bv[k];
+        R::store(o, xv, c, C, vec);
+    }
     if (threadIdx.x == 0) {
         mean[r] = m;
         rstd[r] = rs;
@@ -140,9 +173,10 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32) layernorm_fwd_kernel(T 
 }
 
 template <typename T> static zinf_status layernorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
-    layernorm_fwd_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
-        (T *)a->out, a->mean, a->rstd, (const T *)a->x, (const T *)a->w, (const T *)a->b, (size_t)a->rows, a->C,
-        a->eps);
+    const bool vec = rows_in_chunks<T>(a->C, a->out, a->x, a->w, a->b);
+    layernorm_fwd_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0,
+                                        st)((T *)a->out, a->mean, a->rstd, (const T *)a->x, (const T *)a->w,
+                                            (const T *)a->b, (size_t)a->rows, a->C, a->eps, vec);
     ZINF_CUDA_LAUNCHED("layernorm_fwd_kernel");
     return ZINF_OK;
 }
@@ -192,11 +226,16 @@ template <typename T> struct layernorm_weight_terms {
     const T *dout, *x;
     const float *mean, *rstd;
     int C;
-    __device__ void operator()(size_t r, int j, float (&s)[2]) const {
-        size_t at = r * C + j;
-        float d = to_f32(dout[at]), norm = (to_f32(x[at]) - mean[r]) * rstd[r];
-        s[0] += norm * d;
-        s[1] += d;
+    static constexpr int VN = row_chunks<T>::VN;
+    __device__ void operator()(size_t r, int c, bool vec, float (&s)[2][VN]) const {
+        float d[VN], xv[VN];
+        row_chunks<T>::load(d, dout + r * C, c, C, vec), row_chunks<T>::load(xv, x + r * C, c, C, vec);
+        const float m = mean[r], rs = rstd[r];
+#pragma unroll
+        for (int k = 0; k < VN; k++) {
+            s[0][k] += (xv[k] - m) * rs * d[k]; // past C: d 0
+            s[1][k] += d[k];
+        }
     }
 };
 
@@ -206,7 +245,7 @@ template <typename T> static zinf_status layernorm_bwd_t(cuda_stream *cs, const 
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
     const layernorm_weight_terms<T> terms = {(const T *)a->dout, (const T *)a->x, a->mean, a->rstd, a->C};
-    return col_sums<T, 2>(cs, (T *)a->dw, (T *)a->db, terms, (size_t)a->rows, a->C);
+    return col_sums<T, 2>(cs, (T *)a->dw, (T *)a->db, terms, (size_t)a->rows, a->C, vec);
 }
 
 zinf_status cuda_layernorm_bwd(cuda_stream *cs, zinf_dtype dt, const op_layernorm *a) {
@@ -227,20 +266,29 @@ template <typename T> static __device__ __forceinline__ float rounded(float v) {
 
 template <typename T>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
-    rmsnorm_fwd_kernel(T *out, float *rstd, const T *x, const T *w, size_t rows, int C, float eps) {
+    rmsnorm_fwd_kernel(T *out, float *rstd, const T *x, const T *w, size_t rows, int C, float eps, bool vec) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN;
     size_t r = (size_t)blockIdx.x * ROW_WARPS + threadIdx.y;
     if (r >= rows) return;
     const T *xr = x + r * C;
     T *o = out + r * C;
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < C; i += 32) {
-        float v = to_f32(xr[i]);
-        s += v * v;
+    float s = 0.0f, xv[VN], wv[VN];
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            s += xv[k] * xv[k]; // zeros past C
     }
     float rs = 1.0f / sqrtf(warp_sum(s) / (float)C + eps);
-    // As the layernorm: each lane writes only the elements it reads, so out may be x.
-    for (int i = threadIdx.x; i < C; i += 32)
-        store_f32(&o[i], to_f32(w[i]) * rounded<T>(to_f32(xr[i]) * rs));
+    // As the layernorm: each lane writes only the chunks it reads, so out may be x.
+    for (int c = threadIdx.x; c < R::count(C); c += 32) {
+        R::load(xv, xr, c, C, vec), R::load(wv, w, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            xv[k] = wv[k] * rounded<T>(xv[k] * rs);
+        R::store(o, xv, c, C, vec);
+    }
     if (threadIdx.x == 0) rstd[r] = rs;
 }
 
@@ -277,15 +325,21 @@ template <typename T> struct rmsnorm_weight_terms {
     const T *dout, *x;
     const float *rstd;
     int C;
-    __device__ void operator()(size_t r, int j, float (&s)[1]) const {
-        size_t at = r * C + j;
-        s[0] += to_f32(dout[at]) * (to_f32(x[at]) * rstd[r]);
+    static constexpr int VN = row_chunks<T>::VN;
+    __device__ void operator()(size_t r, int c, bool vec, float (&s)[1][VN]) const {
+        float d[VN], xv[VN];
+        row_chunks<T>::load(d, dout + r * C, c, C, vec), row_chunks<T>::load(xv, x + r * C, c, C, vec);
+        const float rs = rstd[r];
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            s[0][k] += d[k] * (xv[k] * rs);
     }
 };
 
 template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
+    const bool vec = rows_in_chunks<T>(a->C, a->out, a->x, a->w, a->w);
     rmsnorm_fwd_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
-        (T *)a->out, a->rstd, (const T *)a->x, (const T *)a->w, (size_t)a->rows, a->C, a->eps);
+        (T *)a->out, a->rstd, (const T *)a->x, (const T *)a->w, (size_t)a->rows, a->C, a->eps, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_fwd_kernel");
     return ZINF_OK;
 }
@@ -296,7 +350,7 @@ template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
     const rmsnorm_weight_terms<T> terms = {(const T *)a->dout, (const T *)a->x, a->rstd, a->C};
-    return col_sums<T, 1>(cs, (T *)a->dw, (T *)nullptr, terms, (size_t)a->rows, a->C);
+    return col_sums<T, 1>(cs, (T *)a->dw, (T *)nullptr, terms, (size_t)a->rows, a->C, vec);
 }
 
 zinf_status cuda_rmsnorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {

@@ -178,9 +178,11 @@ static double op_bytes(const op_record *op) {
 // streams well short of the bandwidth. The norms, the bias gradient and the
 // cross-entropy are those of their rewrites (rows in 16-byte chunks, column sums over
 // row chunks, the padded head), measured on an H100 at commit cd9c847 (2026-11-26): the
-// means over GPT-2 124M and large, or Llama-3.2-1B's for RMSNorm. SwiGLU's and the
-// rotary embedding's are of the kernels before they went in row chunks (a warp a row,
-// no 64-bit division an element), until a GPU measures those.
+// means over GPT-2 124M and large, or Llama-3.2-1B's for RMSNorm. SwiGLU's, the rotary
+// embedding's, the norms' forwards' and the column sums' (the bias gradient, the norms'
+// weight gradients in their backwards) are of the kernels before they went 16 bytes a
+// load (SwiGLU and the rotary embedding a warp a row, no 64-bit division an element),
+// until a GPU measures those.
 static const double kernel_hbm_frac[] = {
     [OP_ADD] = 0.63,           [OP_GELU_FWD] = 0.46,      [OP_GELU_BWD] = 0.57,      [OP_SWIGLU_FWD] = 0.53,
     [OP_SWIGLU_BWD] = 0.70,    [OP_LAYERNORM_FWD] = 0.55, [OP_LAYERNORM_BWD] = 0.28, [OP_RMSNORM_FWD] = 0.42,
