@@ -74,7 +74,7 @@ static zinf_status device_prefix(zinf_engine *e, const size_t *part_n) {
 // The states of the partition's first elements (all of them, or the first sub-groups'
 // with a ratio below 1) on the device.
 static zinf_status device_states(zinf_engine *e) {
-    int last = e->grads.held ? ZINF_TIER_EXP_AVG_SQ : ZINF_TIER_GRAD; // held: the step reads the 16-bit ones
+    int last = e->grads.held ? ZINF_TIER_EXP_AVG_SQ : ZINF_TIER_GRAD; // held: no fp32 gradients
     for (int s = ZINF_TIER_MASTER; e->optim.device_numel && s <= last; s++)
         ZINF_CHECK(
             engine_take_device(e, e->optim.device_numel * sizeof(float), device_name[s], (void **)dev_state(e, s)));
@@ -167,7 +167,7 @@ void states_destroy(zinf_engine *e) {
 
 zinf_status states_grads_to_fp32(zinf_engine *e) {
     if (!e->grads.held || e->optim.grads32) return ZINF_OK;
-    ZINF_CHECK(engine_alloc(e, e->optim.device_numel * sizeof(float), "fp32 gradients (a gradient set by hand)",
+    ZINF_CHECK(engine_alloc(e, e->optim.device_numel * sizeof(float), "fp32 gradients for this step",
                             (void **)&e->optim.grads32));
     if (e->grads.stale) return ZINF_OK; // the next write or backward overwrites them
     for (int i = 0; i < e->module_count; i++) {

@@ -235,7 +235,8 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
             st = states_grad_norms(e, i, h);
             continue;
         }
-        if (e->grads.held && !e->optim.grads32) { // one rank: the whole module (none: the backward did not reach it)
+        // Held: one rank, the whole module (no buffer: the backward did not reach it).
+        if (e->grads.held && !e->optim.grads32) {
             if (e->grads.buffers16[i])
                 st = zinf_sumsq(e->compute_stream, e->dtype, e->grads.buffers16[i], l->padded,
                                 e->grads.device_norms + 2 * i);
