@@ -187,9 +187,12 @@ void cli_print_plan(FILE *f, const cli_plan *p) {
                 semi = ";";
         if (ch->head_chunk_tokens) {
             int64_t tokens = c->train_micro_batch_size_per_gpu * p->seq_len, es = c->bf16 || c->fp16.enabled ? 2 : 4;
-            fprintf(f, "%s memory.head_chunk_tokens %lld (the logits of all %lld tokens at once would take %s)", semi,
-                    (long long)ch->head_chunk_tokens, (long long)tokens,
-                    sz(tokens * zinf_model_vocab_padded(s) * es, b[1]));
+            fprintf(
+                f,
+                "%s memory.head_chunk_tokens %lld (the logits of all %lld tokens at once would take %s, leaving less "
+                "than an eighth of the device free)",
+                semi, (long long)ch->head_chunk_tokens, (long long)tokens,
+                sz(tokens * zinf_model_vocab_padded(s) * es, b[1]));
         }
         fprintf(f, "\n");
     }

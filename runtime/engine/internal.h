@@ -581,9 +581,9 @@ zinf_status engine_build(zinf_engine *e);
 // Fill in the keys cfg left at DeepSpeed's defaults that zinf chooses for t, marking
 // them given, so that a plan and the engine made from it choose once and alike.
 zinf_status engine_choose(zinf_config *cfg, const zinf_plan_target *t, zinf_plan_choice *out);
-// engine_choose's rule for memory.head_chunk_tokens alone, on a device of capacity
-// bytes: sets the key where it is null; *chosen is the chunk when it cuts the tokens.
-zinf_status engine_choose_head_chunk(zinf_config *cfg, int64_t capacity, int64_t *chosen);
+// engine_choose's rule for memory.head_chunk_tokens alone, on t: sets the key where it
+// is null; *chosen is the chunk when it cuts the tokens.
+zinf_status engine_choose_head_chunk(zinf_config *cfg, const zinf_plan_target *t, int64_t *chosen);
 
 // plan.c
 // The memory figures of zinf_engine_plan, without its replay of the steps.

@@ -24,8 +24,13 @@ static zinf_status model_pass(const zinf_config *cfg, zinf_device *dev, int pass
     zinf_engine e0; // the settings creation derives from cfg
     engine_settings(&e0, cfg);
     zinf_dtype dt = e0.dtype;
+    // The output layer's chunk as one rank on dev would choose it.
+    const zinf_device_caps *caps = zinf_device_get_caps(dev);
+    zinf_plan_target one = {
+        .world = 1, .backend = caps->backend, .device_capacity = (int64_t)caps->capacity, .local_ranks = 1};
     int64_t chunk;
-    ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, (int64_t)zinf_device_get_caps(dev)->capacity, &chunk));
+    ZINF_CHECK(zinf_host_mem_probe(&one.host));
+    ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, &one, &chunk));
     zinf_model_params mp;
     ZINF_CHECK(engine_model_params(&e0.cfg, dt, &mp));
     // Checkpoints in host memory move on the model's own stream, beside the kernels
@@ -256,7 +261,7 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
     // (an offloaded optimizer).
     double micro = 0, *op_s = NULL;
     int64_t chunk; // the output layer's chunk as the engine would choose it on the target
-    ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, t->device_capacity, &chunk));
+    ZINF_CHECK(engine_choose_head_chunk(&e0.cfg, t, &chunk));
     ZINF_CHECK(model_seconds(&e0.cfg, &micro, p->mem.optimizer_tier != ZINF_OFFLOAD_NONE ? &op_s : NULL));
     const zinf_engine_memory *m = &p->mem;
     double accum = (double)cfg->gradient_accumulation_steps, es = (double)e0.elem_size;

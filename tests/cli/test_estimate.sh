@@ -278,13 +278,18 @@ compare 2 zero_optimization.stage=2 bf16.enabled=true $OO.device=nvme
 compare 2 zero_optimization.stage=3 $OO.device=nvme $OP.device=nvme "${CO[@]}"
 [ $fails = $before ] && echo "train: plan lines, pinned, NVMe files and traffic, gathered peak and the device bytes as estimated"
 
-# Left out, the chunk is zinf's: the most tokens, a multiple of 64, whose logits (1 KiB
-# a token in fp32) fit 1/64 of the device: 64 of 6 MiB's 98304 bytes. Train chooses the
-# same, and the estimate shows the peak with the logits of all 128 tokens at once.
+# Left out, the chunk is zinf's: all 128 tokens at once while that plan leaves an eighth
+# of the device free (6 MiB: a 4.1 MiB peak), else the most tokens, a multiple of 64,
+# whose logits (1 KiB a token in fp32) fit 1/64 of the device: 64 of 4.5 MiB's 73728
+# bytes. Train chooses the same, and the estimate shows the peak with the logits of all
+# 128 tokens at once.
 before=$fails
-sets=(--set memory.head_chunk_tokens=null --set device.memory_limit=6MiB)
+expect 0 "$Z" estimate --config "$tmp/cfg.json" --json --set memory.head_chunk_tokens=null --set device.memory_limit=6MiB
+python3 -c 'import json, sys; p = json.loads(open(sys.argv[1]).readlines()[-1]); assert p["head_chunk_tokens"] == 128, p' \
+  "$tmp/out" || fail "6 MiB: the head's chunk is not all 128 tokens (above)"
+sets=(--set memory.head_chunk_tokens=null --set device.memory_limit=4608KiB)
 expect 0 "$Z" estimate --config "$tmp/cfg.json" "${sets[@]}"
-chosen='chosen for this machine (the config leaves them out): memory.head_chunk_tokens 64 (the logits of all 128 tokens at once would take 128 KiB)'
+chosen='chosen for this machine (the config leaves them out): memory.head_chunk_tokens 64 (the logits of all 128 tokens at once would take 128 KiB, leaving less than an eighth of the device free)'
 grep -qF "$chosen" "$tmp/out" || fail "estimate's choice: $(grep chosen "$tmp/out")"
 grep -q '^    output layer in chunks of 64 tokens (memory.head_chunk_tokens): .*; all 128 at once: ' "$tmp/out" ||
   fail "estimate's features: $(grep -A2 'memory-centric' "$tmp/out")"
@@ -299,7 +304,7 @@ assert p["head_chunk_tokens"] == 64, p["head_chunk_tokens"]
 saved = p["device_peak_head_at_once_bytes"] - p["device_peak_head_chunked_bytes"]
 assert saved == 64 * 1024, saved
 PY
-[ $fails = $before ] && echo "choice: the head's chunk from device.memory_limit, in estimate and train alike"
+[ $fails = $before ] && echo "choice: the head's chunk from the plan and device.memory_limit, in estimate and train alike"
 
 # With the optimizer on cpu, sub-groups of at most 1/16 of the partition where the
 # config leaves sub_group_size out: GPT-2 large's 774 M elements on one rank take 3e7,
