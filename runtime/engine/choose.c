@@ -27,8 +27,7 @@ enum { CPU_SUBGROUPS = 16 };
 // tokens (a multiple of 64, from 64 up) whose logits take 1/64. Chunks cost a product of
 // the head per chunk but the last (recomputed in the backward): 4 ms of Llama-3.2-1B's
 // step on an H100, whose 8192 tokens' 2.1 GB of logits fit its 80 GB many times over.
-// Llama-3.1-8B's 4096 tokens of a 128K vocabulary, 1 GB of bf16 logits, go in chunks of
-// 1536 on a 24 GiB card. A device of unknown capacity takes the tokens at once.
+// A device of unknown capacity takes the tokens at once.
 zinf_status engine_choose_head_chunk(zinf_config *cfg, const zinf_plan_target *t, int64_t *chosen) {
     *chosen = 0;
     if (cfg->memory.head_chunk_tokens > 0) return ZINF_OK;

@@ -225,7 +225,8 @@ typedef struct gradients {
     // widened, so the step reads the backward's 16-bit buffers themselves (held until the
     // update) and no fp32 gradients exist: the same bits for 10 fewer bytes an element
     // through device memory, and 2 fewer bytes an element held. Setting a gradient by
-    // hand (zinf_engine_set_full) makes the fp32 ones for that step (states.c).
+    // hand (zinf_engine_set_full), or a second backward before the step, makes fp32 ones
+    // for that step (states_grads_to_fp32).
     bool held;
     bool accumulating;     // it holds the sums of this step's backward passes so far
     bool last_backward;    // the backward under way is the step's last
