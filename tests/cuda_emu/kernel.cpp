@@ -93,17 +93,29 @@ cuda_emu_fiber_start:
 
 enum state { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
 
+// A cp.async copy not yet landed in shared memory: its group is -1 until committed.
+struct async_copy {
+    void *dst;
+    const void *src;
+    int src_bytes, group;
+};
+
 struct fiber {
     thread_view view;
     int lin; // linear thread index within the block
     state st;
     char *stack;
+    std::vector<async_copy> copies; // this thread's cp.async copies not yet landed
+    int groups;                     // the groups it has committed
 #if defined(__x86_64__)
     void *sp;
 #else
     ucontext_t ctx;
 #endif
 };
+
+// The warp functions whose lanes wait for each other.
+enum collective { SHUFFLE, MMA, LDMATRIX, LDMATRIX_TRANS };
 
 // Where a warp's exchange stands: the lanes that have arrived, with their values and
 // the lane each reads from. When it completes each lane's result is set aside, so that
@@ -114,10 +126,12 @@ struct warp {
     unsigned live; // lanes of the warp that exist and have not exited
     int src[32];
     uint64_t val[32], result[32];
-    // An mma.sync under way instead of a shuffle: each lane's a[4], b[2], c[4] (as bits),
-    // and once complete each lane's D.
-    bool mma, mma_bf16;
+    collective kind;
+    // An mma.sync: each lane's a[4], b[2], c[4] (as bits), and once complete each
+    // lane's D. An ldmatrix: each lane's row address, and once complete its d[4] (bits).
+    bool mma_bf16;
     uint32_t frag[32][10];
+    const uint16_t *row[32];
     float d[32][4];
 };
 
@@ -130,7 +144,7 @@ struct block_run {
     std::vector<int> order;  // this pass's order of the threads
     bool warp_turns = false; // this block's schedule: warp by warp, or thread by thread
     uint64_t random = 0;     // the state that draws the orders
-    std::vector<void *> fresh; // the shared objects filled in this block (shared_fresh)
+    std::vector<std::pair<const char *, size_t>> fresh; // this block's shared objects (shared_fresh)
     int pos = -1;            // of the current fiber in this pass
     bool direct = false;     // threads run as plain calls, one after another
     bool cooperated = false; // a thread used __syncthreads or a warp function
@@ -252,23 +266,27 @@ uint64_t base_seed() {
 // other warps' threads.
 fiber *next_runnable(block_run *b) {
     std::vector<fiber> &fs = *b->fibers;
-    while (++b->pos < b->nthreads) {
+    for (;;) {
+        // Leaving a warp's last position (the fiber that ran there just now, or one
+        // passed over) goes back to its first while any of its lanes can run: the lane
+        // that completes an exchange is the last of its warp to arrive and so usually
+        // sits there.
+        if (b->warp_turns && b->pos >= 0) {
+            int wi = b->order[(size_t)b->pos] / 32;
+            bool warp_end = b->pos + 1 == b->nthreads || b->order[(size_t)b->pos + 1] / 32 != wi;
+            int lo = wi * 32, hi = lo + 32 < b->nthreads ? lo + 32 : b->nthreads;
+            for (int t = lo; warp_end && t < hi; t++)
+                if (fs[(size_t)t].st == RUNNABLE) {
+                    while (b->pos > 0 && b->order[(size_t)b->pos - 1] / 32 == wi) // back to the warp's first lane
+                        b->pos--;
+                    b->pos--;
+                    break;
+                }
+        }
+        if (++b->pos >= b->nthreads) return nullptr;
         fiber &f = fs[(size_t)b->order[(size_t)b->pos]];
         if (f.st == RUNNABLE) return &f;
-        if (!b->warp_turns) continue;
-        int wi = f.lin / 32;
-        bool warp_end = b->pos + 1 == b->nthreads || b->order[(size_t)b->pos + 1] / 32 != wi;
-        if (!warp_end) continue;
-        int lo = wi * 32, hi = lo + 32 < b->nthreads ? lo + 32 : b->nthreads;
-        for (int t = lo; t < hi; t++)
-            if (fs[(size_t)t].st == RUNNABLE) {
-                while (b->pos > 0 && b->order[(size_t)b->pos - 1] / 32 == wi) // back to the warp's first lane
-                    b->pos--;
-                b->pos--;
-                break;
-            }
     }
-    return nullptr;
 }
 
 // From fiber f straight to the pass's next runnable one (half the switches of going
@@ -334,20 +352,47 @@ void mma_complete(warp &w) {
     }
 }
 
+// The four 8 x 8 matrices of a completed ldmatrix (PTX ISA, "ldmatrix"): lane
+// 8 i + r gave the address of matrix i's row r, 8 consecutive 16-bit values. Lane
+// 4 r + c gets in d_i the values at columns 2 c and 2 c + 1 of row r of matrix i, or
+// with .trans of its transpose: row 2 c and 2 c + 1 of column r, the lower-numbered in
+// the low half.
+void ldmatrix_complete(warp &w) {
+    for (int lane = 0; lane < 32; lane++) {
+        int r = lane / 4, c = lane % 4;
+        for (int i = 0; i < 4; i++) {
+            uint32_t lo, hi;
+            if (w.kind == LDMATRIX_TRANS)
+                lo = w.row[8 * i + 2 * c][r], hi = w.row[8 * i + 2 * c + 1][r];
+            else
+                lo = w.row[8 * i + r][2 * c], hi = w.row[8 * i + r][2 * c + 1];
+            w.frag[lane][i] = lo | hi << 16;
+        }
+    }
+}
+
 // An exchange completes once every live lane of its mask has arrived: the values are
 // kept for reading and the waiting lanes resume.
 void settle_warp(block_run *b, warp &w, int wi) {
     unsigned need = w.mask & w.live;
     if (!w.arrived || (w.arrived & need) != need) return;
-    if (w.mma) mma_complete(w);
+    if (w.kind == MMA) mma_complete(w);
+    if (w.kind == LDMATRIX || w.kind == LDMATRIX_TRANS) ldmatrix_complete(w);
     // Reading a lane that did not take part is undefined: all bits set, loudly wrong.
-    for (int l = 0; !w.mma && l < 32; l++)
+    for (int l = 0; w.kind == SHUFFLE && l < 32; l++)
         if (w.arrived >> l & 1) w.result[l] = w.arrived >> w.src[l] & 1 ? w.val[w.src[l]] : ~(uint64_t)0;
     w.arrived = 0;
     for (int l = 0; l < 32; l++) {
         size_t t = (size_t)wi * 32 + (size_t)l;
         if (t < b->fibers->size() && (*b->fibers)[t].st == AT_WARP) (*b->fibers)[t].st = RUNNABLE;
     }
+}
+
+constexpr const char *DIRECT_BROKEN = "a kernel that ran without __syncthreads or warp functions used one: the "
+                                      "emulation ran its threads as plain calls and cannot go on";
+
+void undefined(block_run *b, const char *what) {
+    if (!b->error) b->error = what;
 }
 
 // The body of every fiber: one thread of the block, from start to exit.
@@ -358,6 +403,7 @@ void fiber_main() {
     __sanitizer_finish_switch_fiber(nullptr, &b->sched_stack, &b->sched_stack_size);
 #endif
     (*b->body)();
+    if (!f->copies.empty()) undefined(b, "a thread exited with cp.async copies it never waited for");
     f->st = EXITED;
     b->exited++;
     // A lane that exits no longer holds back its warp's exchange.
@@ -401,13 +447,6 @@ void prepare(fiber *f, char *stack) {
 #endif
 }
 
-constexpr const char *DIRECT_BROKEN = "a kernel that ran without __syncthreads or warp functions used one: the "
-                                      "emulation ran its threads as plain calls and cannot go on";
-
-void undefined(block_run *b, const char *what) {
-    if (!b->error) b->error = what;
-}
-
 } // namespace
 
 // ---- warps and barriers ----
@@ -425,8 +464,8 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int w
         undefined(b, "a shuffle width that is not 1, 2, 4, 8, 16 or 32");
     if (b->error) return v;
     if (!w.arrived)
-        w.mask = mask, w.mma = false;
-    else if (w.mask != mask || w.mma)
+        w.mask = mask, w.kind = SHUFFLE;
+    else if (w.mask != mask || w.kind != SHUFFLE)
         undefined(b, "the lanes of a warp called a warp function with different masks");
     // The source lane, within this lane's group of `width` (Programming Guide, "Warp
     // Shuffle Functions"): a lane may read an earlier group (xor), and past its own group
@@ -455,8 +494,8 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const fl
     warp &w = r->warps[(size_t)wi];
     if (w.live != ~0u) undefined(r, "mma.sync in a warp without all 32 lanes");
     if (!w.arrived)
-        w.mask = ~0u, w.mma = true, w.mma_bf16 = bf16;
-    else if (!w.mma || w.mma_bf16 != bf16)
+        w.mask = ~0u, w.kind = MMA, w.mma_bf16 = bf16;
+    else if (w.kind != MMA || w.mma_bf16 != bf16)
         undefined(r, "the lanes of a warp called different warp functions");
     if (r->error) return;
     memcpy(w.frag[lane], a, 16);
@@ -468,10 +507,102 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const fl
     if (!r->error) memcpy(d, w.d[lane], 16);
 }
 
+namespace {
+
+// Whether [p, p + bytes) lies in one of the block's shared objects.
+bool in_shared(const block_run *b, const void *p, size_t bytes) {
+    const char *c = (const char *)p;
+    for (const auto &o : b->fresh)
+        if (o.first <= c && c + bytes <= o.first + o.second) return true;
+    return false;
+}
+
+void land(const async_copy &c) {
+    memcpy(c.dst, c.src, (size_t)c.src_bytes);
+    memset((char *)c.dst + c.src_bytes, 0, (size_t)(16 - c.src_bytes));
+}
+
+// A thread's copies live with its fiber: a kernel that uses cp.async never runs as plain calls.
+fiber *async_thread() {
+    block_run *b = running;
+    b->cooperated = true;
+    if (b->direct) undefined(b, DIRECT_BROKEN);
+    return b->error ? nullptr : b->cur;
+}
+
+} // namespace
+
+void ldmatrix_x4(uint32_t d[4], const void *row, bool trans) {
+    block_run *r = running;
+    r->cooperated = true;
+    if (r->direct) undefined(r, DIRECT_BROKEN);
+    if (r->error) return;
+    fiber *f = r->cur;
+    int lane = f->lin % 32, wi = f->lin / 32;
+    warp &w = r->warps[(size_t)wi];
+    collective kind = trans ? LDMATRIX_TRANS : LDMATRIX;
+    if (w.live != ~0u) undefined(r, "ldmatrix in a warp without all 32 lanes");
+    if (!w.arrived)
+        w.mask = ~0u, w.kind = kind;
+    else if (w.kind != kind)
+        undefined(r, "the lanes of a warp called different warp functions");
+    // The address must be in shared memory (in this block's shared objects) and the
+    // row's 16 bytes aligned to 16 (PTX ISA, "ldmatrix").
+    if (!in_shared(r, row, 16)) undefined(r, "ldmatrix from an address outside the block's shared memory");
+    if ((uintptr_t)row % 16) undefined(r, "ldmatrix from a row not aligned to 16 bytes");
+    if (r->error) return;
+    w.row[lane] = (const uint16_t *)row;
+    w.arrived |= 1u << lane;
+    settle_warp(r, w, wi);
+    if (w.arrived & (1u << lane)) yield(AT_WARP);
+    if (!r->error) memcpy(d, w.frag[lane], 16);
+}
+
+void cp_async_16(void *dst, const void *src, int src_bytes) {
+    block_run *b = running;
+    fiber *f = async_thread();
+    if (!f) return;
+    if (!in_shared(b, dst, 16)) undefined(b, "cp.async to an address outside the block's shared memory");
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
+        undefined(b, "cp.async of 16 bytes between addresses not aligned to 16");
+    if (src_bytes < 0 || src_bytes > 16) undefined(b, "cp.async with a source size outside 0 to 16 bytes");
+    if (b->error) return;
+    async_copy c = {dst, src, src_bytes, -1};
+    // A copy lands at some point before the wait that covers it: here at once or at that
+    // wait, as the block's random stream draws, so that a read before the wait and a
+    // copy into a tile other warps still read both show.
+    if (draw(&b->random) & 1)
+        land(c);
+    else
+        f->copies.push_back(c);
+}
+
+void cp_async_commit() {
+    fiber *f = async_thread();
+    if (!f) return;
+    for (async_copy &c : f->copies)
+        if (c.group < 0) c.group = f->groups;
+    f->groups++;
+}
+
+void cp_async_wait(int pending) {
+    fiber *f = async_thread();
+    if (!f) return;
+    std::vector<async_copy> left;
+    for (const async_copy &c : f->copies)
+        if (c.group >= 0 && c.group < f->groups - pending)
+            land(c);
+        else
+            left.push_back(c);
+    f->copies.swap(left);
+}
+
 void shared_fresh(void *p, size_t bytes) {
     block_run *b = running;
-    if (!b || std::find(b->fresh.begin(), b->fresh.end(), p) != b->fresh.end()) return;
-    b->fresh.push_back(p);
+    if (!b) return;
+    for (const auto &o : b->fresh)
+        if (o.first == p) return;
+    b->fresh.push_back({(const char *)p, bytes});
     memset(p, 0xff, bytes);
 }
 
@@ -502,6 +633,8 @@ bool run_block(block_run &b, std::vector<fiber> &fibers, uint3 bid, const launch
         f.view.bid = bid;
         f.view.bdim = bd;
         f.view.gdim = cfg.grid;
+        f.copies.clear();
+        f.groups = 0;
         prepare(&f, pool.get((size_t)t));
     }
     for (size_t wi = 0; wi < b.warps.size(); wi++) {

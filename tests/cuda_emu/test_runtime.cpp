@@ -5,7 +5,10 @@
 // (and that a missing barrier or __syncwarp shows, even where the block before left the
 // same values in shared memory or every lane wrote before leaving an exchange), mma.sync
 // m16n8k16 in bf16 and fp16 against a product in double (fragments per the PTX ISA; a
-// warp short of 32 lanes faults), streams,
+// warp short of 32 lanes faults), ldmatrix x4 and x4.trans against the PTX ISA's
+// layout (an address outside shared memory or misaligned faults), cp.async's copies,
+// zeros and groups (a read before the wait shows; an address outside shared memory or
+// misaligned, or a thread that exits before its wait, faults), streams,
 // events, host functions, the pageable and pinned rules of cudaMemcpyAsync (host to
 // host returns once done), memory pools and stream-ordered frees, and the 16-bit conversions against the CPU's
 // own (F16C) and a double-precision reference. Each fault uses a device of its own,
@@ -84,6 +87,23 @@ static __global__ void other_warp(int *out, bool sync) {
     out[blockIdx.x * 64 + t] = s[(t + 32) % 64] + mate - (t ^ 1);
 }
 
+// Each warp reads the whole tile, an exchange after each read, then writes its half of
+// the next tile: right only with a barrier between, since a warp far ahead overwrites
+// what the other still reads (the race of a tile copied in for the next step).
+static __global__ void overwrite(int *out, bool sync) {
+    __shared__ int s[64];
+    SHARED_FRESH(s);
+    int t = threadIdx.x, b = (int)blockIdx.x;
+    s[t] = t + b;
+    __syncthreads();
+    int sum = 0;
+    for (int k = 0; k < 64; k++)
+        sum = __shfl_xor_sync(0xffffffffu, sum + s[(t + k) % 64], 0);
+    if (sync) __syncthreads();
+    s[t] = -1;
+    out[b * 64 + t] = sum;
+}
+
 // A warp's lanes write their slots, then each reads its neighbour's: right only with
 // __syncwarp, even when the block before left the same values behind.
 static __global__ void lanes(int *out, bool sync) {
@@ -115,6 +135,53 @@ static __global__ void mma_tile(const uint16_t *A, const uint16_t *B, const floa
     cuda_emu::mma_m16n8k16(d, a, b, c, bf16);
     for (int i = 0; i < 4; i++)
         D[(i < 2 ? g : g + 8) * 8 + q * 2 + (i & 1)] = d[i];
+}
+
+// ldmatrix x4 from a 32 x 24 tile of distinct values in shared memory: matrix i at rows
+// 8 i .. 8 i + 8, columns 8 (i % 3) .., lane 8 i + r giving its row r; each lane's d[]
+// goes to out[lane * 4 ..]. offset moves every row address by that many values, and
+// from (when not null) is read instead of the tile.
+static __global__ void ldmatrix_tile(uint32_t *out, bool trans, int offset, const uint16_t *from) {
+    __shared__ __align__(16) uint16_t t[32 * 24];
+    SHARED_FRESH(t);
+    const int lane = threadIdx.x;
+    for (int i = lane; i < 32 * 24; i += blockDim.x)
+        t[i] = (uint16_t)(i * 7 + 1);
+    __syncthreads();
+    uint32_t d[4];
+    const int at = (8 * (lane / 8) + lane % 8) * 24 + 8 * (lane / 8 % 3) + offset;
+    cuda_emu::ldmatrix_x4(d, from ? from + at : t + at, trans);
+    for (int i = 0; i < 4; i++)
+        out[lane * 4 + i] = d[i];
+}
+
+// cp.async: thread t copies 2 (t % 9) bytes from src + 8 t (16-bit values) into row t of
+// a shared tile, the rest of the row zeros, as group 0, then row t + 32 from src + 8 t + 256
+// as group 1 (with step 1). How each step waits:
+enum { CP_WAIT_ALL, CP_WAIT_OLDER, CP_READ_EARLY, CP_MISALIGNED, CP_TO_GLOBAL, CP_NO_WAIT };
+static __global__ void cp_async_rows(uint16_t *out, const uint16_t *src, int how) {
+    __shared__ __align__(16) uint16_t t[64 * 8];
+    SHARED_FRESH(t);
+    const int lane = threadIdx.x;
+    uint16_t *dst = how == CP_TO_GLOBAL ? out + 8 * lane : t + 8 * lane + (how == CP_MISALIGNED ? 4 : 0);
+    cuda_emu::cp_async_16(dst, src + 8 * lane, 2 * (lane % 9));
+    cuda_emu::cp_async_commit();
+    if (how == CP_READ_EARLY) out[lane] = t[8 * lane]; // before the wait: the copy may not be there
+    if (how == CP_NO_WAIT) return;
+    if (how == CP_WAIT_OLDER) {
+        cuda_emu::cp_async_16(t + 8 * (lane + 32), src + 8 * lane + 256, 16);
+        cuda_emu::cp_async_commit();
+        cuda_emu::cp_async_wait(1); // the first group only
+        for (int k = 0; k < 8; k++)
+            out[8 * lane + k] = t[8 * lane + k];
+        cuda_emu::cp_async_wait(0);
+        return;
+    }
+    cuda_emu::cp_async_wait(0);
+    __syncthreads();
+    if (how == CP_READ_EARLY) return;
+    for (int k = 0; k < 8; k++)
+        out[8 * lane + k] = t[8 * ((lane + 1) % 32) + k]; // another thread's row, after the barrier
 }
 
 // Only the first half of the block reaches the barrier: undefined, so a fault.
@@ -154,14 +221,14 @@ static int *dev_ints(int n) {
 static void test_devices() {
     int n = 0;
     EXPECT(cudaGetDeviceCount(&n), cudaSuccess);
-    CHECK(n == 8, "%d devices", n);
+    CHECK(n == 14, "%d devices (CUDA_EMU_DEVICES=14)", n);
     cudaDeviceProp p;
     EXPECT(cudaGetDeviceProperties(&p, 0), cudaSuccess);
     CHECK(p.major == 9 && p.minor == 0 && p.multiProcessorCount == 132 && p.maxThreadsPerBlock == 1024,
           "cc %d.%d, %d SMs", p.major, p.minor, p.multiProcessorCount);
     CHECK(p.totalGlobalMem == (size_t)1 << 30, "memory %zu (CUDA_EMU_MEMORY=1G)", p.totalGlobalMem);
-    EXPECT(cudaGetDeviceProperties(&p, 8), cudaErrorInvalidDevice);
-    EXPECT(cudaSetDevice(8), cudaErrorInvalidDevice);
+    EXPECT(cudaGetDeviceProperties(&p, 14), cudaErrorInvalidDevice);
+    EXPECT(cudaSetDevice(14), cudaErrorInvalidDevice);
     EXPECT(cudaGetLastError(), cudaErrorInvalidDevice);
     EXPECT(cudaGetLastError(), cudaSuccess); // read and reset
 }
@@ -251,25 +318,31 @@ static void test_blocks() {
     // The races a GPU shows whatever a block's shared memory held before, and whichever
     // warp runs ahead: each launched twice (the second finds the first's values), right
     // with the barrier, wrong without it in some block.
-    // Eight blocks: half of them (by the seed) run warp by warp, which other_warp needs.
+    // Eight blocks: half of them (by the seed) run warp by warp, which other_warp and
+    // overwrite need.
     const int nr = 8;
     int *r = dev_ints(nr * nt), hr[8 * 256];
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 8; k++) {
         bool sync = k % 2 == 0;
-        const char *name = k < 2 ? "same_tile" : k < 4 ? "other_warp" : "lanes";
-        int width = k < 2 ? nt : k < 4 ? 64 : 32;
+        const char *name = k < 2 ? "same_tile" : k < 4 ? "other_warp" : k < 6 ? "lanes" : "overwrite";
+        int width = k < 2 ? nt : k < 4 ? 64 : k < 6 ? 32 : 64;
         for (int launch = 0; launch < 2; launch++) {
             if (k < 2)
                 same_tile LAUNCH(nr, nt, 0, 0)(r, sync);
             else if (k < 4)
                 other_warp LAUNCH(nr, 64, 0, 0)(r, sync);
-            else
+            else if (k < 6)
                 lanes LAUNCH(nr, 32, 0, 0)(r, sync);
+            else
+                overwrite LAUNCH(nr, 64, 0, 0)(r, sync);
             EXPECT(cudaMemcpy(hr, r, nr * width * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
             bad = 0;
             for (int b = 0; b < nr; b++)
                 for (int t = 0; t < width; t++) {
-                    int want = k < 2 ? 7 * ((t + 1) % width) : k < 4 ? 1000 * b + (t + 32) % 64 : 3 * (t ^ 1);
+                    int want = k < 2   ? 7 * ((t + 1) % width)
+                               : k < 4 ? 1000 * b + (t + 32) % 64
+                               : k < 6 ? 3 * (t ^ 1)
+                                       : 2016 + 64 * b;
                     bad += hr[b * width + t] != want;
                 }
             if (sync)
@@ -339,6 +412,61 @@ static void test_mma() {
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dD);
 }
 
+// ldmatrix's fragments: lane 4 r + c gets in d[i] the values at row r, columns 2 c and
+// 2 c + 1 of matrix i, the first in the low half; with .trans those at rows 2 c and
+// 2 c + 1 of column r (PTX ISA, "ldmatrix").
+static void test_ldmatrix() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    uint32_t *d_out = (uint32_t *)dev_ints(128), out[128];
+    for (int trans = 0; trans < 2; trans++) {
+        ldmatrix_tile LAUNCH(1, 32, 0, 0)(d_out, trans, 0, nullptr);
+        EXPECT(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost), cudaSuccess);
+        int bad = 0;
+        for (int lane = 0; lane < 32; lane++)
+            for (int i = 0; i < 4; i++) {
+                auto m = [i](int row, int col) {
+                    return (uint32_t)(uint16_t)(((8 * i + row) * 24 + 8 * (i % 3) + col) * 7 + 1);
+                };
+                int r = lane / 4, c = lane % 4;
+                uint32_t want = trans ? m(2 * c, r) | m(2 * c + 1, r) << 16 : m(r, 2 * c) | m(r, 2 * c + 1) << 16;
+                bad += out[lane * 4 + i] != want;
+            }
+        CHECK(bad == 0, "ldmatrix%s: %d of 128 registers wrong", trans ? ".trans" : "", bad);
+    }
+    EXPECT(cudaFree(d_out), cudaSuccess);
+}
+
+// cp.async: what lands is the source's bytes then zeros; wait_group(1) lands all but the
+// newest group; a read before the wait sees what was there before for some copies (the
+// emulation lands each at its issue or at its wait, drawn from the seed).
+static void test_cp_async() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    uint16_t h_src[512], got[256];
+    for (int i = 0; i < 512; i++)
+        h_src[i] = (uint16_t)(i + 1);
+    uint16_t *src = (uint16_t *)dev_ints(256), *out = (uint16_t *)dev_ints(128);
+    EXPECT(cudaMemcpy(src, h_src, sizeof h_src, cudaMemcpyHostToDevice), cudaSuccess);
+    for (int how = CP_WAIT_ALL; how <= CP_WAIT_OLDER; how++) {
+        cp_async_rows LAUNCH(1, 32, 0, 0)(out, src, how);
+        EXPECT(cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+        int bad = 0;
+        for (int lane = 0; lane < 32; lane++) {
+            int from = how == CP_WAIT_ALL ? (lane + 1) % 32 : lane;
+            for (int k = 0; k < 8; k++)
+                bad += got[8 * lane + k] != (k < from % 9 ? h_src[8 * from + k] : 0);
+        }
+        CHECK(bad == 0, "cp.async %s: %d of 256 values wrong", how == CP_WAIT_ALL ? "waited for" : "of the older group",
+              bad);
+    }
+    cp_async_rows LAUNCH(1, 32, 0, 0)(out, src, CP_READ_EARLY);
+    EXPECT(cudaMemcpy(got, out, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+    int stale = 0;
+    for (int lane = 1; lane < 32; lane++) // lane 0 copies no bytes: a zero either way
+        stale += got[lane] == 0xffff;     // the shared tile's fresh contents, all bits set
+    CHECK(stale > 0 && stale < 31, "cp.async read before its wait: %d of 31 copies not there yet", stale);
+    cudaFree(src), cudaFree(out);
+}
+
 // Device 2..: each fault ends its device's context; every later call there returns it.
 static void test_faults() {
     int h[64];
@@ -374,6 +502,31 @@ static void test_faults() {
     EXPECT(cudaMalloc(&m1, 1024), cudaSuccess);
     mma_tile LAUNCH(1, 16, 0, 0)((const uint16_t *)m1, (const uint16_t *)m1, (const float *)m1, (float *)m1, true);
     EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
+    EXPECT(cudaSetDevice(8), cudaSuccess); // ldmatrix from rows 8 bytes off their alignment
+    uint32_t *d8 = (uint32_t *)dev_ints(128);
+    ldmatrix_tile LAUNCH(1, 32, 0, 0)(d8, false, 4, nullptr);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
+    EXPECT(cudaSetDevice(9), cudaSuccess); // ldmatrix from global memory
+    uint32_t *d9 = (uint32_t *)dev_ints(128);
+    const uint16_t *g9 = (const uint16_t *)dev_ints(32 * 24 / 2);
+    ldmatrix_tile LAUNCH(1, 32, 0, 0)(d9, true, 0, g9);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
+    EXPECT(cudaSetDevice(10), cudaSuccess); // ldmatrix rows past the end of the tile
+    uint32_t *d10 = (uint32_t *)dev_ints(128);
+    ldmatrix_tile LAUNCH(1, 32, 0, 0)(d10, false, 8 * 24, nullptr);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
+    uint16_t *g = nullptr;
+    const char *cp_faults[] = {"misaligned", "to global memory", "no wait"};
+    for (int i = 0; i < 3; i++) { // cp.async: a destination 8 bytes off, in global memory; an exit before the wait
+        EXPECT(cudaSetDevice(11 + i), cudaSuccess);
+        EXPECT(cudaMalloc((void **)&g, 1024), cudaSuccess);
+        cp_async_rows LAUNCH(1, 32, 0, 0)(g, g, CP_MISALIGNED + i);
+        CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure, "cp.async %s: no fault", cp_faults[i]);
+    }
 
 #if !defined(__SANITIZE_ADDRESS__) // there ASan reports the write itself
     EXPECT(cudaSetDevice(7), cudaSuccess);
@@ -579,13 +732,16 @@ static void test_conversions() {
 
 int main() {
     setenv("CUDA_EMU_MEMORY", "1G", 1);
-    unsetenv("CUDA_EMU_DEVICES");
+    setenv("CUDA_EMU_DEVICES", "14", 1); // one device for each fault
+
     unsetenv("CUDA_VISIBLE_DEVICES");
     test_devices();
     test_memory();
     test_launches();
     test_blocks();
     test_mma();
+    test_ldmatrix();
+    test_cp_async();
     test_faults();
     test_streams();
     test_pools();

@@ -286,6 +286,23 @@ void shared_fresh(void *p, size_t bytes);
 // fp32 additions is not documented; kernels are held to the host backend within a
 // tolerance).
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], bool bf16);
+
+// ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 d, [row] (PTX ISA, "ldmatrix"):
+// every lane of a full warp gives the shared-memory address of one row of 8 16-bit
+// values, 16-byte aligned (lane 8 i + r: row r of matrix i), and gets in d[i] its
+// fragment of matrix i as an mma takes it: row lane / 4, columns 2 (lane % 4) and
+// 2 (lane % 4) + 1; with trans, of the matrix transposed.
+void ldmatrix_x4(uint32_t d[4], const void *row, bool trans);
+
+// cp.async.cg.shared.global [dst], [src], 16, src_bytes; cp.async.commit_group;
+// cp.async.wait_group pending (PTX ISA, "cp.async"): a thread's copy of src_bytes from
+// global memory into 16 bytes of shared memory, the rest zeros, both addresses 16-byte
+// aligned; commit closes the thread's copies since the last commit into a group, and
+// wait returns once all but the `pending` most recent groups have landed. Where a copy
+// lands before its wait is not defined; a thread must not exit with copies not waited for.
+void cp_async_16(void *dst, const void *src, int src_bytes);
+void cp_async_commit();
+void cp_async_wait(int pending);
 template <typename... T> void shared_fresh_all(T &...objects) { (shared_fresh((void *)&objects, sizeof objects), ...); }
 } // namespace cuda_emu
 
