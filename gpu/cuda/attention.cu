@@ -21,6 +21,7 @@
 // are skipped; within a tile a mask zeroes what a row does not see.
 #include "attention_plan.h"
 #include "cuda_backend.h"
+#include "cp_async.h"
 #include "mma.h"
 
 // ---- tiles ----
@@ -188,74 +189,49 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 // The same scheme with the two products on tensor cores (mma.h): S = Q K^T and O += P V
 // as m16n8k16 tiles of 16-bit inputs summed in fp32, the online softmax in fp32 on the
 // scores' fragments, and P rounded to the storage type for its product with V, as
-// FlashAttention-2 does. A block of 4 warps takes 64 queries, 16 a warp, whose rows of S,
-// P and O stay in each warp's registers: a row's 4 lanes (one fragment group) share its
-// maximum and sum by two shuffles. Q, K and V^T tiles wait in shared memory as 16-bit
-// rows padded by 8 values, so the fragment loads of a warp fall on distinct banks.
+// FlashAttention-2 does. A block of 4 warps takes 64 queries, 16 a warp, whose rows of Q
+// (as A fragments), S, P and O stay in each warp's registers: a row's 4 lanes (one
+// fragment group) share its maximum and sum by two shuffles. Key and value tiles come
+// into shared memory by cp.async (cp_async.h), two of each, so that the next streams in
+// while this one computes, as 16-bit rows padded by 8 values: the 8 rows each ldmatrix
+// phase reads fall on distinct banks, and V's fragments come transposed by ldmatrix
+// itself. The exponentials are base 2 with the scale and log2(e) folded into one
+// multiply-add (exp2f is one special-function instruction with a fix-up, expf several
+// more), as FlashAttention-2 does. The kernels take heads whose rows are 16-byte
+// aligned, hd a multiple of 8 (mma_rows); others run on the CUDA cores.
 
 template <int HD> struct mma_tile {
     static constexpr int BR = 64, BC = HD <= 64 ? 64 : 32; // queries, keys a tile
-    static constexpr int LDQ = HD + 8, LDV = BC + 8;        // row strides, 16-bit values
+    static constexpr int LDK = HD + 8;                     // row stride, 16-bit values
     static constexpr int NS = BC / 8, NO = HD / 8;          // n-tiles of S (keys) and of O (channels)
     static_assert(HD % 16 == 0 && BC % 16 == 0, "tiles of whole m16n8k16 steps");
-    static_assert(sizeof(uint16_t) * ((size_t)(BR + BC) * LDQ + (size_t)HD * LDV) <= 48 * 1024,
+    static_assert(sizeof(uint16_t) * 4 * (size_t)BC * LDK <= 48 * 1024,
                   "tensor-core forward tiles over 48 KiB of static shared memory");
 };
 
-// Rows t0 .. t0 + ROWS of one head on their way to shared memory, held in registers:
-// fetch starts the loads, put stores them as 16-bit values, as rows (rows_s, rows of
-// ldr) and transposed (cols_s[d * ldc + r]), each where not null; zeros past hd and past
-// the sequence. Fetching the next tile before the products of this one lets the loads'
-// latency pass under them. A thread moves 8 channels of a row, 16 bytes read at once
-// where the head's rows allow it (hd a multiple of 8, the usual case), and a warp's 32
-// threads take 32 consecutive rows, so that the transposed stores fall on distinct
-// banks. (Loads of one 16-bit value at a time took most of the backward's time on an
-// H100.)
-template <typename T, int HD, int ROWS> struct tile_regs {
-    static constexpr int N = ROWS * (HD / 8) / ATT_THREADS; // chunks of 8 values a thread
-    static_assert(ROWS % 32 == 0 && N * ATT_THREADS == ROWS * (HD / 8), "a tile of whole warps");
-    uint4 chunk[N];
+// log2(e): exp(x) = exp2(x log2(e)).
+constexpr float LOG2E = 1.44269504088896341f;
 
-    __device__ __forceinline__ void fetch(const T *head, size_t ld, int t0, int seq, int hd) {
-        const bool vec = (uintptr_t)head % 16 == 0 && ld % 8 == 0;
+// Rows t0 .. t0 + ROWS of one head copied into shared memory as 16-bit rows of ldr
+// values by cp.async, zeros past hd and past the sequence; the caller commits and waits.
+// Each copy is 16 bytes, 8 channels of a row, so the head's rows must be 16-byte aligned
+// and hd a multiple of 8 (mma_rows); consecutive threads copy consecutive pieces of a row.
+template <typename T, int HD, int ROWS>
+static __device__ __forceinline__ void tile_async(uint16_t *rows_s, int ldr, const T *head, size_t ld, int t0, int seq,
+                                                  int hd) {
+    constexpr int PER_ROW = HD / 8, N = ROWS * PER_ROW / ATT_THREADS; // copies a row, a thread
+    static_assert(N * ATT_THREADS == ROWS * PER_ROW, "a tile of whole copies for every thread");
 #pragma unroll
-        for (int k = 0; k < N; k++) {
-            const int i = threadIdx.x + k * ATT_THREADS, r = i % ROWS, d0 = i / ROWS * 8, t = t0 + r;
-            if (vec && t < seq && d0 + 8 <= hd) {
-                chunk[k] = load_as<uint4>(head + (size_t)t * ld + d0);
-                continue;
-            }
-            uint32_t w[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int d = d0 + 2 * e;
-                T lo = t < seq && d < hd ? head[(size_t)t * ld + d] : T();
-                T hi = t < seq && d + 1 < hd ? head[(size_t)t * ld + d + 1] : T();
-                uint16_t bl, bh;
-                memcpy(&bl, &lo, 2), memcpy(&bh, &hi, 2);
-                w[e] = (uint32_t)bl | (uint32_t)bh << 16;
-            }
-            chunk[k] = uint4{w[0], w[1], w[2], w[3]};
-        }
+    for (int k = 0; k < N; k++) {
+        const int i = threadIdx.x + k * ATT_THREADS, r = i / PER_ROW, d0 = i % PER_ROW * 8, t = t0 + r;
+        const bool in = t < seq && d0 < hd;
+        cp_async_16(&rows_s[r * ldr + d0], in ? head + (size_t)t * ld + d0 : head, in ? 16 : 0);
     }
-
-    __device__ __forceinline__ void put(uint16_t *rows_s, int ldr, uint16_t *cols_s, int ldc) const {
-#pragma unroll
-        for (int k = 0; k < N; k++) {
-            const int i = threadIdx.x + k * ATT_THREADS, r = i % ROWS, d0 = i / ROWS * 8;
-            if (rows_s) store_as(&rows_s[r * ldr + d0], chunk[k]);
-            if (cols_s) {
-                const uint32_t w[4] = {chunk[k].x, chunk[k].y, chunk[k].z, chunk[k].w};
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    cols_s[(d0 + e) * ldc + r] = (uint16_t)(w[e / 2] >> 16 * (e % 2));
-            }
-        }
-    }
-};
+}
 
 // The A fragments of rows r and r + 8 (t: r's token; zeros past the sequence and hd) of
-// one head (rows ld elements apart), over its HD channels: a[kc] for channels kc 16 + ..
+// one head (rows ld elements apart, hd a multiple of 8), over its HD channels: a[kc] for
+// channels kc 16 + ..
 template <typename T, int HD>
 static __device__ __forceinline__ void row_fragments(uint32_t (&a)[HD / 16][4], const T *head, size_t ld, int t,
                                                      int seq, int hd) {
@@ -265,10 +241,22 @@ static __device__ __forceinline__ void row_fragments(uint32_t (&a)[HD / 16][4], 
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int tt = t + 8 * (i & 1), d = kc * 16 + 2 * qd + 8 * (i >> 1);
-            const T *p = head + (size_t)tt * ld + d;
-            float lo = tt < seq && d < hd ? to_f32(p[0]) : 0.0f, hi = tt < seq && d + 1 < hd ? to_f32(p[1]) : 0.0f;
-            a[kc][i] = pack_pair<T>(lo, hi);
+            a[kc][i] = tt < seq && d < hd ? load_as<uint32_t>(head + (size_t)tt * ld + d) : 0u;
         }
+}
+
+// B fragments from a tile in shared memory (rows of ld 16-bit values), one ldmatrix for
+// two n-tiles (mma.h): those of n-tiles n0 / 8 and n0 / 8 + 1 (b[0..1], b[2..3]) over the
+// 16 k values from k0, of B[k][n] = tile[n][k] (the tile's rows are B's columns).
+static __device__ __forceinline__ void b_pair_of_rows(uint32_t (&b)[4], const uint16_t *tile, int ld, int n0, int k0) {
+    const int lane = threadIdx.x % 32;
+    ldmatrix_x4<false>(b, tile + (n0 + lane % 8 + lane / 16 * 8) * ld + k0 + lane / 8 % 2 * 8);
+}
+
+// The same of B[k][n] = tile[k][n]: the tile's rows are B's rows, transposed by ldmatrix.
+static __device__ __forceinline__ void b_pair_of_cols(uint32_t (&b)[4], const uint16_t *tile, int ld, int n0, int k0) {
+    const int lane = threadIdx.x % 32;
+    ldmatrix_x4<true>(b, tile + (k0 + lane % 8 + lane / 8 % 2 * 8) * ld + n0 + lane / 16 * 8);
 }
 
 // One 16 x N product of this warp's rows (A: their fragments, row_fragments) with the
@@ -276,37 +264,39 @@ static __device__ __forceinline__ void row_fragments(uint32_t (&a)[HD / 16][4], 
 template <typename T, int HD, int NT>
 static __device__ __forceinline__ void rows_by_tile(float (&acc)[NT][4], const uint32_t (&a)[HD / 16][4],
                                                     const uint16_t *tile, int ldr) {
-    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
+    static_assert(NT % 2 == 0, "n-tiles in pairs, an ldmatrix each");
 #pragma unroll
     for (int j = 0; j < NT; j++)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
     for (int kc = 0; kc < HD / 16; kc++)
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const uint16_t *bp = tile + (j * 8 + gr) * ldr + kc * 16 + 2 * qd;
-            const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
-            mma_16816<T>(acc[j], a[kc], bb);
+        for (int j = 0; j < NT; j += 2) {
+            uint32_t b[4];
+            b_pair_of_rows(b, tile, ldr, j * 8, kc * 16);
+            mma_16816<T>(acc[j], a[kc], {b[0], b[1]});
+            mma_16816<T>(acc[j + 1], a[kc], {b[2], b[3]});
         }
 }
 
 // acc[j] += X Y for X the 16 x (16 NX) fragments x left as a product's (n-tiles 2c and
-// 2c + 1 are A's 16 columns c), rounded to T, and Y from a transposed tile (B[k][n] =
-// tt[n][k], rows of ldt).
+// 2c + 1 are A's 16 columns c), rounded to T, and Y a tile's rows (B[k][n] = tile[k][n],
+// rows of ld).
 template <typename T, int NX, int NO>
 static __device__ __forceinline__ void fragments_by_tile(float (&acc)[NO][4], const float (&x)[NX][4],
-                                                         const uint16_t *tt, int ldt) {
-    const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4;
+                                                         const uint16_t *tile, int ld) {
+    static_assert(NO % 2 == 0, "n-tiles in pairs, an ldmatrix each");
 #pragma unroll
     for (int c = 0; c < NX / 2; c++) {
         const uint32_t a[4] = {pack_pair<T>(x[2 * c][0], x[2 * c][1]), pack_pair<T>(x[2 * c][2], x[2 * c][3]),
                                pack_pair<T>(x[2 * c + 1][0], x[2 * c + 1][1]),
                                pack_pair<T>(x[2 * c + 1][2], x[2 * c + 1][3])};
 #pragma unroll
-        for (int j = 0; j < NO; j++) {
-            const uint16_t *bp = tt + (j * 8 + gr) * ldt + c * 16 + 2 * qd;
-            const uint32_t bb[2] = {load_pair(bp), load_pair(bp + 8)};
-            mma_16816<T>(acc[j], a, bb);
+        for (int j = 0; j < NO; j += 2) {
+            uint32_t b[4];
+            b_pair_of_cols(b, tile, ld, j * 8, c * 16);
+            mma_16816<T>(acc[j], a, {b[0], b[1]});
+            mma_16816<T>(acc[j + 1], a, {b[2], b[3]});
         }
     }
 }
@@ -330,62 +320,47 @@ static __device__ __forceinline__ void store_rows(T *head, size_t ld, int t, int
     }
 }
 
-// At 64 channels four blocks share an SM (128 registers a thread, none spilled): on an
-// H200 the forward took 9-11% less time than at the three its registers came to alone.
+// At 64 channels four blocks share an SM: on an H200 the forward took 9-11% less time
+// than at three (when a tile in flight took registers and four came to 128 of them).
 template <typename T, int HD>
 static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 4 : 1)
     flash_fwd_mma_kernel(T *out, float *lse, const T *qkv, int seq, int NH, int NKV, int hd, int window, float scale) {
     using F = mma_tile<HD>;
-    constexpr int BR = F::BR, BC = F::BC, LDQ = F::LDQ, LDV = F::LDV, NS = F::NS, NO = F::NO;
-    __shared__ __align__(16) uint16_t q_s[BR * LDQ], k_s[BC * LDQ], vt_s[HD * LDV];
-    SHARED_FRESH(q_s, k_s, vt_s);
+    constexpr int BR = F::BR, BC = F::BC, LDK = F::LDK, NS = F::NS, NO = F::NO;
+    __shared__ __align__(16) uint16_t k_s[2][BC * LDK], v_s[2][BC * LDK];
+    SHARED_FRESH(k_s, v_s);
     const int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BR, g = h / (NH / NKV);
     const size_t ld = (size_t)(NH + 2 * NKV) * hd;
     const T *x = qkv + (size_t)b * seq * ld;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, qd = lane % 4;
-    const int r0 = warp * 16 + gr; // this lane's rows of the tile: r0 and r0 + 8
-    {
-        tile_regs<T, HD, BR> q;
-        q.fetch(x + (size_t)h * hd, ld, q0, seq, hd);
-        q.put(q_s, LDQ, nullptr, 0);
-    }
+    const int r0 = warp * 16 + gr;      // this lane's rows of the tile: r0 and r0 + 8
+    const float scale2 = scale * LOG2E; // the scores in the base-2 exponentials
+    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1, kt_first = first_key(q0, window) / BC, kt_last = last / BC;
+    const T *keys = x + (size_t)(NH + g) * hd, *values = x + (size_t)(NH + NKV + g) * hd;
+    tile_async<T, HD, BC>(k_s[kt_first % 2], LDK, keys, ld, kt_first * BC, seq, hd);
+    tile_async<T, HD, BC>(v_s[kt_first % 2], LDK, values, ld, kt_first * BC, seq, hd);
+    cp_async_commit();
+    uint32_t aq[HD / 16][4]; // this warp's queries, while the first tile comes in
+    row_fragments<T, HD>(aq, x + (size_t)h * hd, ld, q0 + r0, seq, hd);
     float o[NO][4];
 #pragma unroll
     for (int j = 0; j < NO; j++)
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1, kt_last = last / BC;
-    const T *keys = x + (size_t)(NH + g) * hd, *values = x + (size_t)(NH + NKV + g) * hd;
-    tile_regs<T, HD, BC> kn, vn; // the next key tile's keys and values, in flight
-    kn.fetch(keys, ld, first_key(q0, window) / BC * BC, seq, hd);
-    vn.fetch(values, ld, first_key(q0, window) / BC * BC, seq, hd);
-    for (int kt = first_key(q0, window) / BC; kt <= kt_last; kt++) {
-        const int k0 = kt * BC;
-        __syncthreads(); // the previous tile's K and V are read
-        kn.put(k_s, LDQ, nullptr, 0);
-        vn.put(nullptr, 0, vt_s, LDV);
-        __syncthreads();
+    for (int kt = kt_first; kt <= kt_last; kt++) {
+        const int k0 = kt * BC, buf = kt % 2;
+        cp_async_wait<0>(); // this tile's keys and values
+        __syncthreads();    // ... every thread's, and every warp is done with the other buffers
         if (kt < kt_last) {
-            kn.fetch(keys, ld, k0 + BC, seq, hd);
-            vn.fetch(values, ld, k0 + BC, seq, hd);
+            tile_async<T, HD, BC>(k_s[1 - buf], LDK, keys, ld, k0 + BC, seq, hd);
+            tile_async<T, HD, BC>(v_s[1 - buf], LDK, values, ld, k0 + BC, seq, hd);
+            cp_async_commit();
         }
         // S = Q K^T: this warp's 16 rows by the tile's BC keys.
         float s[NS][4];
-#pragma unroll
-        for (int j = 0; j < NS; j++)
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-        for (int kc = 0; kc < HD / 16; kc++) {
-            const uint16_t *qa = q_s + r0 * LDQ + kc * 16 + 2 * qd;
-            const uint32_t a[4] = {load_pair(qa), load_pair(qa + 8 * LDQ), load_pair(qa + 8), load_pair(qa + 8 * LDQ + 8)};
-#pragma unroll
-            for (int j = 0; j < NS; j++) {
-                const uint16_t *kb = k_s + (j * 8 + gr) * LDQ + kc * 16 + 2 * qd;
-                const uint32_t bk[2] = {load_pair(kb), load_pair(kb + 8)};
-                mma_16816<T>(s[j], a, bk);
-            }
-        }
-        // The online softmax of rows r0 (i = 0, 1) and r0 + 8 (i = 2, 3).
+        rows_by_tile<T, HD, NS>(s, aq, k_s[buf], LDK);
+        // The online softmax of rows r0 (i = 0, 1) and r0 + 8 (i = 2, 3), m the maximum
+        // of the unscaled scores (the scale is positive).
         const bool full = tile_full(q0, BR, k0, BC, seq, window);
 #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -396,20 +371,21 @@ static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 4 : 1)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float &v = s[j][2 * half + e];
-                    v = full || sees(t, k0 + j * 8 + 2 * qd + e, seq, window) ? v * scale : -INFINITY;
+                    if (!full && !sees(t, k0 + j * 8 + 2 * qd + e, seq, window)) v = -INFINITY;
                     mx = fmaxf(mx, v);
                 }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             // mn stays -inf while the row has seen no key: exp(-inf - -inf) would be NaN.
-            const float mn = fmaxf(m[half], mx), corr = mn == -INFINITY ? 1.0f : expf(m[half] - mn);
+            const float mn = fmaxf(m[half], mx), mn2 = mn * scale2;
+            const float corr = mn == -INFINITY ? 1.0f : exp2f(__fmaf_rn(m[half], scale2, -mn2));
             float sum = 0.0f;
 #pragma unroll
             for (int j = 0; j < NS; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float &v = s[j][2 * half + e];
-                    v = mn == -INFINITY ? 0.0f : expf(v - mn);
+                    v = mn == -INFINITY ? 0.0f : exp2f(__fmaf_rn(v, scale2, -mn2));
                     sum += v;
                 }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -420,8 +396,8 @@ static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 4 : 1)
             for (int j = 0; j < NO; j++)
                 o[j][2 * half] *= corr, o[j][2 * half + 1] *= corr;
         }
-        // O += P V, P as S's fragments left it (rounded to T), V from its transposed tile.
-        fragments_by_tile<T, NS, NO>(o, s, vt_s, LDV);
+        // O += P V, P as S's fragments left it (rounded to T), V's fragments transposed.
+        fragments_by_tile<T, NS, NO>(o, s, v_s[buf], LDK);
     }
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -436,7 +412,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 4 : 1)
                 int d = j * 8 + 2 * qd + e;
                 if (d < hd) store_f32(&dst[d], o[j][2 * half + e] * inv);
             }
-        if (qd == 0) lse[((size_t)b * NH + h) * seq + t] = m[half] + logf(l[half]);
+        if (qd == 0) lse[((size_t)b * NH + h) * seq + t] = m[half] * scale + logf(l[half]);
     }
 }
 
@@ -629,17 +605,18 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 // ---- backward on tensor cores (bf16, fp16; head sizes up to 128) ----
 // The same two kernels with every product an m16n8k16 tile: each warp owns 16 rows (keys
 // in the dK/dV kernel, queries in the dQ kernel) and takes their A fragments straight
-// from memory, and the tile it pairs them with waits in shared memory as rows and, for
-// the product that sums over that tile, transposed. P and dS leave the score fragments
-// as A fragments rounded to the storage type, as in the forward.
+// from memory, and the tile it pairs them with comes into shared memory by cp.async, two
+// of each so that the next streams in while this one computes, as rows that ldmatrix
+// transposes for the product that sums over the tile. P and dS leave the score
+// fragments as A fragments rounded to the storage type, and P is a base-2 exponential,
+// as in the forward.
 
 template <int HD> struct mma_bwd_tile {
     static constexpr int KEYS = 64, QUERIES = HD <= 64 ? 64 : 32; // dK/dV: a block's keys, a query tile
     static constexpr int BR = 64, BC = HD <= 64 ? 64 : 32;        // dQ: a block's queries, a key tile
-    static constexpr int LDR = HD + 8, LDQT = QUERIES + 8, LDKT = BC + 8;
-    static_assert(sizeof(uint16_t) * (2 * ((size_t)QUERIES * LDR + (size_t)HD * LDQT)) + 2 * QUERIES * sizeof(float) <=
-                          48 * 1024 &&
-                      sizeof(uint16_t) * (2 * (size_t)BC * LDR + (size_t)HD * LDKT) <= 48 * 1024,
+    static constexpr int LDR = HD + 8;
+    static_assert(sizeof(uint16_t) * 4 * (size_t)QUERIES * LDR + 4 * QUERIES * sizeof(float) <= 48 * 1024 &&
+                      sizeof(uint16_t) * 4 * (size_t)BC * LDR <= 48 * 1024,
                   "tensor-core backward tiles over 48 KiB of static shared memory");
 };
 
@@ -651,14 +628,37 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     flash_bwd_dkv_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D, int seq, int NH,
                              int NKV, int hd, int window, float scale) {
     using M = mma_bwd_tile<HD>;
-    constexpr int KEYS = M::KEYS, QN = M::QUERIES, LDR = M::LDR, LDQT = M::LDQT, NQ = QN / 8, NO = HD / 8;
-    __shared__ __align__(16) uint16_t q_s[QN * LDR], qt_s[HD * LDQT], do_s[QN * LDR], dot_s[HD * LDQT];
-    __shared__ float lse_s[QN], D_s[QN];
-    SHARED_FRESH(q_s, qt_s, do_s, dot_s, lse_s, D_s);
+    constexpr int KEYS = M::KEYS, QN = M::QUERIES, LDR = M::LDR, NQ = QN / 8, NO = HD / 8;
+    __shared__ __align__(16) uint16_t q_s[2][QN * LDR], do_s[2][QN * LDR];
+    __shared__ float lse_s[2][QN], D_s[2][QN]; // lse in base 2: lse log2(e)
+    SHARED_FRESH(q_s, do_s, lse_s, D_s);
+    const float scale2 = scale * LOG2E;
     const int g = blockIdx.y, b = blockIdx.z, k0 = blockIdx.x * KEYS, G = NH / NKV, C = NH * hd;
     const size_t ld = (size_t)(NH + 2 * NKV) * hd;
     const T *x = qkv + (size_t)b * seq * ld, *dy = dout + (size_t)b * seq * C;
     const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4, kr = k0 + threadIdx.x / 32 * 16 + gr;
+    const int klast = (k0 + KEYS < seq ? k0 + KEYS : seq) - 1;
+    const int qlast = window > 0 && klast + window - 1 < seq - 1 ? klast + window - 1 : seq - 1;
+    // The (query head, query tile) pairs in order: query tiles k0 / QN .. qlast / QN of
+    // heads g G .. (g + 1) G. Pair (h, qt) goes to buffer buf: Q and dO by cp.async; lse
+    // and D (a float a row, their rows not 16-byte aligned) through registers, stored
+    // once the other buffer's products are done.
+    const int qt_first = k0 / QN, qt_last = qlast / QN;
+    float lse_n = 0.0f, D_n = 0.0f; // thread r < QN: row r's
+    auto issue = [&](int h, int qt, int buf) {
+        const int q0 = qt * QN, r = threadIdx.x;
+        tile_async<T, HD, QN>(q_s[buf], LDR, x + (size_t)h * hd, ld, q0, seq, hd);
+        tile_async<T, HD, QN>(do_s[buf], LDR, dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
+        cp_async_commit();
+        const size_t rows = ((size_t)b * NH + h) * seq;
+        const bool in = r < QN && q0 + r < seq;
+        lse_n = in ? lse[rows + q0 + r] * LOG2E : 0.0f, D_n = in ? D[rows + q0 + r] : 0.0f;
+    };
+    auto put_stats = [&](int buf) {
+        if (threadIdx.x < QN) lse_s[buf][threadIdx.x] = lse_n, D_s[buf][threadIdx.x] = D_n;
+    };
+    issue(g * G, qt_first, 0);
+    put_stats(0);
     float dk[NO][4], dv[NO][4];
 #pragma unroll
     for (int j = 0; j < NO; j++)
@@ -668,78 +668,62 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     uint32_t ak[HD / 16][4], av[HD / 16][4]; // this warp's keys and values, fixed over the loops
     row_fragments<T, HD>(ak, x + (size_t)(NH + g) * hd, ld, kr, seq, hd);
     row_fragments<T, HD>(av, x + (size_t)(NH + NKV + g) * hd, ld, kr, seq, hd);
-    const int klast = (k0 + KEYS < seq ? k0 + KEYS : seq) - 1;
-    const int qlast = window > 0 && klast + window - 1 < seq - 1 ? klast + window - 1 : seq - 1;
-    // The (query head, query tile) pairs in order, the next one's tiles in flight: query
-    // tiles k0 / QN .. qlast / QN of heads g G .. (g + 1) G. With 128 channels the
-    // registers of a tile in flight would spill: the tile is fetched when its turn comes.
-    constexpr bool AHEAD = HD <= 64;
-    const int qt_first = k0 / QN, qt_last = qlast / QN;
-    tile_regs<T, HD, QN> qn, don;
-    float lse_n = 0.0f, D_n = 0.0f; // thread r < QN: row r's
-    auto fetch = [&](int h, int qt) {
-        const int q0 = qt * QN, r = threadIdx.x;
-        qn.fetch(x + (size_t)h * hd, ld, q0, seq, hd);
-        don.fetch(dy + (size_t)h * hd, (size_t)C, q0, seq, hd);
-        if (r < QN && q0 + r < seq) {
-            const size_t rows = ((size_t)b * NH + h) * seq;
-            lse_n = lse[rows + q0 + r], D_n = D[rows + q0 + r];
-        } else {
-            lse_n = D_n = 0.0f;
-        }
-    };
-    if (AHEAD) fetch(g * G, qt_first);
-    for (int h = g * G, qt = qt_first; h < (g + 1) * G;) {
+    for (int h = g * G, qt = qt_first, buf = 0; h < (g + 1) * G; buf = 1 - buf) {
         const int q0 = qt * QN;
-        if (!AHEAD) fetch(h, qt);
-        __syncthreads(); // the previous query tile is read
-        qn.put(q_s, LDR, qt_s, LDQT);
-        don.put(do_s, LDR, dot_s, LDQT);
-        if (threadIdx.x < QN) lse_s[threadIdx.x] = lse_n, D_s[threadIdx.x] = D_n;
-        __syncthreads();
+        cp_async_wait<0>(); // this pair's tiles
+        __syncthreads();    // ... every thread's, and every warp is done with the other buffer
         if (++qt > qt_last) h++, qt = qt_first;
-        if (AHEAD && h < (g + 1) * G) fetch(h, qt);
+        const bool next = h < (g + 1) * G;
+        if (next) issue(h, qt, 1 - buf);
         float p[NQ][4], ds[NQ][4];
-        rows_by_tile<T, HD, NQ>(p, ak, q_s, LDR);
-        rows_by_tile<T, HD, NQ>(ds, av, do_s, LDR);
+        rows_by_tile<T, HD, NQ>(p, ak, q_s[buf], LDR);
+        rows_by_tile<T, HD, NQ>(ds, av, do_s[buf], LDR);
         const bool full = tile_full(q0, QN, k0, KEYS, seq, window);
 #pragma unroll
-            for (int j = 0; j < NQ; j++)
+        for (int j = 0; j < NQ; j++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int key = kr + 8 * (i >> 1), c = j * 8 + 2 * qd + (i & 1);
-                    const float pr = full || sees(q0 + c, key, seq, window) ? expf(p[j][i] * scale - lse_s[c]) : 0.0f;
-                    p[j][i] = pr;
-                    ds[j][i] = pr * (ds[j][i] - D_s[c]) * scale;
-                }
-            fragments_by_tile<T, NQ, NO>(dv, p, dot_s, LDQT);
-            fragments_by_tile<T, NQ, NO>(dk, ds, qt_s, LDQT);
+            for (int i = 0; i < 4; i++) {
+                const int key = kr + 8 * (i >> 1), c = j * 8 + 2 * qd + (i & 1);
+                const float pr =
+                    full || sees(q0 + c, key, seq, window) ? exp2f(__fmaf_rn(p[j][i], scale2, -lse_s[buf][c])) : 0.0f;
+                p[j][i] = pr;
+                ds[j][i] = pr * (ds[j][i] - D_s[buf][c]) * scale;
+            }
+        fragments_by_tile<T, NQ, NO>(dv, p, do_s[buf], LDR);
+        fragments_by_tile<T, NQ, NO>(dk, ds, q_s[buf], LDR);
+        if (next) put_stats(1 - buf);
     }
     store_rows<T, NO>(dqkv + (size_t)b * seq * ld + (size_t)(NH + g) * hd, ld, kr, seq, hd, dk);
     store_rows<T, NO>(dqkv + (size_t)b * seq * ld + (size_t)(NH + NKV + g) * hd, ld, kr, seq, hd, dv);
 }
 
 // dQ of the 64 queries at q0 of head h, 16 a warp: S = Q K^T and dP = dO V^T per key tile,
-// then dQ += dS K, over the key tiles the queries see, in order. Each key tile is fetched
-// in its turn, and at 64 channels three blocks share an SM: a tile in flight held the
-// kernel to two, and the backward was 3-4% slower so on an H200.
+// then dQ += dS K, over the key tiles the queries see, in order. At 64 channels three
+// blocks share an SM: on an H200 that was 3-4% faster than two with a tile in flight in
+// registers (now cp.async holds it, in shared memory).
 template <typename T, int HD>
 static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 3 : 1)
     flash_bwd_dq_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D, int seq, int NH,
                             int NKV, int hd, int window, float scale) {
     using M = mma_bwd_tile<HD>;
-    constexpr int BR = M::BR, BC = M::BC, LDR = M::LDR, LDKT = M::LDKT, NS = BC / 8, NO = HD / 8;
-    __shared__ __align__(16) uint16_t k_s[BC * LDR], v_s[BC * LDR], kt_s[HD * LDKT];
-    SHARED_FRESH(k_s, v_s, kt_s);
+    constexpr int BR = M::BR, BC = M::BC, LDR = M::LDR, NS = BC / 8, NO = HD / 8;
+    __shared__ __align__(16) uint16_t k_s[2][BC * LDR], v_s[2][BC * LDR];
+    SHARED_FRESH(k_s, v_s);
     const int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BR, g = h / (NH / NKV), C = NH * hd;
     const size_t ld = (size_t)(NH + 2 * NKV) * hd, rows = ((size_t)b * NH + h) * seq;
     const T *x = qkv + (size_t)b * seq * ld, *dy = dout + (size_t)b * seq * C;
     const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4, tr = q0 + threadIdx.x / 32 * 16 + gr;
-    float lse_r[2], D_r[2];
+    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1, kt_first = first_key(q0, window) / BC, kt_last = last / BC;
+    const T *keys = x + (size_t)(NH + g) * hd, *values = x + (size_t)(NH + NKV + g) * hd;
+    tile_async<T, HD, BC>(k_s[kt_first % 2], LDR, keys, ld, kt_first * BC, seq, hd);
+    tile_async<T, HD, BC>(v_s[kt_first % 2], LDR, values, ld, kt_first * BC, seq, hd);
+    cp_async_commit();
+    const float scale2 = scale * LOG2E;
+    float lse_r[2], D_r[2]; // lse in base 2: lse log2(e)
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int t = tr + 8 * half;
-        lse_r[half] = t < seq ? lse[rows + t] : 0.0f;
+        lse_r[half] = t < seq ? lse[rows + t] * LOG2E : 0.0f;
         D_r[half] = t < seq ? D[rows + t] : 0.0f;
     }
     float dq[NO][4];
@@ -749,31 +733,30 @@ static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 3 : 1)
     uint32_t aq[HD / 16][4], ado[HD / 16][4]; // this warp's queries and output gradients
     row_fragments<T, HD>(aq, x + (size_t)h * hd, ld, tr, seq, hd);
     row_fragments<T, HD>(ado, dy + (size_t)h * hd, (size_t)C, tr, seq, hd);
-    const int last = (q0 + BR < seq ? q0 + BR : seq) - 1, kt_last = last / BC;
-    const T *keys = x + (size_t)(NH + g) * hd, *values = x + (size_t)(NH + NKV + g) * hd;
-    tile_regs<T, HD, BC> kn, vn; // the key tile's, fetched in turn
-    for (int kt = first_key(q0, window) / BC; kt <= kt_last; kt++) {
-        const int k0 = kt * BC;
-        kn.fetch(keys, ld, k0, seq, hd);
-        vn.fetch(values, ld, k0, seq, hd);
-        __syncthreads(); // the previous key tile is read
-        kn.put(k_s, LDR, kt_s, LDKT);
-        vn.put(v_s, LDR, nullptr, 0);
-        __syncthreads();
+    for (int kt = kt_first; kt <= kt_last; kt++) {
+        const int k0 = kt * BC, buf = kt % 2;
+        cp_async_wait<0>(); // this tile's keys and values
+        __syncthreads();    // ... every thread's, and every warp is done with the other buffers
+        if (kt < kt_last) {
+            tile_async<T, HD, BC>(k_s[1 - buf], LDR, keys, ld, k0 + BC, seq, hd);
+            tile_async<T, HD, BC>(v_s[1 - buf], LDR, values, ld, k0 + BC, seq, hd);
+            cp_async_commit();
+        }
         float s[NS][4], ds[NS][4];
-        rows_by_tile<T, HD, NS>(s, aq, k_s, LDR);
-        rows_by_tile<T, HD, NS>(ds, ado, v_s, LDR);
+        rows_by_tile<T, HD, NS>(s, aq, k_s[buf], LDR);
+        rows_by_tile<T, HD, NS>(ds, ado, v_s[buf], LDR);
         const bool full = tile_full(q0, BR, k0, BC, seq, window);
 #pragma unroll
         for (int j = 0; j < NS; j++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int half = i >> 1, key = k0 + j * 8 + 2 * qd + (i & 1);
-                const float pr =
-                    full || sees(tr + 8 * half, key, seq, window) ? expf(s[j][i] * scale - lse_r[half]) : 0.0f;
+                const float pr = full || sees(tr + 8 * half, key, seq, window)
+                                     ? exp2f(__fmaf_rn(s[j][i], scale2, -lse_r[half]))
+                                     : 0.0f;
                 ds[j][i] = pr * (ds[j][i] - D_r[half]) * scale;
             }
-        fragments_by_tile<T, NS, NO>(dq, ds, kt_s, LDKT);
+        fragments_by_tile<T, NS, NO>(dq, ds, k_s[buf], LDR);
     }
     store_rows<T, NO>(dqkv + (size_t)b * seq * ld + (size_t)h * hd, ld, tr, seq, hd, dq);
 }
@@ -835,12 +818,20 @@ template <typename T, int HD> static zinf_status fwd_mma_hd(cudaStream_t st, con
     return ZINF_OK;
 }
 
+// Whether the tensor-core kernels take these heads: rows they copy 16 bytes at a time
+// (qkv, and dout in the backward, 16-byte aligned; hd a multiple of 8, as every model's).
+static bool mma_rows(const zinf_attention_args *a, bool backward) {
+    return a->hd % 8 == 0 && (uintptr_t)a->qkv % 16 == 0 && (!backward || (uintptr_t)a->dout % 16 == 0);
+}
+
 template <typename T> static zinf_status attention_fwd_t(cudaStream_t st, const zinf_attention_args *a) {
     float scale = 1.0f / sqrtf((float)a->hd);
     // 16-bit storage with heads of 33 to 128 channels: on tensor cores.
     if constexpr (sizeof(T) == 2) {
-        if (ATT_HD_PAD(a->hd) == 64) return fwd_mma_hd<T, 64>(st, a, scale);
-        if (ATT_HD_PAD(a->hd) == 128) return fwd_mma_hd<T, 128>(st, a, scale);
+        if (mma_rows(a, false)) {
+            if (ATT_HD_PAD(a->hd) == 64) return fwd_mma_hd<T, 64>(st, a, scale);
+            if (ATT_HD_PAD(a->hd) == 128) return fwd_mma_hd<T, 128>(st, a, scale);
+        }
     }
     switch (ATT_HD_PAD(a->hd)) {
     case 32: return fwd_hd<T, 32>(st, a, scale);
@@ -858,8 +849,10 @@ template <typename T> static zinf_status attention_bwd_t(cudaStream_t st, const 
                                  st)((float *)a->ws, (const T *)a->out, (const T *)a->dout, a->T, a->NH, a->hd, rows);
     ZINF_CUDA_LAUNCHED("rowdot_kernel");
     if constexpr (sizeof(T) == 2) { // as the forward: 16-bit heads of 33 to 128 channels on tensor cores
-        if (ATT_HD_PAD(a->hd) == 64) return bwd_mma_hd<T, 64>(st, a, scale);
-        if (ATT_HD_PAD(a->hd) == 128) return bwd_mma_hd<T, 128>(st, a, scale);
+        if (mma_rows(a, true)) {
+            if (ATT_HD_PAD(a->hd) == 64) return bwd_mma_hd<T, 64>(st, a, scale);
+            if (ATT_HD_PAD(a->hd) == 128) return bwd_mma_hd<T, 128>(st, a, scale);
+        }
     }
     switch (ATT_HD_PAD(a->hd)) {
     case 32: return bwd_hd<T, 32>(st, a, scale);

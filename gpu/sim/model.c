@@ -90,7 +90,8 @@ double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, doubl
 // The fractions of the 16-bit tensor peak the tensor-core attention kernels reached,
 // counting the FLOPs of the pairs a query sees: GPT-2 124M 0.066 forward and 0.092
 // backward, Llama-3.2-1B 0.080 and 0.102 (8 x 1024, bf16, head size 64, zinf
-// device-bench on an H200, 2026-11-26, commit 3ed764a); the means.
+// device-bench on an H200, 2026-11-26, commit 3ed764a); the means. The kernels now take
+// their tiles by cp.async and their fragments by ldmatrix, not yet timed on a GPU.
 static const double attention_tensor_fwd_eff = 0.073, attention_tensor_bwd_eff = 0.097;
 
 // cuDNN 9.19's fused attention, the same count: GPT-2 124M 0.257 forward and 0.239
@@ -112,7 +113,7 @@ double zinf_sim_attention_s(const zinf_sim_rates *r, zinf_dtype dt, int B, int T
         return r->launch_s +
                pair_flops * hd / (r->flops16 * (backward ? attention_cudnn_bwd_eff : attention_cudnn_fwd_eff));
     double flops = pair_flops * ATT_HD_PAD(hd);
-    bool tensor = dt != ZINF_DTYPE_F32 && hd > 32 && hd <= 128;
+    bool tensor = dt != ZINF_DTYPE_F32 && hd > 32 && hd <= 128 && hd % 8 == 0; // rows copied 16 bytes at a time
     double rate = tensor ? r->flops16 * (backward ? attention_tensor_bwd_eff : attention_tensor_fwd_eff)
                          : r->flops32 * r->matmul32_eff;
     return r->launch_s + flops / rate;
