@@ -590,8 +590,8 @@ static void attention_cases(zinf_dtype dt) {
     test_attention(dt, 40, 4, 2, 128, 0);
     test_attention(dt, 40, 2, 1, 128, 19);
     test_attention(dt, 21, 2, 1, 256, 10);
-    // Rows the tensor-core kernels cannot read 16 bytes at a time: 36 channels, tokens
-    // 180 values apart.
+    // Rows no 16-byte copy can read (36 channels, tokens 180 values apart): in 16-bit
+    // storage, the CUDA cores' kernels (the tensor-core ones take whole 16-byte pieces).
     test_attention(dt, 75, 3, 1, 36, 0);
     // Tiles that need no mask (queries 64 to 127 see all of keys 0 to 63), with a window
     // that masks them again.
