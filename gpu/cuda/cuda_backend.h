@@ -141,9 +141,11 @@ static inline unsigned ew_blocks(size_t n) {
 // ---- vector loads and stores ----
 
 // The V (uint32_t, uint4) at p, aligned to its size, in one load, or stored in one
-// store; under the emulation a memcpy, which C++ allows through any pointer.
+// store; under the emulation a memcpy, which C++ allows through any pointer, that faults
+// where p is not aligned, as the GPU does.
 template <typename V> __device__ __forceinline__ V load_as(const void *p) {
 #ifdef CUDA_EMU_LAUNCH
+    ::cuda_emu::vector_access(p, sizeof(V));
     V v;
     memcpy(&v, p, sizeof v);
     return v;
@@ -154,6 +156,7 @@ template <typename V> __device__ __forceinline__ V load_as(const void *p) {
 
 template <typename V> __device__ __forceinline__ void store_as(void *p, V v) {
 #ifdef CUDA_EMU_LAUNCH
+    ::cuda_emu::vector_access(p, sizeof(V));
     memcpy(p, &v, sizeof v);
 #else
     *(V *)p = v;

@@ -597,6 +597,10 @@ void cp_async_wait(int pending) {
     f->copies.swap(left);
 }
 
+void vector_access(const void *p, size_t bytes) {
+    if ((uintptr_t)p % bytes) undefined(running, "a vector load or store at an address not aligned to its size");
+}
+
 void shared_fresh(void *p, size_t bytes) {
     block_run *b = running;
     if (!b) return;
@@ -725,6 +729,7 @@ void run_kernel(int device, const launch_config &cfg, const void *kernel, const 
                 b.fresh.clear();
                 b.warp_turns = draw(&b.random) & 1;
                 bool ok = b.direct ? run_direct(b, uint3{x, y, z}, cfg) : run_block(b, fibers, uint3{x, y, z}, cfg, &why);
+                if (!ok && b.direct) why = b.error; // what ended it: a warp function, or another fault
                 if (!ok) {
                     fault(device, cudaErrorLaunchFailure,
                           "kernel %p, block (%u,%u,%u) of (%u,%u,%u) x (%u,%u,%u) threads: %s", kernel, x, y, z,

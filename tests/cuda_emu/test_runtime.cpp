@@ -6,7 +6,8 @@
 // same values in shared memory or every lane wrote before leaving an exchange), mma.sync
 // m16n8k16 in bf16 and fp16 against a product in double (fragments per the PTX ISA; a
 // warp short of 32 lanes faults), ldmatrix x4 and x4.trans against the PTX ISA's
-// layout (an address outside shared memory or misaligned faults), cp.async's copies,
+// layout (an address outside shared memory or misaligned faults), a vector load off its
+// alignment (a fault), cp.async's copies,
 // zeros and groups (a read before the wait shows; an address outside shared memory or
 // misaligned, or a thread that exits before its wait, faults), streams,
 // events, host functions, the pageable and pinned rules of cudaMemcpyAsync (host to
@@ -184,6 +185,12 @@ static __global__ void cp_async_rows(uint16_t *out, const uint16_t *src, int how
         out[8 * lane + k] = t[8 * ((lane + 1) % 32) + k]; // another thread's row, after the barrier
 }
 
+// A 16-byte load at p, as gpu/cuda's load_as makes it.
+static __global__ void load16(int *out, const char *p) {
+    cuda_emu::vector_access(p, 16);
+    memcpy(out, p, 16);
+}
+
 // Only the first half of the block reaches the barrier: undefined, so a fault.
 static __global__ void half_barrier(int *out) {
     if (threadIdx.x < blockDim.x / 2) __syncthreads();
@@ -221,14 +228,14 @@ static int *dev_ints(int n) {
 static void test_devices() {
     int n = 0;
     EXPECT(cudaGetDeviceCount(&n), cudaSuccess);
-    CHECK(n == 14, "%d devices (CUDA_EMU_DEVICES=14)", n);
+    CHECK(n == 15, "%d devices (CUDA_EMU_DEVICES=15)", n);
     cudaDeviceProp p;
     EXPECT(cudaGetDeviceProperties(&p, 0), cudaSuccess);
     CHECK(p.major == 9 && p.minor == 0 && p.multiProcessorCount == 132 && p.maxThreadsPerBlock == 1024,
           "cc %d.%d, %d SMs", p.major, p.minor, p.multiProcessorCount);
     CHECK(p.totalGlobalMem == (size_t)1 << 30, "memory %zu (CUDA_EMU_MEMORY=1G)", p.totalGlobalMem);
-    EXPECT(cudaGetDeviceProperties(&p, 14), cudaErrorInvalidDevice);
-    EXPECT(cudaSetDevice(14), cudaErrorInvalidDevice);
+    EXPECT(cudaGetDeviceProperties(&p, 15), cudaErrorInvalidDevice);
+    EXPECT(cudaSetDevice(15), cudaErrorInvalidDevice);
     EXPECT(cudaGetLastError(), cudaErrorInvalidDevice);
     EXPECT(cudaGetLastError(), cudaSuccess); // read and reset
 }
@@ -528,6 +535,13 @@ static void test_faults() {
         CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure, "cp.async %s: no fault", cp_faults[i]);
     }
 
+    EXPECT(cudaSetDevice(14), cudaSuccess); // a 16-byte load 8 bytes off its alignment
+    int *d14 = dev_ints(16);
+    load16 LAUNCH(1, 1, 0, 0)(d14, (const char *)d14 + 16);
+    EXPECT(cudaDeviceSynchronize(), cudaSuccess);
+    load16 LAUNCH(1, 1, 0, 0)(d14, (const char *)d14 + 8);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
 #if !defined(__SANITIZE_ADDRESS__) // there ASan reports the write itself
     EXPECT(cudaSetDevice(7), cudaSuccess);
     char *c = nullptr;
@@ -732,7 +746,7 @@ static void test_conversions() {
 
 int main() {
     setenv("CUDA_EMU_MEMORY", "1G", 1);
-    setenv("CUDA_EMU_DEVICES", "14", 1); // one device for each fault
+    setenv("CUDA_EMU_DEVICES", "15", 1); // one device for each fault
 
     unsetenv("CUDA_VISIBLE_DEVICES");
     test_devices();

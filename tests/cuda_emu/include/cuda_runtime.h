@@ -303,6 +303,11 @@ void ldmatrix_x4(uint32_t d[4], const void *row, bool trans);
 void cp_async_16(void *dst, const void *src, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int pending);
+
+// A load or store of `bytes` (2, 4, 8 or 16) at p in one access: a GPU faults where p is
+// not aligned to its size (Programming Guide, "Device Memory Accesses"), and so does the
+// emulation.
+void vector_access(const void *p, size_t bytes);
 template <typename... T> void shared_fresh_all(T &...objects) { (shared_fresh((void *)&objects, sizeof objects), ...); }
 } // namespace cuda_emu
 
