@@ -720,37 +720,125 @@ zinf_status cuda_embedding_bwd(cudaStream_t st, zinf_dtype dt, const op_embeddin
 }
 
 // ---- add, scale, cast ----
+// Eight elements a thread a step (flat8: one 16-byte load of 16-bit values, two of
+// fp32) where every array is 16-byte aligned, as buffers from the device are; the last
+// n % 8 elements, and arrays that are not aligned, one at a time. Each element's
+// arithmetic is the same either way, so the bits are too.
 
-template <typename T> static __global__ void add_kernel(T *out, const T *a, const T *b, size_t n) {
-    EW_LOOP(i, n) store_f32(&out[i], to_f32(a[i]) + to_f32(b[i]));
+template <typename T> struct flat8 {
+    static constexpr int PER = 16 / (int)sizeof(T); // values a 16-byte load
+
+    static __device__ __forceinline__ void load(float (&f)[8], const T *p) {
+#pragma unroll
+        for (int h = 0; h < 8 / PER; h++) {
+            uint4 u = load_as<uint4>(p + h * PER);
+            T t[PER];
+            memcpy(t, &u, 16);
+#pragma unroll
+            for (int k = 0; k < PER; k++)
+                f[h * PER + k] = to_f32(t[k]);
+        }
+    }
+
+    static __device__ __forceinline__ void store(T *p, const float (&f)[8]) {
+#pragma unroll
+        for (int h = 0; h < 8 / PER; h++) {
+            T t[PER];
+#pragma unroll
+            for (int k = 0; k < PER; k++)
+                store_f32(&t[k], f[h * PER + k]);
+            uint4 u;
+            memcpy(&u, t, 16);
+            store_as(p + h * PER, u);
+        }
+    }
+};
+
+// The elements in chunks of eight: n8 of them where vec, then the rest one at a time.
+static inline size_t chunks8(size_t n, bool vec) { return vec ? n / 8 : 0; }
+static inline unsigned flat_blocks(size_t n, bool vec) { return ew_blocks(vec ? n / 8 + n % 8 : n); }
+template <typename... P> static inline bool aligned16(const P *...p) { return ((uintptr_t)p | ...) % 16 == 0; }
+
+template <typename T> static __global__ void add_kernel(T *out, const T *a, const T *b, size_t n, size_t n8) {
+    EW_LOOP(c, n8) {
+        float x[8], y[8];
+        flat8<T>::load(x, a + 8 * c), flat8<T>::load(y, b + 8 * c);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            x[k] += y[k];
+        flat8<T>::store(out + 8 * c, x);
+    }
+    EW_LOOP(i, n - 8 * n8) {
+        const size_t j = 8 * n8 + i;
+        store_f32(&out[j], to_f32(a[j]) + to_f32(b[j]));
+    }
 }
 
-template <typename T> static __global__ void scale_kernel(T *x, float scale, size_t n) {
-    EW_LOOP(i, n) store_f32(&x[i], to_f32(x[i]) * scale);
+template <typename T> static __global__ void scale_kernel(T *x, float scale, size_t n, size_t n8) {
+    EW_LOOP(c, n8) {
+        float v[8];
+        flat8<T>::load(v, x + 8 * c);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] *= scale;
+        flat8<T>::store(x + 8 * c, v);
+    }
+    EW_LOOP(i, n - 8 * n8) {
+        const size_t j = 8 * n8 + i;
+        store_f32(&x[j], to_f32(x[j]) * scale);
+    }
 }
 
-template <typename D, typename S> static __global__ void cast_kernel(D *dst, const S *src, size_t n) {
-    EW_LOOP(i, n) store_f32(&dst[i], to_f32(src[i])); // widening to fp32 is exact: one rounding
+// Widening to fp32 is exact: one rounding, at the store.
+template <typename D, typename S> static __global__ void cast_kernel(D *dst, const S *src, size_t n, size_t n8) {
+    EW_LOOP(c, n8) {
+        float v[8];
+        flat8<S>::load(v, src + 8 * c);
+        flat8<D>::store(dst + 8 * c, v);
+    }
+    EW_LOOP(i, n - 8 * n8) {
+        const size_t j = 8 * n8 + i;
+        store_f32(&dst[j], to_f32(src[j]));
+    }
 }
 
-template <typename S> static __global__ void accumulate_kernel(float *sums, const S *x, size_t n, bool first) {
-    EW_LOOP(i, n) sums[i] = (first ? 0.0f : sums[i]) + to_f32(x[i]);
+template <typename S>
+static __global__ void accumulate_kernel(float *sums, const S *x, size_t n, size_t n8, bool first) {
+    EW_LOOP(c, n8) {
+        float v[8], s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        flat8<S>::load(v, x + 8 * c);
+        if (!first) flat8<float>::load(s, sums + 8 * c);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            s[k] += v[k];
+        flat8<float>::store(sums + 8 * c, s);
+    }
+    EW_LOOP(i, n - 8 * n8) {
+        const size_t j = 8 * n8 + i;
+        sums[j] = (first ? 0.0f : sums[j]) + to_f32(x[j]);
+    }
 }
 
 template <typename T> static zinf_status add_t(cudaStream_t st, const op_elementwise *e) {
-    add_kernel<T> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (const T *)e->b, e->n);
+    const bool vec = aligned16(e->out, e->a, e->b);
+    add_kernel<T> CUDA_LAUNCH(flat_blocks(e->n, vec), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (const T *)e->b,
+                                                                         e->n, chunks8(e->n, vec));
     ZINF_CUDA_LAUNCHED("add_kernel");
     return ZINF_OK;
 }
 
 template <typename T> static zinf_status scale_t(cudaStream_t st, const op_elementwise *e) {
-    scale_kernel<T> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((T *)e->out, e->scale, e->n);
+    const bool vec = aligned16(e->out);
+    scale_kernel<T> CUDA_LAUNCH(flat_blocks(e->n, vec), EW_THREADS, 0, st)((T *)e->out, e->scale, e->n,
+                                                                           chunks8(e->n, vec));
     ZINF_CUDA_LAUNCHED("scale_kernel");
     return ZINF_OK;
 }
 
 template <typename D, typename S> static zinf_status cast_t(cudaStream_t st, const op_elementwise *e) {
-    cast_kernel<D, S> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((D *)e->out, (const S *)e->a, e->n);
+    const bool vec = aligned16(e->out, e->a);
+    cast_kernel<D, S> CUDA_LAUNCH(flat_blocks(e->n, vec), EW_THREADS, 0, st)((D *)e->out, (const S *)e->a, e->n,
+                                                                             chunks8(e->n, vec));
     ZINF_CUDA_LAUNCHED("cast_kernel");
     return ZINF_OK;
 }
@@ -765,8 +853,9 @@ template <typename D> static zinf_status cast_to(cudaStream_t st, const op_eleme
 }
 
 template <typename S> static zinf_status accumulate_t(cudaStream_t st, const op_elementwise *e) {
-    accumulate_kernel<S> CUDA_LAUNCH(ew_blocks(e->n), EW_THREADS, 0, st)((float *)e->out, (const S *)e->a, e->n,
-                                                                         e->first);
+    const bool vec = aligned16(e->out, e->a);
+    accumulate_kernel<S> CUDA_LAUNCH(flat_blocks(e->n, vec), EW_THREADS, 0, st)((float *)e->out, (const S *)e->a, e->n,
+                                                                                chunks8(e->n, vec), e->first);
     ZINF_CUDA_LAUNCHED("accumulate_kernel");
     return ZINF_OK;
 }

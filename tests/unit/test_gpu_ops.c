@@ -317,6 +317,15 @@ static void test_elementwise(zinf_dtype dt) {
         ref[i] = -0.375 * y[i];
     compare("scale", dt, dy, ref, n);
 
+    // Views one element in: on CUDA, arrays not 16-byte aligned go one element at a time.
+    size_t es = zinf_dtype_size(dt);
+    TRY(zinf_memset_async(S, out, 0xff, n * es));
+    TRY(zinf_add(S, dt, (char *)out + es, (char *)dx + es, (char *)dy + es, n - 1));
+    TRY(zinf_scale(S, dt, (char *)out + es, 2.0f, n - 1));
+    for (size_t i = 1; i < n; i++) // dx holds x + y, dy holds -0.375 y
+        ref[i - 1] = 2.0 * (((double)x[i] + y[i]) - 0.375 * y[i]);
+    compare("add and scale, unaligned", dt, (char *)out + es, ref, n - 1);
+
     zinf_device_free(dev, dx), zinf_device_free(dev, dy), zinf_device_free(dev, out);
     free(x), free(y), free(ref);
 }
@@ -362,6 +371,13 @@ static void test_cast(zinf_dtype from, zinf_dtype to) {
     from_device(S, h, out, n * zinf_dtype_size(to));
     CHECK(memcmp(h, want, n * zinf_dtype_size(to)) == 0, "cast %s -> %s is not round-to-nearest-even",
           zinf_dtype_name(from), zinf_dtype_name(to));
+    // A view one element in (on CUDA, one element at a time): the same bits.
+    size_t ef = zinf_dtype_size(from), et = zinf_dtype_size(to);
+    TRY(zinf_memset_async(S, out, 0xff, n * et));
+    TRY(zinf_cast(S, (char *)out + et, to, (char *)dx + ef, from, n - 1));
+    from_device(S, h, out, n * et);
+    CHECK(memcmp((char *)h + et, (char *)want + et, (n - 1) * et) == 0, "cast %s -> %s, unaligned, differs",
+          zinf_dtype_name(from), zinf_dtype_name(to));
     zinf_device_free(dev, dx), zinf_device_free(dev, out), free(x), free(h), free(want);
 }
 
@@ -386,6 +402,14 @@ static void test_accumulate(zinf_dtype dt) {
     from_device(S, h, ds, n * sizeof *h);
     CHECK(memcmp(h, want, n * sizeof *h) == 0, "accumulate %s, first: not the bits of adding into zeros",
           zinf_dtype_name(dt));
+    // Views one element in (on CUDA, one element at a time): sums + x again.
+    size_t es = zinf_dtype_size(dt);
+    TRY(zinf_accumulate(S, ds + 1, (char *)dx + es, dt, n - 1, false));
+    from_device(S, h, ds, n * sizeof *h);
+    int bad = 0;
+    for (size_t i = 1; i < n; i++)
+        bad += memcmp(&h[i], &(float){want[i] + x[i]}, sizeof *h) != 0;
+    CHECK(bad == 0, "accumulate %s, unaligned: %d sums' bits differ", zinf_dtype_name(dt), bad);
     CHECK(zinf_accumulate(S, ds, NULL, dt, n, false) == ZINF_ERR_INVAL && strstr(zinf_last_error(), "accumulate"),
           "accumulate from NULL: %s", zinf_last_error());
     zinf_device_free(dev, dx), zinf_device_free(dev, ds), free(x), free(sums), free(want), free(h);
