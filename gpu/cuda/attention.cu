@@ -229,6 +229,16 @@ static __device__ __forceinline__ void tile_async(uint16_t *rows_s, int ldr, con
     }
 }
 
+// Key tile kt's keys and values (rows of LD values) sent into buffer kt % 2 of k_s and
+// v_s by cp.async, as one group: the forward's and dQ's loops over key tiles.
+template <typename T, int HD, int BC, int LD>
+static __device__ __forceinline__ void send_key_tile(uint16_t (&k_s)[2][BC * LD], uint16_t (&v_s)[2][BC * LD], int kt,
+                                                     const T *keys, const T *values, size_t ld, int seq, int hd) {
+    tile_async<T, HD, BC>(k_s[kt % 2], LD, keys, ld, kt * BC, seq, hd);
+    tile_async<T, HD, BC>(v_s[kt % 2], LD, values, ld, kt * BC, seq, hd);
+    cp_async_commit();
+}
+
 // The A fragments of rows r and r + 8 (t: r's token; zeros past the sequence and hd) of
 // one head (rows ld elements apart, hd a multiple of 8), over its HD channels: a[kc] for
 // channels kc 16 + ..
@@ -337,9 +347,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 4 : 1)
     const float scale2 = scale * LOG2E; // the scores in the base-2 exponentials
     const int last = (q0 + BR < seq ? q0 + BR : seq) - 1, kt_first = first_key(q0, window) / BC, kt_last = last / BC;
     const T *keys = x + (size_t)(NH + g) * hd, *values = x + (size_t)(NH + NKV + g) * hd;
-    tile_async<T, HD, BC>(k_s[kt_first % 2], LDK, keys, ld, kt_first * BC, seq, hd);
-    tile_async<T, HD, BC>(v_s[kt_first % 2], LDK, values, ld, kt_first * BC, seq, hd);
-    cp_async_commit();
+    send_key_tile<T, HD, BC, LDK>(k_s, v_s, kt_first, keys, values, ld, seq, hd);
     uint32_t aq[HD / 16][4]; // this warp's queries, while the first tile comes in
     row_fragments<T, HD>(aq, x + (size_t)h * hd, ld, q0 + r0, seq, hd);
     float o[NO][4];
@@ -351,11 +359,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 4 : 1)
         const int k0 = kt * BC, buf = kt % 2;
         cp_async_wait<0>(); // this tile's keys and values
         __syncthreads();    // ... every thread's, and every warp is done with the other buffers
-        if (kt < kt_last) {
-            tile_async<T, HD, BC>(k_s[1 - buf], LDK, keys, ld, k0 + BC, seq, hd);
-            tile_async<T, HD, BC>(v_s[1 - buf], LDK, values, ld, k0 + BC, seq, hd);
-            cp_async_commit();
-        }
+        if (kt < kt_last) send_key_tile<T, HD, BC, LDK>(k_s, v_s, kt + 1, keys, values, ld, seq, hd);
         // S = Q K^T: this warp's 16 rows by the tile's BC keys.
         float s[NS][4];
         rows_by_tile<T, HD, NS>(s, aq, k_s[buf], LDK);
@@ -715,9 +719,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 3 : 1)
     const int gr = threadIdx.x % 32 / 4, qd = threadIdx.x % 4, tr = q0 + threadIdx.x / 32 * 16 + gr;
     const int last = (q0 + BR < seq ? q0 + BR : seq) - 1, kt_first = first_key(q0, window) / BC, kt_last = last / BC;
     const T *keys = x + (size_t)(NH + g) * hd, *values = x + (size_t)(NH + NKV + g) * hd;
-    tile_async<T, HD, BC>(k_s[kt_first % 2], LDR, keys, ld, kt_first * BC, seq, hd);
-    tile_async<T, HD, BC>(v_s[kt_first % 2], LDR, values, ld, kt_first * BC, seq, hd);
-    cp_async_commit();
+    send_key_tile<T, HD, BC, LDR>(k_s, v_s, kt_first, keys, values, ld, seq, hd);
     const float scale2 = scale * LOG2E;
     float lse_r[2], D_r[2]; // lse in base 2: lse log2(e)
 #pragma unroll
@@ -737,11 +739,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? 3 : 1)
         const int k0 = kt * BC, buf = kt % 2;
         cp_async_wait<0>(); // this tile's keys and values
         __syncthreads();    // ... every thread's, and every warp is done with the other buffers
-        if (kt < kt_last) {
-            tile_async<T, HD, BC>(k_s[1 - buf], LDR, keys, ld, k0 + BC, seq, hd);
-            tile_async<T, HD, BC>(v_s[1 - buf], LDR, values, ld, k0 + BC, seq, hd);
-            cp_async_commit();
-        }
+        if (kt < kt_last) send_key_tile<T, HD, BC, LDR>(k_s, v_s, kt + 1, keys, values, ld, seq, hd);
         float s[NS][4], ds[NS][4];
         rows_by_tile<T, HD, NS>(s, aq, k_s[buf], LDR);
         rows_by_tile<T, HD, NS>(ds, ado, v_s[buf], LDR);

@@ -719,7 +719,7 @@ zinf_status cuda_embedding_bwd(cudaStream_t st, zinf_dtype dt, const op_embeddin
     CUDA_DT_SWITCH(dt, "embedding_bwd", embedding_bwd_t, st, a);
 }
 
-// ---- add, scale, cast ----
+// ---- add, scale, cast, accumulate ----
 // Eight elements a thread a step (flat8: one 16-byte load of 16-bit values, two of
 // fp32) where every array is 16-byte aligned, as buffers from the device are; the last
 // n % 8 elements, and arrays that are not aligned, one at a time. Each element's
@@ -754,93 +754,59 @@ template <typename T> struct flat8 {
     }
 };
 
-// The elements in chunks of eight: n8 of them where vec, then the rest one at a time.
-static inline size_t chunks8(size_t n, bool vec) { return vec ? n / 8 : 0; }
-static inline unsigned flat_blocks(size_t n, bool vec) { return ew_blocks(vec ? n / 8 + n % 8 : n); }
-template <typename... P> static inline bool aligned16(const P *...p) { return ((uintptr_t)p | ...) % 16 == 0; }
-
-template <typename T> static __global__ void add_kernel(T *out, const T *a, const T *b, size_t n, size_t n8) {
+// out[i] = f(a[i], b[i]), or f(a[i], 0) with b null, in fp32 and rounded once to O: in
+// chunks of eight where every array is 16-byte aligned, then the last n % 8 (or all of
+// them) one at a time.
+template <typename O, typename A, typename B, typename F>
+static __global__ void flat_kernel(O *out, const A *a, const B *b, size_t n, size_t n8, F f) {
     EW_LOOP(c, n8) {
-        float x[8], y[8];
-        flat8<T>::load(x, a + 8 * c), flat8<T>::load(y, b + 8 * c);
+        float x[8], y[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        flat8<A>::load(x, a + 8 * c);
+        if (b) flat8<B>::load(y, b + 8 * c);
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            x[k] += y[k];
-        flat8<T>::store(out + 8 * c, x);
+            x[k] = f(x[k], y[k]);
+        flat8<O>::store(out + 8 * c, x);
     }
     EW_LOOP(i, n - 8 * n8) {
         const size_t j = 8 * n8 + i;
-        store_f32(&out[j], to_f32(a[j]) + to_f32(b[j]));
+        store_f32(&out[j], f(to_f32(a[j]), b ? to_f32(b[j]) : 0.0f));
     }
 }
 
-template <typename T> static __global__ void scale_kernel(T *x, float scale, size_t n, size_t n8) {
-    EW_LOOP(c, n8) {
-        float v[8];
-        flat8<T>::load(v, x + 8 * c);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            v[k] *= scale;
-        flat8<T>::store(x + 8 * c, v);
-    }
-    EW_LOOP(i, n - 8 * n8) {
-        const size_t j = 8 * n8 + i;
-        store_f32(&x[j], to_f32(x[j]) * scale);
-    }
+template <typename O, typename A, typename B, typename F>
+static zinf_status flat_t(cudaStream_t st, O *out, const A *a, const B *b, size_t n, F f, const char *launch) {
+    const bool vec = ((uintptr_t)out | (uintptr_t)a | (uintptr_t)b) % 16 == 0;
+    const size_t n8 = vec ? n / 8 : 0;
+    flat_kernel<O, A, B, F> CUDA_LAUNCH(ew_blocks(n8 + (n - 8 * n8)), EW_THREADS, 0, st)(out, a, b, n, n8, f);
+    cudaError_t err = cudaGetLastError(); // as ZINF_CUDA_LAUNCHED, with the op's name
+    return err == cudaSuccess ? ZINF_OK : cuda_fail_at(err, launch, __FILE__, __LINE__);
 }
 
-// Widening to fp32 is exact: one rounding, at the store.
-template <typename D, typename S> static __global__ void cast_kernel(D *dst, const S *src, size_t n, size_t n8) {
-    EW_LOOP(c, n8) {
-        float v[8];
-        flat8<S>::load(v, src + 8 * c);
-        flat8<D>::store(dst + 8 * c, v);
-    }
-    EW_LOOP(i, n - 8 * n8) {
-        const size_t j = 8 * n8 + i;
-        store_f32(&dst[j], to_f32(src[j]));
-    }
-}
-
-template <typename S>
-static __global__ void accumulate_kernel(float *sums, const S *x, size_t n, size_t n8, bool first) {
-    EW_LOOP(c, n8) {
-        float v[8], s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        flat8<S>::load(v, x + 8 * c);
-        if (!first) flat8<float>::load(s, sums + 8 * c);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            s[k] += v[k];
-        flat8<float>::store(sums + 8 * c, s);
-    }
-    EW_LOOP(i, n - 8 * n8) {
-        const size_t j = 8 * n8 + i;
-        sums[j] = (first ? 0.0f : sums[j]) + to_f32(x[j]);
-    }
-}
+struct add_op {
+    __device__ float operator()(float x, float y) const { return x + y; }
+};
+struct scale_op {
+    float scale;
+    __device__ float operator()(float x, float) const { return x * scale; }
+};
+struct cast_op { // widening to fp32 is exact: one rounding, at the store
+    __device__ float operator()(float x, float) const { return x; }
+};
+struct accumulate_op { // the sum (0 for the first) plus x
+    __device__ float operator()(float x, float sum) const { return sum + x; }
+};
 
 template <typename T> static zinf_status add_t(cudaStream_t st, const op_elementwise *e) {
-    const bool vec = aligned16(e->out, e->a, e->b);
-    add_kernel<T> CUDA_LAUNCH(flat_blocks(e->n, vec), EW_THREADS, 0, st)((T *)e->out, (const T *)e->a, (const T *)e->b,
-                                                                         e->n, chunks8(e->n, vec));
-    ZINF_CUDA_LAUNCHED("add_kernel");
-    return ZINF_OK;
+    return flat_t(st, (T *)e->out, (const T *)e->a, (const T *)e->b, e->n, add_op{}, "add launch");
 }
 
 template <typename T> static zinf_status scale_t(cudaStream_t st, const op_elementwise *e) {
-    const bool vec = aligned16(e->out);
-    scale_kernel<T> CUDA_LAUNCH(flat_blocks(e->n, vec), EW_THREADS, 0, st)((T *)e->out, e->scale, e->n,
-                                                                           chunks8(e->n, vec));
-    ZINF_CUDA_LAUNCHED("scale_kernel");
-    return ZINF_OK;
+    return flat_t(st, (T *)e->out, (const T *)e->out, (const T *)nullptr, e->n, scale_op{e->scale}, "scale launch");
 }
 
 template <typename D, typename S> static zinf_status cast_t(cudaStream_t st, const op_elementwise *e) {
-    const bool vec = aligned16(e->out, e->a);
-    cast_kernel<D, S> CUDA_LAUNCH(flat_blocks(e->n, vec), EW_THREADS, 0, st)((D *)e->out, (const S *)e->a, e->n,
-                                                                             chunks8(e->n, vec));
-    ZINF_CUDA_LAUNCHED("cast_kernel");
-    return ZINF_OK;
+    return flat_t(st, (D *)e->out, (const S *)e->a, (const S *)nullptr, e->n, cast_op{}, "cast launch");
 }
 
 template <typename D> static zinf_status cast_to(cudaStream_t st, const op_elementwise *e) {
@@ -853,11 +819,8 @@ template <typename D> static zinf_status cast_to(cudaStream_t st, const op_eleme
 }
 
 template <typename S> static zinf_status accumulate_t(cudaStream_t st, const op_elementwise *e) {
-    const bool vec = aligned16(e->out, e->a);
-    accumulate_kernel<S> CUDA_LAUNCH(flat_blocks(e->n, vec), EW_THREADS, 0, st)((float *)e->out, (const S *)e->a, e->n,
-                                                                                chunks8(e->n, vec), e->first);
-    ZINF_CUDA_LAUNCHED("accumulate_kernel");
-    return ZINF_OK;
+    const float *sums = e->first ? nullptr : (const float *)e->out; // the first's sums are not read
+    return flat_t(st, (float *)e->out, (const S *)e->a, sums, e->n, accumulate_op{}, "accumulate launch");
 }
 
 zinf_status cuda_accumulate(cudaStream_t st, const op_elementwise *e) {
