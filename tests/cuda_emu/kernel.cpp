@@ -451,12 +451,24 @@ void prepare(fiber *f, char *stack) {
 
 // ---- warps and barriers ----
 
-uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int width) {
+namespace {
+
+// The fiber of the thread calling a function that needs one (a barrier, a warp
+// exchange, an mma, an ldmatrix, a cp.async): such a kernel never runs as plain calls.
+// Null once the block has failed.
+fiber *cooperating_fiber() {
     block_run *b = running;
     b->cooperated = true;
     if (b->direct) undefined(b, DIRECT_BROKEN);
-    if (b->error) return v;
-    fiber *f = b->cur;
+    return b->error ? nullptr : b->cur;
+}
+
+} // namespace
+
+uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int width) {
+    block_run *b = running;
+    fiber *f = cooperating_fiber();
+    if (!f) return v;
     int lane = f->lin % 32, wi = f->lin / 32;
     warp &w = b->warps[(size_t)wi];
     if (!(mask >> lane & 1)) undefined(b, "a lane called a warp function with a mask that leaves it out");
@@ -487,9 +499,8 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, shfl_mode mode, int arg, int w
 
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], bool bf16) {
     block_run *r = running;
-    r->cooperated = true;
-    if (r->direct) undefined(r, DIRECT_BROKEN);
-    fiber *f = r->cur;
+    fiber *f = cooperating_fiber();
+    if (!f) return;
     int lane = f->lin % 32, wi = f->lin / 32;
     warp &w = r->warps[(size_t)wi];
     if (w.live != ~0u) undefined(r, "mma.sync in a warp without all 32 lanes");
@@ -522,22 +533,12 @@ void land(const async_copy &c) {
     memset((char *)c.dst + c.src_bytes, 0, (size_t)(16 - c.src_bytes));
 }
 
-// A thread's copies live with its fiber: a kernel that uses cp.async never runs as plain calls.
-fiber *async_thread() {
-    block_run *b = running;
-    b->cooperated = true;
-    if (b->direct) undefined(b, DIRECT_BROKEN);
-    return b->error ? nullptr : b->cur;
-}
-
 } // namespace
 
 void ldmatrix_x4(uint32_t d[4], const void *row, bool trans) {
     block_run *r = running;
-    r->cooperated = true;
-    if (r->direct) undefined(r, DIRECT_BROKEN);
-    if (r->error) return;
-    fiber *f = r->cur;
+    fiber *f = cooperating_fiber();
+    if (!f) return;
     int lane = f->lin % 32, wi = f->lin / 32;
     warp &w = r->warps[(size_t)wi];
     collective kind = trans ? LDMATRIX_TRANS : LDMATRIX;
@@ -560,7 +561,7 @@ void ldmatrix_x4(uint32_t d[4], const void *row, bool trans) {
 
 void cp_async_16(void *dst, const void *src, int src_bytes) {
     block_run *b = running;
-    fiber *f = async_thread();
+    fiber *f = cooperating_fiber();
     if (!f) return;
     if (!in_shared(b, dst, 16)) undefined(b, "cp.async to an address outside the block's shared memory");
     if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
@@ -578,7 +579,7 @@ void cp_async_16(void *dst, const void *src, int src_bytes) {
 }
 
 void cp_async_commit() {
-    fiber *f = async_thread();
+    fiber *f = cooperating_fiber();
     if (!f) return;
     for (async_copy &c : f->copies)
         if (c.group < 0) c.group = f->groups;
@@ -586,7 +587,7 @@ void cp_async_commit() {
 }
 
 void cp_async_wait(int pending) {
-    fiber *f = async_thread();
+    fiber *f = cooperating_fiber();
     if (!f) return;
     std::vector<async_copy> left;
     for (const async_copy &c : f->copies)
@@ -612,9 +613,7 @@ void shared_fresh(void *p, size_t bytes) {
 
 void block_barrier() {
     block_run *b = running;
-    b->cooperated = true;
-    if (b->direct) undefined(b, DIRECT_BROKEN);
-    if (b->error) return;
+    if (!cooperating_fiber()) return;
     if (++b->at_barrier == b->nthreads) { // the last to arrive releases everyone
         b->at_barrier = 0;
         for (fiber &f : *b->fibers)

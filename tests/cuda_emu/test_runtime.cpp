@@ -159,13 +159,13 @@ static __global__ void ldmatrix_tile(uint32_t *out, bool trans, int offset, cons
 // cp.async: thread t copies 2 (t % 9) bytes from src + 8 t (16-bit values) into row t of
 // a shared tile, the rest of the row zeros, as group 0, then row t + 32 from src + 8 t + 256
 // as group 1 (with step 1). How each step waits:
-enum { CP_WAIT_ALL, CP_WAIT_OLDER, CP_READ_EARLY, CP_MISALIGNED, CP_TO_GLOBAL, CP_NO_WAIT };
+enum { CP_WAIT_ALL, CP_WAIT_OLDER, CP_READ_EARLY, CP_MISALIGNED, CP_TO_GLOBAL, CP_NO_WAIT, CP_TOO_MANY_BYTES };
 static __global__ void cp_async_rows(uint16_t *out, const uint16_t *src, int how) {
     __shared__ __align__(16) uint16_t t[64 * 8];
     SHARED_FRESH(t);
     const int lane = threadIdx.x;
     uint16_t *dst = how == CP_TO_GLOBAL ? out + 8 * lane : t + 8 * lane + (how == CP_MISALIGNED ? 4 : 0);
-    cuda_emu::cp_async_16(dst, src + 8 * lane, 2 * (lane % 9));
+    cuda_emu::cp_async_16(dst, src + 8 * lane, how == CP_TOO_MANY_BYTES ? 17 : 2 * (lane % 9));
     cuda_emu::cp_async_commit();
     if (how == CP_READ_EARLY) out[lane] = t[8 * lane]; // before the wait: the copy may not be there
     if (how == CP_NO_WAIT) return;
@@ -228,14 +228,14 @@ static int *dev_ints(int n) {
 static void test_devices() {
     int n = 0;
     EXPECT(cudaGetDeviceCount(&n), cudaSuccess);
-    CHECK(n == 15, "%d devices (CUDA_EMU_DEVICES=15)", n);
+    CHECK(n == 17, "%d devices (CUDA_EMU_DEVICES=17)", n);
     cudaDeviceProp p;
     EXPECT(cudaGetDeviceProperties(&p, 0), cudaSuccess);
     CHECK(p.major == 9 && p.minor == 0 && p.multiProcessorCount == 132 && p.maxThreadsPerBlock == 1024,
           "cc %d.%d, %d SMs", p.major, p.minor, p.multiProcessorCount);
     CHECK(p.totalGlobalMem == (size_t)1 << 30, "memory %zu (CUDA_EMU_MEMORY=1G)", p.totalGlobalMem);
-    EXPECT(cudaGetDeviceProperties(&p, 15), cudaErrorInvalidDevice);
-    EXPECT(cudaSetDevice(15), cudaErrorInvalidDevice);
+    EXPECT(cudaGetDeviceProperties(&p, 17), cudaErrorInvalidDevice);
+    EXPECT(cudaSetDevice(17), cudaErrorInvalidDevice);
     EXPECT(cudaGetLastError(), cudaErrorInvalidDevice);
     EXPECT(cudaGetLastError(), cudaSuccess); // read and reset
 }
@@ -527,19 +527,25 @@ static void test_faults() {
     EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
 
     uint16_t *g = nullptr;
-    const char *cp_faults[] = {"misaligned", "to global memory", "no wait"};
-    for (int i = 0; i < 3; i++) { // cp.async: a destination 8 bytes off, in global memory; an exit before the wait
+    const char *cp_faults[] = {"misaligned", "to global memory", "no wait", "of 17 bytes"};
+    for (int i = 0; i < 4; i++) { // cp.async: a destination 8 bytes off, in global memory; an exit before the
+                                  // wait; more source bytes than the copy's 16
         EXPECT(cudaSetDevice(11 + i), cudaSuccess);
         EXPECT(cudaMalloc((void **)&g, 1024), cudaSuccess);
         cp_async_rows LAUNCH(1, 32, 0, 0)(g, g, CP_MISALIGNED + i);
         CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure, "cp.async %s: no fault", cp_faults[i]);
     }
 
-    EXPECT(cudaSetDevice(14), cudaSuccess); // a 16-byte load 8 bytes off its alignment
-    int *d14 = dev_ints(16);
-    load16 LAUNCH(1, 1, 0, 0)(d14, (const char *)d14 + 16);
+    EXPECT(cudaSetDevice(15), cudaSuccess); // a 16-byte load 8 bytes off its alignment
+    int *d15 = dev_ints(16);
+    load16 LAUNCH(1, 1, 0, 0)(d15, (const char *)d15 + 16);
     EXPECT(cudaDeviceSynchronize(), cudaSuccess);
-    load16 LAUNCH(1, 1, 0, 0)(d14, (const char *)d14 + 8);
+    load16 LAUNCH(1, 1, 0, 0)(d15, (const char *)d15 + 8);
+    EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+
+    EXPECT(cudaSetDevice(16), cudaSuccess); // a warp of 16 lanes cannot take an ldmatrix
+    uint32_t *d16 = (uint32_t *)dev_ints(128);
+    ldmatrix_tile LAUNCH(1, 16, 0, 0)(d16, false, 0, nullptr);
     EXPECT(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
 
 #if !defined(__SANITIZE_ADDRESS__) // there ASan reports the write itself
@@ -746,7 +752,7 @@ static void test_conversions() {
 
 int main() {
     setenv("CUDA_EMU_MEMORY", "1G", 1);
-    setenv("CUDA_EMU_DEVICES", "15", 1); // one device for each fault
+    setenv("CUDA_EMU_DEVICES", "17", 1); // one device for each fault
 
     unsetenv("CUDA_VISIBLE_DEVICES");
     test_devices();
