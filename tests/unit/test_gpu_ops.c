@@ -416,16 +416,25 @@ static void test_accumulate(zinf_dtype dt) {
 }
 
 // Sizes: one tile's part, many blocks with a ragged end, and more tiles than blocks.
+// The same values one element off their 16-byte alignment give the same bits: the order
+// of the sum depends on n alone.
 static void test_sumsq(zinf_dtype dt, size_t n) {
-    float *x = randv(dt, n, 2);
-    void *dx = test_dev_of(dev, S, dt, x, n);
-    double *out = test_dev_poisoned(dev, S, 2 * sizeof(double)), h[2], ref = 0;
+    const size_t es = zinf_dtype_size(dt);
+    float *x = randv(dt, n + 1, 2);
+    void *dx = test_dev_of(dev, S, dt, x, n), *doff = test_dev_of(dev, S, dt, x, n + 1);
+    TRY(zinf_copy_async(S, (char *)doff + es, dx, n * es, ZINF_COPY_D2D));
+    double *out = test_dev_poisoned(dev, S, 2 * sizeof(double)), h[2], off[2], ref = 0;
     for (size_t i = 0; i < n; i++)
         ref += (double)x[i] * x[i];
     TRY(zinf_sumsq(S, dt, dx, n, out));
     from_device(S, h, out, sizeof h);
     CHECK(fabs(h[0] - ref) <= 1e-12 * ref && h[1] == 0, "sumsq %s of %zu: %.17g (%g) vs %.17g", zinf_dtype_name(dt), n,
           h[0], h[1], ref);
+    TRY(zinf_sumsq(S, dt, (char *)doff + es, n, out));
+    from_device(S, off, out, sizeof off);
+    CHECK(memcmp(off, h, sizeof h) == 0, "sumsq %s of %zu, unaligned: %.17g (%g) vs %.17g aligned", zinf_dtype_name(dt),
+          n, off[0], off[1], h[0]);
+    zinf_device_free(dev, doff);
     x[n / 2] = dt == ZINF_DTYPE_F32 ? NAN : INFINITY;
     zinf_device_free(dev, dx);
     dx = test_dev_of(dev, S, dt, x, n);
@@ -433,6 +442,24 @@ static void test_sumsq(zinf_dtype dt, size_t n) {
     from_device(S, h, out, sizeof h);
     CHECK(h[1] == 1, "sumsq %s of %zu: a non-finite element not flagged (%g)", zinf_dtype_name(dt), n, h[1]);
     zinf_device_free(dev, dx), zinf_device_free(dev, out), free(x);
+}
+
+// Seven squares each under half an ulp of the eighth's, which only a sum that takes them
+// before it keeps: the same bits at 16-byte alignment and one element off, where the
+// order of the sum is the same.
+static void test_sumsq_order(zinf_dtype dt) {
+    const size_t es = zinf_dtype_size(dt);
+    float x[9] = {0, 0x1p-13f, 0x1p-13f, 0x1p-13f, 0x1p-13f, 0x1p-13f, 0x1p-13f, 0x1p-13f, 0x1p14f};
+    double h[2][2];
+    void *aligned = test_dev_of(dev, S, dt, x + 1, 8), *off = test_dev_of(dev, S, dt, x, 9);
+    double *out = test_dev_poisoned(dev, S, 2 * sizeof(double));
+    for (int k = 0; k < 2; k++) {
+        TRY(zinf_sumsq(S, dt, k ? (char *)off + es : aligned, 8, out));
+        from_device(S, h[k], out, sizeof h[k]);
+    }
+    CHECK(h[0][0] > 0x1p28 && memcmp(h[0], h[1], sizeof h[0]) == 0,
+          "sumsq %s: %.17g aligned, %.17g unaligned; want the same, over 2^28", zinf_dtype_name(dt), h[0][0], h[1][0]);
+    zinf_device_free(dev, aligned), zinf_device_free(dev, off), zinf_device_free(dev, out);
 }
 
 // ---- rotary embedding ----
@@ -1157,6 +1184,7 @@ int main(void) {
         test_swiglu(dt, 64);
         for (size_t k = 0; k < 3; k++)
             test_sumsq(dt, (size_t[]){5, 100003, (size_t)3 << 20 | 7}[k]);
+        test_sumsq_order(dt);
         test_rope(dt, 10);
         test_rope(dt, 32);
         attention_cases(dt);
