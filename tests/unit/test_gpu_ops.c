@@ -1179,6 +1179,11 @@ int main(void) {
             test_layernorm(dt, rows, rows < 100 ? 33 : 64);
             test_rmsnorm(dt, rows, rows < 100 ? 45 : 64);
         }
+        // A row of Llama-3.2-1B's width: the CUDA backward's one pass in 16 bits (eight
+        // chunks a lane, rows that end a block part way), the column sums in fp32; and one
+        // chunk a lane wider, the column sums in every type.
+        test_rmsnorm(dt, 40, 2048);
+        test_rmsnorm(dt, 9, 2056);
         test_elementwise(dt);
         test_swiglu(dt, 37);
         test_swiglu(dt, 64);
