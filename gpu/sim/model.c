@@ -47,12 +47,15 @@ void zinf_sim_rates_of(const zinf_sim_params *p, zinf_sim_rates *out) {
         .memory = p->memory > 0 ? (uint64_t)p->memory : k->mib << 20,
         // zinf's own kernels as they ran on an H100 80GB HBM3 (zinf device-bench --shapes,
         // GPT-2 124M and large and Llama-3.2-1B at 8 x 1024 tokens, 2026-11-23): a 16-bit
-        // product under cuBLASLt takes its FLOPs at 0.88 of the dense peak plus 5 us
+        // product under cuBLASLt takes its FLOPs at a fraction of the dense peak plus 5 us
         // beyond the launch (within 10% from 10 to 550 GFLOP), an fp32 one 0.68 of the
         // fp32 peak, and a 16-bit product with a side that is not a multiple of 8 (GPT-2's
         // vocabulary of 50257) only 0.125, since cuBLASLt cannot use its fast tensor-core
-        // kernels on such rows.
-        .matmul_eff = 0.88,
+        // kernels on such rows. The 16-bit fraction is 0.76: the three models' products
+        // over parameters of a model's magnitude on an H200 (2026-11-27, commit ded3409),
+        // as a training step runs them; over zeroed parameters, which draw less power,
+        // they ran at 0.88.
+        .matmul_eff = 0.76,
         .matmul_fixed_s = 5e-6,
         .matmul32_eff = 0.68,
         .unaligned_eff = 0.125,
@@ -87,17 +90,16 @@ double zinf_sim_matmul_s(const zinf_sim_rates *r, zinf_dtype dt, double m, doubl
     return r->launch_s + (compute > memory ? compute : memory);
 }
 
-// The fractions of the 16-bit tensor peak the tensor-core attention kernels reached,
-// counting the FLOPs of the pairs a query sees: GPT-2 124M 0.066 forward and 0.092
-// backward, Llama-3.2-1B 0.080 and 0.102 (8 x 1024, bf16, head size 64, zinf
-// device-bench on an H200, 2026-11-26, commit 3ed764a); the means. The kernels now take
-// their tiles by cp.async and their fragments by ldmatrix, not yet timed on a GPU.
-static const double attention_tensor_fwd_eff = 0.073, attention_tensor_bwd_eff = 0.097;
+// The fractions of the 16-bit tensor peak the tensor-core attention kernels (tiles by
+// cp.async, fragments by ldmatrix) reached, counting the FLOPs of the pairs a query sees:
+// GPT-2 124M 0.100 forward and 0.143 backward, GPT-2 large 0.111 and 0.148, Llama-3.2-1B
+// 0.109 and 0.143 (8 x 1024, bf16, head size 64, zinf device-bench on an H200,
+// 2026-11-27, commit ded3409); the means.
+static const double attention_tensor_fwd_eff = 0.107, attention_tensor_bwd_eff = 0.145;
 
-// cuDNN 9.19's fused attention, the same count: GPT-2 124M 0.257 forward and 0.239
-// backward, GPT-2 large 0.302 and 0.259, Llama-3.2-1B 0.325 and 0.261 (8 x 1024, bf16,
-// head size 64, zinf device-bench on an H100, 2026-11-26, commit cd9c847); the means.
-static const double attention_cudnn_fwd_eff = 0.295, attention_cudnn_bwd_eff = 0.253;
+// cuDNN 9.19's fused attention, the same count and runs: GPT-2 124M 0.258 forward and
+// 0.260 backward, GPT-2 large 0.276 and 0.276, Llama-3.2-1B 0.276 and 0.263; the means.
+static const double attention_cudnn_fwd_eff = 0.270, attention_cudnn_bwd_eff = 0.266;
 
 // The (query, key) pairs T queries see: T (T + 1) / 2 causal, fewer with a window.
 static double seen_pairs(double T, double window) {
@@ -173,23 +175,33 @@ static double op_bytes(const op_record *op) {
     }
 }
 
-// The fraction of HBM peak zinf's memory-bound kernels reached on the H100 (bf16, the
-// shapes above; 0: not measured, the generic hbm_eff). The row kernels reduce in fp32
-// over 16-bit rows and the embedding's and bias's gradients reduce across rows, which
-// streams well short of the bandwidth. The norms, the bias gradient and the
-// cross-entropy are those of their rewrites (rows in 16-byte chunks, column sums over
-// row chunks, the padded head), measured on an H100 at commit cd9c847 (2026-11-26): the
-// means over GPT-2 124M and large, or Llama-3.2-1B's for RMSNorm. SwiGLU's, the rotary
-// embedding's, the norms' forwards' and the column sums' (the bias gradient, the norms'
-// weight gradients in their backwards) are of the kernels before they went 16 bytes a
-// load (SwiGLU and the rotary embedding a warp a row, no 64-bit division an element),
-// until a GPU measures those.
+// The fraction of HBM peak zinf's memory-bound kernels reached (bf16, the shapes above;
+// 0: not measured, the generic hbm_eff), on an H200 at commit ded3409 (2026-11-27): the
+// means over GPT-2 124M and large, or Llama-3.2-1B's for its own ops; the sum of squares
+// in Llama-3.2-1B's training step (zinf train --op-profile). The row kernels reduce in
+// fp32 over 16-bit rows, and the embedding's, the bias's and the norms' weight gradients
+// reduce across rows, which streams well short of the bandwidth.
 static const double kernel_hbm_frac[] = {
-    [OP_ADD] = 0.63,           [OP_GELU_FWD] = 0.46,      [OP_GELU_BWD] = 0.57,      [OP_SWIGLU_FWD] = 0.53,
-    [OP_SWIGLU_BWD] = 0.70,    [OP_LAYERNORM_FWD] = 0.55, [OP_LAYERNORM_BWD] = 0.28, [OP_RMSNORM_FWD] = 0.42,
-    [OP_RMSNORM_BWD] = 0.29,   [OP_BIAS_GRAD] = 0.44,     [OP_CROSS_ENTROPY] = 0.56, [OP_EMBEDDING_FWD] = 0.23,
-    [OP_EMBEDDING_BWD] = 0.23, [OP_ROPE_FWD] = 0.38,      [OP_ROPE_BWD] = 0.38,
-    [OP_ACCUMULATE] = 0.63, // the add's, not yet measured: the same loop over a second type
+    [OP_ADD] = 0.63,
+    [OP_GELU_FWD] = 0.46,
+    [OP_GELU_BWD] = 0.57,
+    [OP_SWIGLU_FWD] = 0.71,
+    [OP_SWIGLU_BWD] = 0.76,
+    [OP_LAYERNORM_FWD] = 0.58,
+    [OP_LAYERNORM_BWD] = 0.28,
+    [OP_RMSNORM_FWD] = 0.66,
+    [OP_RMSNORM_BWD] = 0.28,
+    [OP_BIAS_GRAD] = 0.51,
+    [OP_CROSS_ENTROPY] = 0.46,
+    [OP_EMBEDDING_FWD] = 0.14,
+    [OP_EMBEDDING_BWD] = 0.15,
+    [OP_ROPE_FWD] = 0.67,
+    [OP_ROPE_BWD] = 0.67,
+    [OP_SUMSQ] = 0.61,
+    // The add's and GELU's are an H100's (2026-11-23): these models run neither alone
+    // (the products' epilogues add the residual and apply GELU). The accumulation's is
+    // the add's: the same loop over a second type.
+    [OP_ACCUMULATE] = 0.63,
 };
 
 double sim_op_seconds(const zinf_sim_rates *r, const op_record *op) {

@@ -106,7 +106,7 @@ slow, fast = float(sys.argv[1]), float(sys.argv[2])
 L, C, V, T, B, micro = 2, 512, 256, 64, 32, 2
 params = L * 12 * C * C + V * C + T * C
 flops = micro * (6 * params * B * T + 12 * L * T * C * B * T)
-lo = flops / (0.88 * 50e12)
+lo = flops / (0.76 * 50e12)
 hi = 2.2 * lo
 assert lo <= slow <= hi, (lo, slow, hi)
 assert fast <= slow / 2, (slow, fast)

@@ -155,9 +155,9 @@ static zinf_gemm_args gemm_of(zinf_dtype dt, int m, int n, int k, void *a, void 
 static const zinf_sim_params slow = {.gpu = ZINF_SIM_H100, .tflops = 1, .hbm_gbps = 100, .pcie_gbps = 1};
 static const double F16 = 1e12, F32 = 1e12 * 66.9 / 989.4, HBM = 100e9, PCIE = 1e9;
 // The fractions of HBM peak that model.c's table gives the memory-bound kernels timed
-// here (zinf's own, measured on an H100), stated so that a change to them is seen; ops
+// here (zinf's own, measured on an H100 and an H200), stated so that a change to them is seen; ops
 // outside the table, such as scale, stream at the generic hbm_eff.
-static const double LN_FWD_FRAC = 0.55, LN_BWD_FRAC = 0.28, ADD_FRAC = 0.63;
+static const double LN_FWD_FRAC = 0.58, LN_BWD_FRAC = 0.28, ADD_FRAC = 0.63;
 
 // Ops on one stream behind a gate, a timed event between each two; each bracketed time
 // must be the expected one, and the stream's sync must come no earlier than their sum.
@@ -262,7 +262,7 @@ static void test_gemm(void) {
         double m = 16384, n = 16384, k = 8;
         double want = (m * k + k * n + m * n) * 2 / (HBM * r.hbm_eff) + r.launch_s;
         double flops_s = 2 * m * n * k / (F16 * r.matmul_eff) + r.matmul_fixed_s;
-        CHECK(flops_s < 0.8 * want, "the thin gemm is not memory-bound (%g vs %g s)", flops_s, want);
+        CHECK(flops_s < want - r.launch_s, "the thin gemm is not memory-bound (%g vs %g s)", flops_s, want);
         double api = zinf_sim_matmul_s(&r, ZINF_DTYPE_BF16, m, n, k, 1);
         CHECK(fabs(api - want) <= 1e-12 * want, "zinf_sim_matmul_s says %.12f, by hand %.12f", api, want);
         zinf_gemm_args g = gemm_of(ZINF_DTYPE_BF16, 16384, 16384, 8, a, b, c);
@@ -366,14 +366,14 @@ static void test_norm_attention(void) {
     // Attention counts 2 products of 2 hd FLOPs forward and 7 backward per (query, key)
     // pair a query sees. Under device.attention "auto" (this device's) a bf16 head of 64
     // runs as cuDNN's at the fractions of the 16-bit peak gpu/sim/model.c took from an
-    // H100 (0.295 forward, 0.253 backward); zinf's kernels (test_attention_models) at those
-    // from an H200 (0.073, 0.097); fp32 and heads cuDNN cannot take, zinf's, on CUDA cores
+    // H200 (0.270 forward, 0.266 backward); zinf's kernels (test_attention_models) at those
+    // from an H200 (0.107, 0.145); fp32 and heads cuDNN cannot take, zinf's, on CUDA cores
     // at matmul32_eff of the fp32 peak.
     {
         // Causal, B = 1, T = 512, NH = 16, hd 64 (NKV and hd left 0: NH and C / NH).
         double pairs = 512.0 * 513 / 2, heads = 16;
-        double fwd = 2 * 2 * 64 * pairs * heads / (F16 * 0.295) + r.launch_s;
-        double bwd = 7 * 2 * 64 * pairs * heads / (F16 * 0.253) + r.launch_s;
+        double fwd = 2 * 2 * 64 * pairs * heads / (F16 * 0.270) + r.launch_s;
+        double bwd = 7 * 2 * 64 * pairs * heads / (F16 * 0.266) + r.launch_s;
         double api = zinf_sim_attention_s(&r, ZINF_DTYPE_BF16, 1, 512, 16, 64, 0, false);
         CHECK(fabs(api - fwd) <= 1e-12 * fwd, "zinf_sim_attention_s says %.12f, by hand %.12f", api, fwd);
         api = zinf_sim_attention_s(&r, ZINF_DTYPE_BF16, 1, 512, 16, 64, 0, true);
@@ -427,8 +427,8 @@ static void test_attention_models(void) {
         zinf_sim_rates r = rates_of(slow);
         r.attention = (zinf_attention_impl)impl;
         bool zinf = impl == ZINF_ATTENTION_ZINF;
-        double fwd = 2 * 2 * 64 * pairs * heads / (F16 * (zinf ? 0.073 : 0.295)) + r.launch_s;
-        double bwd = 7 * 2 * 64 * pairs * heads / (F16 * (zinf ? 0.097 : 0.253)) + r.launch_s;
+        double fwd = 2 * 2 * 64 * pairs * heads / (F16 * (zinf ? 0.107 : 0.270)) + r.launch_s;
+        double bwd = 7 * 2 * 64 * pairs * heads / (F16 * (zinf ? 0.145 : 0.266)) + r.launch_s;
         double api = zinf_sim_attention_s(&r, ZINF_DTYPE_BF16, 1, 512, 16, 64, 0, true);
         CHECK(fabs(api - bwd) <= 1e-12 * bwd, "attention %d: zinf_sim_attention_s backward says %.12f, by hand %.12f",
               impl, api, bwd);
