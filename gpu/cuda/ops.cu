@@ -321,24 +321,35 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 }
 
 // The backward in one pass where a lane holds at most RMS_LANE_CHUNKS of a row's 16-byte
-// chunks (C up to 2048 in 16 bits, 1024 in fp32: Llama-3.2-1B's width): block b takes
-// rows [b, b + 1) * RMS_BWD_ROWS, a warp every ROW_WARPS-th of them as
-// rmsnorm_bwd_dx_kernel does, and each lane keeps the weight gradient's terms
-// dout * x * rstd of its columns over the warp's rows in registers; the warps add theirs
-// in warp order into the block's row of fp32 partials, which col_finish_kernel adds in
-// block order into dw. So x and dout are read once where the column sums read them a
-// second time (81 us a call at Llama-3.2-1B's 8 x 1024 tokens on an H200, 2026-11-27),
-// and the order is fixed by the sizes alone.
+// chunks (C up to 2048 in 16 bits, 1024 in fp32: Llama-3.2-1B's width) and rows go in
+// whole chunks: block b takes rows [b, b + 1) * RMS_BWD_ROWS, a warp every ROW_WARPS-th
+// of them as rmsnorm_bwd_dx_kernel does. A lane asks for all its chunks of x, dout and
+// dx at once, then sums; and keeps the weight gradient's terms dout * x * rstd of its
+// columns over the warp's rows in registers. The warps add theirs in warp order into the
+// block's row of fp32 partials, which col_finish_kernel adds in block order into dw. So
+// x and dout are read once where the column sums read them a second time (81 us a call
+// at Llama-3.2-1B's 8 x 1024 tokens on an H200, 2026-11-27), and the order is fixed by
+// the sizes alone. (With a chunk's loads awaited before the next chunk's, the same
+// kernel took as long as the two it replaced.)
 enum { RMS_LANE_CHUNKS = 8, RMS_BWD_ROWS = 4 * ROW_WARPS };
+
+template <typename T> static __device__ __forceinline__ void widen(float (&f)[row_chunks<T>::VN], uint4 u) {
+    T t[row_chunks<T>::VN];
+    memcpy(t, &u, 16);
+#pragma unroll
+    for (int k = 0; k < row_chunks<T>::VN; k++)
+        f[k] = to_f32(t[k]);
+}
 
 template <typename T, int J>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
     rmsnorm_bwd_kernel(T *dx, float *partial, const T *dout, const T *x, const T *w, const float *rstd, size_t rows,
-                       int C, bool vec) {
+                       int C) {
     using R = row_chunks<T>;
     constexpr int VN = R::VN;
     __shared__ float block_dw[J * 32 * VN];
     SHARED_FRESH(block_dw);
+    const int chunks = R::count(C);
     float dw[J][VN], xv[VN], dv[VN], wv[VN], gv[VN];
 #pragma unroll
     for (int j = 0; j < J; j++)
@@ -349,13 +360,22 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     for (size_t r = (size_t)blockIdx.x * RMS_BWD_ROWS + threadIdx.y; r < r1; r += ROW_WARPS) {
         const T *xr = x + r * C, *dr = dout + r * C;
         T *dxr = dx + r * C;
+        uint4 xu[J], du[J], gu[J];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int c = threadIdx.x + 32 * j;
+            if (c < chunks) {
+                xu[j] = load_as<uint4>(xr + c * VN), du[j] = load_as<uint4>(dr + c * VN);
+                gu[j] = load_as<uint4>(dxr + c * VN);
+            }
+        }
         const float rs = rstd[r];
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < J; j++) {
             const int c = threadIdx.x + 32 * j;
-            if (c >= R::count(C)) break;
-            R::load(xv, xr, c, C, vec), R::load(dv, dr, c, C, vec), R::load(wv, w, c, C, vec);
+            if (c >= chunks) continue;
+            widen<T>(xv, xu[j]), widen<T>(dv, du[j]), R::load(wv, w, c, C, true);
 #pragma unroll
             for (int k = 0; k < VN; k++)
                 s += wv[k] * dv[k] * (xv[k] * rs);
@@ -364,15 +384,14 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 #pragma unroll
         for (int j = 0; j < J; j++) {
             const int c = threadIdx.x + 32 * j;
-            if (c >= R::count(C)) break;
-            R::load(xv, xr, c, C, vec), R::load(dv, dr, c, C, vec), R::load(wv, w, c, C, vec);
-            R::load(gv, dxr, c, C, vec);
+            if (c >= chunks) continue;
+            widen<T>(xv, xu[j]), widen<T>(dv, du[j]), widen<T>(gv, gu[j]), R::load(wv, w, c, C, true);
 #pragma unroll
             for (int k = 0; k < VN; k++) {
                 gv[k] += rs * (wv[k] * dv[k] - xv[k] * rs * dnn);
-                dw[j][k] += dv[k] * (xv[k] * rs); // past C: dout 0
+                dw[j][k] += dv[k] * (xv[k] * rs);
             }
-            R::store(dxr, gv, c, C, vec);
+            R::store(dxr, gv, c, C, true);
         }
     }
     for (int y = 0; y < ROW_WARPS; y++) {
@@ -390,11 +409,11 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
         partial[(size_t)blockIdx.x * C + i] = block_dw[i];
 }
 
-template <typename T, int J> static zinf_status rmsnorm_bwd_fused(cuda_stream *cs, const op_layernorm *a, bool vec) {
+template <typename T, int J> static zinf_status rmsnorm_bwd_fused(cuda_stream *cs, const op_layernorm *a) {
     const unsigned blocks = (unsigned)((a->rows + RMS_BWD_ROWS - 1) / RMS_BWD_ROWS);
     float *partial = (float *)cs->d_lt_ws;
     rmsnorm_bwd_kernel<T, J> CUDA_LAUNCH(blocks, dim3(32, ROW_WARPS), 0, cs->st)(
-        (T *)a->dx, partial, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C, vec);
+        (T *)a->dx, partial, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_kernel");
     col_finish_kernel<T, 1> CUDA_LAUNCH((unsigned)((a->C + COL_FINISH_THREADS - 1) / COL_FINISH_THREADS),
                                         COL_FINISH_THREADS, 0, cs->st)((T *)a->dw, nullptr, partial, (int)blocks, a->C);
@@ -402,7 +421,7 @@ template <typename T, int J> static zinf_status rmsnorm_bwd_fused(cuda_stream *c
     return ZINF_OK;
 }
 
-// dw[c] += sum_r n[r][c] * dout[r][c]: column sums, for rows too wide for rmsnorm_bwd_kernel.
+// dw[c] += sum_r n[r][c] * dout[r][c]: column sums, for rows rmsnorm_bwd_kernel does not take.
 template <typename T> struct rmsnorm_weight_terms {
     const T *dout, *x;
     const float *rstd;
@@ -430,11 +449,11 @@ template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op
     const bool vec = rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w);
     const int lane_chunks = (a->C + 32 * row_chunks<T>::VN - 1) / (32 * row_chunks<T>::VN);
     const size_t blocks = ((size_t)a->rows + RMS_BWD_ROWS - 1) / RMS_BWD_ROWS;
-    if (lane_chunks <= RMS_LANE_CHUNKS && blocks * a->C * sizeof(float) <= CUDA_LT_WORKSPACE)
-        return lane_chunks <= 1   ? rmsnorm_bwd_fused<T, 1>(cs, a, vec)
-               : lane_chunks <= 2 ? rmsnorm_bwd_fused<T, 2>(cs, a, vec)
-               : lane_chunks <= 4 ? rmsnorm_bwd_fused<T, 4>(cs, a, vec)
-                                  : rmsnorm_bwd_fused<T, RMS_LANE_CHUNKS>(cs, a, vec);
+    if (vec && lane_chunks <= RMS_LANE_CHUNKS && blocks * a->C * sizeof(float) <= CUDA_LT_WORKSPACE)
+        return lane_chunks <= 1   ? rmsnorm_bwd_fused<T, 1>(cs, a)
+               : lane_chunks <= 2 ? rmsnorm_bwd_fused<T, 2>(cs, a)
+               : lane_chunks <= 4 ? rmsnorm_bwd_fused<T, 4>(cs, a)
+                                  : rmsnorm_bwd_fused<T, RMS_LANE_CHUNKS>(cs, a);
     rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
