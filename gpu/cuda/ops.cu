@@ -4,6 +4,8 @@
 // reduction runs in an order fixed by the sizes alone (no float atomics), so results
 // repeat bit for bit. The optimizer is cpu_adam's element functions (cpu_adam/
 // internal.h) with every operation spelled as its rounding intrinsic.
+#include <type_traits>
+
 #include "cuda_backend.h"
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
@@ -1206,43 +1208,86 @@ static __device__ __forceinline__ void lion_elem(const zinf_optim_consts &c, flo
     m = __fmaf_rn(g, c.b2c, __fmul_rn(m, c.b2));
 }
 
-// The arrays an optimizer does not use are not touched (they may be NULL).
-template <typename G> static __global__ void optim_kernel(zinf_optim_consts c, zinf_optim_tile t) {
-    const G *grad = (const G *)t.grad;
-    EW_LOOP(i, t.n) {
-        float g = to_f32(grad[i]), p = t.param[i];
+// Four values of T in one load or store: 16 bytes of fp32, 8 of a 16-bit type.
+template <typename T> struct four {
+    using V = typename std::conditional<sizeof(T) == 4, uint4, uint2>::type;
+
+    static __device__ __forceinline__ void load(float (&f)[4], const T *p) {
+        V u = load_as<V>(p);
+        T t[4];
+        memcpy(t, &u, sizeof u);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            f[k] = to_f32(t[k]);
+    }
+
+    static __device__ __forceinline__ void store(T *p, const float (&f)[4]) {
+        T t[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            store_f32(&t[k], f[k]);
+        V u;
+        memcpy(&u, t, sizeof u);
+        store_as(p, u);
+    }
+};
+
+// Elements [i, i + W) of every array the optimizer uses (the others are not touched:
+// they may be NULL), W = 4 as four<> loads and stores, W = 1 one at a time.
+template <typename G, int W>
+static __device__ __forceinline__ void optim_step(const zinf_optim_consts &c, const zinf_optim_tile &t, size_t i) {
+    float g[W], p[W], m[W], v[W];
+    const bool moment = c.kind != ZINF_OPTIM_ADAGRAD, square = c.kind != ZINF_OPTIM_LION;
+    if constexpr (W == 4) {
+        four<G>::load(g, (const G *)t.grad + i), four<float>::load(p, t.param + i);
+        if (moment) four<float>::load(m, t.exp_avg + i);
+        if (square) four<float>::load(v, t.exp_avg_sq + i);
+    } else {
+        g[0] = to_f32(((const G *)t.grad)[i]), p[0] = t.param[i];
+        if (moment) m[0] = t.exp_avg[i];
+        if (square) v[0] = t.exp_avg_sq[i];
+    }
+#pragma unroll
+    for (int k = 0; k < W; k++)
         switch (c.kind) {
         case ZINF_OPTIM_ADAM:
-        case ZINF_OPTIM_ADAMW: {
-            float m = t.exp_avg[i], v = t.exp_avg_sq[i];
-            adam_elem(c, p, m, v, g);
-            t.exp_avg[i] = m;
-            t.exp_avg_sq[i] = v;
-            break;
+        case ZINF_OPTIM_ADAMW: adam_elem(c, p[k], m[k], v[k], g[k]); break;
+        case ZINF_OPTIM_ADAGRAD: adagrad_elem(c, p[k], v[k], g[k]); break;
+        case ZINF_OPTIM_LION: lion_elem(c, p[k], m[k], g[k]); break;
         }
-        case ZINF_OPTIM_ADAGRAD: {
-            float v = t.exp_avg_sq[i];
-            adagrad_elem(c, p, v, g);
-            t.exp_avg_sq[i] = v;
-            break;
-        }
-        case ZINF_OPTIM_LION: {
-            float m = t.exp_avg[i];
-            lion_elem(c, p, m, g);
-            t.exp_avg[i] = m;
-            break;
-        }
-        }
-        t.param[i] = p;
-        if (t.out_dtype == ZINF_DTYPE_BF16)
-            ((__nv_bfloat16 *)t.out)[i] = __float2bfloat16_rn(p);
-        else if (t.out_dtype == ZINF_DTYPE_F16)
-            ((__half *)t.out)[i] = __float2half_rn(p);
+    if constexpr (W == 4) {
+        four<float>::store(t.param + i, p);
+        if (moment) four<float>::store(t.exp_avg + i, m);
+        if (square) four<float>::store(t.exp_avg_sq + i, v);
+        if (t.out_dtype == ZINF_DTYPE_BF16) four<__nv_bfloat16>::store((__nv_bfloat16 *)t.out + i, p);
+        if (t.out_dtype == ZINF_DTYPE_F16) four<__half>::store((__half *)t.out + i, p);
+    } else {
+        t.param[i] = p[0];
+        if (moment) t.exp_avg[i] = m[0];
+        if (square) t.exp_avg_sq[i] = v[0];
+        if (t.out_dtype == ZINF_DTYPE_BF16) ((__nv_bfloat16 *)t.out)[i] = __float2bfloat16_rn(p[0]);
+        if (t.out_dtype == ZINF_DTYPE_F16) ((__half *)t.out)[i] = __float2half_rn(p[0]);
     }
 }
 
+// Four elements a thread a step where every array is 16-byte aligned, as buffers from
+// the device are (one element a thread left the H200 at 79% of its bandwidth on
+// Llama-3.2-1B's 1.2 billion, 2026-11-27); the last n % 4, and arrays that are not
+// aligned, one at a time. Each element's arithmetic is the same either way, so the bits
+// are too.
+template <typename G> static __global__ void optim_kernel(zinf_optim_consts c, zinf_optim_tile t, size_t n4) {
+    EW_LOOP(q, n4) optim_step<G, 4>(c, t, 4 * q);
+    EW_LOOP(i, t.n - 4 * n4) optim_step<G, 1>(c, t, 4 * n4 + i);
+}
+
 template <typename G> static zinf_status optim_t(cudaStream_t st, const op_optim *o) {
-    optim_kernel<G> CUDA_LAUNCH(ew_blocks(o->t.n), EW_THREADS, 0, st)(o->c, o->t);
+    const zinf_optim_tile &t = o->t;
+    const bool vec =
+        ((uintptr_t)t.param | (uintptr_t)t.exp_avg | (uintptr_t)t.exp_avg_sq | (uintptr_t)t.grad | (uintptr_t)t.out) %
+            16 ==
+        0;
+    const size_t n4 = vec ? t.n / 4 : 0;
+    optim_kernel<G> CUDA_LAUNCH(ew_blocks(n4 + (t.n - 4 * n4)), EW_THREADS, 0, st)(o->c, t, n4);
     ZINF_CUDA_LAUNCHED("optim_kernel");
     return ZINF_OK;
 }

@@ -1114,7 +1114,9 @@ static void test_cross_entropy_blocks(zinf_dtype dt) {
 
 // ---- device optimizer ----
 
-static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt) {
+// n = 4099: four elements a thread and a last one; with off, every array one element
+// past its 16-byte alignment, one element a thread.
+static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt, int off) {
     size_t n = 4099;
     float *p = randv(ZINF_DTYPE_F32, n, 1), *m = randv(ZINF_DTYPE_F32, n, 0.1), *v = randv(ZINF_DTYPE_F32, n, 0.1);
     for (size_t i = 0; i < n; i++)
@@ -1127,8 +1129,19 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
     void *want_out = out_dt ? malloc(n * 2) : NULL;
     zinf_optim_hparams h = {.kind = kind, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                             .lr_decay = 0.01, .bias_correction = true, .step = 3, .grad_scale = 0.5f};
-    zinf_optim_tile dtile = {dp, dm, dv, dg, grad_dt, dout, out_dt, n, NULL, NULL, NULL},
-                    htile = {p, m, v, gp, grad_dt, want_out, out_dt, n, NULL, NULL, NULL};
+    const size_t gs = zinf_dtype_size(grad_dt);
+    zinf_optim_tile dtile = {dp + off, dm + off,
+                             dv + off, (char *)dg + off * gs,
+                             grad_dt,  out_dt ? (char *)dout + off * 2 : NULL,
+                             out_dt,   n - off,
+                             NULL,     NULL,
+                             NULL},
+                    htile = {p + off, m + off,
+                             v + off, (char *)gp + off * gs,
+                             grad_dt, want_out ? (char *)want_out + off * 2 : NULL,
+                             out_dt,  n - off,
+                             NULL,    NULL,
+                             NULL};
     TRY(zinf_device_optim(S, &h, &dtile));
     TRY(zinf_optim_update(&h, &htile, ZINF_SIMD_SCALAR));
     float *hp = malloc(n * 4), *hm = malloc(n * 4), *hv = malloc(n * 4);
@@ -1137,10 +1150,10 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
                 (kind == ZINF_OPTIM_LION || memcmp(hv, v, n * 4) == 0);
     if (out_dt) {
         from_device(S, hout, dout, n * 2);
-        same = same && memcmp(hout, want_out, n * 2) == 0;
+        same = same && memcmp((char *)hout + off * 2, (char *)want_out + off * 2, (n - off) * 2) == 0;
     }
-    CHECK(same, "device optimizer %d (grads %s, copy %s) differs from cpu_adam", kind, zinf_dtype_name(grad_dt),
-          zinf_dtype_name(out_dt));
+    CHECK(same, "device optimizer %d (grads %s, copy %s%s) differs from cpu_adam", kind, zinf_dtype_name(grad_dt),
+          zinf_dtype_name(out_dt), off ? ", unaligned" : "");
     zinf_device_free(dev, dp), zinf_device_free(dev, dm), zinf_device_free(dev, dv), zinf_device_free(dev, dg);
     zinf_device_free(dev, dout);
     free(p), free(m), free(v), free(g), free(gp), free(hp), free(hm), free(hv), free(hout), free(want_out);
@@ -1212,9 +1225,11 @@ int main(void) {
     test_bad_args();
     test_cudnn_attention();
     for (int k = ZINF_OPTIM_ADAM; k <= ZINF_OPTIM_LION; k++) {
-        test_optim(k, ZINF_DTYPE_F32, ZINF_DTYPE_NONE);
-        test_optim(k, ZINF_DTYPE_BF16, ZINF_DTYPE_BF16);
-        test_optim(k, ZINF_DTYPE_F16, ZINF_DTYPE_F16);
+        for (int off = 0; off < 2; off++) {
+            test_optim(k, ZINF_DTYPE_F32, ZINF_DTYPE_NONE, off);
+            test_optim(k, ZINF_DTYPE_BF16, ZINF_DTYPE_BF16, off);
+            test_optim(k, ZINF_DTYPE_F16, ZINF_DTYPE_F16, off);
+        }
     }
     zinf_device_mem mem;
     zinf_device_get_mem(dev, &mem);
