@@ -1213,6 +1213,8 @@ int main(void) {
         // Rows past one 16-byte chunk for each of the CUDA kernel's 256 threads: a thread's
         // running maximum grows over its chunks.
         test_cross_entropy(dt, false, 3001, 3008);
+        // Past the chunks a CUDA thread loads at once (4 x 256 of 16 bytes), in place.
+        test_cross_entropy(dt, true, 20001, 20008);
         test_embedding(dt, true);
         test_embedding(dt, false);
         test_embedding_parts(dt, true);
