@@ -1200,6 +1200,7 @@ int main(void) {
         test_elementwise(dt);
         test_swiglu(dt, 37);
         test_swiglu(dt, 64);
+        test_swiglu(dt, 1288); // past two chunks a lane, which a CUDA lane asks for at once
         for (size_t k = 0; k < 3; k++)
             test_sumsq(dt, (size_t[]){5, 100003, (size_t)3 << 20 | 7}[k]);
         test_sumsq_order(dt);
