@@ -173,15 +173,19 @@ template <typename T> struct row_chunks {
 
     static __device__ __forceinline__ int count(int C) { return (C + VN - 1) / VN; }
 
+    // A chunk's 16 bytes, loaded already, as floats.
+    static __device__ __forceinline__ void widen(float (&f)[VN], uint4 u) {
+        T t[VN];
+        memcpy(t, &u, 16);
+#pragma unroll
+        for (int k = 0; k < VN; k++)
+            f[k] = to_f32(t[k]);
+    }
+
     static __device__ __forceinline__ void load(float (&f)[VN], const T *row, int chunk, int C, bool vec) {
         const int i0 = chunk * VN;
         if (vec) {
-            uint4 u = load_as<uint4>(row + i0);
-            T t[VN];
-            memcpy(t, &u, 16);
-#pragma unroll
-            for (int k = 0; k < VN; k++)
-                f[k] = to_f32(t[k]);
+            widen(f, load_as<uint4>(row + i0));
             return;
         }
 #pragma unroll

@@ -4,8 +4,6 @@
 // reduction runs in an order fixed by the sizes alone (no float atomics), so results
 // repeat bit for bit. The optimizer is cpu_adam's element functions (cpu_adam/
 // internal.h) with every operation spelled as its rounding intrinsic.
-#include <type_traits>
-
 #include "cuda_backend.h"
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
@@ -335,14 +333,6 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 // kernel took as long as the two it replaced.)
 enum { RMS_LANE_CHUNKS = 8, RMS_BWD_ROWS = 4 * ROW_WARPS };
 
-template <typename T> static __device__ __forceinline__ void widen(float (&f)[row_chunks<T>::VN], uint4 u) {
-    T t[row_chunks<T>::VN];
-    memcpy(t, &u, 16);
-#pragma unroll
-    for (int k = 0; k < row_chunks<T>::VN; k++)
-        f[k] = to_f32(t[k]);
-}
-
 template <typename T, int J>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
     rmsnorm_bwd_kernel(T *dx, float *partial, const T *dout, const T *x, const T *w, const float *rstd, size_t rows,
@@ -377,7 +367,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
         for (int j = 0; j < J; j++) {
             const int c = threadIdx.x + 32 * j;
             if (c >= chunks) continue;
-            widen<T>(xv, xu[j]), widen<T>(dv, du[j]), R::load(wv, w, c, C, true);
+            R::widen(xv, xu[j]), R::widen(dv, du[j]), R::load(wv, w, c, C, true);
 #pragma unroll
             for (int k = 0; k < VN; k++)
                 s += wv[k] * dv[k] * (xv[k] * rs);
@@ -387,7 +377,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
         for (int j = 0; j < J; j++) {
             const int c = threadIdx.x + 32 * j;
             if (c >= chunks) continue;
-            widen<T>(xv, xu[j]), widen<T>(dv, du[j]), widen<T>(gv, gu[j]), R::load(wv, w, c, C, true);
+            R::widen(xv, xu[j]), R::widen(dv, du[j]), R::widen(gv, gu[j]), R::load(wv, w, c, C, true);
 #pragma unroll
             for (int k = 0; k < VN; k++) {
                 gv[k] += rs * (wv[k] * dv[k] - xv[k] * rs * dnn);
@@ -1265,40 +1255,16 @@ static __device__ __forceinline__ void lion_elem(const zinf_optim_consts &c, flo
     m = __fmaf_rn(g, c.b2c, __fmul_rn(m, c.b2));
 }
 
-// Four values of T in one load or store: 16 bytes of fp32, 8 of a 16-bit type.
-template <typename T> struct four {
-    using V = typename std::conditional<sizeof(T) == 4, uint4, uint2>::type;
-
-    static __device__ __forceinline__ void load(float (&f)[4], const T *p) {
-        V u = load_as<V>(p);
-        T t[4];
-        memcpy(t, &u, sizeof u);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            f[k] = to_f32(t[k]);
-    }
-
-    static __device__ __forceinline__ void store(T *p, const float (&f)[4]) {
-        T t[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            store_f32(&t[k], f[k]);
-        V u;
-        memcpy(&u, t, sizeof u);
-        store_as(p, u);
-    }
-};
-
 // Elements [i, i + W) of every array the optimizer uses (the others are not touched:
-// they may be NULL), W = 4 as four<> loads and stores, W = 1 one at a time.
+// they may be NULL), W = 8 as flat8 loads and stores, W = 1 one at a time.
 template <typename G, int W>
 static __device__ __forceinline__ void optim_step(const zinf_optim_consts &c, const zinf_optim_tile &t, size_t i) {
     float g[W], p[W], m[W], v[W];
     const bool moment = c.kind != ZINF_OPTIM_ADAGRAD, square = c.kind != ZINF_OPTIM_LION;
-    if constexpr (W == 4) {
-        four<G>::load(g, (const G *)t.grad + i), four<float>::load(p, t.param + i);
-        if (moment) four<float>::load(m, t.exp_avg + i);
-        if (square) four<float>::load(v, t.exp_avg_sq + i);
+    if constexpr (W == 8) {
+        flat8<G>::load(g, (const G *)t.grad + i), flat8<float>::load(p, t.param + i);
+        if (moment) flat8<float>::load(m, t.exp_avg + i);
+        if (square) flat8<float>::load(v, t.exp_avg_sq + i);
     } else {
         g[0] = to_f32(((const G *)t.grad)[i]), p[0] = t.param[i];
         if (moment) m[0] = t.exp_avg[i];
@@ -1312,12 +1278,12 @@ static __device__ __forceinline__ void optim_step(const zinf_optim_consts &c, co
         case ZINF_OPTIM_ADAGRAD: adagrad_elem(c, p[k], v[k], g[k]); break;
         case ZINF_OPTIM_LION: lion_elem(c, p[k], m[k], g[k]); break;
         }
-    if constexpr (W == 4) {
-        four<float>::store(t.param + i, p);
-        if (moment) four<float>::store(t.exp_avg + i, m);
-        if (square) four<float>::store(t.exp_avg_sq + i, v);
-        if (t.out_dtype == ZINF_DTYPE_BF16) four<__nv_bfloat16>::store((__nv_bfloat16 *)t.out + i, p);
-        if (t.out_dtype == ZINF_DTYPE_F16) four<__half>::store((__half *)t.out + i, p);
+    if constexpr (W == 8) {
+        flat8<float>::store(t.param + i, p);
+        if (moment) flat8<float>::store(t.exp_avg + i, m);
+        if (square) flat8<float>::store(t.exp_avg_sq + i, v);
+        if (t.out_dtype == ZINF_DTYPE_BF16) flat8<__nv_bfloat16>::store((__nv_bfloat16 *)t.out + i, p);
+        if (t.out_dtype == ZINF_DTYPE_F16) flat8<__half>::store((__half *)t.out + i, p);
     } else {
         t.param[i] = p[0];
         if (moment) t.exp_avg[i] = m[0];
@@ -1327,14 +1293,14 @@ static __device__ __forceinline__ void optim_step(const zinf_optim_consts &c, co
     }
 }
 
-// Four elements a thread a step where every array is 16-byte aligned, as buffers from
-// the device are (one element a thread left the H200 at 79% of its bandwidth on
-// Llama-3.2-1B's 1.2 billion, 2026-11-27); the last n % 4, and arrays that are not
-// aligned, one at a time. Each element's arithmetic is the same either way, so the bits
-// are too.
-template <typename G> static __global__ void optim_kernel(zinf_optim_consts c, zinf_optim_tile t, size_t n4) {
-    EW_LOOP(q, n4) optim_step<G, 4>(c, t, 4 * q);
-    EW_LOOP(i, t.n - 4 * n4) optim_step<G, 1>(c, t, 4 * n4 + i);
+// Eight elements a thread a step where every array is 16-byte aligned, as buffers from
+// the device are, in 16-byte loads and stores as the flat kernels take them (one element
+// a thread left the H200 at 79% of its bandwidth on Llama-3.2-1B's 1.2 billion,
+// 2026-11-27); the last n % 8, and arrays that are not aligned, one at a time. Each
+// element's arithmetic is the same either way, so the bits are too.
+template <typename G> static __global__ void optim_kernel(zinf_optim_consts c, zinf_optim_tile t, size_t n8) {
+    EW_LOOP(q, n8) optim_step<G, 8>(c, t, 8 * q);
+    EW_LOOP(i, t.n - 8 * n8) optim_step<G, 1>(c, t, 8 * n8 + i);
 }
 
 template <typename G> static zinf_status optim_t(cudaStream_t st, const op_optim *o) {
@@ -1343,8 +1309,8 @@ template <typename G> static zinf_status optim_t(cudaStream_t st, const op_optim
         ((uintptr_t)t.param | (uintptr_t)t.exp_avg | (uintptr_t)t.exp_avg_sq | (uintptr_t)t.grad | (uintptr_t)t.out) %
             16 ==
         0;
-    const size_t n4 = vec ? t.n / 4 : 0;
-    optim_kernel<G> CUDA_LAUNCH(ew_blocks(n4 + (t.n - 4 * n4)), EW_THREADS, 0, st)(o->c, t, n4);
+    const size_t n8 = vec ? t.n / 8 : 0;
+    optim_kernel<G> CUDA_LAUNCH(ew_blocks(n8 + (t.n - 8 * n8)), EW_THREADS, 0, st)(o->c, t, n8);
     ZINF_CUDA_LAUNCHED("optim_kernel");
     return ZINF_OK;
 }

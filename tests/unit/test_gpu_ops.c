@@ -1114,8 +1114,8 @@ static void test_cross_entropy_blocks(zinf_dtype dt) {
 
 // ---- device optimizer ----
 
-// n = 4099: four elements a thread and a last one; with off, every array one element
-// past its 16-byte alignment, one element a thread.
+// n = 4099: eight elements a thread and the last three; with off, every array one
+// element past its 16-byte alignment, one element a thread.
 static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt, int off) {
     size_t n = 4099;
     float *p = randv(ZINF_DTYPE_F32, n, 1), *m = randv(ZINF_DTYPE_F32, n, 0.1), *v = randv(ZINF_DTYPE_F32, n, 0.1);

@@ -180,12 +180,8 @@ struct uint3 {
     unsigned x, y, z;
 };
 
-// CUDA's 8- and 16-byte vector types (CUDA C++ Programming Guide, "Built-in Vector
-// Types": alignment 8 and 16).
-struct alignas(8) uint2 {
-    unsigned x, y;
-};
-
+// CUDA's 16-byte vector type (CUDA C++ Programming Guide, "Built-in Vector Types":
+// alignment 16).
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
