@@ -182,15 +182,25 @@ template <typename T> struct row_chunks {
             f[k] = to_f32(t[k]);
     }
 
-    static __device__ __forceinline__ void load(float (&f)[VN], const T *row, int chunk, int C, bool vec) {
+    // A chunk's 16 bytes as stored, zeros past C: what load widens. A kernel that asks
+    // for several chunks at once holds them so, at half the registers of floats.
+    static __device__ __forceinline__ uint4 fetch(const T *row, int chunk, int C, bool vec) {
         const int i0 = chunk * VN;
-        if (vec) {
-            widen(f, load_as<uint4>(row + i0));
-            return;
-        }
+        if (vec) return load_as<uint4>(row + i0);
+        T t[VN];
 #pragma unroll
         for (int k = 0; k < VN; k++)
-            f[k] = i0 + k < C ? to_f32(row[i0 + k]) : 0.0f;
+            if (i0 + k < C)
+                t[k] = row[i0 + k];
+            else
+                store_f32(&t[k], 0.0f);
+        uint4 u;
+        memcpy(&u, t, 16);
+        return u;
+    }
+
+    static __device__ __forceinline__ void load(float (&f)[VN], const T *row, int chunk, int C, bool vec) {
+        widen(f, fetch(row, chunk, C, vec));
     }
 
     static __device__ __forceinline__ void store(T *row, const float (&f)[VN], int chunk, int C, bool vec) {

@@ -12,12 +12,12 @@
 // COL_LANES 16-byte chunks of columns (row_chunks) of the rows in chunk y, thread (x, y')
 // summing rows y', y' + COL_Y, ... of the chunk in order, then one thread a column the
 // COL_Y partials in order, into the chunk's row of fp32 partials; one more kernel adds
-// each column's chunks in order into the gradient. The chunks are set by the sizes
+// each column's chunks into the gradient (col_finish_kernel). The chunks are set by the sizes
 // alone, so results repeat bit for bit. With a block per column tile alone (C / 32
 // blocks, 24 for GPT-2's 768) a fifth of an H100's SMs summed 8192 rows; with one value
 // a thread a row, the sums ran at a third of its bandwidth. The partials live in the
 // stream's cuBLASLt workspace, which no other kernel on the stream uses meanwhile.
-enum { COL_LANES = 8, COL_Y = 32, COL_CHUNK_ROWS = 256, COL_FINISH_THREADS = 256 };
+enum { COL_LANES = 8, COL_Y = 32, COL_CHUNK_ROWS = 256 };
 
 // Chunks of about COL_CHUNK_ROWS rows, as many as nout rows of cols partials fit in the
 // workspace.
@@ -63,21 +63,47 @@ static __global__ void __launch_bounds__(COL_LANES *COL_Y)
     }
 }
 
-// out_o[j] += the chunks' partials of column j, in order (out1: NOUT 2 only).
+// out_o[j] += the chunks' partials of column j. Block x takes 32 columns; thread (x, y)
+// sums chunks y, y + FINISH_Y, ... in order, then thread (x, 0) the FINISH_Y sums in
+// order: an order set by the chunk count alone. (A thread a column, adding 256 chunks
+// one after another from L2, took about a third of the RMSNorm backward's 77 us a call
+// at Llama-3.2-1B's 8 x 1024 tokens on an H200, 2026-11-27.)
+enum { FINISH_Y = 8 };
+
 template <typename T, int NOUT>
-static __global__ void __launch_bounds__(COL_FINISH_THREADS)
+static __global__ void __launch_bounds__(32 * FINISH_Y)
     col_finish_kernel(T *out0, T *out1, const float *partial, int chunks, int cols) {
-    const int j = blockIdx.x * COL_FINISH_THREADS + threadIdx.x;
-    if (j >= cols) return;
+    __shared__ float part[NOUT][FINISH_Y][32];
+    SHARED_FRESH(part);
+    const int j = blockIdx.x * 32 + threadIdx.x;
 #pragma unroll
     for (int o = 0; o < NOUT; o++) {
-        const float *p = partial + (size_t)o * chunks * cols + j;
-        float t = p[0];
-        for (int c = 1; c < chunks; c++)
-            t += p[(size_t)c * cols];
+        float t = 0.0f;
+        if (j < cols) {
+            const float *p = partial + (size_t)o * chunks * cols + j;
+            for (int c = threadIdx.y; c < chunks; c += FINISH_Y)
+                t += p[(size_t)c * cols];
+        }
+        part[o][threadIdx.y][threadIdx.x] = t;
+    }
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= cols) return;
+#pragma unroll
+    for (int o = 0; o < NOUT; o++) {
+        float t = part[o][0][threadIdx.x];
+        for (int y = 1; y < FINISH_Y && y < chunks; y++)
+            t += part[o][y][threadIdx.x];
         T *out = o == 0 ? out0 : out1;
         store_f32(&out[j], to_f32(out[j]) + t);
     }
+}
+
+template <typename T, int NOUT>
+static zinf_status col_finish(cudaStream_t st, T *out0, T *out1, const float *partial, int chunks, int cols) {
+    col_finish_kernel<T, NOUT> CUDA_LAUNCH((unsigned)((cols + 31) / 32), dim3(32, FINISH_Y), 0, st)(out0, out1, partial,
+                                                                                                    chunks, cols);
+    ZINF_CUDA_LAUNCHED("col_finish_kernel");
+    return ZINF_OK;
 }
 
 // vec: the term's rows go in whole 16-byte chunks (rows_in_chunks over its arrays).
@@ -93,10 +119,7 @@ static zinf_status col_sums(cuda_stream *cs, T *out0, T *out1, Term term, size_t
     col_partial_kernel<T, NOUT, Term> CUDA_LAUNCH(dim3((unsigned)((cols + W - 1) / W), chunks), dim3(COL_LANES, COL_Y),
                                                   0, cs->st)(partial, term, rows, cols, vec);
     ZINF_CUDA_LAUNCHED("col_partial_kernel");
-    col_finish_kernel<T, NOUT> CUDA_LAUNCH((unsigned)((cols + COL_FINISH_THREADS - 1) / COL_FINISH_THREADS),
-                                           COL_FINISH_THREADS, 0, cs->st)(out0, out1, partial, (int)chunks, cols);
-    ZINF_CUDA_LAUNCHED("col_finish_kernel");
-    return ZINF_OK;
+    return col_finish<T, NOUT>(cs->st, out0, out1, partial, (int)chunks, cols);
 }
 
 // ---- bias gradient ----
@@ -326,7 +349,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 // of them as rmsnorm_bwd_dx_kernel does. A lane asks for all its chunks of x, dout and
 // dx at once, then sums; and keeps the weight gradient's terms dout * x * rstd of its
 // columns over the warp's rows in registers. The warps add theirs in warp order into the
-// block's row of fp32 partials, which col_finish_kernel adds in block order into dw. So
+// block's row of fp32 partials, which col_finish_kernel adds into dw. So
 // x and dout are read once where the column sums read them a second time (81 us a call
 // at Llama-3.2-1B's 8 x 1024 tokens on an H200, 2026-11-27), and the order is fixed by
 // the sizes alone. (With a chunk's loads awaited before the next chunk's, the same
@@ -407,10 +430,7 @@ template <typename T, int J> static zinf_status rmsnorm_bwd_fused(cuda_stream *c
     rmsnorm_bwd_kernel<T, J> CUDA_LAUNCH(blocks, dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, partial, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_kernel");
-    col_finish_kernel<T, 1> CUDA_LAUNCH((unsigned)((a->C + COL_FINISH_THREADS - 1) / COL_FINISH_THREADS),
-                                        COL_FINISH_THREADS, 0, cs->st)((T *)a->dw, nullptr, partial, (int)blocks, a->C);
-    ZINF_CUDA_LAUNCHED("col_finish_kernel");
-    return ZINF_OK;
+    return col_finish<T, 1>(cs->st, (T *)a->dw, (T *)nullptr, partial, (int)blocks, a->C);
 }
 
 // dw[c] += sum_r n[r][c] * dout[r][c]: column sums, for rows rmsnorm_bwd_kernel does not take.
@@ -660,10 +680,13 @@ zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool bac
 // element happens before the reductions' barriers, and the last pass has each thread
 // read then write its own chunks. A target outside [0, V) gives a NaN loss and no
 // one-hot instead of a stray read. A thread asks for XENT_CHUNKS chunks at once, then
-// takes them in the order it would one at a time (so the same bits): one chunk a load
-// and a test an element left Llama-3.2-1B's 128256-wide head at 0.46 of an H200's
-// bandwidth (2026-11-27).
-enum { XENT_CHUNKS = 4 };
+// takes them in the order it would one at a time: one chunk a load and a test an
+// element left Llama-3.2-1B's 128256-wide head at 0.46 of an H200's bandwidth
+// (2026-11-27). A block has XENT_THREADS threads, so that one block fits an SM: the rows
+// in flight (132 of Llama's 256 KB on an H200) then fit in L2, and the last pass reads
+// its row from there, not from memory again (with 256 threads, eight blocks an SM, the
+// kernel ran at 2.2 ms where one read and one write of the logits take 0.9).
+enum { XENT_CHUNKS = 4, XENT_THREADS = 1024 };
 
 // Chunk c's values below V into the running maximum m and the sum s of exp(x - m);
 // chunks wholly below V without a test an element.
@@ -696,12 +719,12 @@ static __device__ __forceinline__ void softmax_chunk(const float (&v)[VN], int c
 }
 
 template <typename T>
-static __global__ void __launch_bounds__(ROW_THREADS)
+static __global__ void __launch_bounds__(XENT_THREADS)
     cross_entropy_kernel(float *losses, float *lse_out, T *dlogits, const T *logits, const int32_t *targets, int V,
                          int ld, float dscale, bool vec) {
     using R = row_chunks<T>;
     constexpr int VN = R::VN;
-    __shared__ float red[ROW_THREADS / 32];
+    __shared__ float red[XENT_THREADS / 32];
     SHARED_FRESH(red);
     size_t r = blockIdx.x;
     const T *x = logits + r * ld;
@@ -709,44 +732,46 @@ static __global__ void __launch_bounds__(ROW_THREADS)
     int tgt = targets[r];
     bool valid = tgt >= 0 && tgt < V;
     float x_tgt = valid ? to_f32(x[tgt]) : __int_as_float(0x7fc00000);
-    float m = -INFINITY, s = 0.0f, v[XENT_CHUNKS][VN];
-    for (int c0 = threadIdx.x; c0 < chunks; c0 += XENT_CHUNKS * ROW_THREADS) {
+    float m = -INFINITY, s = 0.0f, f[VN];
+    uint4 v[XENT_CHUNKS];
+    for (int c0 = threadIdx.x; c0 < chunks; c0 += XENT_CHUNKS * XENT_THREADS) {
 #pragma unroll
         for (int u = 0; u < XENT_CHUNKS; u++)
-            if (c0 + u * ROW_THREADS < chunks) R::load(v[u], x, c0 + u * ROW_THREADS, ld, vec);
+            if (c0 + u * XENT_THREADS < chunks) v[u] = R::fetch(x, c0 + u * XENT_THREADS, ld, vec);
 #pragma unroll
         for (int u = 0; u < XENT_CHUNKS; u++)
-            if (c0 + u * ROW_THREADS < chunks) softmax_chunk(v[u], c0 + u * ROW_THREADS, V, m, s);
+            if (c0 + u * XENT_THREADS < chunks) R::widen(f, v[u]), softmax_chunk(f, c0 + u * XENT_THREADS, V, m, s);
     }
-    const float mx = block_max<ROW_THREADS>(m, red);
-    float lse = mx + logf(block_sum<ROW_THREADS>(m == -INFINITY ? 0.0f : s * expf(m - mx), red));
+    const float mx = block_max<XENT_THREADS>(m, red);
+    float lse = mx + logf(block_sum<XENT_THREADS>(m == -INFINITY ? 0.0f : s * expf(m - mx), red));
     if (threadIdx.x == 0) {
         losses[r] = lse - x_tgt;
         if (lse_out) lse_out[r] = lse;
     }
     if (!dlogits) return;
     T *d = dlogits + r * ld;
-    for (int c0 = threadIdx.x; c0 < chunks; c0 += XENT_CHUNKS * ROW_THREADS) {
+    for (int c0 = threadIdx.x; c0 < chunks; c0 += XENT_CHUNKS * XENT_THREADS) {
 #pragma unroll
         for (int u = 0; u < XENT_CHUNKS; u++)
-            if (c0 + u * ROW_THREADS < chunks) R::load(v[u], x, c0 + u * ROW_THREADS, ld, vec);
+            if (c0 + u * XENT_THREADS < chunks) v[u] = R::fetch(x, c0 + u * XENT_THREADS, ld, vec);
 #pragma unroll
         for (int u = 0; u < XENT_CHUNKS; u++) {
-            const int c = c0 + u * ROW_THREADS;
+            const int c = c0 + u * XENT_THREADS;
             if (c >= chunks) break;
+            R::widen(f, v[u]);
 #pragma unroll
             for (int k = 0; k < VN; k++) {
                 const int i = c * VN + k;
-                v[u][k] = i < V ? (expf(v[u][k] - lse) - (i == tgt ? 1.0f : 0.0f)) * dscale : 0.0f;
+                f[k] = i < V ? (expf(f[k] - lse) - (i == tgt ? 1.0f : 0.0f)) * dscale : 0.0f;
             }
-            R::store(d, v[u], c, ld, vec);
+            R::store(d, f, c, ld, vec);
         }
     }
 }
 
 template <typename T> static zinf_status cross_entropy_t(cudaStream_t st, const op_cross_entropy *a) {
     const bool vec = rows_in_chunks<T>(a->ld, a->logits, a->dlogits ? a->dlogits : a->logits, a->logits, a->logits);
-    cross_entropy_kernel<T> CUDA_LAUNCH((unsigned)a->rows, ROW_THREADS, 0, st)(
+    cross_entropy_kernel<T> CUDA_LAUNCH((unsigned)a->rows, XENT_THREADS, 0, st)(
         a->losses, a->lse, (T *)a->dlogits, (const T *)a->logits, a->targets, a->V, a->ld, a->dscale, vec);
     ZINF_CUDA_LAUNCHED("cross_entropy_kernel");
     return ZINF_OK;

@@ -1186,16 +1186,19 @@ int main(void) {
             unsetenv("CUDA_EMU_LT_NO_ALGO");
         }
         // Rows of 33, 45 and 75 values go one value at a time on CUDA, rows of 64 and 136 in
-        // 16-byte chunks (the column sums: 136 over three blocks of columns in 16 bits).
-        for (int rows = 9; rows < 1000; rows += 691) {
+        // 16-byte chunks (the column sums: 136 over three blocks of columns in 16 bits);
+        // 2391 rows are ten chunks of rows, past the eight threads that add a column's.
+        for (size_t k = 0; k < 3; k++) {
+            const int rows = (int[]){9, 700, 2391}[k];
             test_bias_grad(dt, rows, rows < 100 ? 75 : 136);
             test_layernorm(dt, rows, rows < 100 ? 33 : 64);
             test_rmsnorm(dt, rows, rows < 100 ? 45 : 64);
         }
         // A row of Llama-3.2-1B's width: the CUDA backward's one pass in 16 bits (eight
-        // chunks a lane, rows that end a block part way), the column sums in fp32; and one
-        // chunk a lane wider, the column sums in every type.
-        test_rmsnorm(dt, 40, 2048);
+        // chunks a lane, rows that end a block part way, more blocks than the eight threads
+        // that add a column's partials), the column sums in fp32; and one chunk a lane
+        // wider, the column sums in every type.
+        test_rmsnorm(dt, 300, 2048);
         test_rmsnorm(dt, 9, 2056);
         test_elementwise(dt);
         test_swiglu(dt, 37);
@@ -1211,11 +1214,11 @@ int main(void) {
         test_cross_entropy(dt, true, 53, 53);
         test_cross_entropy(dt, false, 53, 64);
         test_cross_entropy(dt, true, 53, 64);
-        // Rows past one 16-byte chunk for each of the CUDA kernel's 256 threads: a thread's
+        // Rows past one 16-byte chunk for each of the CUDA kernel's 1024 threads: a thread's
         // running maximum grows over its chunks.
-        test_cross_entropy(dt, false, 3001, 3008);
-        // Past the chunks a CUDA thread loads at once (4 x 256 of 16 bytes), in place.
-        test_cross_entropy(dt, true, 20001, 20008);
+        test_cross_entropy(dt, false, 9001, 9008);
+        // Past the chunks a CUDA thread loads at once (4 x 1024 of 16 bytes), in place.
+        test_cross_entropy(dt, true, 40001, 40008);
         test_embedding(dt, true);
         test_embedding(dt, false);
         test_embedding_parts(dt, true);
