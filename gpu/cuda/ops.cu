@@ -65,9 +65,9 @@ static __global__ void __launch_bounds__(COL_LANES *COL_Y)
 
 // out_o[j] += the chunks' partials of column j. Block x takes 32 columns; thread (x, y)
 // sums chunks y, y + FINISH_Y, ... in order, then thread (x, 0) the FINISH_Y sums in
-// order: an order set by the chunk count alone. (A thread a column, adding 256 chunks
-// one after another from L2, took about a third of the RMSNorm backward's 77 us a call
-// at Llama-3.2-1B's 8 x 1024 tokens on an H200, 2026-11-27.)
+// order: an order set by the chunk count alone, where a thread a column added every
+// chunk one after another from L2 (the RMSNorm backward, 256 chunks of partials: 77 us a
+// call at Llama-3.2-1B's 8 x 1024 tokens on an H200, 73 after, 2026-11-27).
 enum { FINISH_Y = 8 };
 
 template <typename T, int NOUT>
@@ -349,12 +349,14 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 // of them as rmsnorm_bwd_dx_kernel does. A lane asks for all its chunks of x, dout and
 // dx at once, then sums; and keeps the weight gradient's terms dout * x * rstd of its
 // columns over the warp's rows in registers. The warps add theirs in warp order into the
-// block's row of fp32 partials, which col_finish_kernel adds into dw. So
-// x and dout are read once where the column sums read them a second time (81 us a call
-// at Llama-3.2-1B's 8 x 1024 tokens on an H200, 2026-11-27), and the order is fixed by
+// block's row of fp32 partials, which col_finish_kernel adds into dw. So x and dout are
+// read once where the column sums read them a second time, and the order is fixed by
 // the sizes alone. (With a chunk's loads awaited before the next chunk's, the same
-// kernel took as long as the two it replaced.)
-enum { RMS_LANE_CHUNKS = 8, RMS_BWD_ROWS = 4 * ROW_WARPS };
+// kernel took as long as the two it replaced.) At Llama-3.2-1B's 8 x 1024 tokens on an
+// H200 (2026-11-27; one block an SM at 217 registers) a call took 59 us with 64 rows a
+// block, 128 blocks, one wave; 73 with 32 rows; 95 with 16 (the kernel and its column
+// sums over dx and x, 81).
+enum { RMS_LANE_CHUNKS = 8, RMS_BWD_ROWS = 8 * ROW_WARPS };
 
 template <typename T, int J>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
@@ -679,14 +681,13 @@ zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool bac
 // never enters the sums. dlogits may be the logits: every read of another thread's
 // element happens before the reductions' barriers, and the last pass has each thread
 // read then write its own chunks. A target outside [0, V) gives a NaN loss and no
-// one-hot instead of a stray read. A thread asks for XENT_CHUNKS chunks at once, then
-// takes them in the order it would one at a time: one chunk a load and a test an
-// element left Llama-3.2-1B's 128256-wide head at 0.46 of an H200's bandwidth
-// (2026-11-27). A block has XENT_THREADS threads, so that one block fits an SM: the rows
-// in flight (132 of Llama's 256 KB on an H200) then fit in L2, and the last pass reads
-// its row from there, not from memory again (with 256 threads, eight blocks an SM, the
-// kernel ran at 2.2 ms where one read and one write of the logits take 0.9).
-enum { XENT_CHUNKS = 4, XENT_THREADS = 1024 };
+// one-hot instead of a stray read. A thread asks for XENT_CHUNKS chunks at once and holds
+// them as loaded (uint4, half the registers of floats), then takes them in order. For
+// Llama-3.2-1B's 8192 x 128256 logits on an H200 (2026-11-27): one chunk a load and a
+// test an element, 0.46 of its bandwidth; four chunks as floats in 256-thread blocks
+// (74 registers), 2.18 ms; as loaded, in 512-thread blocks, 1.8 ms (1024 threads 1.9,
+// 1024 with two chunks 2.1).
+enum { XENT_CHUNKS = 4, XENT_THREADS = 512 };
 
 // Chunk c's values below V into the running maximum m and the sum s of exp(x - m);
 // chunks wholly below V without a test an element.
