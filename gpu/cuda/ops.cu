@@ -343,65 +343,80 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     }
 }
 
-// The backward in one pass where a lane holds at most RMS_LANE_CHUNKS of a row's 16-byte
-// chunks (C up to 2048 in 16 bits, 1024 in fp32: Llama-3.2-1B's width) and rows go in
-// whole chunks: block b takes rows [b, b + 1) * RMS_BWD_ROWS, a warp every ROW_WARPS-th
-// of them as rmsnorm_bwd_dx_kernel does. A lane asks for all its chunks of x, dout and
-// dx at once, then sums; and keeps the weight gradient's terms dout * x * rstd of its
-// columns over the warp's rows in registers. The warps add theirs in warp order into the
-// block's row of fp32 partials, which col_finish_kernel adds into dw. So x and dout are
-// read once where the column sums read them a second time, and the order is fixed by
-// the sizes alone. (With a chunk's loads awaited before the next chunk's, the same
-// kernel took as long as the two it replaced.) At Llama-3.2-1B's 8 x 1024 tokens on an
-// H200 (2026-11-27; one block an SM at 217 registers) a call took 59 us with 64 rows a
-// block, 128 blocks, one wave; 73 with 32 rows; 95 with 16 (the kernel and its column
+// The backward in one pass where a row's P warps hold at most RMS_LANE_CHUNKS of its
+// 16-byte chunks a lane (C up to 2048 in 16 bits, 1024 in fp32: Llama-3.2-1B's width)
+// and rows go in whole chunks: block b takes rows [b, b + 1) * RMS_BWD_ROWS, ROW_WARPS / P
+// at a time. Warp h of a row's P takes chunk groups h, h + P, ... of 32 chunks. A lane
+// asks for all its chunks of x, dout and dx at once, then sums; the P warps add their
+// sums in order through shared memory; and each lane keeps the weight gradient's terms
+// dout * x * rstd of its columns over its rows in registers. The warps add theirs in
+// warp order into the block's row of fp32 partials, which col_finish_kernel adds into
+// dw. So x and dout are read once where the column sums read them a second time, and
+// the order is fixed by the sizes alone. (With a chunk's loads awaited before the next
+// chunk's, the same kernel took as long as the two it replaced.) Two warps a row at
+// Llama-3.2-1B's width: one warp at eight chunks a lane took 217 registers, one block an
+// SM, and a call 59 us at its 8 x 1024 tokens on an H200 (2026-11-27) with 64 rows a
+// block (128 blocks, one wave), 73 with 32 and 95 with 16 (the kernel and its column
 // sums over dx and x, 81).
-enum { RMS_LANE_CHUNKS = 8, RMS_BWD_ROWS = 8 * ROW_WARPS };
+enum { RMS_LANE_CHUNKS = 8, RMS_BWD_ROWS = 4 * ROW_WARPS };
 
-template <typename T, int J>
+template <typename T, int J, int P>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
     rmsnorm_bwd_kernel(T *dx, float *partial, const T *dout, const T *x, const T *w, const float *rstd, size_t rows,
                        int C) {
     using R = row_chunks<T>;
-    constexpr int VN = R::VN;
-    __shared__ float block_dw[J * 32 * VN];
-    SHARED_FRESH(block_dw);
-    const int chunks = R::count(C);
+    constexpr int VN = R::VN, SLOTS = ROW_WARPS / P; // rows a block takes at once
+    __shared__ float block_dw[P * J * 32 * VN];
+    __shared__ float row_sums[2][ROW_WARPS]; // by iteration parity: one barrier an iteration
+    SHARED_FRESH(block_dw, row_sums);
+    const int chunks = R::count(C), h = threadIdx.y % P, slot = threadIdx.y / P;
     float dw[J][VN], xv[VN], dv[VN], wv[VN], gv[VN];
 #pragma unroll
     for (int j = 0; j < J; j++)
 #pragma unroll
         for (int k = 0; k < VN; k++)
             dw[j][k] = 0.0f;
-    const size_t r1 = (size_t)(blockIdx.x + 1) * RMS_BWD_ROWS < rows ? (size_t)(blockIdx.x + 1) * RMS_BWD_ROWS : rows;
-    for (size_t r = (size_t)blockIdx.x * RMS_BWD_ROWS + threadIdx.y; r < r1; r += ROW_WARPS) {
+    const size_t r0 = (size_t)blockIdx.x * RMS_BWD_ROWS;
+    const size_t r1 = r0 + RMS_BWD_ROWS < rows ? r0 + RMS_BWD_ROWS : rows;
+    // Every warp runs every iteration: the P warps of a row meet at its barrier.
+    for (int it = 0; it < (RMS_BWD_ROWS + SLOTS - 1) / SLOTS; it++) {
+        const size_t r = r0 + (size_t)it * SLOTS + slot;
+        const bool active = r < r1;
         const T *xr = x + r * C, *dr = dout + r * C;
         T *dxr = dx + r * C;
         uint4 xu[J], du[J], gu[J];
 #pragma unroll
         for (int j = 0; j < J; j++) {
-            const int c = threadIdx.x + 32 * j;
-            if (c < chunks) {
+            const int c = threadIdx.x + 32 * (P * j + h);
+            if (active && c < chunks) {
                 xu[j] = load_as<uint4>(xr + c * VN), du[j] = load_as<uint4>(dr + c * VN);
                 gu[j] = load_as<uint4>(dxr + c * VN);
             }
         }
-        const float rs = rstd[r];
+        const float rs = active ? rstd[r] : 0.0f;
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < J; j++) {
-            const int c = threadIdx.x + 32 * j;
-            if (c >= chunks) continue;
+            const int c = threadIdx.x + 32 * (P * j + h);
+            if (!active || c >= chunks) continue;
             R::widen(xv, xu[j]), R::widen(dv, du[j]), R::load(wv, w, c, C, true);
 #pragma unroll
             for (int k = 0; k < VN; k++)
                 s += wv[k] * dv[k] * (xv[k] * rs);
         }
-        const float dnn = warp_sum(s) / (float)C;
+        s = warp_sum(s);
+        if (P > 1) {
+            if (threadIdx.x == 0) row_sums[it & 1][threadIdx.y] = s;
+            __syncthreads();
+            s = row_sums[it & 1][slot * P];
+            for (int q = 1; q < P; q++)
+                s += row_sums[it & 1][slot * P + q];
+        }
+        const float dnn = s / (float)C;
 #pragma unroll
         for (int j = 0; j < J; j++) {
-            const int c = threadIdx.x + 32 * j;
-            if (c >= chunks) continue;
+            const int c = threadIdx.x + 32 * (P * j + h);
+            if (!active || c >= chunks) continue;
             R::widen(xv, xu[j]), R::widen(dv, du[j]), R::widen(gv, gu[j]), R::load(wv, w, c, C, true);
 #pragma unroll
             for (int k = 0; k < VN; k++) {
@@ -411,14 +426,15 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
             R::store(dxr, gv, c, C, true);
         }
     }
+    // The warps of each h, in warp order.
     for (int y = 0; y < ROW_WARPS; y++) {
         if ((int)threadIdx.y == y)
 #pragma unroll
             for (int j = 0; j < J; j++)
 #pragma unroll
                 for (int k = 0; k < VN; k++) {
-                    float &b = block_dw[(threadIdx.x + 32 * j) * VN + k];
-                    b = y == 0 ? dw[j][k] : b + dw[j][k];
+                    float &b = block_dw[(threadIdx.x + 32 * (P * j + h)) * VN + k];
+                    b = y < P ? dw[j][k] : b + dw[j][k];
                 }
         __syncthreads();
     }
@@ -426,10 +442,10 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
         partial[(size_t)blockIdx.x * C + i] = block_dw[i];
 }
 
-template <typename T, int J> static zinf_status rmsnorm_bwd_fused(cuda_stream *cs, const op_layernorm *a) {
+template <typename T, int J, int P> static zinf_status rmsnorm_bwd_fused(cuda_stream *cs, const op_layernorm *a) {
     const unsigned blocks = (unsigned)((a->rows + RMS_BWD_ROWS - 1) / RMS_BWD_ROWS);
     float *partial = (float *)cs->d_lt_ws;
-    rmsnorm_bwd_kernel<T, J> CUDA_LAUNCH(blocks, dim3(32, ROW_WARPS), 0, cs->st)(
+    rmsnorm_bwd_kernel<T, J, P> CUDA_LAUNCH(blocks, dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, partial, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_kernel");
     return col_finish<T, 1>(cs->st, (T *)a->dw, (T *)nullptr, partial, (int)blocks, a->C);
@@ -464,10 +480,10 @@ template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op
     const int lane_chunks = (a->C + 32 * row_chunks<T>::VN - 1) / (32 * row_chunks<T>::VN);
     const size_t blocks = ((size_t)a->rows + RMS_BWD_ROWS - 1) / RMS_BWD_ROWS;
     if (vec && lane_chunks <= RMS_LANE_CHUNKS && blocks * a->C * sizeof(float) <= CUDA_LT_WORKSPACE)
-        return lane_chunks <= 1   ? rmsnorm_bwd_fused<T, 1>(cs, a)
-               : lane_chunks <= 2 ? rmsnorm_bwd_fused<T, 2>(cs, a)
-               : lane_chunks <= 4 ? rmsnorm_bwd_fused<T, 4>(cs, a)
-                                  : rmsnorm_bwd_fused<T, RMS_LANE_CHUNKS>(cs, a);
+        return lane_chunks <= 1   ? rmsnorm_bwd_fused<T, 1, 1>(cs, a)
+               : lane_chunks <= 2 ? rmsnorm_bwd_fused<T, 2, 1>(cs, a)
+               : lane_chunks <= 4 ? rmsnorm_bwd_fused<T, 4, 1>(cs, a)
+                                  : rmsnorm_bwd_fused<T, RMS_LANE_CHUNKS / 2, 2>(cs, a);
     rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
