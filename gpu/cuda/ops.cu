@@ -353,11 +353,11 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 // warp order into the block's row of fp32 partials, which col_finish_kernel adds into
 // dw. So x and dout are read once where the column sums read them a second time, and
 // the order is fixed by the sizes alone. (With a chunk's loads awaited before the next
-// chunk's, the same kernel took as long as the two it replaced.) Two warps a row at
-// Llama-3.2-1B's width: one warp at eight chunks a lane took 217 registers, one block an
-// SM, and a call 59 us at its 8 x 1024 tokens on an H200 (2026-11-27) with 64 rows a
-// block (128 blocks, one wave), 73 with 32 and 95 with 16 (the kernel and its column
-// sums over dx and x, 81).
+// chunk's, the same kernel took as long as the two it replaced.) At Llama-3.2-1B's width
+// and 8 x 1024 tokens on an H200 (2026-11-27), two warps a row (124 registers, two
+// blocks an SM) took 54 us a call with 32 rows a block, 64 with 64; one warp a row at
+// eight chunks a lane (217 registers, one block an SM) 59 us with 64 rows a block (one
+// wave), 73 with 32 and 95 with 16; the kernel and its column sums over dx and x, 81.
 enum { RMS_LANE_CHUNKS = 8, RMS_BWD_ROWS = 4 * ROW_WARPS };
 
 template <typename T, int J, int P>
@@ -546,12 +546,11 @@ zinf_status cuda_gelu_bwd(cudaStream_t st, zinf_dtype dt, const op_elementwise *
 // ---- SwiGLU ----
 // A warp per row (ROW_WARPS rows a block), its lanes over the row's F columns in
 // 16-byte chunks (row_chunks): the gate at gu[r][j], the up at gu[r][F + j]. A lane reads
-// its chunks before it writes them, so dgu may be gu; it asks for SWIGLU_CHUNKS chunks of
-// each input at once, since a write may alias the next chunk's read and so held every
-// read back until the write before it (0.71 and 0.76 of an H200's bandwidth forward and
-// backward, 2026-11-27). No 64-bit division per element: one each an element left the
-// H100's SwiGLU at half its bandwidth.
-enum { SWIGLU_CHUNKS = 2 };
+// both chunks before it writes both, so dgu may be gu. No 64-bit division per element:
+// one each an element left the H100's SwiGLU at half its bandwidth. A lane asking for
+// two or four chunks of each input at once was slower on an H200 (2026-11-27, Llama-3.2-1B,
+// 8 x 1024 tokens: 3.2 and 3.8 ms a backward pass against 3.0; forward 2.0 and 2.7
+// against 2.0): the registers it takes cost more warps than the loads in flight gain.
 
 static __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
@@ -564,20 +563,13 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     if (r >= rows) return;
     const T *gate = gu + r * 2 * F, *up = gate + F;
     T *o = out + r * F;
-    const int chunks = R::count(F);
-    float g[SWIGLU_CHUNKS][VN], u[SWIGLU_CHUNKS][VN];
-    for (int c0 = threadIdx.x; c0 < chunks; c0 += SWIGLU_CHUNKS * 32) {
+    float g[VN], u[VN], y[VN];
+    for (int c = threadIdx.x; c < R::count(F); c += 32) {
+        R::load(g, gate, c, F, vec), R::load(u, up, c, F, vec);
 #pragma unroll
-        for (int h = 0; h < SWIGLU_CHUNKS; h++)
-            if (c0 + 32 * h < chunks) R::load(g[h], gate, c0 + 32 * h, F, vec), R::load(u[h], up, c0 + 32 * h, F, vec);
-#pragma unroll
-        for (int h = 0; h < SWIGLU_CHUNKS; h++) {
-            if (c0 + 32 * h >= chunks) break;
-#pragma unroll
-            for (int k = 0; k < VN; k++)
-                u[h][k] = g[h][k] * sigmoid(g[h][k]) * u[h][k];
-            R::store(o, u[h], c0 + 32 * h, F, vec);
-        }
+        for (int k = 0; k < VN; k++)
+            y[k] = g[k] * sigmoid(g[k]) * u[k];
+        R::store(o, y, c, F, vec);
     }
 }
 
@@ -590,26 +582,16 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     if (r >= rows) return;
     const T *gate = gu + r * 2 * F, *up = gate + F, *dy = dout + r * F;
     T *dgate = dgu + r * 2 * F, *dup = dgate + F;
-    const int chunks = R::count(F);
-    float g[SWIGLU_CHUNKS][VN], u[SWIGLU_CHUNKS][VN], d[SWIGLU_CHUNKS][VN];
-    for (int c0 = threadIdx.x; c0 < chunks; c0 += SWIGLU_CHUNKS * 32) {
+    float g[VN], u[VN], d[VN];
+    for (int c = threadIdx.x; c < R::count(F); c += 32) {
+        R::load(g, gate, c, F, vec), R::load(u, up, c, F, vec), R::load(d, dy, c, F, vec);
 #pragma unroll
-        for (int h = 0; h < SWIGLU_CHUNKS; h++) {
-            const int c = c0 + 32 * h;
-            if (c < chunks) R::load(g[h], gate, c, F, vec), R::load(u[h], up, c, F, vec), R::load(d[h], dy, c, F, vec);
+        for (int k = 0; k < VN; k++) {
+            float sg = sigmoid(g[k]), dg = d[k] * u[k] * (sg * (1.0f + g[k] * (1.0f - sg)));
+            u[k] = d[k] * (g[k] * sg);
+            g[k] = dg;
         }
-#pragma unroll
-        for (int h = 0; h < SWIGLU_CHUNKS; h++) {
-            const int c = c0 + 32 * h;
-            if (c >= chunks) break;
-#pragma unroll
-            for (int k = 0; k < VN; k++) {
-                float sg = sigmoid(g[h][k]), dg = d[h][k] * u[h][k] * (sg * (1.0f + g[h][k] * (1.0f - sg)));
-                u[h][k] = d[h][k] * (g[h][k] * sg);
-                g[h][k] = dg;
-            }
-            R::store(dgate, g[h], c, F, vec), R::store(dup, u[h], c, F, vec);
-        }
+        R::store(dgate, g, c, F, vec), R::store(dup, u, c, F, vec);
     }
 }
 
@@ -700,10 +682,10 @@ zinf_status cuda_rope(cudaStream_t st, zinf_dtype dt, const op_rope *a, bool bac
 // one-hot instead of a stray read. A thread asks for XENT_CHUNKS chunks at once and holds
 // them as loaded (uint4, half the registers of floats), then takes them in order. For
 // Llama-3.2-1B's 8192 x 128256 logits on an H200 (2026-11-27): one chunk a load and a
-// test an element, 0.46 of its bandwidth; four chunks as floats in 256-thread blocks
-// (74 registers), 2.18 ms; as loaded, in 512-thread blocks, 1.8 ms (1024 threads 1.9,
-// 1024 with two chunks 2.1).
-enum { XENT_CHUNKS = 4, XENT_THREADS = 512 };
+// test an element, 0.46 of its bandwidth; four chunks as floats (74 registers), 2.18 ms;
+// as loaded, 1.65 ms (blocks of 512 threads 1.8, 1024 1.9: the L2 that one block an SM
+// would keep the row in did not pay).
+enum { XENT_CHUNKS = 4, XENT_THREADS = 256 };
 
 // Chunk c's values below V into the running maximum m and the sum s of exp(x - m);
 // chunks wholly below V without a test an element.

@@ -1203,7 +1203,7 @@ int main(void) {
         test_elementwise(dt);
         test_swiglu(dt, 37);
         test_swiglu(dt, 64);
-        test_swiglu(dt, 1288); // past two chunks a lane, which a CUDA lane asks for at once
+        test_swiglu(dt, 1288); // past a chunk a lane on CUDA
         for (size_t k = 0; k < 3; k++)
             test_sumsq(dt, (size_t[]){5, 100003, (size_t)3 << 20 | 7}[k]);
         test_sumsq_order(dt);
@@ -1214,10 +1214,10 @@ int main(void) {
         test_cross_entropy(dt, true, 53, 53);
         test_cross_entropy(dt, false, 53, 64);
         test_cross_entropy(dt, true, 53, 64);
-        // Rows past one 16-byte chunk for each of the CUDA kernel's 512 threads: a thread's
+        // Rows past one 16-byte chunk for each of the CUDA kernel's 256 threads: a thread's
         // running maximum grows over its chunks.
         test_cross_entropy(dt, false, 9001, 9008);
-        // Past the chunks a CUDA thread loads at once (4 x 512 of 16 bytes), in place.
+        // Past the chunks a CUDA thread loads at once (4 x 256 of 16 bytes), in place.
         test_cross_entropy(dt, true, 40001, 40008);
         test_embedding(dt, true);
         test_embedding(dt, false);
