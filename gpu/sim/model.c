@@ -178,21 +178,23 @@ static double op_bytes(const op_record *op) {
 // The fraction of HBM peak zinf's memory-bound kernels reached (bf16, the shapes above;
 // 0: not measured, the generic hbm_eff), on an H200 at commit ded3409 (2026-11-27): the
 // means over GPT-2 124M and large, or Llama-3.2-1B's for its own ops; the sum of squares
-// in Llama-3.2-1B's training step (zinf train --op-profile). The row kernels reduce in
+// in Llama-3.2-1B's training step (zinf train --op-profile). The cross-entropy's (the
+// mean over GPT-2 124M and Llama-3.2-1B), SwiGLU's and the RMSNorm backward's are the
+// kernels of 20b34a7, timed the same day. The row kernels reduce in
 // fp32 over 16-bit rows, and the embedding's, the bias's and the norms' weight gradients
 // reduce across rows, which streams well short of the bandwidth.
 static const double kernel_hbm_frac[] = {
     [OP_ADD] = 0.63,
     [OP_GELU_FWD] = 0.46,
     [OP_GELU_BWD] = 0.57,
-    [OP_SWIGLU_FWD] = 0.71,
+    [OP_SWIGLU_FWD] = 0.70,
     [OP_SWIGLU_BWD] = 0.76,
     [OP_LAYERNORM_FWD] = 0.58,
     [OP_LAYERNORM_BWD] = 0.28,
     [OP_RMSNORM_FWD] = 0.66,
-    [OP_RMSNORM_BWD] = 0.28,
+    [OP_RMSNORM_BWD] = 0.42,
     [OP_BIAS_GRAD] = 0.51,
-    [OP_CROSS_ENTROPY] = 0.46,
+    [OP_CROSS_ENTROPY] = 0.54,
     [OP_EMBEDDING_FWD] = 0.14,
     [OP_EMBEDDING_BWD] = 0.15,
     [OP_ROPE_FWD] = 0.67,
