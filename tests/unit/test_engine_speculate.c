@@ -132,20 +132,28 @@ static void drop(run_result *r) {
 }
 
 // A step speculates unless the one before clipped or overflowed; the sub-groups it
-// updated under its backward are redone when it clips or overflows itself. Returns
-// the sub-groups redone in all.
+// updated under its backward are redone when it clips or overflows itself. A step that
+// may speculate can still update none: the backward of these tiny models may end
+// before the tier's thread takes its first sub-group (seen on a loaded 2-core machine),
+// so each such step may count 0, but not all of them. Returns the sub-groups redone in
+// all.
 static int check_pattern(const run_result *r, const char *what) {
-    int redone = 0;
+    int redone = 0, guesses = 0, took = 0;
     for (int s = 0; s < STEPS; s++) {
         bool guessed = s == 0 || !(r->clipped[s - 1] || r->skipped[s - 1]), missed = r->clipped[s] || r->skipped[s];
         // Speculated sub-groups are counted in the step whose backward ran them.
-        CHECK((r->speculated[s] > 0) == guessed, "%s: step %d speculated %d sub-groups, after a step that %s", what,
-              s + 1, r->speculated[s], guessed ? "neither clipped nor overflowed" : "clipped or overflowed");
+        CHECK(guessed || r->speculated[s] == 0,
+              "%s: step %d speculated %d sub-groups after a step that clipped or "
+              "overflowed",
+              what, s + 1, r->speculated[s]);
+        guesses += guessed, took += guessed && r->speculated[s] > 0;
         CHECK(r->rolled_back[s] == (guessed && missed ? r->speculated[s] : 0),
               "%s: step %d (clipped %d, skipped %d) redid %d of %d speculated sub-groups", what, s + 1, r->clipped[s],
               r->skipped[s], r->rolled_back[s], r->speculated[s]);
         redone += r->rolled_back[s];
     }
+    CHECK(took > 0, "%s: none of the %d steps that could speculate updated a sub-group under its backward", what,
+          guesses);
     return redone;
 }
 
