@@ -287,7 +287,10 @@ template <typename T> static __device__ __forceinline__ float rounded(float v) {
     return to_f32(t);
 }
 
-template <typename T>
+// J > 0: a lane holds its J chunks of the row (C up to 32 J chunks), asked for at once,
+// so a row costs one wait on memory where the loop below waits once a chunk, twice;
+// J = 0: any width. The same sums in the same order either way.
+template <typename T, int J>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
     rmsnorm_fwd_kernel(T *out, float *rstd, const T *x, const T *w, size_t rows, int C, float eps, bool vec) {
     using R = row_chunks<T>;
@@ -296,23 +299,53 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     if (r >= rows) return;
     const T *xr = x + r * C;
     T *o = out + r * C;
+    const int chunks = R::count(C);
     float s = 0.0f, xv[VN], wv[VN];
-    for (int c = threadIdx.x; c < R::count(C); c += 32) {
-        R::load(xv, xr, c, C, vec);
+    if constexpr (J > 0) {
+        uint4 xu[J];
 #pragma unroll
-        for (int k = 0; k < VN; k++)
-            s += xv[k] * xv[k]; // zeros past C
-    }
-    float rs = 1.0f / sqrtf(warp_sum(s) / (float)C + eps);
-    // As the layernorm: each lane writes only the chunks it reads, so out may be x.
-    for (int c = threadIdx.x; c < R::count(C); c += 32) {
-        R::load(xv, xr, c, C, vec), R::load(wv, w, c, C, vec);
+        for (int j = 0; j < J; j++) {
+            const int c = threadIdx.x + 32 * j;
+            if (c < chunks) xu[j] = R::fetch(xr, c, C, vec);
+        }
 #pragma unroll
-        for (int k = 0; k < VN; k++)
-            xv[k] = wv[k] * rounded<T>(xv[k] * rs);
-        R::store(o, xv, c, C, vec);
+        for (int j = 0; j < J; j++) {
+            if ((int)threadIdx.x + 32 * j >= chunks) continue;
+            R::widen(xv, xu[j]);
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                s += xv[k] * xv[k]; // zeros past C
+        }
+        const float rs = 1.0f / sqrtf(warp_sum(s) / (float)C + eps);
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int c = threadIdx.x + 32 * j;
+            if (c >= chunks) continue;
+            R::widen(xv, xu[j]), R::load(wv, w, c, C, vec);
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                xv[k] = wv[k] * rounded<T>(xv[k] * rs);
+            R::store(o, xv, c, C, vec);
+        }
+        if (threadIdx.x == 0) rstd[r] = rs;
+    } else {
+        for (int c = threadIdx.x; c < chunks; c += 32) {
+            R::load(xv, xr, c, C, vec);
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                s += xv[k] * xv[k]; // zeros past C
+        }
+        const float rs = 1.0f / sqrtf(warp_sum(s) / (float)C + eps);
+        // As the layernorm: each lane writes only the chunks it reads, so out may be x.
+        for (int c = threadIdx.x; c < chunks; c += 32) {
+            R::load(xv, xr, c, C, vec), R::load(wv, w, c, C, vec);
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                xv[k] = wv[k] * rounded<T>(xv[k] * rs);
+            R::store(o, xv, c, C, vec);
+        }
+        if (threadIdx.x == 0) rstd[r] = rs;
     }
-    if (threadIdx.x == 0) rstd[r] = rs;
 }
 
 // dx += rstd (dn - n mean(dn n)), dn = w dout, n = x rstd; a row in 16-byte chunks.
@@ -467,12 +500,21 @@ template <typename T> struct rmsnorm_weight_terms {
     }
 };
 
-template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
-    const bool vec = rows_in_chunks<T>(a->C, a->out, a->x, a->w, a->w);
-    rmsnorm_fwd_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
+template <typename T, int J> static zinf_status rmsnorm_fwd_launch(cudaStream_t st, const op_layernorm *a, bool vec) {
+    rmsnorm_fwd_kernel<T, J> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, st)(
         (T *)a->out, a->rstd, (const T *)a->x, (const T *)a->w, (size_t)a->rows, a->C, a->eps, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_fwd_kernel");
     return ZINF_OK;
+}
+
+template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
+    const bool vec = rows_in_chunks<T>(a->C, a->out, a->x, a->w, a->w);
+    const int lane_chunks = (a->C + 32 * row_chunks<T>::VN - 1) / (32 * row_chunks<T>::VN);
+    return lane_chunks <= 1                 ? rmsnorm_fwd_launch<T, 1>(st, a, vec)
+           : lane_chunks <= 2               ? rmsnorm_fwd_launch<T, 2>(st, a, vec)
+           : lane_chunks <= 4               ? rmsnorm_fwd_launch<T, 4>(st, a, vec)
+           : lane_chunks <= RMS_LANE_CHUNKS ? rmsnorm_fwd_launch<T, RMS_LANE_CHUNKS>(st, a, vec)
+                                            : rmsnorm_fwd_launch<T, 0>(st, a, vec);
 }
 
 template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
