@@ -147,6 +147,156 @@ zinf_status cuda_bias_grad(cuda_stream *cs, zinf_dtype dt, const op_elementwise 
     CUDA_DT_SWITCH(dt, "bias_grad", bias_grad_t, cs, e);
 }
 
+// ---- the norms' backward in one pass ----
+// LayerNorm's (LN) and RMSNorm's, where a row's P warps hold at most NORM_LANE_CHUNKS of
+// its 16-byte chunks a lane (C up to 2048 in 16 bits, 1024 in fp32: Llama-3.2-1B's
+// width) and rows go in whole chunks: block b takes rows [b, b + 1) * NORM_BWD_ROWS,
+// ROW_WARPS / P at a time. Warp h of a row's P takes chunk groups h, h + P, ... of 32
+// chunks. A lane asks for all its chunks of x, dout and dx at once, then sums; the P
+// warps add their sums in order through shared memory; and each lane keeps the weight
+// (and bias) gradient's terms of its columns over its rows in registers. The warps add
+// theirs in warp order into the block's row of fp32 partials, which col_finish_kernel
+// adds into dw (and db). So x and dout are read once where the column sums read them a
+// second time, and the order is fixed by the sizes alone. (With a chunk's loads awaited
+// before the next chunk's, the same kernel took as long as the two it replaced.) For
+// RMSNorm at Llama-3.2-1B's width and 8 x 1024 tokens on an H200 (2026-11-27), two warps
+// a row (124 registers, two blocks an SM) took 54 us a call with 32 rows a block, 64 with
+// 64; one warp a row at eight chunks a lane (217 registers, one block an SM) 59 us with
+// 64 rows a block (one wave), 73 with 32 and 95 with 16; the kernel and its column sums
+// over dx and x, 81. LayerNorm keeps twice the terms, so its warps take at most two
+// chunks a lane (P up to 4); not yet timed on a GPU.
+enum { NORM_LANE_CHUNKS = 8, NORM_BWD_ROWS = 4 * ROW_WARPS };
+
+// RMSNorm: dx += rstd (dn - n mean(dn n)), dw += dout n, with dn = w dout, n = x rstd.
+// LayerNorm: dx += rstd (dn - mean(dn) - n mean(dn n)), dw += dout n, db += dout, with
+// n = (x - mean) rstd. The same expressions as the one-row kernels'.
+template <typename T, int J, int P, bool LN>
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+    norm_bwd_kernel(T *dx, float *partial, const T *dout, const T *x, const T *w, const float *mean, const float *rstd,
+                    size_t rows, int C) {
+    using R = row_chunks<T>;
+    constexpr int VN = R::VN, SLOTS = ROW_WARPS / P, NOUT = LN ? 2 : 1, NSUM = LN ? 2 : 1;
+    __shared__ float block_dw[NOUT][P * J * 32 * VN];
+    __shared__ float row_sums[2][NSUM][ROW_WARPS]; // by iteration parity: one barrier an iteration
+    SHARED_FRESH(block_dw, row_sums);
+    const int chunks = R::count(C), h = threadIdx.y % P, slot = threadIdx.y / P;
+    float dw[NOUT][J][VN], xv[VN], dv[VN], wv[VN], gv[VN];
+#pragma unroll
+    for (int o = 0; o < NOUT; o++)
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                dw[o][j][k] = 0.0f;
+    const size_t r0 = (size_t)blockIdx.x * NORM_BWD_ROWS;
+    const size_t r1 = r0 + NORM_BWD_ROWS < rows ? r0 + NORM_BWD_ROWS : rows;
+    // Every warp runs every iteration: the P warps of a row meet at its barrier.
+    for (int it = 0; it < (NORM_BWD_ROWS + SLOTS - 1) / SLOTS; it++) {
+        const size_t r = r0 + (size_t)it * SLOTS + slot;
+        const bool active = r < r1;
+        const T *xr = x + r * C, *dr = dout + r * C;
+        T *dxr = dx + r * C;
+        uint4 xu[J], du[J], gu[J];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int c = threadIdx.x + 32 * (P * j + h);
+            if (active && c < chunks) {
+                xu[j] = load_as<uint4>(xr + c * VN), du[j] = load_as<uint4>(dr + c * VN);
+                gu[j] = load_as<uint4>(dxr + c * VN);
+            }
+        }
+        const float rs = active ? rstd[r] : 0.0f, m = LN && active ? mean[r] : 0.0f;
+        float sum[NSUM] = {};
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int c = threadIdx.x + 32 * (P * j + h);
+            if (!active || c >= chunks) continue;
+            R::widen(xv, xu[j]), R::widen(dv, du[j]), R::load(wv, w, c, C, true);
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                if constexpr (LN) {
+                    const float norm = (xv[k] - m) * rs, dnorm = wv[k] * dv[k];
+                    sum[0] += dnorm;
+                    sum[NSUM - 1] += dnorm * norm;
+                } else {
+                    sum[0] += wv[k] * dv[k] * (xv[k] * rs);
+                }
+        }
+#pragma unroll
+        for (int q = 0; q < NSUM; q++)
+            sum[q] = warp_sum(sum[q]);
+        if (P > 1) {
+            if (threadIdx.x == 0)
+#pragma unroll
+                for (int q = 0; q < NSUM; q++)
+                    row_sums[it & 1][q][threadIdx.y] = sum[q];
+            __syncthreads();
+#pragma unroll
+            for (int q = 0; q < NSUM; q++) {
+                sum[q] = row_sums[it & 1][q][slot * P];
+                for (int p = 1; p < P; p++)
+                    sum[q] += row_sums[it & 1][q][slot * P + p];
+            }
+        }
+        const float mean_dn = sum[0] / (float)C, mean_dnn = sum[NSUM - 1] / (float)C;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int c = threadIdx.x + 32 * (P * j + h);
+            if (!active || c >= chunks) continue;
+            R::widen(xv, xu[j]), R::widen(dv, du[j]), R::widen(gv, gu[j]), R::load(wv, w, c, C, true);
+#pragma unroll
+            for (int k = 0; k < VN; k++)
+                if constexpr (LN) {
+                    const float norm = (xv[k] - m) * rs, dnorm = wv[k] * dv[k];
+                    gv[k] += (dnorm - mean_dn - norm * mean_dnn) * rs;
+                    dw[0][j][k] += norm * dv[k];
+                    dw[NOUT - 1][j][k] += dv[k];
+                } else {
+                    gv[k] += rs * (wv[k] * dv[k] - xv[k] * rs * mean_dnn);
+                    dw[0][j][k] += dv[k] * (xv[k] * rs);
+                }
+            R::store(dxr, gv, c, C, true);
+        }
+    }
+    // The warps of each h, in warp order.
+    for (int y = 0; y < ROW_WARPS; y++) {
+        if ((int)threadIdx.y == y)
+#pragma unroll
+            for (int o = 0; o < NOUT; o++)
+#pragma unroll
+                for (int j = 0; j < J; j++)
+#pragma unroll
+                    for (int k = 0; k < VN; k++) {
+                        float &b = block_dw[o][(threadIdx.x + 32 * (P * j + h)) * VN + k];
+                        b = y < P ? dw[o][j][k] : b + dw[o][j][k];
+                    }
+        __syncthreads();
+    }
+    for (int o = 0; o < NOUT; o++)
+        for (int i = threadIdx.y * 32 + threadIdx.x; i < C; i += ROW_WARPS * 32)
+            partial[((size_t)o * gridDim.x + blockIdx.x) * C + i] = block_dw[o][i];
+}
+
+template <typename T, int J, int P, bool LN> static zinf_status norm_bwd_fused(cuda_stream *cs, const op_layernorm *a) {
+    const unsigned blocks = (unsigned)((a->rows + NORM_BWD_ROWS - 1) / NORM_BWD_ROWS);
+    float *partial = (float *)cs->d_lt_ws;
+    norm_bwd_kernel<T, J, P, LN> CUDA_LAUNCH(blocks, dim3(32, ROW_WARPS), 0,
+                                             cs->st)((T *)a->dx, partial, (const T *)a->dout, (const T *)a->x,
+                                                     (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C);
+    ZINF_CUDA_LAUNCHED("norm_bwd_kernel");
+    return col_finish < T,
+           LN ? 2 : 1 > (cs->st, (T *)a->dw, LN ? (T *)a->db : (T *)nullptr, partial, (int)blocks, a->C);
+}
+
+// Whether the one-pass kernel takes a: rows in whole chunks, few enough a lane, and the
+// partials within the workspace. lane_chunks: a warp's chunks a lane at P = 1.
+template <typename T> static bool norm_bwd_fits(const op_layernorm *a, int nout, int *lane_chunks) {
+    *lane_chunks = (a->C + 32 * row_chunks<T>::VN - 1) / (32 * row_chunks<T>::VN);
+    const size_t blocks = ((size_t)a->rows + NORM_BWD_ROWS - 1) / NORM_BWD_ROWS;
+    return rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w) && *lane_chunks <= NORM_LANE_CHUNKS &&
+           blocks * nout * a->C * sizeof(float) <= CUDA_LT_WORKSPACE;
+}
+
 // ---- layernorm ----
 // A warp per row; biased variance, rstd = 1 / sqrtf(var + eps) (IEEE division and
 // square root: the build has no fast-math flags).
@@ -264,6 +414,12 @@ template <typename T> struct layernorm_weight_terms {
 
 template <typename T> static zinf_status layernorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
     const bool vec = rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w);
+    int lane_chunks;
+    if (norm_bwd_fits<T>(a, 2, &lane_chunks))
+        return lane_chunks <= 1   ? norm_bwd_fused<T, 1, 1, true>(cs, a)
+               : lane_chunks <= 2 ? norm_bwd_fused<T, 2, 1, true>(cs, a)
+               : lane_chunks <= 4 ? norm_bwd_fused<T, 2, 2, true>(cs, a)
+                                  : norm_bwd_fused<T, NORM_LANE_CHUNKS / 4, 4, true>(cs, a);
     layernorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
@@ -376,115 +532,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     }
 }
 
-// The backward in one pass where a row's P warps hold at most RMS_LANE_CHUNKS of its
-// 16-byte chunks a lane (C up to 2048 in 16 bits, 1024 in fp32: Llama-3.2-1B's width)
-// and rows go in whole chunks: block b takes rows [b, b + 1) * RMS_BWD_ROWS, ROW_WARPS / P
-// at a time. Warp h of a row's P takes chunk groups h, h + P, ... of 32 chunks. A lane
-// asks for all its chunks of x, dout and dx at once, then sums; the P warps add their
-// sums in order through shared memory; and each lane keeps the weight gradient's terms
-// dout * x * rstd of its columns over its rows in registers. The warps add theirs in
-// warp order into the block's row of fp32 partials, which col_finish_kernel adds into
-// dw. So x and dout are read once where the column sums read them a second time, and
-// the order is fixed by the sizes alone. (With a chunk's loads awaited before the next
-// chunk's, the same kernel took as long as the two it replaced.) At Llama-3.2-1B's width
-// and 8 x 1024 tokens on an H200 (2026-11-27), two warps a row (124 registers, two
-// blocks an SM) took 54 us a call with 32 rows a block, 64 with 64; one warp a row at
-// eight chunks a lane (217 registers, one block an SM) 59 us with 64 rows a block (one
-// wave), 73 with 32 and 95 with 16; the kernel and its column sums over dx and x, 81.
-enum { RMS_LANE_CHUNKS = 8, RMS_BWD_ROWS = 4 * ROW_WARPS };
-
-template <typename T, int J, int P>
-static __global__ void __launch_bounds__(ROW_WARPS * 32)
-    rmsnorm_bwd_kernel(T *dx, float *partial, const T *dout, const T *x, const T *w, const float *rstd, size_t rows,
-                       int C) {
-    using R = row_chunks<T>;
-    constexpr int VN = R::VN, SLOTS = ROW_WARPS / P; // rows a block takes at once
-    __shared__ float block_dw[P * J * 32 * VN];
-    __shared__ float row_sums[2][ROW_WARPS]; // by iteration parity: one barrier an iteration
-    SHARED_FRESH(block_dw, row_sums);
-    const int chunks = R::count(C), h = threadIdx.y % P, slot = threadIdx.y / P;
-    float dw[J][VN], xv[VN], dv[VN], wv[VN], gv[VN];
-#pragma unroll
-    for (int j = 0; j < J; j++)
-#pragma unroll
-        for (int k = 0; k < VN; k++)
-            dw[j][k] = 0.0f;
-    const size_t r0 = (size_t)blockIdx.x * RMS_BWD_ROWS;
-    const size_t r1 = r0 + RMS_BWD_ROWS < rows ? r0 + RMS_BWD_ROWS : rows;
-    // Every warp runs every iteration: the P warps of a row meet at its barrier.
-    for (int it = 0; it < (RMS_BWD_ROWS + SLOTS - 1) / SLOTS; it++) {
-        const size_t r = r0 + (size_t)it * SLOTS + slot;
-        const bool active = r < r1;
-        const T *xr = x + r * C, *dr = dout + r * C;
-        T *dxr = dx + r * C;
-        uint4 xu[J], du[J], gu[J];
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            const int c = threadIdx.x + 32 * (P * j + h);
-            if (active && c < chunks) {
-                xu[j] = load_as<uint4>(xr + c * VN), du[j] = load_as<uint4>(dr + c * VN);
-                gu[j] = load_as<uint4>(dxr + c * VN);
-            }
-        }
-        const float rs = active ? rstd[r] : 0.0f;
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            const int c = threadIdx.x + 32 * (P * j + h);
-            if (!active || c >= chunks) continue;
-            R::widen(xv, xu[j]), R::widen(dv, du[j]), R::load(wv, w, c, C, true);
-#pragma unroll
-            for (int k = 0; k < VN; k++)
-                s += wv[k] * dv[k] * (xv[k] * rs);
-        }
-        s = warp_sum(s);
-        if (P > 1) {
-            if (threadIdx.x == 0) row_sums[it & 1][threadIdx.y] = s;
-            __syncthreads();
-            s = row_sums[it & 1][slot * P];
-            for (int q = 1; q < P; q++)
-                s += row_sums[it & 1][slot * P + q];
-        }
-        const float dnn = s / (float)C;
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            const int c = threadIdx.x + 32 * (P * j + h);
-            if (!active || c >= chunks) continue;
-            R::widen(xv, xu[j]), R::widen(dv, du[j]), R::widen(gv, gu[j]), R::load(wv, w, c, C, true);
-#pragma unroll
-            for (int k = 0; k < VN; k++) {
-                gv[k] += rs * (wv[k] * dv[k] - xv[k] * rs * dnn);
-                dw[j][k] += dv[k] * (xv[k] * rs);
-            }
-            R::store(dxr, gv, c, C, true);
-        }
-    }
-    // The warps of each h, in warp order.
-    for (int y = 0; y < ROW_WARPS; y++) {
-        if ((int)threadIdx.y == y)
-#pragma unroll
-            for (int j = 0; j < J; j++)
-#pragma unroll
-                for (int k = 0; k < VN; k++) {
-                    float &b = block_dw[(threadIdx.x + 32 * (P * j + h)) * VN + k];
-                    b = y < P ? dw[j][k] : b + dw[j][k];
-                }
-        __syncthreads();
-    }
-    for (int i = threadIdx.y * 32 + threadIdx.x; i < C; i += ROW_WARPS * 32)
-        partial[(size_t)blockIdx.x * C + i] = block_dw[i];
-}
-
-template <typename T, int J, int P> static zinf_status rmsnorm_bwd_fused(cuda_stream *cs, const op_layernorm *a) {
-    const unsigned blocks = (unsigned)((a->rows + RMS_BWD_ROWS - 1) / RMS_BWD_ROWS);
-    float *partial = (float *)cs->d_lt_ws;
-    rmsnorm_bwd_kernel<T, J, P> CUDA_LAUNCH(blocks, dim3(32, ROW_WARPS), 0, cs->st)(
-        (T *)a->dx, partial, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C);
-    ZINF_CUDA_LAUNCHED("rmsnorm_bwd_kernel");
-    return col_finish<T, 1>(cs->st, (T *)a->dw, (T *)nullptr, partial, (int)blocks, a->C);
-}
-
-// dw[c] += sum_r n[r][c] * dout[r][c]: column sums, for rows rmsnorm_bwd_kernel does not take.
+// dw[c] += sum_r n[r][c] * dout[r][c]: column sums, for rows norm_bwd_kernel does not take.
 template <typename T> struct rmsnorm_weight_terms {
     const T *dout, *x;
     const float *rstd;
@@ -510,22 +558,21 @@ template <typename T, int J> static zinf_status rmsnorm_fwd_launch(cudaStream_t 
 template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op_layernorm *a) {
     const bool vec = rows_in_chunks<T>(a->C, a->out, a->x, a->w, a->w);
     const int lane_chunks = (a->C + 32 * row_chunks<T>::VN - 1) / (32 * row_chunks<T>::VN);
-    return lane_chunks <= 1                 ? rmsnorm_fwd_launch<T, 1>(st, a, vec)
-           : lane_chunks <= 2               ? rmsnorm_fwd_launch<T, 2>(st, a, vec)
-           : lane_chunks <= 4               ? rmsnorm_fwd_launch<T, 4>(st, a, vec)
-           : lane_chunks <= RMS_LANE_CHUNKS ? rmsnorm_fwd_launch<T, RMS_LANE_CHUNKS>(st, a, vec)
-                                            : rmsnorm_fwd_launch<T, 0>(st, a, vec);
+    return lane_chunks <= 1                  ? rmsnorm_fwd_launch<T, 1>(st, a, vec)
+           : lane_chunks <= 2                ? rmsnorm_fwd_launch<T, 2>(st, a, vec)
+           : lane_chunks <= 4                ? rmsnorm_fwd_launch<T, 4>(st, a, vec)
+           : lane_chunks <= NORM_LANE_CHUNKS ? rmsnorm_fwd_launch<T, NORM_LANE_CHUNKS>(st, a, vec)
+                                             : rmsnorm_fwd_launch<T, 0>(st, a, vec);
 }
 
 template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
     const bool vec = rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w);
-    const int lane_chunks = (a->C + 32 * row_chunks<T>::VN - 1) / (32 * row_chunks<T>::VN);
-    const size_t blocks = ((size_t)a->rows + RMS_BWD_ROWS - 1) / RMS_BWD_ROWS;
-    if (vec && lane_chunks <= RMS_LANE_CHUNKS && blocks * a->C * sizeof(float) <= CUDA_LT_WORKSPACE)
-        return lane_chunks <= 1   ? rmsnorm_bwd_fused<T, 1, 1>(cs, a)
-               : lane_chunks <= 2 ? rmsnorm_bwd_fused<T, 2, 1>(cs, a)
-               : lane_chunks <= 4 ? rmsnorm_bwd_fused<T, 4, 1>(cs, a)
-                                  : rmsnorm_bwd_fused<T, RMS_LANE_CHUNKS / 2, 2>(cs, a);
+    int lane_chunks;
+    if (norm_bwd_fits<T>(a, 1, &lane_chunks))
+        return lane_chunks <= 1   ? norm_bwd_fused<T, 1, 1, false>(cs, a)
+               : lane_chunks <= 2 ? norm_bwd_fused<T, 2, 1, false>(cs, a)
+               : lane_chunks <= 4 ? norm_bwd_fused<T, 4, 1, false>(cs, a)
+                                  : norm_bwd_fused<T, NORM_LANE_CHUNKS / 2, 2, false>(cs, a);
     rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");

@@ -1194,12 +1194,16 @@ int main(void) {
             test_layernorm(dt, rows, rows < 100 ? 33 : 64);
             test_rmsnorm(dt, rows, rows < 100 ? 45 : 64);
         }
-        // A row of Llama-3.2-1B's width: the CUDA backward's one pass in 16 bits (eight
-        // chunks a lane, rows that end a block part way, more blocks than the eight threads
-        // that add a column's partials), the column sums in fp32; and one chunk a lane
-        // wider, the column sums in every type.
+        // A row of Llama-3.2-1B's width: the CUDA backward's one pass in 16 bits (two warps
+        // a row at four chunks a lane, rows that end a block part way, more blocks than the
+        // eight threads that add a column's partials), the column sums in fp32; and one
+        // chunk a lane wider, the column sums in every type.
         test_rmsnorm(dt, 600, 2048);
         test_rmsnorm(dt, 9, 2056);
+        // GPT-2's widths: the CUDA layernorm backward's one pass with two warps a row (768
+        // in 16 bits) and four (1280 in 16 bits, 768 in fp32); 1280 in fp32, the column sums.
+        test_layernorm(dt, 600, 768);
+        test_layernorm(dt, 300, 1280);
         test_elementwise(dt);
         test_swiglu(dt, 37);
         test_swiglu(dt, 64);
