@@ -17,6 +17,10 @@
 # cuDNN comes from the nvidia-cudnn wheel beside that torch, put on LD_LIBRARY_PATH, so
 # that device.attention "cudnn" (the cuDNN test cases of test_gpu_ops, the cuDNN rows)
 # runs; without it those say cuDNN did not load.
+# With --variants first (before --offload, if both), then: every op of GPT-2 124M and
+#   Llama-3.2-1B (cuDNN's attention) under this build and each CLI that
+#   tests/bench/gpu_variants.sh built at other commits into $ZINF_BUILD/variants (packed by
+#   gpu_pack.sh), twice each, in one run; gpu_variants.py's table in variants.txt.
 # With --offload first, the offloaded step's measurements instead of 3-5 (the tests first):
 #   tests/bench/bench_gpu_peers.sh: GPT-2 large at 8 x 1024 under FSDP2's
 #   CPUOffloadPolicy (torch alone), torchao's CPUOffloadOptimizer and DeepSpeed ZeRO-3
@@ -32,7 +36,8 @@
 # one gpu-checks.tar.gz. Record the figures in docs/performance.md with the date, the
 # commit and the machine. With no CUDA device it says so and succeeds.
 set -u
-offload=
+variants= offload=
+[ "${1:-}" = --variants ] && variants=1 && shift
 [ "${1:-}" = --offload ] && offload=1 && shift
 B=${ZINF_BUILD:-build}
 out=$B/gpu-checks
@@ -82,6 +87,29 @@ step tests 60 env BUILD="$B" BACKEND=cuda CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG
   tests/run -j 2 test_gpu_ops test_model_gpt2 test_model_llama test_gpu_device
 cp -r "$B/test-logs" "$out/test-logs" 2> /dev/null
 
+# Each op under every build, the builds in turn, twice: the same card in the same minute.
+variant_ops() {
+  local configs builds=("this=$B/zinf") v m rep
+  for v in "$B"/variants/zinf-*; do [ -x "$v" ] && builds+=("${v##*/zinf-}=$v"); done
+  [ ${#builds[@]} -gt 1 ] || { echo "variants: none in $B/variants (tests/bench/gpu_variants.sh builds them)" | tee -a "$summary"; return; }
+  configs=$(mktemp -d)
+  python3 tests/bench/gpu_compute.py --write-configs "$configs" > /dev/null
+  mkdir -p "$out/variants"
+  for rep in 1 2; do
+    for v in "${builds[@]}"; do
+      for m in gpt2 llama-1b; do
+        timeout -k 5 30 "${v#*=}" device-bench --config "$configs/$m.json" --shapes --json \
+          --set device.attention=cudnn > "$out/variants/${v%%=*}-$m-$rep.json" 2> "$out/variants/${v%%=*}-$m-$rep.log" ||
+          echo "variants: ${v%%=*} on $m failed (exit $?)" | tee -a "$summary"
+      done
+    done
+  done
+  rm -rf "$configs"
+  python3 tests/bench/gpu_variants.py "$out/variants" > "$out/variants.txt" 2>&1
+  echo "variants: ${#builds[@]} builds, each op twice: variants.txt" | tee -a "$summary"
+  cat "$out/variants.txt"
+}
+
 # The kernels: each op beside the sim's model, Llama's step op by op, tokens/s against PyTorch.
 kernels() {
   local configs
@@ -123,6 +151,7 @@ peers() {
   cp "$B/bench-gpu-peers.log" "$out/bench-gpu-peers-noclip-runs.log" 2> /dev/null
 }
 
+[ -n "$variants" ] && variant_ops
 if [ -n "$offload" ]; then peers "$@"; else kernels "$@"; fi
 echo "gpu_checks: $(grep -c ': ok' "$summary") of $(wc -l < "$summary") steps ok; logs in $out"
 if [ -n "${OUT:-}" ]; then

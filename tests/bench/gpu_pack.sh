@@ -11,6 +11,8 @@
 set -eu
 B=${ZINF_BUILD:-build}
 programs=(zinf tests/test_gpu_ops tests/test_model_gpt2 tests/test_model_llama tests/test_gpu_device)
+# The CLIs tests/bench/gpu_variants.sh built at other commits, for gpu_checks.sh --variants.
+for v in "$B"/variants/zinf-*; do [ -f "$v" ] && set -- "$@" "${v#"$B"/}"; done
 for p in "${programs[@]}" "$@"; do
   [ -f "$B/$p" ] || { echo "gpu_pack: $B/$p is missing (make all tests builds it)"; exit 1; }
 done
@@ -31,4 +33,4 @@ for p in "${programs[@]}"; do ldd "$B/$p"; done |
   while read -r lib; do cp -L "$lib" "$stage/gpu-libs/"; done
 git describe --always --dirty > "$stage/gpu-pack-commit.txt"
 tar -cJf "$B/gpu-pack.tar.xz" -C "$stage" .
-echo "gpu_pack: $B/gpu-pack.tar.xz, $(du -h "$B/gpu-pack.tar.xz" | cut -f1) (carry it; gpu_checks.sh unpacks it)"
+echo "gpu_pack: $B/gpu-pack.tar.xz, $(du -h "$B/gpu-pack.tar.xz" | cut -f1) (carry it; gpu_checks.sh unpacks it)${*:+; with $*}"
