@@ -288,13 +288,21 @@ template <typename T, int J, int P, bool LN> static zinf_status norm_bwd_fused(c
            LN ? 2 : 1 > (cs->st, (T *)a->dw, LN ? (T *)a->db : (T *)nullptr, partial, (int)blocks, a->C);
 }
 
-// Whether the one-pass kernel takes a: rows in whole chunks, few enough a lane, and the
-// partials within the workspace. lane_chunks: a warp's chunks a lane at P = 1.
-template <typename T> static bool norm_bwd_fits(const op_layernorm *a, int nout, int *lane_chunks) {
-    *lane_chunks = (a->C + 32 * row_chunks<T>::VN - 1) / (32 * row_chunks<T>::VN);
+// The one-pass backward where it takes a (rows in whole chunks, few enough a lane, the
+// partials within the workspace): true, its status in *st. LayerNorm keeps twice the
+// terms a lane, so it spreads a row over twice the warps.
+template <typename T, bool LN> static bool norm_bwd_one_pass(cuda_stream *cs, const op_layernorm *a, zinf_status *st) {
+    const int lane_chunks = (a->C + 32 * row_chunks<T>::VN - 1) / (32 * row_chunks<T>::VN);
     const size_t blocks = ((size_t)a->rows + NORM_BWD_ROWS - 1) / NORM_BWD_ROWS;
-    return rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w) && *lane_chunks <= NORM_LANE_CHUNKS &&
-           blocks * nout * a->C * sizeof(float) <= CUDA_LT_WORKSPACE;
+    if (!rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w) || lane_chunks > NORM_LANE_CHUNKS ||
+        blocks * (LN ? 2 : 1) * a->C * sizeof(float) > CUDA_LT_WORKSPACE)
+        return false;
+    *st = lane_chunks <= 1   ? norm_bwd_fused<T, 1, 1, LN>(cs, a)
+          : lane_chunks <= 2 ? norm_bwd_fused<T, 2, 1, LN>(cs, a)
+          : lane_chunks <= 4 ? (LN ? norm_bwd_fused<T, 2, 2, LN> : norm_bwd_fused<T, 4, 1, LN>)(cs, a)
+                             : norm_bwd_fused < T,
+    NORM_LANE_CHUNKS / (LN ? 4 : 2), LN ? 4 : 2, LN > (cs, a);
+    return true;
 }
 
 // ---- layernorm ----
@@ -414,12 +422,8 @@ template <typename T> struct layernorm_weight_terms {
 
 template <typename T> static zinf_status layernorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
     const bool vec = rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w);
-    int lane_chunks;
-    if (norm_bwd_fits<T>(a, 2, &lane_chunks))
-        return lane_chunks <= 1   ? norm_bwd_fused<T, 1, 1, true>(cs, a)
-               : lane_chunks <= 2 ? norm_bwd_fused<T, 2, 1, true>(cs, a)
-               : lane_chunks <= 4 ? norm_bwd_fused<T, 2, 2, true>(cs, a)
-                                  : norm_bwd_fused<T, NORM_LANE_CHUNKS / 4, 4, true>(cs, a);
+    zinf_status st;
+    if (norm_bwd_one_pass<T, true>(cs, a, &st)) return st;
     layernorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
@@ -567,12 +571,8 @@ template <typename T> static zinf_status rmsnorm_fwd_t(cudaStream_t st, const op
 
 template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op_layernorm *a) {
     const bool vec = rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w);
-    int lane_chunks;
-    if (norm_bwd_fits<T>(a, 1, &lane_chunks))
-        return lane_chunks <= 1   ? norm_bwd_fused<T, 1, 1, false>(cs, a)
-               : lane_chunks <= 2 ? norm_bwd_fused<T, 2, 1, false>(cs, a)
-               : lane_chunks <= 4 ? norm_bwd_fused<T, 4, 1, false>(cs, a)
-                                  : norm_bwd_fused<T, NORM_LANE_CHUNKS / 2, 2, false>(cs, a);
+    zinf_status st;
+    if (norm_bwd_one_pass<T, false>(cs, a, &st)) return st;
     rmsnorm_bwd_dx_kernel<T> CUDA_LAUNCH(row_blocks((size_t)a->rows), dim3(32, ROW_WARPS), 0, cs->st)(
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
