@@ -284,8 +284,8 @@ template <typename T, int J, int P, bool LN> static zinf_status norm_bwd_fused(c
                                              cs->st)((T *)a->dx, partial, (const T *)a->dout, (const T *)a->x,
                                                      (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("norm_bwd_kernel");
-    return col_finish < T,
-           LN ? 2 : 1 > (cs->st, (T *)a->dw, LN ? (T *)a->db : (T *)nullptr, partial, (int)blocks, a->C);
+    constexpr int NOUT = LN ? 2 : 1;
+    return col_finish<T, NOUT>(cs->st, (T *)a->dw, LN ? (T *)a->db : (T *)nullptr, partial, (int)blocks, a->C);
 }
 
 // The one-pass backward where it takes a (rows in whole chunks, few enough a lane, the
@@ -297,11 +297,11 @@ template <typename T, bool LN> static bool norm_bwd_one_pass(cuda_stream *cs, co
     if (!rows_in_chunks<T>(a->C, a->dx, a->dout, a->x, a->w) || lane_chunks > NORM_LANE_CHUNKS ||
         blocks * (LN ? 2 : 1) * a->C * sizeof(float) > CUDA_LT_WORKSPACE)
         return false;
+    constexpr int P = LN ? 4 : 2; // at NORM_LANE_CHUNKS
     *st = lane_chunks <= 1   ? norm_bwd_fused<T, 1, 1, LN>(cs, a)
           : lane_chunks <= 2 ? norm_bwd_fused<T, 2, 1, LN>(cs, a)
           : lane_chunks <= 4 ? (LN ? norm_bwd_fused<T, 2, 2, LN> : norm_bwd_fused<T, 4, 1, LN>)(cs, a)
-                             : norm_bwd_fused < T,
-    NORM_LANE_CHUNKS / (LN ? 4 : 2), LN ? 4 : 2, LN > (cs, a);
+                             : norm_bwd_fused<T, NORM_LANE_CHUNKS / P, P, LN>(cs, a);
     return true;
 }
 
@@ -447,6 +447,18 @@ template <typename T> static __device__ __forceinline__ float rounded(float v) {
     return to_f32(t);
 }
 
+// Chunk c of a row's output from its values x: w * (x * rs rounded to T).
+template <typename T>
+static __device__ __forceinline__ void rmsnorm_out_chunk(T *o, float (&x)[row_chunks<T>::VN], const T *w, float rs,
+                                                         int c, int C, bool vec) {
+    float wv[row_chunks<T>::VN];
+    row_chunks<T>::load(wv, w, c, C, vec);
+#pragma unroll
+    for (int k = 0; k < row_chunks<T>::VN; k++)
+        x[k] = wv[k] * rounded<T>(x[k] * rs);
+    row_chunks<T>::store(o, x, c, C, vec);
+}
+
 // J > 0: a lane holds its J chunks of the row (C up to 32 J chunks), asked for at once,
 // so a row costs one wait on memory where the loop below waits once a chunk, twice;
 // J = 0: any width. The same sums in the same order either way.
@@ -460,7 +472,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     const T *xr = x + r * C;
     T *o = out + r * C;
     const int chunks = R::count(C);
-    float s = 0.0f, xv[VN], wv[VN];
+    float s = 0.0f, xv[VN];
     if constexpr (J > 0) {
         uint4 xu[J];
 #pragma unroll
@@ -481,11 +493,8 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
         for (int j = 0; j < J; j++) {
             const int c = threadIdx.x + 32 * j;
             if (c >= chunks) continue;
-            R::widen(xv, xu[j]), R::load(wv, w, c, C, vec);
-#pragma unroll
-            for (int k = 0; k < VN; k++)
-                xv[k] = wv[k] * rounded<T>(xv[k] * rs);
-            R::store(o, xv, c, C, vec);
+            R::widen(xv, xu[j]);
+            rmsnorm_out_chunk(o, xv, w, rs, c, C, vec);
         }
         if (threadIdx.x == 0) rstd[r] = rs;
     } else {
@@ -498,11 +507,8 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
         const float rs = 1.0f / sqrtf(warp_sum(s) / (float)C + eps);
         // As the layernorm: each lane writes only the chunks it reads, so out may be x.
         for (int c = threadIdx.x; c < chunks; c += 32) {
-            R::load(xv, xr, c, C, vec), R::load(wv, w, c, C, vec);
-#pragma unroll
-            for (int k = 0; k < VN; k++)
-                xv[k] = wv[k] * rounded<T>(xv[k] * rs);
-            R::store(o, xv, c, C, vec);
+            R::load(xv, xr, c, C, vec);
+            rmsnorm_out_chunk(o, xv, w, rs, c, C, vec);
         }
         if (threadIdx.x == 0) rstd[r] = rs;
     }
