@@ -168,6 +168,20 @@ typedef enum zinf_rope_type {
     ZINF_ROPE_LLAMA3 = 3,
 } zinf_rope_type;
 
+// The largest model sizes zinf takes, from a config, a model directory or a checkpoint:
+// within them every size the models form from two of them (4 x n_embd, n_head x head_dim)
+// fits in an int.
+enum {
+    ZINF_MODEL_MAX_LAYERS = 1024,       // n_layer, max_window_layers
+    ZINF_MODEL_MAX_HEADS = 1024,        // n_head, n_kv_head
+    ZINF_MODEL_MAX_EMBD = 1 << 20,      // n_embd
+    ZINF_MODEL_MAX_HEAD_DIM = 1024,     // head_dim
+    ZINF_MODEL_MAX_FFN = 1 << 22,       // intermediate_size
+    ZINF_MODEL_MAX_VOCAB = 1 << 24,     // vocab_size
+    ZINF_MODEL_MAX_BLOCK = 1 << 20,     // block_size
+    ZINF_MODEL_MAX_POSITIONS = 1 << 24, // sliding_window, original_max_position_embeddings
+};
+
 typedef struct zinf_model_config {
     bool present;
     zinf_model_preset preset;

@@ -25,8 +25,34 @@ zinf_model_shape zinf_model_shape_gpt2(int n_layer, int n_head, int n_embd, int 
                               .tied = true};
 }
 
+// The schema holds a config's keys to these; a model directory or a weights file is held
+// to them here, before a size becomes an int.
+static zinf_status sizes_in_range(const zinf_model_config *mc) {
+    const struct {
+        const char *key;
+        int64_t value, max;
+    } sizes[] = {
+        {"n_layer", mc->n_layer, ZINF_MODEL_MAX_LAYERS},
+        {"n_head", mc->n_head, ZINF_MODEL_MAX_HEADS},
+        {"n_embd", mc->n_embd, ZINF_MODEL_MAX_EMBD},
+        {"vocab_size", mc->vocab_size, ZINF_MODEL_MAX_VOCAB},
+        {"block_size", mc->block_size, ZINF_MODEL_MAX_BLOCK},
+        {"n_kv_head", mc->n_kv_head, ZINF_MODEL_MAX_HEADS},
+        {"head_dim", mc->head_dim, ZINF_MODEL_MAX_HEAD_DIM},
+        {"intermediate_size", mc->intermediate_size, ZINF_MODEL_MAX_FFN},
+        {"rope_scaling.original_max_position_embeddings", mc->rope_original_max_position, ZINF_MODEL_MAX_POSITIONS},
+        {"sliding_window", mc->sliding_window, ZINF_MODEL_MAX_POSITIONS},
+        {"max_window_layers", mc->max_window_layers, ZINF_MODEL_MAX_LAYERS}};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        if (sizes[i].value > sizes[i].max)
+            return zinf_fail(ZINF_ERR_UNSUPPORTED, "model.%s: %lld is above zinf's limit, %lld", sizes[i].key,
+                             (long long)sizes[i].value, (long long)sizes[i].max);
+    return ZINF_OK;
+}
+
 zinf_status zinf_model_shape_from_config(const zinf_model_config *mc, zinf_model_shape *out) {
     if (!mc->present) return zinf_fail(ZINF_ERR_INVAL, "model: the config has no model section");
+    ZINF_CHECK(sizes_in_range(mc));
     zinf_model_shape s = {.arch = mc->arch,
                           .n_layer = (int)mc->n_layer,
                           .n_head = (int)mc->n_head,
@@ -107,57 +133,72 @@ zinf_status zinf_model_shape_to_json(const zinf_model_shape *s, char **json) {
     return *json ? ZINF_OK : zinf_fail(ZINF_ERR_NOMEM, "model: out of memory");
 }
 
-static bool int_key(json_t *o, const char *k, int min, int *out) {
+// Within the config's limits (ZINF_MODEL_MAX_*), so that what a checkpoint holds is a
+// model the config could have given.
+// Each sets *bad to its key when it fails, for the message.
+static bool int_key(const char **bad, json_t *o, const char *k, int min, int max, int *out) {
     json_t *v = json_object_get(o, k);
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > 1 << 30) return false;
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) return *bad = k, false;
     *out = (int)json_integer_value(v);
     return true;
 }
 
-static bool real_key(json_t *o, const char *k, double *out) {
+static bool real_key(const char **bad, json_t *o, const char *k, double *out) {
     json_t *v = json_object_get(o, k);
-    if (!json_is_number(v)) return false;
+    if (!json_is_number(v)) return *bad = k, false;
     *out = json_number_value(v);
     return true;
 }
 
-static bool name_key(json_t *o, const char *k, const char *const *names, int n, int *out) {
+static bool name_key(const char **bad, json_t *o, const char *k, const char *const *names, int n, int *out) {
     const char *v = json_string_value(json_object_get(o, k));
     for (int i = 0; v && i < n; i++)
         if (strcmp(v, names[i]) == 0) return *out = i, true;
-    return false;
+    return *bad = k, false;
+}
+
+static bool bool_key(const char **bad, json_t *o, const char *k, bool *out) {
+    json_t *v = json_object_get(o, k);
+    if (!json_is_boolean(v)) return *bad = k, false;
+    *out = json_is_true(v);
+    return true;
 }
 
 zinf_status zinf_model_shape_from_json(const char *json, const char *where, zinf_model_shape *out) {
     json_t *o = json_loads(json, 0, NULL);
     zinf_model_shape s = {0};
     int arch = ZINF_ARCH_GPT2;
-    bool ok = o && json_is_object(o) && (!json_object_get(o, "arch") || name_key(o, "arch", arch_names, 4, &arch)) &&
-              int_key(o, "n_layer", 1, &s.n_layer) && int_key(o, "n_head", 1, &s.n_head) &&
-              int_key(o, "n_embd", 1, &s.n_embd) && int_key(o, "vocab_size", 1, &s.vocab_size) &&
-              int_key(o, "block_size", 1, &s.block_size);
+    const char *bad = "its text";
+    bool ok = o && json_is_object(o) &&
+              (!json_object_get(o, "arch") || name_key(&bad, o, "arch", arch_names, 4, &arch)) &&
+              int_key(&bad, o, "n_layer", 1, ZINF_MODEL_MAX_LAYERS, &s.n_layer) &&
+              int_key(&bad, o, "n_head", 1, ZINF_MODEL_MAX_HEADS, &s.n_head) &&
+              int_key(&bad, o, "n_embd", 1, ZINF_MODEL_MAX_EMBD, &s.n_embd) &&
+              int_key(&bad, o, "vocab_size", 1, ZINF_MODEL_MAX_VOCAB, &s.vocab_size) &&
+              int_key(&bad, o, "block_size", 1, ZINF_MODEL_MAX_BLOCK, &s.block_size);
     s.arch = (zinf_model_arch)arch;
     if (ok && arch == ZINF_ARCH_GPT2) {
         s = zinf_model_shape_gpt2(s.n_layer, s.n_head, s.n_embd, s.vocab_size, s.block_size);
     } else if (ok) {
         json_t *r = json_object_get(o, "rope_scaling");
         int rt = 0;
-        ok = int_key(o, "n_kv_head", 1, &s.n_kv_head) && int_key(o, "head_dim", 1, &s.head_dim) &&
-             int_key(o, "intermediate_size", 1, &s.ffn) && real_key(o, "norm_eps", &s.norm_eps) &&
-             real_key(o, "rope_theta", &s.rope_theta) && name_key(r, "rope_type", rope_names, 4, &rt) &&
-             real_key(r, "factor", &s.rope_factor) && real_key(r, "low_freq_factor", &s.rope_low_freq_factor) &&
-             real_key(r, "high_freq_factor", &s.rope_high_freq_factor) &&
-             int_key(r, "original_max_position_embeddings", 0, &s.rope_original_max_position) &&
-             int_key(o, "sliding_window", 0, &s.window) && int_key(o, "max_window_layers", 0, &s.window_from) &&
-             json_is_boolean(json_object_get(o, "tie_word_embeddings")) &&
-             json_is_boolean(json_object_get(o, "attention_bias")) && json_is_boolean(json_object_get(o, "mlp_bias"));
+        ok = int_key(&bad, o, "n_kv_head", 1, ZINF_MODEL_MAX_HEADS, &s.n_kv_head) &&
+             int_key(&bad, o, "head_dim", 1, ZINF_MODEL_MAX_HEAD_DIM, &s.head_dim) &&
+             int_key(&bad, o, "intermediate_size", 1, ZINF_MODEL_MAX_FFN, &s.ffn) &&
+             real_key(&bad, o, "norm_eps", &s.norm_eps) && real_key(&bad, o, "rope_theta", &s.rope_theta) &&
+             name_key(&bad, r, "rope_type", rope_names, 4, &rt) && real_key(&bad, r, "factor", &s.rope_factor) &&
+             real_key(&bad, r, "low_freq_factor", &s.rope_low_freq_factor) &&
+             real_key(&bad, r, "high_freq_factor", &s.rope_high_freq_factor) &&
+             int_key(&bad, r, "original_max_position_embeddings", 0, ZINF_MODEL_MAX_POSITIONS,
+                     &s.rope_original_max_position) &&
+             int_key(&bad, o, "sliding_window", 0, ZINF_MODEL_MAX_POSITIONS, &s.window) &&
+             int_key(&bad, o, "max_window_layers", 0, ZINF_MODEL_MAX_LAYERS, &s.window_from) &&
+             bool_key(&bad, o, "tie_word_embeddings", &s.tied) &&
+             bool_key(&bad, o, "attention_bias", &s.attention_bias) && bool_key(&bad, o, "mlp_bias", &s.mlp_bias);
         s.rope_type = (zinf_rope_type)rt;
-        s.tied = json_is_true(json_object_get(o, "tie_word_embeddings"));
-        s.attention_bias = json_is_true(json_object_get(o, "attention_bias"));
-        s.mlp_bias = json_is_true(json_object_get(o, "mlp_bias"));
     }
     json_decref(o);
-    if (!ok) return zinf_fail(ZINF_ERR_CORRUPT, "%s: the model object is malformed", where);
+    if (!ok) return zinf_fail(ZINF_ERR_CORRUPT, "%s: the model object is malformed: %s", where, bad);
     *out = s;
     return ZINF_OK;
 }
@@ -180,19 +221,20 @@ zinf_status zinf_model_shape_from_file(const char *path, zinf_model_shape *out) 
                             .max_window_layers = -1};
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) { // a model directory: its config.json
         ZINF_CHECK(zinf_config_model_from_hf(path, &mc));
-        return zinf_model_shape_from_config(&mc, out);
+        zinf_status rc = zinf_model_shape_from_config(&mc, out);
+        return rc == ZINF_OK ? rc : zinf_fail(rc, "%s/config.json: %s", path, zinf_last_error());
     }
     zinf_safetensors *st;
     ZINF_CHECK(zinf_safetensors_open(&st, path));
     const zinf_st_tensor *wte = NULL, *wpe = NULL;
-    int layers = 0;
+    int64_t layers = 0;
     for (int i = 0; i < zinf_safetensors_count(st); i++) {
         const zinf_st_tensor *t = zinf_safetensors_at(st, i);
         const char *name = strncmp(t->name, "transformer.", 12) == 0 ? t->name + 12 : t->name;
         int l;
         if (strcmp(name, "wte.weight") == 0) wte = t;
         if (strcmp(name, "wpe.weight") == 0) wpe = t;
-        if (sscanf(name, "h.%d.", &l) == 1 && l >= layers) layers = l + 1;
+        if (sscanf(name, "h.%d.", &l) == 1 && l >= layers) layers = (int64_t)l + 1;
     }
     zinf_status rc = ZINF_OK;
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || layers == 0)
@@ -208,6 +250,7 @@ zinf_status zinf_model_shape_from_file(const char *path, zinf_model_shape *out) 
         mc.n_layer = layers, mc.n_head = wte->shape[1] / 64, mc.n_embd = wte->shape[1];
         mc.vocab_size = wte->shape[0], mc.block_size = wpe->shape[0];
         rc = zinf_model_shape_from_config(&mc, out);
+        if (rc != ZINF_OK) rc = zinf_fail(rc, "%s: %s", path, zinf_last_error());
     }
     zinf_safetensors_close(st);
     return rc;

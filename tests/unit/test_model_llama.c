@@ -195,6 +195,8 @@ static void test_bad_configs(void) {
          " \"max_window_layers\": 1, \"layer_types\": [\"sliding_attention\", \"full_attention\"]}",
          "layer_types[0] is \"sliding_attention\""},
         {"{\"model_type\": \"mistral\", \"num_attention_heads\": -4}", "num_attention_heads: expected a positive"},
+        {"{\"model_type\": \"llama\", \"intermediate_size\": 1099511627776}",
+         "model.intermediate_size: 1099511627776 is above zinf's limit"},
     };
     char d[600], f[700];
     snprintf(d, sizeof d, "%s/llama-bad-config", dir);
