@@ -291,14 +291,19 @@ typedef struct zinf_step_time {
 
 zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, const zinf_plan *p,
                            const zinf_host_rates *h, zinf_step_time *out);
+typedef struct zinf_pass_time {
+    double seconds; // the last pass, timed on the device
+    double busy_s;  // the device's compute engine busy over it (zinf_device_get_busy: a sim
+                    // device's modeled kernels, 0 elsewhere)
+    double issue_s; // the host's wall time handing the last pass's ops to the device: near
+                    // seconds, the host sets the pace (or waits on the device) somewhere in it
+} zinf_pass_time;
+
 // One micro-batch's forward and backward of cfg's model as the engine runs it (shape,
 // micro-batch, precision, activation checkpointing) on device dev, over zeroed weights
-// and token ids spread over the vocabulary, `passes` times (the first warm up);
-// *seconds: the last pass, timed on the device; *busy_s (NULL: not wanted): the
-// device's compute engine busy over it (zinf_device_get_busy: a sim device's modeled
-// kernels, 0 elsewhere). zinf estimate --time runs it on a sim device; zinf
-// device-bench on yours.
-zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds, double *busy_s);
+// and token ids spread over the vocabulary, `passes` times (the first warm up). zinf
+// estimate --time runs it on a sim device; zinf device-bench on yours.
+zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, zinf_pass_time *out);
 // ZINF_OK unless p exceeds a budget; then ZINF_ERR_NOMEM naming each budget it is past,
 // by how much, and what to change. zinf train refuses such a plan before allocating.
 zinf_status zinf_plan_verdict(const zinf_plan *p);

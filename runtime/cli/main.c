@@ -114,9 +114,11 @@ static const command commands[] = {
      "  milliseconds, the sim model's for the same ops (on --gpu, else the sim device's own\n"
      "  GPU, else the preset the card's name matches, else h100) and their ratio, and the\n"
      "  same for the whole pass. On a GPU it says how far zinf estimate --time's compute\n"
-     "  is from the card for this model. --shapes: a row per shape of each op.\n"
-     "  --json: one object per row (op, dtype, shape, count, seconds, modeled_seconds), a last\n"
-     "  one with \"total\": true, device, model, pass_seconds, ops_seconds, modeled_seconds.\n"},
+     "  is from the card for this model, and the host's time issuing the untimed pass: near\n"
+     "  the pass's, the device waited on the host somewhere. --shapes: a row per shape of\n"
+     "  each op. --json: one object per row (op, dtype, shape, count, seconds,\n"
+     "  modeled_seconds), a last one with \"total\": true, device, model, pass_seconds,\n"
+     "  issue_seconds, ops_seconds, modeled_seconds.\n"},
     {"estimate", cli_estimate, "memory, traffic and step time per stage and tier",
      "zinf estimate (--params N | --config CONFIG.json) [--gpus-per-node G] [--nodes K] [--json]\n"
      "              [--set key.path=value ...]\n"

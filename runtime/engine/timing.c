@@ -45,12 +45,11 @@ static zinf_status fill_parameters(zinf_device *dev, zinf_stream *s, zinf_dtype 
 // zinf_model_pass, and with op_s (NULL: not wanted) each op's compute seconds in the last
 // pass (the busy time it adds: a sim device's modeled kernels), in a new array of the
 // schedule's length.
-static zinf_status model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds, double *busy_s,
+static zinf_status model_pass(const zinf_config *cfg, zinf_device *dev, int passes, zinf_pass_time *out,
                               double **op_s) {
-    if (!cfg || !dev || passes < 1 || !seconds)
-        return zinf_fail(ZINF_ERR_INVAL, "model pass: a config, a device, passes >= 1 and seconds are required");
-    *seconds = 0;
-    if (busy_s) *busy_s = 0;
+    if (!cfg || !dev || passes < 1 || !out)
+        return zinf_fail(ZINF_ERR_INVAL, "model pass: a config, a device, passes >= 1 and out are required");
+    *out = (zinf_pass_time){0};
     if (op_s) *op_s = NULL;
     zinf_engine e0; // the settings creation derives from cfg
     engine_settings(&e0, cfg);
@@ -103,6 +102,7 @@ static zinf_status model_pass(const zinf_config *cfg, zinf_device *dev, int pass
         bool last = pass == passes - 1;
         if (last && (st = zinf_stream_sync(s)) == ZINF_OK) zinf_device_get_busy(dev, &b0);
         if (st == ZINF_OK) st = zinf_event_record(t0, s);
+        double issued_from = zinf_clock_s();
         zinf_device_busy before = b0, after;
         for (int k = 0; st == ZINF_OK && k < nops; k++) {
             st = zinf_model_run(m, s, &ops[k], bufs, bufs + nmod);
@@ -111,11 +111,12 @@ static zinf_status model_pass(const zinf_config *cfg, zinf_device *dev, int pass
             (*op_s)[k] = after.compute_s - before.compute_s, before = after;
         }
         if (st == ZINF_OK) st = zinf_event_record(t1, s);
+        out->issue_s = zinf_clock_s() - issued_from;
     }
     if (st == ZINF_OK) st = zinf_stream_sync(s);
-    if (st == ZINF_OK) st = zinf_event_elapsed(t0, t1, seconds);
+    if (st == ZINF_OK) st = zinf_event_elapsed(t0, t1, &out->seconds);
     zinf_device_get_busy(dev, &b1);
-    if (busy_s) *busy_s = b1.compute_s - b0.compute_s;
+    out->busy_s = b1.compute_s - b0.compute_s;
     for (int i = 0; bufs && i < 2 * nmod; i++)
         zinf_device_free(dev, bufs[i]);
     free(bufs), free(tok);
@@ -126,8 +127,8 @@ static zinf_status model_pass(const zinf_config *cfg, zinf_device *dev, int pass
     return st;
 }
 
-zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, double *seconds, double *busy_s) {
-    return model_pass(cfg, dev, passes, seconds, busy_s, NULL);
+zinf_status zinf_model_pass(const zinf_config *cfg, zinf_device *dev, int passes, zinf_pass_time *out) {
+    return model_pass(cfg, dev, passes, out, NULL);
 }
 
 // One micro-batch's forward and backward (recompute included) on a sim device in
@@ -140,8 +141,9 @@ static zinf_status model_seconds(const zinf_config *cfg, double *out, double **o
     dp.sim.memory = INT64_C(1) << 50; // reservations only: the plan judges the fit
     zinf_device *dev = NULL;
     zinf_status st = zinf_device_create(&dev, &dp);
-    double events_s;
-    if (st == ZINF_OK) st = model_pass(cfg, dev, 1, &events_s, out, op_s);
+    zinf_pass_time t;
+    if (st == ZINF_OK) st = model_pass(cfg, dev, 1, &t, op_s);
+    if (st == ZINF_OK) *out = t.busy_s;
     zinf_device_destroy(dev);
     return st;
 }

@@ -2,8 +2,8 @@
 """The table of tests/bench/gpu_checks.sh --variants: each op of each model under every
 build, from the device-bench --shapes --json runs in DIR (files VARIANT-MODEL-REP.json,
 one JSON object a line: an op's "op", "seconds" and "shape", then the "total" line with
-"pass_seconds"). Prints, per model, one row per op (the products summed as "products")
-and the pass, one column per build: the fastest and slowest of its runs in ms."""
+"pass_seconds" and "issue_seconds"). Prints, per model, one row per op (the products summed
+as "products"), the pass and the host's time issuing it ("host issue"), one column per build: the fastest and slowest of its runs in ms."""
 import collections
 import glob
 import json
@@ -22,6 +22,8 @@ def read(path):
             rec = json.loads(line)
             if rec.get("total"):
                 ops["pass"] = rec["pass_seconds"]
+                if "issue_seconds" in rec:  # builds before it have no such figure
+                    ops["host issue"] = rec["issue_seconds"]
             else:
                 ops["products" if rec["op"] == "gemm" else rec["op"]] += rec["seconds"]
     return ops
@@ -47,7 +49,7 @@ def main():
         sys.exit(f"gpu_variants: no device-bench runs in {sys.argv[1]}")
     for model, by_variant in sorted(runs.items()):
         names = sorted({op for rs in by_variant.values() for r in rs for op in r},
-                       key=lambda op: (op == "pass", op != "products", op))
+                       key=lambda op: (op in ("pass", "host issue"), op == "host issue", op != "products", op))
         print(f"\n{model}: ms, fastest-slowest of each build's runs")
         print(f"{'op':18s}" + "".join(f"{v:>18s}" for v in variants))
         for op in names:
