@@ -89,6 +89,7 @@ static void release(cuda_device *cd) {
     }
     if (cd->pool) CUDA_WARN(cudaMemPoolDestroy(cd->pool));
     pthread_mutex_destroy(&cd->streams_lock);
+    pthread_mutex_destroy(&cd->lt_lock);
     cudnn_attention_close(cd->dnn);
     cublasLtDestroy(cd->lt);
     free(cd);
@@ -112,6 +113,7 @@ static zinf_status cuda_open(zinf_device *d) {
         return cublas_fail_at(bs, "cublasLtCreate", __FILE__, __LINE__);
     }
     pthread_mutex_init(&cd->streams_lock, NULL);
+    pthread_mutex_init(&cd->lt_lock, NULL);
     zinf_status st = pool_open(cd);
     if (st == ZINF_OK && d->params.attention != ZINF_ATTENTION_ZINF)
         st = cudnn_attention_open(d->params.attention, &cd->dnn);

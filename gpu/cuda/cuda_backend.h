@@ -24,9 +24,35 @@ typedef struct cudnn_attention cudnn_attention;
 // arguments of each matmul), so every thread and stream of the device shares it.
 typedef struct cuda_stream cuda_stream;
 
+// What cuBLASLt's heuristic is told of a product (gemm.cu: the problem, with every
+// pointer's alignment), and what it answered: asked once for each such product. Every
+// field is eight bytes, so that no padding lies between them: problems compare as bytes.
+typedef struct lt_problem {
+    int64_t type, op_a, op_b, batch, epilogue;
+    int64_t align[4], bias_align, aux_align; // A, B, C, D as cuBLASLt names them
+    uint64_t a_rows, a_cols, b_rows, b_cols, c_rows, c_cols;
+    int64_t ld[3], stride[3], aux_ld; // A, B, C
+} lt_problem;
+
+typedef struct lt_choice {
+    lt_problem problem;
+    cublasLtMatmulAlgo_t algo;
+    bool found; // false: no algorithm for it (zinf's fallback runs)
+} lt_choice;
+
+// Distinct products a device remembers; a model has tens (every layer's are alike).
+// Past them the heuristic is asked each time.
+#define CUDA_LT_CHOICES 256
+
 typedef struct cuda_device {
     int index; // CUDA device index, made current by every entry point
     cublasLtHandle_t lt;
+    // The heuristic's answers so far: the query cost the host more than the rest of a
+    // product's call, on every product of every pass, and for the same problem it gives
+    // the same algorithm, so the bits stay those of asking each time.
+    pthread_mutex_t lt_lock; // guards lt_choices and lt_choice_count
+    lt_choice lt_choices[CUDA_LT_CHOICES];
+    int lt_choice_count;
     cudnn_attention *dnn; // NULL: zinf's attention kernels only (device.attention, or no cuDNN)
     // The front end's buffers come from a memory pool of the device's own, taken on one
     // stream and given back on another: cudaMalloc and cudaFree synchronize every stream

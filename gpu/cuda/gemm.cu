@@ -7,7 +7,8 @@
 // memory, the column-major c x r matrix (its transpose) with the same ld. So the
 // row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T:
 // cuBLASLt's A is our B and its B is our A, with the same transpose flags, and D = C
-// is n x m. Nothing is cached: descriptors live for one call.
+// is n x m. Descriptors live for one call; the heuristic's answer is the device's to
+// keep (cuda_device.lt_choices).
 #include <string.h>
 
 #include "cuda_backend.h"
@@ -58,6 +59,36 @@ static uint32_t epilogue_of(const zinf_gemm_args *g, bool with_bias) {
     }
 }
 
+// The heuristic's answer for problem p: the one remembered, else asked (and remembered
+// while there is room). *found false: no algorithm. Not a failure either way.
+static zinf_status lt_choose(cuda_device *cd, const lt_problem *p, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                             cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, cublasLtMatmulPreference_t pref,
+                             cublasLtMatmulAlgo_t *algo, bool *found) {
+    pthread_mutex_lock(&cd->lt_lock);
+    for (int i = 0; i < cd->lt_choice_count; i++)
+        if (memcmp(&cd->lt_choices[i].problem, p, sizeof *p) == 0) {
+            *algo = cd->lt_choices[i].algo, *found = cd->lt_choices[i].found;
+            pthread_mutex_unlock(&cd->lt_lock);
+            return ZINF_OK;
+        }
+    pthread_mutex_unlock(&cd->lt_lock);
+    cublasLtMatmulHeuristicResult_t res;
+    int n = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(cd->lt, desc, la, lb, lc, lc, pref, 1, &res, &n);
+    *found = hs == CUBLAS_STATUS_SUCCESS && n >= 1 && res.state == CUBLAS_STATUS_SUCCESS;
+    if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED)
+        return cublas_fail_at(hs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+    *algo = res.algo;
+    pthread_mutex_lock(&cd->lt_lock);
+    if (cd->lt_choice_count < CUDA_LT_CHOICES) {
+        lt_choice *c = &cd->lt_choices[cd->lt_choice_count++];
+        c->problem = *p, c->algo = res.algo, c->found = *found;
+    }
+    pthread_mutex_unlock(&cd->lt_lock);
+    return ZINF_OK;
+}
+
 // One cublasLtMatmul, the bias in the epilogue when with_bias (D = alpha AB + beta C +
 // bias, bias shared by the items: its batch stride stays 0), and the activation when
 // g->act asks for one. *no_algo when the heuristic offers nothing for this problem,
@@ -67,9 +98,9 @@ static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_a
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    cublasStatus_t hs;
+    cublasLtMatmulAlgo_t algo;
+    bool found = false;
+    lt_problem problem;
     cudaDataType_t ty = lt_type(g->dt);
     size_t es = zinf_dtype_size(g->dt);
     int32_t batch = g->batch > 1 ? g->batch : 1;
@@ -93,7 +124,24 @@ static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_a
     uint32_t al_d = alignment(g->c, g->stride_c, es, batch);
 
     *no_algo = false;
-    memset(&res, 0, sizeof res);
+    problem =
+        (lt_problem){.type = ty,
+                     .op_a = op_a,
+                     .op_b = op_b,
+                     .batch = batch,
+                     .epilogue = epilogue,
+                     .align = {al_a, al_b, al_c, al_d},
+                     .bias_align = with_bias ? alignment(g->bias, 0, 1, 1) : 0,
+                     .aux_align = g->act != ZINF_GEMM_PLAIN ? alignment(g->aux, 0, 1, 1) : 0,
+                     .a_rows = a_rows,
+                     .a_cols = a_cols,
+                     .b_rows = b_rows,
+                     .b_cols = b_cols,
+                     .c_rows = (uint64_t)g->n,
+                     .c_cols = (uint64_t)g->m,
+                     .ld = {g->ldb, g->lda, g->ldc},
+                     .stride = {batch > 1 ? g->stride_b : 0, batch > 1 ? g->stride_a : 0, batch > 1 ? g->stride_c : 0},
+                     .aux_ld = g->act != ZINF_GEMM_PLAIN ? aux_ld : 0};
     LT_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
@@ -123,20 +171,16 @@ static zinf_status lt_matmul(cuda_device *cd, cuda_stream *cs, const zinf_gemm_a
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
 
-    hs = cublasLtMatmulAlgoGetHeuristic(cd->lt, desc, la, lb, lc, lc, pref, 1, &res, &found);
-    if (hs == CUBLAS_STATUS_NOT_SUPPORTED ||
-        (hs == CUBLAS_STATUS_SUCCESS && (found < 1 || res.state != CUBLAS_STATUS_SUCCESS))) {
+    st = lt_choose(cd, &problem, desc, la, lb, lc, pref, &algo, &found);
+    if (st != ZINF_OK) goto done;
+    if (!found) {
         *no_algo = true;
-        goto done;
-    }
-    if (hs != CUBLAS_STATUS_SUCCESS) {
-        st = cublas_fail_at(hs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
         goto done;
     }
     // C and D are the same matrix with the same layout (cuBLASLt's in-place form; with
     // beta == 0 it does not read C), or C is the residual beside D.
-    LT_TRY(cublasLtMatmul(cd->lt, desc, &g->alpha, g->b, la, g->a, lb, &beta, c_in, lc, g->c, lc, &res.algo,
-                          cs->d_lt_ws, CUDA_LT_WORKSPACE, cs->st));
+    LT_TRY(cublasLtMatmul(cd->lt, desc, &g->alpha, g->b, la, g->a, lb, &beta, c_in, lc, g->c, lc, &algo, cs->d_lt_ws,
+                          CUDA_LT_WORKSPACE, cs->st));
 
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

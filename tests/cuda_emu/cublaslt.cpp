@@ -102,7 +102,8 @@ const status_text *describe(cublasStatus_t s) {
     return nullptr;
 }
 
-// Marks an algorithm as the heuristic's; data[1] is the workspace it needs (none).
+// Marks an algorithm as the heuristic's; data[1] is the workspace it needs (none),
+// data[2..5] the alignments of A, B, C and D it was chosen for.
 const uint64_t ALGO_ID = 0x7a696e66'4c74454dull;
 
 } // namespace
@@ -211,6 +212,13 @@ struct cublasLtMatmulPreferenceOpaque {
 };
 
 namespace {
+
+// Whether matrix l at p (its batch stride too) is aligned to `bytes`.
+bool aligned_to(const void *p, const cublasLtMatrixLayoutOpaque &l, uint64_t bytes) {
+    uint64_t bits = (uint64_t)(uintptr_t)p;
+    if (l.batch > 1) bits |= (uint64_t)l.stride * type_size(l.type);
+    return bits % bytes == 0;
+}
 
 template <typename D> cublasStatus_t create(D **out, const D &init) {
     if (!out || !init.valid()) return CUBLAS_STATUS_INVALID_VALUE;
@@ -477,6 +485,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     cublasLtMatmulHeuristicResult_t *r = heuristicResultsArray;
     memset(r, 0, sizeof *r);
     r->algo.data[0] = ALGO_ID;
+    for (int i = 0; i < 4; i++)
+        r->algo.data[2 + i] = preference->align[i];
     r->state = CUBLAS_STATUS_SUCCESS;
     r->wavesCount = 1.0f;
     *returnAlgoCount = 1;
@@ -504,6 +514,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     // An algorithm must be the heuristic's, with the workspace it needs; none means an
     // implicit heuristic query.
     if (algo && (algo->data[0] != ALGO_ID || workspaceSizeInBytes < algo->data[1])) return CUBLAS_STATUS_INVALID_VALUE;
+    // An algorithm chosen for more alignment than these pointers have: on the card its
+    // vector loads fault; refused here, so that an algorithm reused for other pointers
+    // (a cache keyed without their alignment) fails a test.
+    const void *ptr[4] = {A, B, be != 0.0f ? C : D, D};
+    const cublasLtMatrixLayoutOpaque *lay[4] = {&p.a, &p.b, &p.c, &p.d};
+    for (int i = 0; algo && i < 4; i++)
+        if (!aligned_to(ptr[i], *lay[i], algo->data[2 + i])) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (!algo && no_algo_hook()) return CUBLAS_STATUS_NOT_SUPPORTED;
     int dev = cuda_emu::stream_device(stream);
     cudaError_t err = cuda_emu::enqueue(stream, [p, al, be, A, B, C, D, dev] { run(p, al, be, A, B, C, D, dev); });

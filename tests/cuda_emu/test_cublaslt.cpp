@@ -110,6 +110,15 @@ struct mat {
         CHECK(cudaMemcpy(v.data(), dev, v.size(), cudaMemcpyDeviceToHost) == cudaSuccess, "download");
         return v;
     }
+    // The alignment its pointer and batch stride have, as the preference is told it
+    // (up to 256 bytes, the preference's default).
+    uint32_t alignment() const {
+        uint64_t bits = (uint64_t)(uintptr_t)dev | (batch > 1 ? (uint64_t)stride * esize(type) : 0);
+        uint32_t al = 256;
+        while (al > 1 && bits % al)
+            al >>= 1;
+        return al;
+    }
     // A layout describing it; batch attributes set even for one item.
     cublasLtMatrixLayout_t layout() const {
         cublasLtMatrixLayout_t l = nullptr;
@@ -194,6 +203,14 @@ static void run_case(cublasLtHandle_t h, cudaStream_t st, const gemm_case &gc, u
     }
     cublasLtMatrixLayout_t la = a.layout(), lb = b.layout(), lc = cm.layout(), ld = d.layout();
     EXPECT(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const mat *align_of[4] = {&a, &b, &cm, &d};
+    for (int i = 0; i < 4; i++) {
+        uint32_t al = align_of[i]->alignment();
+        EXPECT(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &al, sizeof al), CUBLAS_STATUS_SUCCESS);
+    }
     cublasLtMatmulHeuristicResult_t res;
     int found = -1;
     EXPECT(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, ld, pref, 1, &res, &found), CUBLAS_STATUS_SUCCESS);
@@ -403,6 +420,11 @@ static void errors(cublasLtHandle_t h, cudaStream_t st) {
         EXPECT(cublasLtMatmul(h, s.desc, &s.one, s.a, s.la, s.b, s.lb, &s.zero, s.c, s.lc, s.c, s.lc, &r[0].algo,
                               nullptr, 0, st),
                CUBLAS_STATUS_SUCCESS);
+        // The algorithm was chosen for 256-byte alignment (the preference's default): A
+        // one float past it is refused, as a card would fault on it.
+        EXPECT(cublasLtMatmul(h, s.desc, &s.one, (float *)s.a + 1, s.la, s.b, s.lb, &s.zero, s.c, s.lc, s.c, s.lc,
+                              &r[0].algo, nullptr, 0, st),
+               CUBLAS_STATUS_NOT_SUPPORTED);
         // Alignment below one element: no algorithm; exactly one element: fine.
         uint32_t al = 2;
         EXPECT(cublasLtMatmulPreferenceSetAttribute(s.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al),

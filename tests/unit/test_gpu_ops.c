@@ -3,7 +3,7 @@
 // set: NaN in every dtype) before the op, so an element the op fails to write fails
 // the comparison. The device optimizer must equal cpu_adam bit for bit. Under the CUDA
 // emulation (ZINF_TEST_CUDA_EMU) the products also run on the fallback kernel.
-// timeout: 10 san=10 cuda-emu=15 san-cuda-emu=65
+// timeout: 10 san=10 cuda-emu=30 san-cuda-emu=65
 #include <math.h>
 
 #include "check.h"
@@ -111,6 +111,44 @@ static void test_gemm(zinf_dtype dt, bool ta, bool tb, bool bias, float beta, in
     }
     zinf_device_free(dev, da), zinf_device_free(dev, db), zinf_device_free(dev, dc), zinf_device_free(dev, dbias);
     free(a), free(b), free(c), free(bv), free(ref);
+}
+
+// One product on pointers as the device gives them (256-byte aligned), then on A, B and
+// C one element past: on CUDA the algorithm the first was given must not serve the
+// second (cuBLASLt picks for the alignment it is told; the emulation refuses an
+// algorithm chosen for more alignment than its pointers have).
+static void test_gemm_alignment(zinf_dtype dt) {
+    int m = 24, n = 16, k = 32;
+    size_t es = zinf_dtype_size(dt), sa = (size_t)m * k, sb = (size_t)k * n, sc = (size_t)m * n;
+    for (int shift = 0; shift <= 1; shift++) {
+        float *a = randv(dt, sa + 1, 1), *b = randv(dt, sb + 1, 1);
+        void *da = test_dev_of(dev, S, dt, a, sa + 1), *db = test_dev_of(dev, S, dt, b, sb + 1);
+        void *dc = test_dev_poisoned(dev, S, (sc + 1) * es);
+        zinf_gemm_args g = {.dt = dt,
+                            .m = m,
+                            .n = n,
+                            .k = k,
+                            .a = (char *)da + shift * es,
+                            .lda = k,
+                            .b = (char *)db + shift * es,
+                            .ldb = n,
+                            .c = (char *)dc + shift * es,
+                            .ldc = n,
+                            .alpha = 1.0f};
+        TRY(zinf_gemm(S, &g));
+        double *ref = malloc(sc * sizeof *ref);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double sum = 0;
+                for (int l = 0; l < k; l++)
+                    sum += (double)a[shift + (size_t)i * k + l] * b[shift + (size_t)l * n + j];
+                ref[(size_t)i * n + j] = sum;
+            }
+        compare(shift ? "gemm on pointers one element past the device's alignment" : "gemm on aligned pointers", dt,
+                g.c, ref, sc);
+        zinf_device_free(dev, da), zinf_device_free(dev, db), zinf_device_free(dev, dc);
+        free(a), free(b), free(ref);
+    }
 }
 
 // A product with GELU in its epilogue (zinf_gemm_act), then the backward's product
@@ -1159,11 +1197,19 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
     free(p), free(m), free(v), free(g), free(gp), free(hp), free(hm), free(hv), free(hout), free(want_out);
 }
 
-int main(void) {
+// dev and S anew: a CUDA device remembers cuBLASLt's answer for each product, so the
+// round in which cuBLASLt has no algorithm, and the ops after it, each need their own.
+static void fresh_device(void) {
+    zinf_stream_destroy(S);
+    zinf_device_destroy(dev);
     // zinf's own attention kernels; cuDNN's are checked apart (test_cudnn_attention).
     zinf_device_params params = {.backend = test_backend(), .attention = ZINF_ATTENTION_ZINF};
     TRY(zinf_device_create(&dev, &params));
     TRY(zinf_stream_create(dev, &S));
+}
+
+int main(void) {
+    fresh_device();
     printf("backend %s: %s\n", zinf_backend_name(zinf_device_get_caps(dev)->backend), zinf_device_get_caps(dev)->name);
     const zinf_dtype dts[] = {ZINF_DTYPE_F32, ZINF_DTYPE_BF16, ZINF_DTYPE_F16};
     for (int i = 0; i < 3; i++) {
@@ -1172,6 +1218,8 @@ int main(void) {
         // no algorithm, so that the backend's own fallback kernel is checked too.
         for (int plain = 0; plain <= (getenv("ZINF_TEST_CUDA_EMU") != NULL); plain++) {
             if (plain) setenv("CUDA_EMU_LT_NO_ALGO", "1", 1);
+            if (plain) fresh_device();
+            test_gemm_alignment(dt);
             for (int t = 0; t < 4; t++)
                 test_gemm(dt, t & 1, t & 2, false, 0, 1, false);
             test_gemm(dt, false, false, true, 0, 1, false);
@@ -1184,6 +1232,7 @@ int main(void) {
                 test_gemm_gelu(dt, false, n);
             }
             unsetenv("CUDA_EMU_LT_NO_ALGO");
+            if (plain) fresh_device();
         }
         // Rows of 33, 45 and 75 values go one value at a time on CUDA, rows of 64 and 136 in
         // 16-byte chunks (the column sums: 136 over three blocks of columns in 16 bits);
