@@ -58,11 +58,9 @@ typedef struct op_layernorm { // layernorm and rmsnorm (which has no mean, b, db
 typedef struct op_elementwise { // gelu, swiglu, add, scale, cast, grad_stats, bias_grad
     void *out;                  // gelu/swiglu/add/cast: output; gelu bwd: dx; swiglu bwd: dgu; scale: x;
                                 // bias_grad: dbias
-    const void *a, *b;          // gelu: x (a), dout (b); swiglu: gu (a), dout (b); add: a, b; cast: src (a);
-                                // sumsq: x (a)
+    const void *a, *b;          // gelu: x (a), dout (b); swiglu: gu (a), dout (b); add: a, b; cast: src (a)
     zinf_dtype src_dt;          // cast, accumulate: a's
     bool first;                 // accumulate: out = 0 + a, out not read
-    double *stats;              // sumsq: two doubles
     float scale;
     size_t n; // elements; bias_grad, swiglu: rows
     int cols; // bias_grad; swiglu: F
@@ -116,6 +114,13 @@ typedef struct op_quantize { // quantize and dequantize (zinf_quantize)
     bool accumulate; // dequantize: out += (F32 only)
 } op_quantize;
 
+// zinf_sumsq_many's pieces, SUMSQ_PIECES a record at most (it splits longer lists).
+enum { SUMSQ_PIECES = 16 };
+typedef struct op_sumsq {
+    zinf_sumsq_piece pieces[SUMSQ_PIECES];
+    int n;
+} op_sumsq;
+
 typedef struct op_optim {
     zinf_optim_hparams h;
     zinf_optim_consts c; // h as the kernels' float constants (zinf_optim_consts_of)
@@ -135,6 +140,7 @@ typedef struct op_record {
         op_cross_entropy_grad xgrad;
         op_embedding emb;
         op_optim optim;
+        op_sumsq sumsq;
         op_quantize quant;
         double seconds;
     } u;

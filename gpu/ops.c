@@ -318,10 +318,20 @@ zinf_status zinf_accumulate(zinf_stream *s, float *sums, const void *x, zinf_dty
 }
 
 zinf_status zinf_sumsq(zinf_stream *s, zinf_dtype dt, const void *x, size_t n, double *out) {
+    return zinf_sumsq_many(s, dt, &(zinf_sumsq_piece){.x = x, .n = n, .out = out}, 1);
+}
+
+zinf_status zinf_sumsq_many(zinf_stream *s, zinf_dtype dt, const zinf_sumsq_piece *pieces, int n) {
     REQUIRE_DT(dt, "sumsq");
-    REQUIRE(x && out, "sumsq", "x and out are required");
-    op_record r = {.u.ew = {.a = x, .stats = out, .n = n}};
-    return launch(s, OP_SUMSQ, dt, &r);
+    REQUIRE(n >= 0 && (pieces || n == 0), "sumsq", "pieces is NULL");
+    for (int i = 0; i < n; i++)
+        REQUIRE(pieces[i].x && pieces[i].out, "sumsq", "every piece needs x and out");
+    for (int i = 0; i < n; i += SUMSQ_PIECES) {
+        op_record r = {.u.sumsq.n = n - i < SUMSQ_PIECES ? n - i : SUMSQ_PIECES};
+        memcpy(r.u.sumsq.pieces, pieces + i, (size_t)r.u.sumsq.n * sizeof *pieces);
+        ZINF_CHECK(launch(s, OP_SUMSQ, dt, &r));
+    }
+    return ZINF_OK;
 }
 
 // Checks shared by both directions; n == 0 passes them and then does nothing.

@@ -91,6 +91,11 @@ static op_key key_of(const op_record *r) {
     case OP_QUANTIZE:
     case OP_DEQUANTIZE: s[0] = (int64_t)r->u.quant.n; break;
     case OP_OPTIM: s[0] = (int64_t)r->u.optim.t.n; break;
+    case OP_SUMSQ: // the elements in all, and the pieces
+        for (int i = 0; i < r->u.sumsq.n; i++)
+            s[0] += (int64_t)r->u.sumsq.pieces[i].n;
+        s[1] = r->u.sumsq.n;
+        break;
     default: s[0] = (int64_t)r->u.ew.n, s[1] = r->u.ew.cols; break;
     }
     return k;

@@ -372,7 +372,7 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
     case OP_SCALE: return cuda_scale(st, dt, &op->u.ew);
     case OP_CAST: return cuda_cast(st, dt, &op->u.ew);
     case OP_ACCUMULATE: return cuda_accumulate(st, &op->u.ew);
-    case OP_SUMSQ: return cuda_sumsq(cs, dt, &op->u.ew);
+    case OP_SUMSQ: return cuda_sumsq(cs, dt, &op->u.sumsq);
     case OP_QUANTIZE: return cuda_quantize(st, dt, &op->u.quant);
     case OP_DEQUANTIZE: return cuda_dequantize(st, dt, &op->u.quant);
     case OP_OPTIM: return cuda_optim(st, &op->u.optim);

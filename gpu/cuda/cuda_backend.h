@@ -311,7 +311,7 @@ zinf_status cuda_add(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_scale(cudaStream_t st, zinf_dtype dt, const op_elementwise *e);
 zinf_status cuda_cast(cudaStream_t st, zinf_dtype dst_dt, const op_elementwise *e);
 zinf_status cuda_accumulate(cudaStream_t st, const op_elementwise *e);
-zinf_status cuda_sumsq(cuda_stream *cs, zinf_dtype dt, const op_elementwise *e);
+zinf_status cuda_sumsq(cuda_stream *cs, zinf_dtype dt, const op_sumsq *o);
 zinf_status cuda_quantize(cudaStream_t st, zinf_dtype dt, const op_quantize *a);
 zinf_status cuda_dequantize(cudaStream_t st, zinf_dtype dt, const op_quantize *a);
 zinf_status cuda_optim(cudaStream_t st, const op_optim *o);

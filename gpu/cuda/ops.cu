@@ -1123,14 +1123,26 @@ zinf_status cuda_cast(cudaStream_t st, zinf_dtype dst_dt, const op_elementwise *
 // In fp64, where a float's square is exact. The elements go in groups of eight (one
 // 16-byte load of 16-bit values, two of fp32: flat8), SUMSQ_UNROLL groups a thread a
 // tile, all loaded before any is summed, so that a thread keeps 64 bytes in flight
-// (with two bytes a load the sums ran at a third of the H200's bandwidth). Block b sums
-// tiles b, b + G, b + 2G, ..., G set by n alone; thread t the groups t, t + SUMSQ_THREADS,
-// ... of each, element by element, in that order; then the block's threads fold in a
-// fixed tree, and one more block sums the G partials in order. So the result repeats bit
-// for bit, at any alignment: a group that is not 16-byte aligned, or the last, shorter
-// one, goes one element at a time in the same order. The partials live in the stream's
-// cuBLASLt workspace, which no other kernel on the stream uses meanwhile.
+// (with two bytes a load the sums ran at a third of the H200's bandwidth). A piece of n
+// elements gets G blocks, G set by n alone; its block b sums tiles b, b + G, b + 2G,
+// ...; thread t the groups t, t + SUMSQ_THREADS, ... of each, element by element, in
+// that order; then the block's threads fold in a fixed tree, and one more block a piece
+// sums its G partials in order. So a piece's result repeats bit for bit whatever pieces
+// share its launch, at any alignment: a group that is not 16-byte aligned, or the last,
+// shorter one, goes one element at a time in the same order. The pieces of a launch
+// (up to SUMSQ_PIECES: a step's modules in two or three launches, not two each) take
+// consecutive blocks. The partials live in the stream's cuBLASLt workspace, which no
+// other kernel on the stream uses meanwhile.
 enum { SUMSQ_THREADS = 256, SUMSQ_UNROLL = 4, SUMSQ_TILE = 8 * SUMSQ_UNROLL * SUMSQ_THREADS, SUMSQ_BLOCKS = 1024 };
+
+// A launch's pieces, by value: piece p's blocks are [first_block[p], first_block[p + 1]).
+typedef struct sumsq_pieces {
+    const void *x[SUMSQ_PIECES];
+    size_t n[SUMSQ_PIECES];
+    double *out[SUMSQ_PIECES];
+    int first_block[SUMSQ_PIECES + 1];
+    int count;
+} sumsq_pieces;
 
 static __device__ __forceinline__ int not_finite(float v) { return (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u; }
 
@@ -1152,16 +1164,22 @@ template <int NT> static __device__ __forceinline__ double block_sum(double s, i
     return part[0];
 }
 
-// vec: x is 16-byte aligned, so every whole group can go as flat8 loads.
 template <typename T>
 static __global__ void __launch_bounds__(SUMSQ_THREADS)
-    sumsq_blocks_kernel(const T *x, size_t n, bool vec, double *partial, int *partial_bad) {
+    sumsq_blocks_kernel(sumsq_pieces ps, double *partial, int *partial_bad) {
     __shared__ double part[SUMSQ_THREADS];
     __shared__ int flag[SUMSQ_THREADS];
     SHARED_FRESH(part, flag);
+    int p = 0;
+    while (p + 1 < ps.count && (int)blockIdx.x >= ps.first_block[p + 1])
+        p++;
+    const T *x = (const T *)ps.x[p];
+    const size_t n = ps.n[p];
+    const int b = (int)blockIdx.x - ps.first_block[p], blocks = ps.first_block[p + 1] - ps.first_block[p];
+    const bool vec = (uintptr_t)x % 16 == 0; // every whole group can go as flat8 loads
     double s = 0.0;
     int nonfinite = 0;
-    for (size_t tile = blockIdx.x; tile * SUMSQ_TILE < n; tile += gridDim.x) {
+    for (size_t tile = b; tile * SUMSQ_TILE < n; tile += blocks) {
         float v[SUMSQ_UNROLL][8];
 #pragma unroll
         for (int k = 0; k < SUMSQ_UNROLL; k++) {
@@ -1185,36 +1203,43 @@ static __global__ void __launch_bounds__(SUMSQ_THREADS)
     if (threadIdx.x == 0) partial[blockIdx.x] = s, partial_bad[blockIdx.x] = nonfinite;
 }
 
+// Block p: piece p's partials.
 static __global__ void __launch_bounds__(SUMSQ_BLOCKS)
-    sumsq_total_kernel(const double *partial, const int *partial_bad, int blocks, double *out) {
+    sumsq_total_kernel(sumsq_pieces ps, const double *partial, const int *partial_bad) {
     __shared__ double part[SUMSQ_BLOCKS];
     __shared__ int flag[SUMSQ_BLOCKS];
     SHARED_FRESH(part, flag);
-    int t = threadIdx.x, nonfinite = t < blocks ? partial_bad[t] : 0;
-    double s = block_sum<SUMSQ_BLOCKS>(t < blocks ? partial[t] : 0.0, &nonfinite, part, flag);
+    const int p = blockIdx.x, t = threadIdx.x, first = ps.first_block[p], blocks = ps.first_block[p + 1] - first;
+    int nonfinite = t < blocks ? partial_bad[first + t] : 0;
+    double s = block_sum<SUMSQ_BLOCKS>(t < blocks ? partial[first + t] : 0.0, &nonfinite, part, flag);
     if (t == 0) {
-        out[0] = s;
-        out[1] = nonfinite ? 1.0 : 0.0;
+        ps.out[p][0] = s;
+        ps.out[p][1] = nonfinite ? 1.0 : 0.0;
     }
 }
 
-template <typename T> static zinf_status sumsq_t(cuda_stream *cs, const op_elementwise *e) {
-    size_t tiles = (e->n + SUMSQ_TILE - 1) / SUMSQ_TILE;
-    int blocks = tiles == 0 ? 1 : tiles < SUMSQ_BLOCKS ? (int)tiles : SUMSQ_BLOCKS;
+template <typename T> static zinf_status sumsq_t(cuda_stream *cs, const op_sumsq *o) {
+    sumsq_pieces ps = {};
+    ps.count = o->n;
+    for (int p = 0; p < o->n; p++) {
+        size_t tiles = (o->pieces[p].n + SUMSQ_TILE - 1) / SUMSQ_TILE;
+        int blocks = tiles == 0 ? 1 : tiles < SUMSQ_BLOCKS ? (int)tiles : SUMSQ_BLOCKS; // n == 0 still writes its zeros
+        ps.x[p] = o->pieces[p].x, ps.n[p] = o->pieces[p].n, ps.out[p] = o->pieces[p].out;
+        ps.first_block[p + 1] = ps.first_block[p] + blocks;
+    }
     double *partial = (double *)cs->d_lt_ws;
-    int *partial_bad = (int *)(partial + SUMSQ_BLOCKS);
-    const bool vec = (uintptr_t)e->a % 16 == 0;
-    sumsq_blocks_kernel<T> CUDA_LAUNCH((unsigned)blocks, SUMSQ_THREADS, 0, cs->st)((const T *)e->a, e->n, vec, partial,
-                                                                                   partial_bad);
+    int *partial_bad = (int *)(partial + SUMSQ_PIECES * SUMSQ_BLOCKS);
+    sumsq_blocks_kernel<T> CUDA_LAUNCH((unsigned)ps.first_block[o->n], SUMSQ_THREADS, 0, cs->st)(ps, partial,
+                                                                                                 partial_bad);
     ZINF_CUDA_LAUNCHED("sumsq_blocks_kernel");
-    sumsq_total_kernel CUDA_LAUNCH(1, SUMSQ_BLOCKS, 0, cs->st)(partial, partial_bad, blocks, e->stats);
+    sumsq_total_kernel CUDA_LAUNCH((unsigned)o->n, SUMSQ_BLOCKS, 0, cs->st)(ps, partial, partial_bad);
     ZINF_CUDA_LAUNCHED("sumsq_total_kernel");
     return ZINF_OK;
 }
 
-zinf_status cuda_sumsq(cuda_stream *cs, zinf_dtype dt, const op_elementwise *e) {
-    // n == 0 still writes the two zeros.
-    CUDA_DT_SWITCH(dt, "sumsq", sumsq_t, cs, e);
+zinf_status cuda_sumsq(cuda_stream *cs, zinf_dtype dt, const op_sumsq *o) {
+    if (o->n == 0) return ZINF_OK;
+    CUDA_DT_SWITCH(dt, "sumsq", sumsq_t, cs, o);
 }
 
 // ---- communication quantizers (ZeRO++ qwZ, qgZ) ----

@@ -610,13 +610,15 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
         for (size_t i = 0; i < e->n; i++)
             ((float *)e->out)[i] = (e->first ? 0.0f : ((float *)e->out)[i]) + dt_load(e->a, e->src_dt, i);
         return ZINF_OK;
-    case OP_SUMSQ: {
-        zinf_grad_stats gs;
-        ZINF_CHECK(zinf_grad_stats_compute(e->a, dt, e->n, zinf_simd_active(), &gs));
-        e->stats[0] = gs.sumsq;
-        e->stats[1] = gs.nonfinite ? 1.0 : 0.0;
+    case OP_SUMSQ:
+        for (int i = 0; i < op->u.sumsq.n; i++) {
+            const zinf_sumsq_piece *p = &op->u.sumsq.pieces[i];
+            zinf_grad_stats gs;
+            ZINF_CHECK(zinf_grad_stats_compute(p->x, dt, p->n, zinf_simd_active(), &gs));
+            p->out[0] = gs.sumsq;
+            p->out[1] = gs.nonfinite ? 1.0 : 0.0;
+        }
         return ZINF_OK;
-    }
     case OP_QUANTIZE: quantize(dt, &op->u.quant); return ZINF_OK;
     case OP_DEQUANTIZE: dequantize(dt, &op->u.quant); return ZINF_OK;
     case OP_OPTIM: return zinf_optim_update(&op->u.optim.h, &op->u.optim.t, zinf_simd_active());

@@ -158,7 +158,12 @@ static double op_bytes(const op_record *op) {
     case OP_CAST: return (double)op->u.ew.n * (es + (double)zinf_dtype_size(op->u.ew.src_dt));
     case OP_ACCUMULATE: // the sums written, and read unless first
         return (double)op->u.ew.n * ((op->u.ew.first ? 1 : 2) * es + (double)zinf_dtype_size(op->u.ew.src_dt));
-    case OP_SUMSQ: return (double)op->u.ew.n * es;
+    case OP_SUMSQ: {
+        double n = 0;
+        for (int i = 0; i < op->u.sumsq.n; i++)
+            n += (double)op->u.sumsq.pieces[i].n;
+        return n * es;
+    }
     case OP_QUANTIZE:
     case OP_DEQUANTIZE: {
         const op_quantize *q = &op->u.quant;

@@ -469,6 +469,14 @@ zinf_status zinf_accumulate(zinf_stream *s, float *sums, const void *x, zinf_dty
 // out[0] = sum of x^2 (fp64, in an order fixed for each backend and n); out[1] = 1 when
 // some element is inf or NaN, else 0. out: two doubles in device memory.
 zinf_status zinf_sumsq(zinf_stream *s, zinf_dtype dt, const void *x, size_t n, double *out);
+// zinf_sumsq of each of n pieces, each out the bits zinf_sumsq gives its piece, in a few
+// launches where zinf_sumsq makes one a piece (a step's gradient norm: a piece a module).
+typedef struct zinf_sumsq_piece {
+    const void *x;
+    size_t n;
+    double *out;
+} zinf_sumsq_piece;
+zinf_status zinf_sumsq_many(zinf_stream *s, zinf_dtype dt, const zinf_sumsq_piece *pieces, int n);
 
 // Symmetric group-wise quantization for communication (ZeRO++'s qwZ: bits 8, qgZ: bits 4).
 // x (n elements of dt) splits into groups of `group` elements, the last one possibly

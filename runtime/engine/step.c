@@ -223,30 +223,41 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     size_t W = (size_t)e->partition.ranks, np = (size_t)e->module_count * W;
     bool dev = e->optim.device_numel > 0; // some modules' gradients are on the device
     double *h = calloc(4 * np, sizeof *h), *from_dev = h + 2 * np;
-    if (!h) return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
+    // The device's pieces, summed in one zinf_sumsq_many.
+    zinf_sumsq_piece *pieces = malloc(np * sizeof *pieces);
+    int npieces = 0;
+    zinf_dtype pieces_dt = e->grads.held && !e->optim.grads32 ? e->dtype : ZINF_DTYPE_F32;
+    if (!h || !pieces) {
+        free(h), free(pieces);
+        return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
+    }
     zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->grads.device_norms, 0, 2 * np * sizeof *h) : ZINF_OK;
-    for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
+    // The device's pieces first, so that they run while the host takes the rest.
+    for (int i = 0; i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
-        if (!states_on_device(e, i) && e->grads.norms_taken[i] == e->grads.backwards) {
-            memcpy(h + 2 * i * W, e->grads.host_norms + 2 * i * W, 2 * W * sizeof *h);
-            continue;
-        }
-        if (!states_on_device(e, i)) {
-            st = states_grad_norms(e, i, h);
-            continue;
-        }
+        if (!states_on_device(e, i)) continue;
         // Held: one rank, the whole module (no buffer: the backward did not reach it).
         if (e->grads.held && !e->optim.grads32) {
             if (e->grads.buffers16[i])
-                st = zinf_sumsq(e->compute_stream, e->dtype, e->grads.buffers16[i], l->padded,
-                                e->grads.device_norms + 2 * i);
+                pieces[npieces++] = (zinf_sumsq_piece){
+                    .x = e->grads.buffers16[i], .n = l->padded, .out = e->grads.device_norms + 2 * i};
             continue;
         }
-        for (size_t r = 0; st == ZINF_OK && l->padded && r < W; r++)
+        for (size_t r = 0; l->padded && r < W; r++)
             if (partition_holds(e, r))
-                st = zinf_sumsq(e->compute_stream, ZINF_DTYPE_F32,
-                                e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo), l->slice,
-                                e->grads.device_norms + 2 * (i * W + r));
+                pieces[npieces++] =
+                    (zinf_sumsq_piece){.x = e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo),
+                                       .n = l->slice,
+                                       .out = e->grads.device_norms + 2 * (i * W + r)};
+    }
+    if (st == ZINF_OK) st = zinf_sumsq_many(e->compute_stream, pieces_dt, pieces, npieces);
+    free(pieces);
+    for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
+        if (states_on_device(e, i)) continue;
+        if (e->grads.norms_taken[i] == e->grads.backwards)
+            memcpy(h + 2 * i * W, e->grads.host_norms + 2 * i * W, 2 * W * sizeof *h);
+        else
+            st = states_grad_norms(e, i, h);
     }
     if (st == ZINF_OK && dev)
         st = zinf_copy_async(e->compute_stream, from_dev, e->grads.device_norms, 2 * np * sizeof *h, ZINF_COPY_D2H);

@@ -3,7 +3,7 @@
 // set: NaN in every dtype) before the op, so an element the op fails to write fails
 // the comparison. The device optimizer must equal cpu_adam bit for bit. Under the CUDA
 // emulation (ZINF_TEST_CUDA_EMU) the products also run on the fallback kernel.
-// timeout: 10 san=10 cuda-emu=30 san-cuda-emu=65
+// timeout: 10 san=10 cuda-emu=35 san-cuda-emu=65
 #include <math.h>
 
 #include "check.h"
@@ -498,6 +498,44 @@ static void test_sumsq_order(zinf_dtype dt) {
     CHECK(h[0][0] > 0x1p28 && memcmp(h[0], h[1], sizeof h[0]) == 0,
           "sumsq %s: %.17g aligned, %.17g unaligned; want the same, over 2^28", zinf_dtype_name(dt), h[0][0], h[1][0]);
     zinf_device_free(dev, aligned), zinf_device_free(dev, off), zinf_device_free(dev, out);
+}
+
+// Pieces of every kind in one list longer than a launch takes (SUMSQ_PIECES, 16): empty,
+// a few elements, unaligned, several blocks with a ragged end, and on CUDA more tiles
+// (8192 elements) than the 1024 blocks a piece gets (so a block strides over its
+// piece's tiles), one with an inf. Each piece's two doubles must be zinf_sumsq's own
+// bits for it.
+static void test_sumsq_many(zinf_dtype dt) {
+    enum { PIECES = 19 };
+    const size_t es = zinf_dtype_size(dt), sizes[] = {0, 5, 8, 4099, 100003, (size_t)1 << 20 | 3};
+    size_t off[PIECES + 1] = {0}, n[PIECES];
+    for (int p = 0; p < PIECES; p++) {
+        n[p] = p == 16 && dt == ZINF_DTYPE_F32 ? (size_t)1 << 23 | 3 : sizes[p % LEN(sizes)];
+        off[p + 1] = off[p] + n[p] + 1; // + 1: the next piece one element off
+    }
+    float *x = randv(dt, off[PIECES], 2);
+    x[off[9] + n[9] / 2] = INFINITY;
+    void *dx = test_dev_of(dev, S, dt, x, off[PIECES]);
+    double *many = test_dev_poisoned(dev, S, PIECES * 2 * sizeof(double));
+    double *one = test_dev_poisoned(dev, S, PIECES * 2 * sizeof(double));
+    zinf_sumsq_piece pieces[PIECES];
+    for (int p = 0; p < PIECES; p++) {
+        pieces[p] = (zinf_sumsq_piece){.x = (char *)dx + off[p] * es, .n = n[p], .out = many + 2 * p};
+        TRY(zinf_sumsq(S, dt, pieces[p].x, n[p], one + 2 * p));
+    }
+    TRY(zinf_sumsq_many(S, dt, pieces, PIECES));
+    double h_many[2 * PIECES], h_one[2 * PIECES];
+    from_device(S, h_many, many, sizeof h_many), from_device(S, h_one, one, sizeof h_one);
+    for (int p = 0; p < PIECES; p++)
+        CHECK(memcmp(h_many + 2 * p, h_one + 2 * p, 2 * sizeof(double)) == 0,
+              "sumsq_many %s, piece %d of %zu: %.17g (%g), zinf_sumsq %.17g (%g)", zinf_dtype_name(dt), p, n[p],
+              h_many[2 * p], h_many[2 * p + 1], h_one[2 * p], h_one[2 * p + 1]);
+    CHECK(h_many[2 * 9 + 1] == 1 && h_many[2 * 10 + 1] == 0, "sumsq_many %s: the inf flagged in piece 9 alone",
+          zinf_dtype_name(dt));
+    CHECK(zinf_sumsq_many(S, dt, (zinf_sumsq_piece[]){{.x = NULL, .n = 1, .out = many}}, 1) == ZINF_ERR_INVAL &&
+              strstr(zinf_last_error(), "every piece needs x and out"),
+          "sumsq_many with a NULL piece: %s", zinf_last_error());
+    zinf_device_free(dev, dx), zinf_device_free(dev, many), zinf_device_free(dev, one), free(x);
 }
 
 // ---- rotary embedding ----
@@ -1260,6 +1298,7 @@ int main(void) {
         for (size_t k = 0; k < 3; k++)
             test_sumsq(dt, (size_t[]){5, 100003, (size_t)3 << 20 | 7}[k]);
         test_sumsq_order(dt);
+        test_sumsq_many(dt);
         test_rope(dt, 10);
         test_rope(dt, 32);
         attention_cases(dt);
