@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 70 san=90 cuda-emu=35
+# timeout: 70 san=90 cuda-emu=60
 # The Python package (python/): pip installs it from the tree into a folder of its own,
 # with this build's libzinf.so and zinf program, and pytest runs tests/python/ against
 # that installed copy in build/pyenv (torch, numpy, pytest).
