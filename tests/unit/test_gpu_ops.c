@@ -453,9 +453,10 @@ static void test_accumulate(zinf_dtype dt) {
     zinf_device_free(dev, dx), zinf_device_free(dev, ds), free(x), free(sums), free(want), free(h);
 }
 
-// Sizes: one tile's part, many blocks with a ragged end, and more tiles than blocks.
-// The same values one element off their 16-byte alignment give the same bits: the order
-// of the sum depends on n alone.
+// Sizes: one tile's part, many blocks with a ragged end, and hundreds of blocks (the
+// piece past the 1024 blocks a piece gets is test_sumsq_many's). The same values one
+// element off their 16-byte alignment give the same bits: the order of the sum depends
+// on n alone.
 static void test_sumsq(zinf_dtype dt, size_t n) {
     const size_t es = zinf_dtype_size(dt);
     float *x = randv(dt, n + 1, 2);
