@@ -55,7 +55,7 @@ typedef struct op_layernorm { // layernorm and rmsnorm (which has no mean, b, db
     float eps;
 } op_layernorm;
 
-typedef struct op_elementwise { // gelu, swiglu, add, scale, cast, grad_stats, bias_grad
+typedef struct op_elementwise { // gelu, swiglu, add, scale, cast, accumulate, bias_grad
     void *out;                  // gelu/swiglu/add/cast: output; gelu bwd: dx; swiglu bwd: dgu; scale: x;
                                 // bias_grad: dbias
     const void *a, *b;          // gelu: x (a), dout (b); swiglu: gu (a), dout (b); add: a, b; cast: src (a)
