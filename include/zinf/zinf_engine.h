@@ -274,6 +274,9 @@ typedef struct zinf_host_rates {
     // Elements/s of a rank's optimizer threads: CPU Adam's step, a reduction's addition
     // into the gradients (per micro-batch), and a pass reading them for the norm.
     double adam, grad_add, grad_norm;
+    // Elements/s of CPU Adam writing its states away from where it read them, as the
+    // update under the backward does on cpu (super_offload); 0: adam's.
+    double adam_away;
 } zinf_host_rates;
 
 typedef struct zinf_step_time {

@@ -132,6 +132,48 @@ done:
     return st;
 }
 
+// The median seconds of AdamW over n parameters writing its states away from where it
+// read them, as the update under the backward does: steps alternate between two places,
+// each reading the one the last wrote.
+static zinf_status away_measure(zinf_cpu_pool *pool, zinf_optim_hparams *h, size_t n, int steps, double *out) {
+    zinf_optim_tile t = {.grad = big_alloc(pool, n, 4),
+                         .grad_dtype = ZINF_DTYPE_F32,
+                         .out = big_alloc(pool, n, 2),
+                         .out_dtype = ZINF_DTYPE_BF16,
+                         .n = n};
+    float *place[2][3];
+    bool ok = t.grad && t.out;
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++)
+            ok = (place[k][j] = big_alloc(pool, n, 4)) && ok;
+    double *ts = calloc((size_t)steps, sizeof *ts);
+    zinf_status st = ZINF_OK;
+    if (!ok || !ts) {
+        st = zinf_fail(ZINF_ERR_NOMEM, "cannot allocate two places of states for %zu parameters", n);
+        goto done;
+    }
+    t.param = place[0][0], t.exp_avg = place[0][1], t.exp_avg_sq = place[0][2];
+    zinf_cpu_pool_run(pool, init_worker, &(init_job){pool, &t});
+    for (int s = -1; s < steps && st == ZINF_OK; s++) { // step -1 warms up
+        const int from = (s + 2) % 2, to = 1 - from;
+        t.from_param = place[from][0], t.from_exp_avg = place[from][1], t.from_exp_avg_sq = place[from][2];
+        t.param = place[to][0], t.exp_avg = place[to][1], t.exp_avg_sq = place[to][2];
+        h->step = 2 + s;
+        double t0 = zinf_clock_s();
+        st = zinf_optim_step(pool, h, &t);
+        if (s >= 0) ts[s] = zinf_clock_s() - t0;
+    }
+    if (st == ZINF_OK) *out = cli_median(ts, steps);
+done:
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++)
+            big_free(place[k][j], n, 4);
+    big_free((void *)t.grad, n, 4);
+    big_free(t.out, n, 2);
+    free(ts);
+    return st;
+}
+
 // The offloaded optimizer's gradient passes over n fp32 elements: the accumulation
 // (zinf_cpu_add) and the norm (zinf_grad_stats_pool), median of three each.
 static zinf_status grad_measure(zinf_cpu_pool *pool, size_t n, double *add_s, double *norm_s) {
@@ -164,13 +206,15 @@ zinf_status cli_cpu_rates(size_t n, cli_cpu_rates_t *out) {
     zinf_cpu_pool *pool;
     ZINF_CHECK(zinf_cpu_pool_create(&pool, 0));
     zinf_optim_hparams h = hparams_of(ZINF_OPTIM_ADAMW);
-    double su = 0, sr = 0, sa = 0, sn = 0;
+    double su = 0, sr = 0, sw = 0, sa = 0, sn = 0;
     size_t bpp = 0;
     zinf_status st = adam_measure(pool, &h, ZINF_DTYPE_F32, ZINF_DTYPE_BF16, n, 3, false, &su, &sr, &bpp);
+    if (st == ZINF_OK) st = away_measure(pool, &h, n, 3, &sw);
     if (st == ZINF_OK) st = grad_measure(pool, n, &sa, &sn);
     zinf_cpu_pool_destroy(pool);
     if (st != ZINF_OK) return st;
-    *out = (cli_cpu_rates_t){.adam = (double)n / su, .add = (double)n / sa, .norm = (double)n / sn};
+    *out = (cli_cpu_rates_t){
+        .adam = (double)n / su, .adam_away = (double)n / sw, .add = (double)n / sa, .norm = (double)n / sn};
     return ZINF_OK;
 }
 

@@ -58,15 +58,16 @@ int cli_op_times_json(zinf_op_time *rows, int n, bool shapes);
 int cli_adam_bench(int argc, char **argv);
 // The offloaded optimizer's host work over n elements with a thread per physical core,
 // in elements per second: CPU AdamW as it runs it (fp32 gradients, a bf16 copy written),
+// in place and writing its states to a second place (the update under the backward),
 // the gradient accumulation (zinf_cpu_add), and the gradient norm with the zeroing after
 // the step. About a second for 16M.
 typedef struct cli_cpu_rates_t {
-    double adam, add, norm;
+    double adam, adam_away, add, norm;
 } cli_cpu_rates_t;
 zinf_status cli_cpu_rates(size_t n, cli_cpu_rates_t *out);
 // The n those rates are measured over: buffers four times this machine's last-level
 // caches (18 bytes an element: master, moments, gradients, the bf16 copy), from 16M to
-// 256M (4.5 GiB of buffers).
+// 256M (4.5 GiB of buffers; 7.5 GiB with the second place's states).
 // A smaller n would time the cache: on a 16-core host with 300 MiB of it, 16M elements
 // ran 1.4x faster than the 774M of GPT-2 large's partition.
 size_t cli_cpu_rates_elements(void);

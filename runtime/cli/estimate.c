@@ -481,14 +481,15 @@ static int measure(const zinf_config *cfg, zinf_host_rates *h, bool json) {
         cli_cpu_rates_t c;
         n = cli_cpu_rates_elements();
         if (cli_cpu_rates(n, &c) != ZINF_OK) return cli_fail("estimate", CLI_FAIL);
-        h->adam = c.adam, h->grad_add = c.add, h->grad_norm = c.norm;
+        h->adam = c.adam, h->adam_away = c.adam_away, h->grad_add = c.add, h->grad_norm = c.norm;
     }
     if (json) return CLI_OK;
     printf("Rates: NVMe read %.2f GB/s, write %.2f GB/s, both at once %.2f GB/s%s; optimizer threads: ",
            h->nvme_read / 1e9, h->nvme_write / 1e9, h->nvme_mixed / 1e9, pl->count ? "" : " (no nvme_path: given)");
     if (n)
-        printf("Adam %.0f M, gradient accumulation %.0f M, norm %.0f M elements/s (over %zu M elements)\n",
-               h->adam / 1e6, h->grad_add / 1e6, h->grad_norm / 1e6, n >> 20);
+        printf("Adam %.0f M (writing its states to a second place, as under the backward: %.0f M), gradient "
+               "accumulation %.0f M, norm %.0f M elements/s (over %zu M elements)\n",
+               h->adam / 1e6, h->adam_away / 1e6, h->grad_add / 1e6, h->grad_norm / 1e6, n >> 20);
     else
         printf("Adam %.0f M elements/s (given)\n", h->adam / 1e6);
     return CLI_OK;
@@ -661,9 +662,10 @@ static int estimate(args *a, zinf_config *cfg) {
     if (a->measure && (rc = measure(cfg, &a->rates, a->json)) != CLI_OK) return rc;
     if (!a->rates.grad_add) a->rates.grad_add = a->rates.adam * 30 / 12;
     if (!a->rates.grad_norm) a->rates.grad_norm = a->rates.adam * 30 / 4;
+    if (!a->rates.adam_away) a->rates.adam_away = a->rates.adam;
     // The machine's drives and cores are shared by the ranks on it.
-    double *r[] = {&a->rates.nvme_read, &a->rates.nvme_write, &a->rates.nvme_mixed,
-                   &a->rates.adam,      &a->rates.grad_add,   &a->rates.grad_norm};
+    double *r[] = {&a->rates.nvme_read, &a->rates.nvme_write, &a->rates.nvme_mixed, &a->rates.adam,
+                   &a->rates.adam_away, &a->rates.grad_add,   &a->rates.grad_norm};
     for (size_t i = 0; i < ZINF_ARRAY_LEN(r); i++)
         *r[i] /= t.local_ranks;
     const plan *own = NULL; // the config's stage and tiers are always one of the rows

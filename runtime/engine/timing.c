@@ -157,10 +157,11 @@ typedef struct step_model {
     const plan_schedule *s;
     const double *op_s; // each op of one micro-batch on the device
     int accum;
-    // Seconds per element: the update (Adam, or the drives where they are slower), an
+    // Seconds per element: the update (Adam, or the drives where they are slower), the
+    // update under the backward (on cpu it writes its states to the second place), an
     // addition of sums into the host gradients, the sums' copy down, the new parameters'
     // way up.
-    double update, add, down, up;
+    double update, update_away, add, down, up;
     double speculate; // elements the second place holds (super_offload)
     double after;     // seconds between the last bucket and the step (MiCS's norms)
 } step_model;
@@ -195,11 +196,11 @@ static double backward(const step_model *m, double dev, double *comm, double *ho
             taken[busy] = true, room -= s->groups[busy].elements, left = s->groups[busy].elements;
         if (busy >= 0 && arrive > *host) { // a chunk of it
             if (*host >= start) {
-                *leftover = left * m->update;
+                *leftover = left * m->update_away;
                 break;
             }
             double n = fmin(left, ZINF_OPTIM_SPECULATE_CHUNK);
-            *host += n * m->update, left -= n;
+            *host += n * m->update_away, left -= n;
             if (left <= 0) busy = -1;
         } else if (bk) {
             if (first && bk->lands) {
@@ -354,9 +355,9 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         // over a pinned partition lands from the device (one rank, or NCCL's or qgZ's
         // sums in place), its norms taken there. With super_offload the last backward
         // updates each sub-group once its gradients are final, while the second place
-        // has room. On nvme the update runs at the slower of Adam and the drives. MiCS
-        // takes the norms after the backward, from host memory. Not counted: the norms of
-        // modules that straddle buckets, the host's own time between ops.
+        // has room and the backward runs (on cpu at the rate of Adam writing there). On nvme the update runs at the
+        // slower of Adam and the drives. MiCS takes the norms after the backward, from host memory. Not counted: the
+        // norms of modules that straddle buckets, the host's own time between ops.
         bool mics = e0.params.storage->sliced && cfg->zero.mics_shard_size > 0 && cfg->zero.mics_shard_size < t->world;
         bool lands = cfg->zero.offload_optimizer.pin_memory && (t->world == 1 || t->nccl);
         double first = lands ? 0 : tier_part / h->grad_add;
@@ -364,7 +365,7 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         double norms_after = mics ? tier_part / h->grad_norm : 0;
         double adam = tier_part / h->adam;
         bool on_nvme = m->optimizer_tier == ZINF_OFFLOAD_NVME;
-        double whole = on_nvme && nvme > adam ? nvme : adam;
+        double whole = on_nvme && nvme > adam ? nvme : adam, update = tier_part > 0 ? whole / tier_part : 0;
         out->cpu = adam + adds + norms_after;
         plan_schedule sched;
         zinf_status st = engine_plan_schedule(cfg, t, &sched);
@@ -380,7 +381,8 @@ zinf_status zinf_plan_time(const zinf_config *cfg, const zinf_plan_target *t, co
         step_model sm = {.s = &sched,
                          .op_s = op_s,
                          .accum = cfg->gradient_accumulation_steps,
-                         .update = tier_part > 0 ? whole / tier_part : 0,
+                         .update = update,
+                         .update_away = on_nvme || !h->adam_away ? update : 1 / h->adam_away,
                          .add = 1 / h->grad_add,
                          .down = zinf_sim_copy_s(&r, sizeof(float), true),
                          .up = m->params_tier == ZINF_OFFLOAD_NONE

@@ -11,8 +11,11 @@
 # the engine's: with the tied embedding (57% of this model) the first sub-group the
 # next forward reads and the last whose gradients are final, the forward waits for its
 # update every step; a planner that overlaps the whole update with the forward
-# predicted -35% to -45% here. They land within 3% on most passes; -25% and +29% were
-# seen when --measure's Adam or the run's CPU swung. The nvme rows are held only
+# predicted -35% to -45% here, and an engine that began a speculative update once the
+# backward was over (at stage 2 every sub-group is final at once) ran -30% to -35%
+# from the plan. On 2026-11-28 they landed from -21% to +27% on the 2-core machine,
+# mostly -5% to -20%: the same run's median swung from 0.058 to 0.076 s between
+# passes, and --measure's Adam with it. The nvme rows are held only
 # loosely: this VM's drive swings by half between passes (-51% to +172% on consecutive
 # passes), so they catch a model that drops a term or overlaps what the engine
 # serializes. A row outside is measured twice more before it fails. Under
