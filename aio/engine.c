@@ -48,17 +48,21 @@ static int release(ticket_slot *s) {
     return -err;
 }
 
+// A ticket that fails names its first failing chunk in request order, whichever
+// completes first: a file cut short fails every chunk past its end, and the error names
+// where the bad part begins.
 void aio_chunk_done(zinf_aio *aio, chunk *c, int err) {
     pthread_mutex_lock(&aio->lock);
     ticket_slot *s = &aio->slots[c->slot];
-    if (err == EBADMSG && !s->err) {
-        s->err = err;
+    size_t place = (size_t)(c - s->chunks);
+    bool first = err && (!s->err || place < s->err_chunk);
+    if (first) s->err = err, s->err_chunk = place;
+    if (first && err == EBADMSG) {
         snprintf(s->detail, sizeof s->detail,
                  "%s %s at offset %llu (%u bytes): the bytes fail their checksum: the drive returned other data "
                  "than it was given, without an error",
                  c->write ? "write" : "read", c->path, (unsigned long long)c->offset, c->len);
-    } else if (err && !s->err) {
-        s->err = err;
+    } else if (first) {
         snprintf(s->detail, sizeof s->detail, "%s %s at offset %llu (%u bytes): %s", c->write ? "write" : "read",
                  c->path, (unsigned long long)(c->offset + c->done), c->len - c->done, strerror(err));
     }

@@ -40,7 +40,8 @@ typedef struct ticket_slot {
     uint32_t gen; // bumped on release, so a stale ticket is recognized
     bool used;
     uint32_t pending; // chunks not yet completed
-    int err;          // first error (positive errno), 0 if none
+    int err;          // the error of the first failing chunk (positive errno), 0 if none
+    size_t err_chunk; // that chunk's place in the request, for a failure in an earlier one
     char detail[320];
     chunk *chunks; // one allocation for all of this ticket's chunks
 } ticket_slot;
