@@ -13,8 +13,9 @@
 // sub-groups went under the backward and how many were redone, and both are what the
 // clipping pattern calls for. After the steps no gradient reads back (offloaded, the
 // host partition keeps it for the next backward to overwrite), and one parameter's
-// gradient set reads back with every other zero.
-// timeout: 60 san=90 cuda-emu=120 san-cuda-emu=300
+// gradient set reads back with every other zero. Under AddressSanitizer (SAN=1) only
+// the patterns that both keep and redo guesses run: sometimes, and fp16.
+// timeout: 60 san=90 cuda-emu=120 san-cuda-emu=200
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,11 +205,16 @@ static void compare(zinf_comm *comm, const run_result *ref, double clip, bool fp
 
 static void test_modes(zinf_comm *comm) {
     run_result ref;
-    // Never and always.
+    // Never and always. Under AddressSanitizer they are left out: they run no code that
+    // "sometimes" and the overflows do not (guesses kept, guesses redone), and with
+    // them the test took 250-300 s of the 2-core machine's cores under the emulation,
+    // starving the tests beside it past their limits.
+#if !defined(__SANITIZE_ADDRESS__)
     if (run(comm, 0, 0, 1, 0, false, &ref)) compare(comm, &ref, 0, false, "clipping never");
     drop(&ref);
     if (run(comm, 0, 0, 1, 1e-4, false, &ref)) compare(comm, &ref, 1e-4, false, "clipping always");
     drop(&ref);
+#endif
     // Sometimes: the first threshold, among the norms of an unclipped run, at which the
     // device run clips right after a step that did not.
     run_result free_run;
