@@ -99,7 +99,6 @@ struct zinf_optim_tier {
     int *order;            // nvme: the sub-groups a speculative run reads, in order
     int *sg_segments;      // per sub-group: its segments with elements
     int *sg_final;         // per sub-group: those whose gradients are final in this backward
-    int groups_final;      // the sub-groups all of whose gradients are final in this backward
     bool *speculated;      // per sub-group: updated with h_spec, its new states and parameters aside
     bool speculating;      // final sub-groups are to be updated with h_spec
     bool pending;          // nvme: the run through the final sub-groups is yet to start
@@ -661,13 +660,17 @@ static size_t write_place(const zinf_optim_tier *t, int g) {
 // started then, the one the forward needs first took 45 ms in place of 26, all of it
 // on the step's path. Under mu.
 static int next_final(const zinf_optim_tier *t, size_t *to) {
-    if (t->groups_final == t->nsg) return -1;
+    int found = -1;
+    bool all_final = true;
     for (int g = 0; g < t->nsg; g++) {
-        if (t->sg_final[g] != t->sg_segments[g] || t->speculated[g]) continue;
-        *to = write_place(t, g);
-        if (*to != t->spare_at[g]) return g;
+        if (t->sg_final[g] != t->sg_segments[g]) {
+            all_final = false;
+        } else if (found < 0 && !t->speculated[g]) {
+            *to = write_place(t, g);
+            if (*to != t->spare_at[g]) found = g;
+        }
     }
-    return -1;
+    return all_final ? -1 : found;
 }
 
 // No more speculation. The thread's speculative work ends first; or, with `finish`, it
@@ -735,9 +738,6 @@ zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hpara
     ZINF_CHECK(drop_preread(t));
     pthread_mutex_lock(&t->mu);
     memset(t->sg_final, 0, (size_t)t->nsg * sizeof *t->sg_final);
-    t->groups_final = 0;
-    for (int g = 0; g < t->nsg; g++)
-        t->groups_final += t->sg_segments[g] == 0;
     t->h_spec = *h;
     t->speculating = true;
     t->pending = t->c.device == ZINF_OFFLOAD_NVME;
@@ -749,10 +749,7 @@ zinf_status zinf_optim_tier_speculate(zinf_optim_tier *t, const zinf_optim_hpara
 void zinf_optim_tier_grads_final(zinf_optim_tier *t, int seg) {
     if (!t || !t->c.speculate_elements || t->sg_of[seg] < 0) return;
     pthread_mutex_lock(&t->mu);
-    if (t->speculating && ++t->sg_final[t->sg_of[seg]] == t->sg_segments[t->sg_of[seg]]) {
-        t->groups_final++;
-        pthread_cond_broadcast(&t->cv);
-    }
+    if (t->speculating && ++t->sg_final[t->sg_of[seg]] == t->sg_segments[t->sg_of[seg]]) pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
 }
 

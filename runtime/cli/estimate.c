@@ -662,7 +662,6 @@ static int estimate(args *a, zinf_config *cfg) {
     if (a->measure && (rc = measure(cfg, &a->rates, a->json)) != CLI_OK) return rc;
     if (!a->rates.grad_add) a->rates.grad_add = a->rates.adam * 30 / 12;
     if (!a->rates.grad_norm) a->rates.grad_norm = a->rates.adam * 30 / 4;
-    if (!a->rates.adam_away) a->rates.adam_away = a->rates.adam;
     // The machine's drives and cores are shared by the ranks on it.
     double *r[] = {&a->rates.nvme_read, &a->rates.nvme_write, &a->rates.nvme_mixed, &a->rates.adam,
                    &a->rates.adam_away, &a->rates.grad_add,   &a->rates.grad_norm};

@@ -117,14 +117,16 @@ static int speculable(const zinf_optim_tier *t, const variant *va) {
     return va->fits ? va->fits : groups(t) - (va->where == ZINF_OFFLOAD_CPU);
 }
 
-// Every segment final, the last first, as a backward makes them, 20 ms apart: long
-// enough for the thread to update each sub-group as it is final (tens of microseconds
-// each), which the times then say it did.
+// Every segment final, the last first, as a backward makes them, 20 ms apart and
+// 100 ms before the first (which makes every sub-group final): long enough for the
+// thread to update each sub-group as it is final (tens of microseconds each), which the
+// times then say it did.
 static void all_final(zinf_optim_tier *t, const variant *va, const char *what) {
     for (int i = NSEG; i-- > 0;) {
+        usleep(i == 0 ? 100 * 1000 : 20 * 1000);
         zinf_optim_tier_grads_final(t, i);
-        usleep(20 * 1000);
     }
+    usleep(20 * 1000);
     zinf_optim_tier_stop_speculating(t, NULL);
     zinf_optim_tier_times tt;
     zinf_optim_tier_take_times(t, &tt);
