@@ -53,6 +53,7 @@ typedef struct op_layernorm { // layernorm and rmsnorm (which has no mean, b, db
     const void *x, *w, *b, *dout;
     int rows, C;
     float eps;
+    bool first; // bwd: dw (and db) written, not read
 } op_layernorm;
 
 typedef struct op_elementwise { // gelu, swiglu, add, scale, cast, accumulate, bias_grad
@@ -60,7 +61,7 @@ typedef struct op_elementwise { // gelu, swiglu, add, scale, cast, accumulate, b
                                 // bias_grad: dbias
     const void *a, *b;          // gelu: x (a), dout (b); swiglu: gu (a), dout (b); add: a, b; cast: src (a)
     zinf_dtype src_dt;          // cast, accumulate: a's
-    bool first;                 // accumulate: out = 0 + a, out not read
+    bool first;                 // accumulate: out = 0 + a; bias_grad: out = the sums; out not read
     float scale;
     size_t n; // elements; bias_grad, swiglu: rows
     int cols; // bias_grad; swiglu: F

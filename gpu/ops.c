@@ -44,10 +44,11 @@ zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a) {
     return launch(s, OP_GEMM, a->dt, &r);
 }
 
-zinf_status zinf_bias_grad(zinf_stream *s, zinf_dtype dt, void *dbias, const void *dout, int rows, int cols) {
+zinf_status zinf_bias_grad(zinf_stream *s, zinf_dtype dt, void *dbias, const void *dout, int rows, int cols,
+                           bool first) {
     REQUIRE_DT(dt, "bias_grad");
     REQUIRE(dbias && dout && rows > 0 && cols > 0, "bias_grad", "needs dbias, dout and positive sizes");
-    op_record r = {.u.ew = {.out = dbias, .a = dout, .n = (size_t)rows, .cols = cols}};
+    op_record r = {.u.ew = {.out = dbias, .a = dout, .first = first, .n = (size_t)rows, .cols = cols}};
     return launch(s, OP_BIAS_GRAD, dt, &r);
 }
 
@@ -62,7 +63,8 @@ zinf_status zinf_layernorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *
 }
 
 zinf_status zinf_layernorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, void *db, const void *dout,
-                               const void *x, const void *w, const float *mean, const float *rstd, int rows, int C) {
+                               const void *x, const void *w, const float *mean, const float *rstd, int rows, int C,
+                               bool first) {
     REQUIRE_DT(dt, "layernorm backward");
     REQUIRE(dx && dw && db && dout && x && w && mean && rstd, "layernorm backward", "a buffer is NULL");
     REQUIRE(rows > 0 && C > 0, "layernorm backward", "rows and C must be positive");
@@ -75,7 +77,8 @@ zinf_status zinf_layernorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw
                             .mean = (float *)mean,
                             .rstd = (float *)rstd,
                             .rows = rows,
-                            .C = C}};
+                            .C = C,
+                            .first = first}};
     return launch(s, OP_LAYERNORM_BWD, dt, &r);
 }
 
@@ -89,12 +92,19 @@ zinf_status zinf_rmsnorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *rs
 }
 
 zinf_status zinf_rmsnorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, const void *dout, const void *x,
-                             const void *w, const float *rstd, int rows, int C) {
+                             const void *w, const float *rstd, int rows, int C, bool first) {
     REQUIRE_DT(dt, "rmsnorm backward");
     REQUIRE(dx && dw && dout && x && w && rstd, "rmsnorm backward", "dx, dw, dout, x, w and rstd are required");
     REQUIRE(rows > 0 && C > 0, "rmsnorm backward", "rows and C must be positive");
-    op_record r = {
-        .u.ln = {.dx = dx, .dw = dw, .dout = dout, .x = x, .w = w, .rstd = (float *)rstd, .rows = rows, .C = C}};
+    op_record r = {.u.ln = {.dx = dx,
+                            .dw = dw,
+                            .dout = dout,
+                            .x = x,
+                            .w = w,
+                            .rstd = (float *)rstd,
+                            .rows = rows,
+                            .C = C,
+                            .first = first}};
     return launch(s, OP_RMSNORM_BWD, dt, &r);
 }
 

@@ -63,16 +63,15 @@ static __global__ void __launch_bounds__(COL_LANES *COL_Y)
     }
 }
 
-// out_o[j] += the chunks' partials of column j. Block x takes 32 columns; thread (x, y)
-// sums chunks y, y + FINISH_Y, ... in order, then thread (x, 0) the FINISH_Y sums in
-// order: an order set by the chunk count alone, where a thread a column added every
-// chunk one after another from L2 (the RMSNorm backward, 256 chunks of partials: 77 us a
-// call at Llama-3.2-1B's 8 x 1024 tokens on an H200, 73 after, 2026-11-27).
+// out_o[j] += the chunks' partials of column j (= them where first: out not read). Block x takes 32 columns; thread (x,
+// y) sums chunks y, y + FINISH_Y, ... in order, then thread (x, 0) the FINISH_Y sums in order: an order set by the
+// chunk count alone, where a thread a column added every chunk one after another from L2 (the RMSNorm backward, 256
+// chunks of partials: 77 us a call at Llama-3.2-1B's 8 x 1024 tokens on an H200, 73 after, 2026-11-27).
 enum { FINISH_Y = 8 };
 
 template <typename T, int NOUT>
 static __global__ void __launch_bounds__(32 * FINISH_Y)
-    col_finish_kernel(T *out0, T *out1, const float *partial, int chunks, int cols) {
+    col_finish_kernel(T *out0, T *out1, const float *partial, int chunks, int cols, bool first) {
     __shared__ float part[NOUT][FINISH_Y][32];
     SHARED_FRESH(part);
     const int j = blockIdx.x * 32 + threadIdx.x;
@@ -94,21 +93,22 @@ static __global__ void __launch_bounds__(32 * FINISH_Y)
         for (int y = 1; y < FINISH_Y && y < chunks; y++)
             t += part[o][y][threadIdx.x];
         T *out = o == 0 ? out0 : out1;
-        store_f32(&out[j], to_f32(out[j]) + t);
+        store_f32(&out[j], first ? t : to_f32(out[j]) + t);
     }
 }
 
 template <typename T, int NOUT>
-static zinf_status col_finish(cudaStream_t st, T *out0, T *out1, const float *partial, int chunks, int cols) {
-    col_finish_kernel<T, NOUT> CUDA_LAUNCH((unsigned)((cols + 31) / 32), dim3(32, FINISH_Y), 0, st)(out0, out1, partial,
-                                                                                                    chunks, cols);
+static zinf_status col_finish(cudaStream_t st, T *out0, T *out1, const float *partial, int chunks, int cols,
+                              bool first) {
+    col_finish_kernel<T, NOUT> CUDA_LAUNCH((unsigned)((cols + 31) / 32), dim3(32, FINISH_Y), 0,
+                                           st)(out0, out1, partial, chunks, cols, first);
     ZINF_CUDA_LAUNCHED("col_finish_kernel");
     return ZINF_OK;
 }
 
 // vec: the term's rows go in whole 16-byte chunks (rows_in_chunks over its arrays).
 template <typename T, int NOUT, typename Term>
-static zinf_status col_sums(cuda_stream *cs, T *out0, T *out1, Term term, size_t rows, int cols, bool vec) {
+static zinf_status col_sums(cuda_stream *cs, T *out0, T *out1, Term term, size_t rows, int cols, bool vec, bool first) {
     static_assert(NOUT * COL_LANES * row_chunks<T>::VN <= COL_LANES * COL_Y, "a thread a column of partials");
     if ((size_t)cols * NOUT * sizeof(float) > CUDA_LT_WORKSPACE)
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "column sums: %d columns are over the workspace's %zu bytes", cols,
@@ -119,7 +119,7 @@ static zinf_status col_sums(cuda_stream *cs, T *out0, T *out1, Term term, size_t
     col_partial_kernel<T, NOUT, Term> CUDA_LAUNCH(dim3((unsigned)((cols + W - 1) / W), chunks), dim3(COL_LANES, COL_Y),
                                                   0, cs->st)(partial, term, rows, cols, vec);
     ZINF_CUDA_LAUNCHED("col_partial_kernel");
-    return col_finish<T, NOUT>(cs->st, out0, out1, partial, (int)chunks, cols);
+    return col_finish<T, NOUT>(cs->st, out0, out1, partial, (int)chunks, cols, first);
 }
 
 // ---- bias gradient ----
@@ -139,7 +139,8 @@ template <typename T> struct bias_term {
 
 template <typename T> static zinf_status bias_grad_t(cuda_stream *cs, const op_elementwise *e) {
     const bool vec = rows_in_chunks<T>(e->cols, e->a, e->a, e->a, e->a);
-    return col_sums<T, 1>(cs, (T *)e->out, (T *)nullptr, bias_term<T>{(const T *)e->a, e->cols}, e->n, e->cols, vec);
+    return col_sums<T, 1>(cs, (T *)e->out, (T *)nullptr, bias_term<T>{(const T *)e->a, e->cols}, e->n, e->cols, vec,
+                          e->first);
 }
 
 zinf_status cuda_bias_grad(cuda_stream *cs, zinf_dtype dt, const op_elementwise *e) {
@@ -285,7 +286,8 @@ template <typename T, int J, int P, bool LN> static zinf_status norm_bwd_fused(c
                                                      (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C);
     ZINF_CUDA_LAUNCHED("norm_bwd_kernel");
     constexpr int NOUT = LN ? 2 : 1;
-    return col_finish<T, NOUT>(cs->st, (T *)a->dw, LN ? (T *)a->db : (T *)nullptr, partial, (int)blocks, a->C);
+    return col_finish<T, NOUT>(cs->st, (T *)a->dw, LN ? (T *)a->db : (T *)nullptr, partial, (int)blocks, a->C,
+                               a->first);
 }
 
 // The one-pass backward where it takes a (rows in whole chunks, few enough a lane, the
@@ -428,7 +430,7 @@ template <typename T> static zinf_status layernorm_bwd_t(cuda_stream *cs, const 
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->mean, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("layernorm_bwd_dx_kernel");
     const layernorm_weight_terms<T> terms = {(const T *)a->dout, (const T *)a->x, a->mean, a->rstd, a->C};
-    return col_sums<T, 2>(cs, (T *)a->dw, (T *)a->db, terms, (size_t)a->rows, a->C, vec);
+    return col_sums<T, 2>(cs, (T *)a->dw, (T *)a->db, terms, (size_t)a->rows, a->C, vec, a->first);
 }
 
 zinf_status cuda_layernorm_bwd(cuda_stream *cs, zinf_dtype dt, const op_layernorm *a) {
@@ -583,7 +585,7 @@ template <typename T> static zinf_status rmsnorm_bwd_t(cuda_stream *cs, const op
         (T *)a->dx, (const T *)a->dout, (const T *)a->x, (const T *)a->w, a->rstd, (size_t)a->rows, a->C, vec);
     ZINF_CUDA_LAUNCHED("rmsnorm_bwd_dx_kernel");
     const rmsnorm_weight_terms<T> terms = {(const T *)a->dout, (const T *)a->x, a->rstd, a->C};
-    return col_sums<T, 1>(cs, (T *)a->dw, (T *)nullptr, terms, (size_t)a->rows, a->C, vec);
+    return col_sums<T, 1>(cs, (T *)a->dw, (T *)nullptr, terms, (size_t)a->rows, a->C, vec, a->first);
 }
 
 zinf_status cuda_rmsnorm_fwd(cudaStream_t st, zinf_dtype dt, const op_layernorm *a) {

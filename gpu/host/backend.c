@@ -77,6 +77,9 @@ static zinf_status h_mem_alloc(zinf_device *d, size_t bytes, void **out) {
         return zinf_fail(ZINF_ERR_NOMEM, "host device: cannot allocate %s of host memory",
                          zinf_size_format(bytes, sz, sizeof sz));
     }
+    // New device memory holds anything; here all ones (NaN in every float type), so a
+    // read before the first write shows, where fresh host pages would read as zeros.
+    memset(*out, 0xff, bytes);
     return ZINF_OK;
 }
 

@@ -33,6 +33,12 @@ static void add_row(void *dst, zinf_dtype dt, size_t at, const float *v, size_t 
         dt_store(dst, dt, at + i, dt_load(dst, dt, at + i) + v[i]);
 }
 
+// A gradient's sums into dst: written where first (dst not read), else added.
+static void grad_row(void *dst, zinf_dtype dt, const float *v, size_t n, bool first) {
+    for (size_t i = 0; i < n; i++)
+        dt_store(dst, dt, i, first ? v[i] : dt_load(dst, dt, i) + v[i]);
+}
+
 #define SCRATCH(var, slot, n)                                                                                          \
     float *var = host_scratch_get(s, slot, n);                                                                         \
     if (!var) return ZINF_ERR_NOMEM
@@ -97,8 +103,8 @@ static zinf_status layernorm_bwd(zinf_dtype dt, const op_layernorm *a, host_scra
         }
         st_row(a->dx, dt, (size_t)r * C, dx, C);
     }
-    add_row(a->dw, dt, 0, dw, C);
-    add_row(a->db, dt, 0, db, C);
+    grad_row(a->dw, dt, dw, C, a->first);
+    grad_row(a->db, dt, db, C, a->first);
     return ZINF_OK;
 }
 
@@ -155,7 +161,7 @@ static zinf_status rmsnorm_bwd(zinf_dtype dt, const op_layernorm *a, host_scratc
         }
         add_row(a->dx, dt, (size_t)r * C, x, C);
     }
-    add_row(a->dw, dt, 0, dw, C);
+    grad_row(a->dw, dt, dw, C, a->first);
     return ZINF_OK;
 }
 
@@ -208,7 +214,7 @@ static zinf_status bias_grad(zinf_dtype dt, const op_elementwise *a, host_scratc
         for (int j = 0; j < cols; j++)
             sum[j] += row[j];
     }
-    add_row(a->out, dt, 0, sum, cols);
+    grad_row(a->out, dt, sum, cols, a->first);
     return ZINF_OK;
 }
 

@@ -342,15 +342,18 @@ typedef struct zinf_gemm_args {
 } zinf_gemm_args;
 zinf_status zinf_gemm(zinf_stream *s, const zinf_gemm_args *a);
 
-// dbias[j] += sum over rows i of dout[i][j]; dout rows x cols.
-zinf_status zinf_bias_grad(zinf_stream *s, zinf_dtype dt, void *dbias, const void *dout, int rows, int cols);
+// dbias[j] += sum over rows i of dout[i][j]; dout rows x cols. first: dbias = the sums,
+// dbias not read (a backward's first write of a gradient, over whatever it held).
+zinf_status zinf_bias_grad(zinf_stream *s, zinf_dtype dt, void *dbias, const void *dout, int rows, int cols,
+                           bool first);
 
 // out = (x - mean) * rstd * w + b per row of C; mean, rstd saved (fp32, rows).
 zinf_status zinf_layernorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *mean, float *rstd, const void *x,
                                const void *w, const void *b, int rows, int C, float eps);
-// dx += , dw += , db += from dout.
+// dx += , dw += , db += from dout; first: dw and db written, not read (dx still added).
 zinf_status zinf_layernorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, void *db, const void *dout,
-                               const void *x, const void *w, const float *mean, const float *rstd, int rows, int C);
+                               const void *x, const void *w, const float *mean, const float *rstd, int rows, int C,
+                               bool first);
 
 // RMSNorm of Llama per row of C: rstd = 1 / sqrt(mean(x^2) + eps), saved (fp32, rows);
 // out = w * n with n = x * rstd rounded to dt first (transformers casts n back to the
@@ -359,9 +362,9 @@ zinf_status zinf_rmsnorm_fwd(zinf_stream *s, zinf_dtype dt, void *out, float *rs
                              int rows, int C, float eps);
 // dx += , dw += from dout (rows x C), with n = x * rstd in fp32: the input gradient is
 // added, as zinf_layernorm_bwd adds it, so a block's norm feeds the residual's gradient
-// with no add of its own.
+// with no add of its own. first: dw written, not read.
 zinf_status zinf_rmsnorm_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, const void *dout, const void *x,
-                             const void *w, const float *rstd, int rows, int C);
+                             const void *w, const float *rstd, int rows, int C, bool first);
 
 // GELU, tanh approximation: out = gelu(x); dx = gelu'(x) * dout (written, not added).
 zinf_status zinf_gelu_fwd(zinf_stream *s, zinf_dtype dt, void *out, const void *x, size_t n);

@@ -286,8 +286,10 @@ zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *t
 const zinf_param_info *zinf_model_find_param(const zinf_model *m, const char *name, int *mod);
 
 // Run one op of the schedule on s. params[i] / grads[i]: module i's flat buffers on
-// the device (grads are added to, and only needed for backward); entries for modules
-// other than op's and its external one are not read.
+// the device (grads only for backward); entries for modules other than op's and its
+// external one are not read. A backward writes its gradients over whatever the buffers
+// held, never adding to an earlier backward's: once module i's own backward op is
+// queued, every element of grads[i]'s numel is set (those no parameter covers to zero).
 zinf_status zinf_model_run(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
                            void *const *grads);
 // The batch's losses after the head's forward: their sum (fp64, in order) and count.

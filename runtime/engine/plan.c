@@ -88,7 +88,7 @@ static zinf_status run_op(replay *r, const zinf_model_op *op) {
     return ZINF_OK;
 }
 
-// engine.c need_grad: a module's 16-bit gradient from its first backward use.
+// step.c need_grad: a module's 16-bit gradient from its first backward use.
 static void need_grad(replay *r, int x) {
     if (x < 0 || r->grad[x] || !r->e->layout[x].padded || r->e->layout[x].tile) return;
     r->grad[x] = true;

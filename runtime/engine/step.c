@@ -159,13 +159,18 @@ static zinf_status speculate(zinf_engine *e) {
     return zinf_optim_tier_speculate(e->optim.tier, &h);
 }
 
-// Module mod's 16-bit gradient buffer, zeroed, for the backward about to add to it.
-static zinf_status need_grad(zinf_engine *e, int mod) {
+// Module mod's 16-bit gradient buffer: for the backward about to write it, which sets
+// the model's elements (zinf_model_run), with the padding past them zeroed; else all
+// zeros, the gradient of a module the backward did not reach.
+static zinf_status need_grad(zinf_engine *e, int mod, bool backward) {
     if (mod < 0 || e->grads.buffers16[mod] || !e->layout[mod].padded || e->layout[mod].tile)
         return ZINF_OK; // tiles: coordinator.c
-    size_t bytes = e->layout[mod].padded * e->elem_size;
-    ZINF_CHECK(engine_alloc(e, bytes, "gradients", &e->grads.buffers16[mod]));
-    return zinf_memset_async(e->compute_stream, e->grads.buffers16[mod], 0, bytes);
+    const mod_layout *l = &e->layout[mod];
+    ZINF_CHECK(engine_alloc(e, l->padded * e->elem_size, "gradients", &e->grads.buffers16[mod]));
+    size_t from = backward ? l->numel : 0;
+    if (from == l->padded) return ZINF_OK;
+    return zinf_memset_async(e->compute_stream, (char *)e->grads.buffers16[mod] + from * e->elem_size, 0,
+                             (l->padded - from) * e->elem_size);
 }
 
 zinf_status zinf_engine_backward(zinf_engine *e) {
@@ -194,8 +199,8 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
         const zinf_model_op *op = &ops[k];
         e->grads.current_op = k;
         if (op->pass == ZINF_PASS_BACKWARD) {
-            ZINF_CHECK(need_grad(e, op->module));
-            ZINF_CHECK(need_grad(e, zinf_model_module(e->model, op->module)->external));
+            ZINF_CHECK(need_grad(e, op->module, true));
+            ZINF_CHECK(need_grad(e, zinf_model_module(e->model, op->module)->external, true));
         }
         ZINF_CHECK(run_op(e, op));
         for (int i = 0; i < e->module_count; i++)
@@ -290,7 +295,7 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
         if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->elem_size, "16-bit parameters", &tmp));
         // Held gradients: the backward's own (one rank: the part is the whole module).
         bool held = e->grads.held && !e->optim.grads32;
-        if (held) ZINF_CHECK(need_grad(e, i)); // zeros where the backward did not reach
+        if (held) ZINF_CHECK(need_grad(e, i, false)); // zeros where the backward did not reach
         zinf_optim_tile t = {.param = e->optim.master + l->part_off,
                              .exp_avg = e->optim.exp_avg + l->part_off,
                              .exp_avg_sq = e->optim.exp_avg_sq + l->part_off,

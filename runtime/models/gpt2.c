@@ -102,16 +102,27 @@ static zinf_status linear(zinf_stream *s, zinf_dtype dt, void *out, const void *
     return zinf_gemm(s, &g);
 }
 
-// The backward of linear: dw += in^T dout, dbias += column sums of dout, and din =
-// dout w^T (written); with act ZINF_GEMM_DGELU, din = that times GELU's derivative at
-// aux (the MLP's GELU backward in the same product).
+// The backward of linear: dw = in^T dout, dbias = column sums of dout, and din = dout
+// w^T, all written (each the backward's only write of it); with act ZINF_GEMM_DGELU,
+// din = that times GELU's derivative at aux (the MLP's GELU backward in the same
+// product).
 static zinf_status linear_bwd(zinf_stream *s, zinf_dtype dt, void *din, void *dw, void *dbias, const void *dout,
                               const void *in, const void *w, int rows, int k, int n, zinf_gemm_act act,
                               const void *aux) {
-    zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = k, .n = n, .k = rows, .a = in, .lda = k, .b = dout, .ldb = n,
-                         .c = dw, .ldc = n, .alpha = 1.0f, .beta = 1.0f};
+    zinf_gemm_args gw = {.dt = dt,
+                         .trans_a = true,
+                         .m = k,
+                         .n = n,
+                         .k = rows,
+                         .a = in,
+                         .lda = k,
+                         .b = dout,
+                         .ldb = n,
+                         .c = dw,
+                         .ldc = n,
+                         .alpha = 1.0f};
     ZINF_CHECK(zinf_gemm(s, &gw));
-    ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dout, rows, n));
+    ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dout, rows, n, true));
     zinf_gemm_args gx = {.dt = dt, .trans_b = true, .m = rows, .n = k, .k = n, .a = dout, .lda = n, .b = w, .ldb = n,
                          .c = din, .ldc = k, .alpha = 1.0f, .act = act, .aux = (void *)aux};
     return zinf_gemm(s, &gx);
@@ -147,8 +158,8 @@ static zinf_status mlp_norm_bwd(zinf_model *m, zinf_stream *s, int l, const void
     int mod = mod_mlp(l);
     layer_acts *a = acts_of(m, l);
     return zinf_layernorm_bwd(s, m->p.dtype, m->dres, param(m, mod, g, P_LN_W), param(m, mod, g, P_LN_B), m->dln,
-                              a->res2, param(m, mod, (void *)w, P_LN_W), a->ln2_mean, a->ln2_rstd,
-                              m->b * m->p.seq_len, m->p.shape.n_embd);
+                              a->res2, param(m, mod, (void *)w, P_LN_W), a->ln2_mean, a->ln2_rstd, m->b * m->p.seq_len,
+                              m->p.shape.n_embd, true);
 }
 
 static zinf_status mlp_act_fwd(zinf_model *m, zinf_stream *s, int l) {
@@ -212,7 +223,7 @@ static zinf_status attn_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void 
     ZINF_CHECK(linear_bwd(s, dt, m->dln, param(m, mod, g, P_FC_W), param(m, mod, g, P_FC_B), m->dqkv, a->ln1,
                           param(m, mod, w, P_FC_W), BT, C, 3 * C, ZINF_GEMM_PLAIN, NULL));
     return zinf_layernorm_bwd(s, dt, m->dres, param(m, mod, g, P_LN_W), param(m, mod, g, P_LN_B), m->dln, x,
-                              param(m, mod, w, P_LN_W), a->ln1_mean, a->ln1_rstd, BT, C);
+                              param(m, mod, w, P_LN_W), a->ln1_mean, a->ln1_rstd, BT, C, true);
 }
 
 static zinf_status mlp_bwd(zinf_model *m, zinf_stream *s, int l, void *w, void *g) {
@@ -239,7 +250,7 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
         ZINF_CHECK(zinf_memset_async(s, m->dres, 0, (size_t)BT * C * es));
         return zinf_layernorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], P_LNF_W),
                                   param(m, mod, grads[mod], P_LNF_B), m->dln, m->res3[L - 1],
-                                  param(m, mod, params[mod], P_LNF_W), m->lnf_mean, m->lnf_rstd, BT, C);
+                                  param(m, mod, params[mod], P_LNF_W), m->lnf_mean, m->lnf_rstd, BT, C, true);
     }
     if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, mod, grads[mod], P_WTE, P_WPE, m->dres);
     int l = (mod - 1) / 2;

@@ -168,14 +168,24 @@ static zinf_status linear(zinf_stream *s, zinf_dtype dt, void *y, const void *x,
     return zinf_gemm(s, &g);
 }
 
-// Its backward: dW += dy^T x, dbias += column sums of dy (when there is a bias), dx =
-// dy W (written).
+// Its backward: dW = dy^T x, dbias = column sums of dy (when there is a bias), dx = dy
+// W, all written (each the backward's only write of it).
 static zinf_status linear_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, void *dbias, const void *dy,
                               const void *x, const void *w, int rows, int in, int out) {
-    zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = out, .n = in, .k = rows, .a = dy, .lda = out, .b = x,
-                         .ldb = in, .c = dw, .ldc = in, .alpha = 1.0f, .beta = 1.0f};
+    zinf_gemm_args gw = {.dt = dt,
+                         .trans_a = true,
+                         .m = out,
+                         .n = in,
+                         .k = rows,
+                         .a = dy,
+                         .lda = out,
+                         .b = x,
+                         .ldb = in,
+                         .c = dw,
+                         .ldc = in,
+                         .alpha = 1.0f};
     ZINF_CHECK(zinf_gemm(s, &gw));
-    if (dbias) ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dy, rows, out));
+    if (dbias) ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dy, rows, out, true));
     zinf_gemm_args gx = {.dt = dt, .m = rows, .n = in, .k = out, .a = dy, .lda = out, .b = w, .ldb = in, .c = dx,
                          .ldc = in, .alpha = 1.0f};
     return zinf_gemm(s, &gx);
@@ -256,9 +266,10 @@ static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *
     return mod == mod_attn(l) ? attn_fwd(m, s, l, params[mod]) : mlp_fwd(m, s, l, params[mod]);
 }
 
-// RMSNorm's backward adds its input gradient into the residual's.
+// RMSNorm's backward adds its input gradient into the residual's and writes its weight's.
 static zinf_status norm_bwd(zinf_model *m, zinf_stream *s, void *dw, const void *x, const void *w, const float *rstd) {
-    return zinf_rmsnorm_bwd(s, m->p.dtype, m->dres, dw, m->dln, x, w, rstd, m->b * m->p.seq_len, m->p.shape.n_embd);
+    return zinf_rmsnorm_bwd(s, m->p.dtype, m->dres, dw, m->dln, x, w, rstd, m->b * m->p.seq_len, m->p.shape.n_embd,
+                            true);
 }
 
 // The MLP's norm and SwiGLU backward (model_mlp).
@@ -322,7 +333,7 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
     if (mod == mod_norm(L)) { // the residual's gradient starts here
         ZINF_CHECK(zinf_memset_async(s, m->dres, 0, (size_t)BT * C * zinf_dtype_size(dt)));
         return zinf_rmsnorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], 0), m->dln, m->res3[L - 1],
-                                param(m, mod, params[mod], 0), m->lnf_rstd, BT, C);
+                                param(m, mod, params[mod], 0), m->lnf_rstd, BT, C, true);
     }
     if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, mod, grads[mod], 0, -1, m->dres);
     int l = (mod - 1) / 2;

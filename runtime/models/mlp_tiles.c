@@ -185,9 +185,8 @@ zinf_status model_mlp_tiles_bwd(zinf_model *m, zinf_stream *s, int l) {
     ZINF_CHECK(r.d.act_bwd(m, s, l));
     if (has_bias(&r.d)) { // the biases' gradients as the plain op sums them
         int n0 = r.d.lin[0].out, n1 = r.d.lin[1].out;
-        ZINF_CHECK(zinf_memset_async(s, m->mlp_bias, 0, (size_t)(n0 + n1) * r.es));
-        ZINF_CHECK(zinf_bias_grad(s, m->p.dtype, m->mlp_bias, r.lb[0].dy, BT, n0));
-        ZINF_CHECK(zinf_bias_grad(s, m->p.dtype, (char *)m->mlp_bias + (size_t)n0 * r.es, r.lb[1].dy, BT, n1));
+        ZINF_CHECK(zinf_bias_grad(s, m->p.dtype, m->mlp_bias, r.lb[0].dy, BT, n0, true));
+        ZINF_CHECK(zinf_bias_grad(s, m->p.dtype, (char *)m->mlp_bias + (size_t)n0 * r.es, r.lb[1].dy, BT, n1, true));
     }
     ZINF_CHECK(zero(&r, r.lb[0].dx, r.d.lin[0].in));
     return sweep(&r, BWD_B, -1);

@@ -426,10 +426,25 @@ zinf_status zinf_model_set_batch(zinf_model *m, zinf_stream *s, const int32_t *t
     return ZINF_OK;
 }
 
+// The elements of module mod's flat gradient g that no parameter covers (the 64-element
+// alignment, the head's pad rows), zeroed: the backward's ops write the parameters'.
+static zinf_status zero_gaps(zinf_model *m, zinf_stream *s, int mod, void *g) {
+    const zinf_module_info *mi = &m->mods[mod];
+    size_t es = zinf_dtype_size(m->p.dtype), at = 0;
+    for (int j = 0; j <= mi->nparams; j++) {
+        size_t next = j < mi->nparams ? mi->params[j].offset : mi->numel;
+        if (next > at) ZINF_CHECK(zinf_memset_async(s, (char *)g + at * es, 0, (next - at) * es));
+        if (j < mi->nparams) at = next + mi->params[j].numel;
+    }
+    return ZINF_OK;
+}
+
 static zinf_status run_op(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
                           void *const *grads) {
-    if (op->pass == ZINF_PASS_BACKWARD) return m->fam->backward(m, s, op->module, params, grads);
-    return m->fam->forward(m, s, op->module, params);
+    if (op->pass != ZINF_PASS_BACKWARD) return m->fam->forward(m, s, op->module, params);
+    int mod = op->module;
+    if (!model_tiled(m, mod) && grads[mod]) ZINF_CHECK(zero_gaps(m, s, mod, grads[mod]));
+    return m->fam->backward(m, s, mod, params, grads);
 }
 
 zinf_status zinf_model_run(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
@@ -499,14 +514,27 @@ static zinf_status head_chunk_fwd(zinf_model *m, zinf_stream *s, const void *w, 
                               Vp, m->dloss / (float)BT);
 }
 
-// From the chunk's logit gradient: dw += dlogits^T lnf[r0 ..], dln[r0 ..] = dlogits W,
-// over the padded head (the pad's gradient columns are zero, so are its rows of dw).
-static zinf_status head_chunk_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw, int r0, int rows) {
+// From the chunk's logit gradient: dw += dlogits^T lnf[r0 ..] (written by the first
+// chunk), dln[r0 ..] = dlogits W, over the padded head (the pad's gradient columns are
+// zero, so are its rows of dw).
+static zinf_status head_chunk_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw, int r0, int rows,
+                                  bool first) {
     zinf_dtype dt = m->p.dtype;
     int C = m->p.shape.n_embd, Vp = zinf_model_vocab_padded(&m->p.shape);
     size_t off = (size_t)r0 * C * zinf_dtype_size(dt);
-    zinf_gemm_args gw = {.dt = dt, .trans_a = true, .m = Vp, .n = C, .k = rows, .a = m->logits, .lda = Vp,
-                         .b = (char *)m->lnf + off, .ldb = C, .c = dw, .ldc = C, .alpha = 1.0f, .beta = 1.0f};
+    zinf_gemm_args gw = {.dt = dt,
+                         .trans_a = true,
+                         .m = Vp,
+                         .n = C,
+                         .k = rows,
+                         .a = m->logits,
+                         .lda = Vp,
+                         .b = (char *)m->lnf + off,
+                         .ldb = C,
+                         .c = dw,
+                         .ldc = C,
+                         .alpha = 1.0f,
+                         .beta = first ? 0.0f : 1.0f};
     ZINF_CHECK(zinf_gemm(s, &gw));
     zinf_gemm_args gx = {.dt = dt, .m = rows, .n = C, .k = Vp, .a = m->logits, .lda = Vp, .b = w, .ldb = C,
                          .c = (char *)m->dln + off, .ldc = C, .alpha = 1.0f};
@@ -535,10 +563,10 @@ zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w) {
 zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw) {
     int BT = m->b * m->p.seq_len, n = head_rows(m, BT), last = (BT - 1) / n * n;
     if (model_tiled(m, head_weights(m))) return head_tiles_bwd(m, s, head_weights(m));
-    ZINF_CHECK(head_chunk_bwd(m, s, w, dw, last, BT - last));
+    ZINF_CHECK(head_chunk_bwd(m, s, w, dw, last, BT - last, true));
     for (int r0 = 0; r0 < last; r0 += n) {
         ZINF_CHECK(head_chunk_fwd(m, s, w, r0, n, true));
-        ZINF_CHECK(head_chunk_bwd(m, s, w, dw, r0, n));
+        ZINF_CHECK(head_chunk_bwd(m, s, w, dw, r0, n, false));
     }
     return ZINF_OK;
 }
@@ -600,9 +628,16 @@ zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, int mod, const vo
                               m->p.shape.n_embd, NULL);
 }
 
+// The lookup's backward adds each position's gradient into its rows of the tables: from
+// zeros, but for wte where the head tied to it wrote it first.
 zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw, int pwte, int pwpe,
                                 const void *dout) {
     if (model_tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, dout);
+    const zinf_param_info *p = m->mods[mod].params;
+    size_t es = zinf_dtype_size(m->p.dtype);
+    if (m->mods[mod_head(m->p.shape.n_layer)].external != mod)
+        ZINF_CHECK(zinf_memset_async(s, param_at(m, mod, dw, pwte), 0, p[pwte].numel * es));
+    if (pwpe >= 0) ZINF_CHECK(zinf_memset_async(s, param_at(m, mod, dw, pwpe), 0, p[pwpe].numel * es));
     return zinf_embedding_bwd(s, m->p.dtype, param_at(m, mod, dw, pwte), pwpe >= 0 ? param_at(m, mod, dw, pwpe) : NULL,
                               dout, m->tok, m->order, m->b, m->p.seq_len, m->p.shape.n_embd, NULL);
 }

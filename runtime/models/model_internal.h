@@ -152,8 +152,8 @@ static inline void *block_input(zinf_model *m, int l) { return l == 0 ? m->encod
 
 // The output layer, the same for every family: logits = lnf W^T with W (V, C) (the
 // head's weight, or the embedding it is tied to), then softmax cross-entropy, in chunks
-// of m->p.head_chunk rows. The backward adds the weight's gradient into dw and writes
-// the input's into m->dln.
+// of m->p.head_chunk rows. The backward writes the weight's gradient into dw (the
+// backward's first write of it) and the input's into m->dln.
 zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w);
 zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw);
 

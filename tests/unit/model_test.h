@@ -83,6 +83,25 @@ typedef struct run {
     void *logits; // a training run holds their gradient here
 } run;
 
+// The elements of each module's gradient no parameter covers (alignment, the head's pad
+// rows) are zeros after the backward; the parameters' are checked against torch's.
+static inline void check_gaps_zero(const run *r, size_t es) {
+    for (int i = 0; i < r->nmod; i++) {
+        const zinf_module_info *mod = zinf_model_module(r->m, i);
+        size_t at = 0;
+        for (int j = 0; j <= mod->nparams; j++) {
+            size_t next = j < mod->nparams ? mod->params[j].offset : mod->numel;
+            for (size_t k = at * es; k < next * es; k++)
+                if (((const unsigned char *)r->h_g[i])[k]) {
+                    CHECK(false, "module %s: gradient element %zu, which no parameter covers, is not zero", mod->name,
+                          k / es);
+                    break;
+                }
+            if (j < mod->nparams) at = next + mod->params[j].numel;
+        }
+    }
+}
+
 // Model p with the weights at path: the forward of one batch of p->batch sequences,
 // and the backward when p->training (gradients copied back to h_g).
 static inline void run_model(run *r, const zinf_model_params *p, const char *path, const int32_t *tok,
@@ -104,8 +123,9 @@ static inline void run_model(run *r, const zinf_model_params *p, const char *pat
         size_t n = zinf_model_module(r->m, i)->numel * es;
         if (!n) continue;
         r->d_w[i] = to_device(r->dev, r->s, r->h_w[i], n);
+        // Poison: the backward writes every element (zinf_model_run).
         TRY(zinf_device_alloc(r->dev, n, "grads", &r->d_g[i]));
-        TRY(zinf_memset_async(r->s, r->d_g[i], 0, n));
+        TRY(zinf_memset_async(r->s, r->d_g[i], 0xff, n));
     }
     TRY(zinf_model_set_batch(r->m, r->s, tok, tgt, p->batch, 1.0f));
     int n, nall;
@@ -129,6 +149,7 @@ static inline void run_model(run *r, const zinf_model_params *p, const char *pat
         TRY(zinf_model_run(r->m, r->s, &ops[i], r->d_w, r->d_g));
     for (int i = 0; i < r->nmod; i++)
         if (r->d_g[i]) from_device(r->s, r->h_g[i], r->d_g[i], zinf_model_module(r->m, i)->numel * es);
+    check_gaps_zero(r, es);
 }
 
 static inline void run_free(run *r) {

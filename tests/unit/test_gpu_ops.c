@@ -213,15 +213,20 @@ static void test_gemm_gelu(zinf_dtype dt, bool bias, int n) {
     free(a), free(b), free(bv), free(x), free(pre), free(ref);
 }
 
+// A gradient the op adds to (first false), or writes over poison (first).
+static void *grad_buffer(zinf_dtype dt, const float *v, size_t n, bool first) {
+    return first ? test_dev_poisoned(dev, S, n * zinf_dtype_size(dt)) : test_dev_of(dev, S, dt, v, n);
+}
+
 // Columns past one block of the CUDA kernel's 32, and not a multiple of it; rows in one
 // chunk of the CUDA column sums' 256, or in three, the last ragged.
-static void test_bias_grad(zinf_dtype dt, int rows, int cols) {
+static void test_bias_grad(zinf_dtype dt, int rows, int cols, bool first) {
     float *g = randv(dt, (size_t)rows * cols, 1), *b0 = randv(dt, cols, 1);
-    void *dg = test_dev_of(dev, S, dt, g, (size_t)rows * cols), *db = test_dev_of(dev, S, dt, b0, cols);
-    TRY(zinf_bias_grad(S, dt, db, dg, rows, cols));
+    void *dg = test_dev_of(dev, S, dt, g, (size_t)rows * cols), *db = grad_buffer(dt, b0, cols, first);
+    TRY(zinf_bias_grad(S, dt, db, dg, rows, cols, first));
     double ref[136];
     for (int j = 0; j < cols; j++) {
-        ref[j] = b0[j];
+        ref[j] = first ? 0 : b0[j];
         for (int i = 0; i < rows; i++)
             ref[j] += g[(size_t)i * cols + j];
     }
@@ -231,20 +236,21 @@ static void test_bias_grad(zinf_dtype dt, int rows, int cols) {
 
 // ---- layernorm ----
 
-static void test_layernorm(zinf_dtype dt, int R, int C) {
+static void test_layernorm(zinf_dtype dt, int R, int C, bool first) {
     size_t n = (size_t)R * C;
     float *x = randv(dt, n, 2), *w = randv(dt, C, 1), *b = randv(dt, C, 1), *dy = randv(dt, n, 1);
     float *dx0 = randv(dt, n, 1), *dw0 = randv(dt, C, 1), *db0 = randv(dt, C, 1);
     void *dx_ = test_dev_of(dev, S, dt, x, n), *dw_ = test_dev_of(dev, S, dt, w, C), *db_ = test_dev_of(dev, S, dt, b, C), *ddy = test_dev_of(dev, S, dt, dy, n);
     void *out = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt));
     float *mean = test_dev_poisoned(dev, S, R * 4), *rstd = test_dev_poisoned(dev, S, R * 4);
-    void *gx = test_dev_of(dev, S, dt, dx0, n), *gw = test_dev_of(dev, S, dt, dw0, C), *gb = test_dev_of(dev, S, dt, db0, C);
+    void *gx = test_dev_of(dev, S, dt, dx0, n), *gw = grad_buffer(dt, dw0, C, first),
+         *gb = grad_buffer(dt, db0, C, first);
     TRY(zinf_layernorm_fwd(S, dt, out, mean, rstd, dx_, dw_, db_, R, C, 1e-5f));
-    TRY(zinf_layernorm_bwd(S, dt, gx, gw, gb, ddy, dx_, dw_, mean, rstd, R, C));
+    TRY(zinf_layernorm_bwd(S, dt, gx, gw, gb, ddy, dx_, dw_, mean, rstd, R, C, first));
     double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), *rgw = malloc(C * sizeof *rgw);
     double *rgb = malloc(C * sizeof *rgb), *rm = malloc(R * sizeof *rm), *rr = malloc(R * sizeof *rr);
     for (int j = 0; j < C; j++)
-        rgw[j] = dw0[j], rgb[j] = db0[j];
+        rgw[j] = first ? 0 : dw0[j], rgb[j] = first ? 0 : db0[j];
     for (int i = 0; i < R; i++) {
         const float *xr = x + (size_t)i * C, *g = dy + (size_t)i * C;
         double m = 0, v = 0;
@@ -283,20 +289,21 @@ static void test_layernorm(zinf_dtype dt, int R, int C) {
 }
 
 // Rows of small values, so that eps weighs in rstd (7% here), as Llama's RMSNorm.
-static void test_rmsnorm(zinf_dtype dt, int R, int C) {
+static void test_rmsnorm(zinf_dtype dt, int R, int C, bool first) {
     size_t n = (size_t)R * C;
     const float eps = 1e-5f;
     float *x = randv(dt, n, 0.02), *w = randv(dt, C, 1), *dy = randv(dt, n, 1), *dw0 = randv(dt, C, 1);
     float *dx0 = randv(dt, n, 1); // the input gradient is added to it
-    void *dx_ = test_dev_of(dev, S, dt, x, n), *dw_ = test_dev_of(dev, S, dt, w, C), *ddy = test_dev_of(dev, S, dt, dy, n), *gw = test_dev_of(dev, S, dt, dw0, C);
+    void *dx_ = test_dev_of(dev, S, dt, x, n), *dw_ = test_dev_of(dev, S, dt, w, C),
+         *ddy = test_dev_of(dev, S, dt, dy, n), *gw = grad_buffer(dt, dw0, C, first);
     void *out = test_dev_poisoned(dev, S, n * zinf_dtype_size(dt)), *gx = test_dev_of(dev, S, dt, dx0, n);
     float *rstd = test_dev_poisoned(dev, S, R * 4);
     TRY(zinf_rmsnorm_fwd(S, dt, out, rstd, dx_, dw_, R, C, eps));
-    TRY(zinf_rmsnorm_bwd(S, dt, gx, gw, ddy, dx_, dw_, rstd, R, C));
+    TRY(zinf_rmsnorm_bwd(S, dt, gx, gw, ddy, dx_, dw_, rstd, R, C, first));
     double *ref = malloc(n * sizeof *ref), *rgx = malloc(n * sizeof *rgx), *rr = malloc(R * sizeof *rr);
     double *rgw = malloc(C * sizeof *rgw);
     for (int j = 0; j < C; j++)
-        rgw[j] = dw0[j];
+        rgw[j] = first ? 0 : dw0[j];
     for (int i = 0; i < R; i++) {
         const float *xr = x + (size_t)i * C, *g = dy + (size_t)i * C;
         double ss = 0, dnn = 0;
@@ -840,7 +847,8 @@ static void test_bad_args(void) {
     void *x = (void *)256;
     CHECK(zinf_rmsnorm_fwd(S, ZINF_DTYPE_F32, x, x, x, x, 2, 8, -1e-5f) == ZINF_ERR_INVAL, "rmsnorm eps < 0 accepted");
     CHECK_CONTAINS(zinf_last_error(), "eps");
-    CHECK(zinf_rmsnorm_bwd(S, ZINF_DTYPE_F32, x, NULL, x, x, x, x, 2, 8) == ZINF_ERR_INVAL, "rmsnorm no dw accepted");
+    CHECK(zinf_rmsnorm_bwd(S, ZINF_DTYPE_F32, x, NULL, x, x, x, x, 2, 8, false) == ZINF_ERR_INVAL,
+          "rmsnorm no dw accepted");
     CHECK_CONTAINS(zinf_last_error(), "dw");
     CHECK(zinf_swiglu_fwd(S, ZINF_DTYPE_F32, x, x, 2, 0) == ZINF_ERR_INVAL, "swiglu F = 0 accepted");
     CHECK_CONTAINS(zinf_last_error(), "F must");
@@ -869,7 +877,7 @@ static void test_bad_args(void) {
         CHECK_CONTAINS(zinf_last_error(), "head size 264");
         // Its column sums keep a row of fp32 partials in the 32 MiB workspace: a bias of
         // more than 8 Mi columns is refused before any launch (x is never touched).
-        CHECK(zinf_bias_grad(S, ZINF_DTYPE_F32, x, x, 1, (8 << 20) + 1) == ZINF_ERR_UNSUPPORTED,
+        CHECK(zinf_bias_grad(S, ZINF_DTYPE_F32, x, x, 1, (8 << 20) + 1, false) == ZINF_ERR_UNSUPPORTED,
               "a bias of 8 Mi + 1 columns accepted by CUDA");
         CHECK_CONTAINS(zinf_last_error(), "8388609 columns are over the workspace");
     }
@@ -1276,23 +1284,24 @@ int main(void) {
         }
         // Rows of 33, 45 and 75 values go one value at a time on CUDA, rows of 64 and 136 in
         // 16-byte chunks (the column sums: 136 over three blocks of columns in 16 bits);
-        // 2391 rows are ten chunks of rows, past the eight threads that add a column's.
+        // 2391 rows are ten chunks of rows, past the eight threads that add a column's. The
+        // weight gradients added to, and written (a backward's first write, over poison).
         for (size_t k = 0; k < 3; k++) {
             const int rows = (int[]){9, 700, 2391}[k];
-            test_bias_grad(dt, rows, rows < 100 ? 75 : 136);
-            test_layernorm(dt, rows, rows < 100 ? 33 : 64);
-            test_rmsnorm(dt, rows, rows < 100 ? 45 : 64);
+            test_bias_grad(dt, rows, rows < 100 ? 75 : 136, k == 1);
+            test_layernorm(dt, rows, rows < 100 ? 33 : 64, k != 1);
+            test_rmsnorm(dt, rows, rows < 100 ? 45 : 64, k == 1);
         }
         // A row of Llama-3.2-1B's width: the CUDA backward's one pass in 16 bits (two warps
         // a row at four chunks a lane, rows that end a block part way, more blocks than the
         // eight threads that add a column's partials), the column sums in fp32; and one
         // chunk a lane wider, the column sums in every type.
-        test_rmsnorm(dt, 600, 2048);
-        test_rmsnorm(dt, 9, 2056);
+        test_rmsnorm(dt, 600, 2048, true);
+        test_rmsnorm(dt, 9, 2056, false);
         // GPT-2's widths: the CUDA layernorm backward's one pass with two warps a row (768
         // in 16 bits) and four (1280 in 16 bits, 768 in fp32); 1280 in fp32, the column sums.
-        test_layernorm(dt, 600, 768);
-        test_layernorm(dt, 300, 1280);
+        test_layernorm(dt, 600, 768, true);
+        test_layernorm(dt, 300, 1280, false);
         test_elementwise(dt);
         test_swiglu(dt, 37);
         test_swiglu(dt, 64);

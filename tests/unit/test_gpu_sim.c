@@ -346,7 +346,7 @@ static void test_norm_attention(void) {
         tl_op(&t, "fp32 layernorm 2048x4096", want);
         busy += want;
         want = 3.0 * 4096 * 4096 * 2 / (HBM * LN_BWD_FRAC) + r.launch_s;
-        TRY(zinf_layernorm_bwd(t.s, ZINF_DTYPE_BF16, x, x, x, x, x, x, f, f, 4096, 4096));
+        TRY(zinf_layernorm_bwd(t.s, ZINF_DTYPE_BF16, x, x, x, x, x, x, f, f, 4096, 4096, false));
         tl_op(&t, "bf16 layernorm backward 4096x4096", want);
         busy += want;
     }
