@@ -120,7 +120,8 @@ static zinf_status linear_bwd(zinf_stream *s, zinf_dtype dt, void *din, void *dw
                          .ldb = n,
                          .c = dw,
                          .ldc = n,
-                         .alpha = 1.0f};
+                         .alpha = 1.0f,
+                         .beta = 0.0f};
     ZINF_CHECK(zinf_gemm(s, &gw));
     ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dout, rows, n, true));
     zinf_gemm_args gx = {.dt = dt, .trans_b = true, .m = rows, .n = k, .k = n, .a = dout, .lda = n, .b = w, .ldb = n,

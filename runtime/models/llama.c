@@ -183,7 +183,8 @@ static zinf_status linear_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw,
                          .ldb = in,
                          .c = dw,
                          .ldc = in,
-                         .alpha = 1.0f};
+                         .alpha = 1.0f,
+                         .beta = 0.0f};
     ZINF_CHECK(zinf_gemm(s, &gw));
     if (dbias) ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dy, rows, out, true));
     zinf_gemm_args gx = {.dt = dt, .m = rows, .n = in, .k = out, .a = dy, .lda = out, .b = w, .ldb = in, .c = dx,
