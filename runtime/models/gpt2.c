@@ -109,20 +109,7 @@ static zinf_status linear(zinf_stream *s, zinf_dtype dt, void *out, const void *
 static zinf_status linear_bwd(zinf_stream *s, zinf_dtype dt, void *din, void *dw, void *dbias, const void *dout,
                               const void *in, const void *w, int rows, int k, int n, zinf_gemm_act act,
                               const void *aux) {
-    zinf_gemm_args gw = {.dt = dt,
-                         .trans_a = true,
-                         .m = k,
-                         .n = n,
-                         .k = rows,
-                         .a = in,
-                         .lda = k,
-                         .b = dout,
-                         .ldb = n,
-                         .c = dw,
-                         .ldc = n,
-                         .alpha = 1.0f,
-                         .beta = 0.0f};
-    ZINF_CHECK(zinf_gemm(s, &gw));
+    ZINF_CHECK(model_weight_grad(s, dt, dw, in, k, dout, n, rows, true));
     ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dout, rows, n, true));
     zinf_gemm_args gx = {.dt = dt, .trans_b = true, .m = rows, .n = k, .k = n, .a = dout, .lda = n, .b = w, .ldb = n,
                          .c = din, .ldc = k, .alpha = 1.0f, .act = act, .aux = (void *)aux};

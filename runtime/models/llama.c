@@ -172,20 +172,7 @@ static zinf_status linear(zinf_stream *s, zinf_dtype dt, void *y, const void *x,
 // W, all written (each the backward's only write of it).
 static zinf_status linear_bwd(zinf_stream *s, zinf_dtype dt, void *dx, void *dw, void *dbias, const void *dy,
                               const void *x, const void *w, int rows, int in, int out) {
-    zinf_gemm_args gw = {.dt = dt,
-                         .trans_a = true,
-                         .m = out,
-                         .n = in,
-                         .k = rows,
-                         .a = dy,
-                         .lda = out,
-                         .b = x,
-                         .ldb = in,
-                         .c = dw,
-                         .ldc = in,
-                         .alpha = 1.0f,
-                         .beta = 0.0f};
-    ZINF_CHECK(zinf_gemm(s, &gw));
+    ZINF_CHECK(model_weight_grad(s, dt, dw, dy, out, x, in, rows, true));
     if (dbias) ZINF_CHECK(zinf_bias_grad(s, dt, dbias, dy, rows, out, true));
     zinf_gemm_args gx = {.dt = dt, .m = rows, .n = in, .k = out, .a = dy, .lda = out, .b = w, .ldb = in, .c = dx,
                          .ldc = in, .alpha = 1.0f};

@@ -514,6 +514,24 @@ static zinf_status head_chunk_fwd(zinf_model *m, zinf_stream *s, const void *w, 
                               Vp, m->dloss / (float)BT);
 }
 
+zinf_status model_weight_grad(zinf_stream *s, zinf_dtype dt, void *dw, const void *a, int p, const void *b, int q,
+                              int rows, bool first) {
+    zinf_gemm_args g = {.dt = dt,
+                        .trans_a = true,
+                        .m = p,
+                        .n = q,
+                        .k = rows,
+                        .a = a,
+                        .lda = p,
+                        .b = b,
+                        .ldb = q,
+                        .c = dw,
+                        .ldc = q,
+                        .alpha = 1.0f,
+                        .beta = first ? 0.0f : 1.0f};
+    return zinf_gemm(s, &g);
+}
+
 // From the chunk's logit gradient: dw += dlogits^T lnf[r0 ..] (written by the first
 // chunk), dln[r0 ..] = dlogits W, over the padded head (the pad's gradient columns are
 // zero, so are its rows of dw).
@@ -522,20 +540,7 @@ static zinf_status head_chunk_bwd(zinf_model *m, zinf_stream *s, const void *w, 
     zinf_dtype dt = m->p.dtype;
     int C = m->p.shape.n_embd, Vp = zinf_model_vocab_padded(&m->p.shape);
     size_t off = (size_t)r0 * C * zinf_dtype_size(dt);
-    zinf_gemm_args gw = {.dt = dt,
-                         .trans_a = true,
-                         .m = Vp,
-                         .n = C,
-                         .k = rows,
-                         .a = m->logits,
-                         .lda = Vp,
-                         .b = (char *)m->lnf + off,
-                         .ldb = C,
-                         .c = dw,
-                         .ldc = C,
-                         .alpha = 1.0f,
-                         .beta = first ? 0.0f : 1.0f};
-    ZINF_CHECK(zinf_gemm(s, &gw));
+    ZINF_CHECK(model_weight_grad(s, dt, dw, m->logits, Vp, (char *)m->lnf + off, C, rows, first));
     zinf_gemm_args gx = {.dt = dt, .m = rows, .n = C, .k = Vp, .a = m->logits, .lda = Vp, .b = w, .ldb = C,
                          .c = (char *)m->dln + off, .ldc = C, .alpha = 1.0f};
     return zinf_gemm(s, &gx);

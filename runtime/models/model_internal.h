@@ -150,6 +150,11 @@ static inline const model_family *family_of(zinf_model_arch a) {
 static inline layer_acts *acts_of(zinf_model *m, int l) { return &m->layers[m->p.checkpoint_activations ? 0 : l]; }
 static inline void *block_input(zinf_model *m, int l) { return l == 0 ? m->encoded : m->res3[l - 1]; }
 
+// A weight's gradient: dw (p x q) = a^T b, a (rows x p) and b (rows x q) packed; written
+// where first (the backward's first write of it: dw not read), else added to.
+zinf_status model_weight_grad(zinf_stream *s, zinf_dtype dt, void *dw, const void *a, int p, const void *b, int q,
+                              int rows, bool first);
+
 // The output layer, the same for every family: logits = lnf W^T with W (V, C) (the
 // head's weight, or the embedding it is tied to), then softmax cross-entropy, in chunks
 // of m->p.head_chunk rows. The backward writes the weight's gradient into dw (the
