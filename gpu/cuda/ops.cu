@@ -63,10 +63,12 @@ static __global__ void __launch_bounds__(COL_LANES *COL_Y)
     }
 }
 
-// out_o[j] += the chunks' partials of column j (= them where first: out not read). Block x takes 32 columns; thread (x,
-// y) sums chunks y, y + FINISH_Y, ... in order, then thread (x, 0) the FINISH_Y sums in order: an order set by the
-// chunk count alone, where a thread a column added every chunk one after another from L2 (the RMSNorm backward, 256
-// chunks of partials: 77 us a call at Llama-3.2-1B's 8 x 1024 tokens on an H200, 73 after, 2026-11-27).
+// out_o[j] += the chunks' partials of column j (with first, = them: out not read).
+// Block x takes 32 columns; thread (x, y) sums chunks y, y + FINISH_Y, ... in order,
+// then thread (x, 0) the FINISH_Y sums in order: an order set by the chunk count alone,
+// where a thread a column added every chunk one after another from L2 (the RMSNorm
+// backward, 256 chunks of partials: 77 us a call at Llama-3.2-1B's 8 x 1024 tokens on
+// an H200, 73 after, 2026-11-27).
 enum { FINISH_Y = 8 };
 
 template <typename T, int NOUT>

@@ -35,8 +35,7 @@ static void add_row(void *dst, zinf_dtype dt, size_t at, const float *v, size_t 
 
 // A gradient's sums into dst: written where first (dst not read), else added.
 static void grad_row(void *dst, zinf_dtype dt, const float *v, size_t n, bool first) {
-    for (size_t i = 0; i < n; i++)
-        dt_store(dst, dt, i, first ? v[i] : dt_load(dst, dt, i) + v[i]);
+    (first ? st_row : add_row)(dst, dt, 0, v, n);
 }
 
 #define SCRATCH(var, slot, n)                                                                                          \
