@@ -15,7 +15,7 @@
 // host partition keeps it for the next backward to overwrite), and one parameter's
 // gradient set reads back with every other zero. Under AddressSanitizer (SAN=1) only
 // the patterns that both keep and redo guesses run: sometimes, and fp16.
-// timeout: 60 san=90 cuda-emu=120 san-cuda-emu=300
+// timeout: 60 san=90 cuda-emu=200 san-cuda-emu=300
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
