@@ -47,3 +47,10 @@ with open(path, "wb") as f:
     f.write(struct.pack("<%dH" % n, *ids))
 PY
 }
+
+# reduced: true where tests/run asks for the reduced matrix (ASan, the CUDA emulation):
+# every value of each dimension, not every combination.
+reduced() { [ "${ZINF_TEST_MATRIX:-full}" = reduced ]; }
+# ranks I: the world sizes the I-th configuration of a matrix trains on: 1 and 2, or in
+# the reduced matrix 1 or 2 by turns (2 for I even).
+ranks() { if reduced; then echo $((2 - $1 % 2)); else echo 1 2; fi; }

@@ -20,6 +20,7 @@
 # traffic over PCIe has no counter in the engine and is not checked here. Also: the
 # --params rows with their verdicts, --json, and usage errors (exit 2 naming the option).
 # timeout: 150 san=195 cuda-emu=160
+# backend: host: its runs name the host backend, its plans are the host's
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 EX=${ZINF_BUILD:-build}/examples/train_loop

@@ -44,14 +44,17 @@ for dt in fp32 bf16; do
     want[$dt.$np]=$(summary "$tmp/dev")
   done
 done
-# dtype, stage, optimizer tier, parameter tier: every stage, every tier once.
+# dtype, stage, optimizer tier, parameter tier: every stage, every tier once, on 1 and 2
+# ranks (the reduced matrix, ASan and the emulation: lib.sh, on 1 or 2 by turns).
+i=0
 for c in "fp32 0 none none" "fp32 1 cpu none" "fp32 2 nvme none" "fp32 3 none none" "fp32 3 nvme nvme" \
   "bf16 2 cpu none" "bf16 3 cpu cpu"; do
   read -r dt stage opt par <<< "$c"
   sets=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false) --set zero_optimization.stage=$stage
         --set $OO.device=$opt --set $OP.device=$par)
   [ $dt = bf16 ] && sets+=(--set memory.head_chunk_tokens=24)
-  for np in 1 2; do
+  i=$((i + 1))
+  for np in $(ranks $i); do
     ref=${want[$dt.$np]} by="stage 0"
     # Stage 1 on 2 ranks sums each rank's micro-batches first: its own bits.
     if [ "$stage$np" = 12 ]; then

@@ -10,7 +10,9 @@
 # parameter pool at one buffer. The swap store's files are gone after the run; the
 # plan says where everything lives; a missing nvme_path is made (its parent must
 # exist), offloading at stage 0 is refused, and so is a plan past the pinned budget;
-# --bind-cores-to-rank gives each of 2 ranks its own core.
+# --bind-cores-to-rank gives each of 2 ranks its own core. In the reduced matrix (ASan,
+# the emulation: lib.sh) each dtype and stage trains on 1 or 2 ranks by turns, and the
+# stage-3 parameter tiers by turns between the dtypes.
 # timeout: 80 san=165 cuda-emu=260
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -38,6 +40,7 @@ JSON
 
 OO=zero_optimization.offload_optimizer OP=zero_optimization.offload_param
 before=$fails
+i=0  # the reduced matrix (lib.sh) trains each dtype and stage on 1 or 2 ranks by turns
 for dt in fp32 bf16; do
   dts=(--set bf16.enabled=$([ $dt = bf16 ] && echo true || echo false))
   # 2 x 32 tokens a micro-batch: chunks of 24, 24 and 16.
@@ -46,11 +49,17 @@ for dt in fp32 bf16; do
   run 1 "$tmp/dev" "${dts[@]}"
   want=$(summary "$tmp/dev")
   for stage in 1 2 3; do
-    for np in 1 2; do
+    i=$((i + 1))
+    for np in $(ranks $i); do
       sets=("${dts[@]}" --set zero_optimization.stage=$stage)
       # A third word: offload_optimizer.ratio (half the sub-groups' states on the device).
       tiers=("cpu none" "nvme none" "cpu none 0.5")
-      [ $stage = 3 ] && tiers+=("none cpu" "cpu cpu" "nvme cpu" "none nvme" "cpu nvme" "nvme nvme" "nvme nvme 0.5")
+      stage3=("none cpu" "cpu cpu" "nvme cpu" "none nvme" "cpu nvme" "nvme nvme" "nvme nvme 0.5")
+      for k in "${!stage3[@]}"; do
+        # The reduced matrix takes these by turns between the dtypes.
+        [ $stage = 3 ] && { ! reduced || [ $((k % 2)) = $([ $dt = bf16 ] && echo 1 || echo 0) ]; } &&
+          tiers+=("${stage3[$k]}")
+      done
       for t in "${tiers[@]}"; do
         read -r opt par ratio <<< "$t"
         run $np "$tmp/out" "${sets[@]}" --set $OO.device=$opt --set $OP.device=$par --set $OO.ratio=${ratio:-1}
@@ -61,7 +70,7 @@ for dt in fp32 bf16; do
     done
   done
 done
-[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme, all of it or half its sub-groups (and at stage 3 parameters on cpu and nvme) bit-identical to the device, stages 1-3 x 1, 2 ranks x fp32 (head in chunks), bf16"
+[ $fails = $before ] && echo "tiers: optimizer on cpu and nvme, all of it or half its sub-groups (and at stage 3 parameters on cpu and nvme) bit-identical to the device, stages 1-3 x $(reduced && echo "1 or 2 ranks by turns" || echo "1, 2 ranks") x fp32 (head in chunks), bf16"
 
 # The head in chunks against at once (fp32, stage 3, 2 ranks, both tiers on nvme): the
 # head weight's gradient is summed in another order, so each step's loss stays within

@@ -9,6 +9,7 @@
 # keys are refused by name; zinf device-bench and train --op-profile set each op beside
 # its model.
 # timeout: 45 san=40 cuda-emu=35
+# backend: host: it trains on the sim device and the host backend
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

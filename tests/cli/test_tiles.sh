@@ -10,6 +10,8 @@
 # head in tiles, untied and tied, and the MLP in tiles (below). The MLPs here are narrow
 # enough (intermediate_size 16: 4096 elements padded) to stay whole under the bounds
 # used for the embedding and the head.
+# In the reduced matrix (ASan, the emulation: lib.sh) each case trains on 1 or 2 ranks
+# by turns, ZeRO++ and MiCS on 2.
 # timeout: 135 san=220 cuda-emu=310
 set -u
 Z=${ZINF_BUILD:-build}/zinf
@@ -40,20 +42,29 @@ case_sets() {
   sets=(--set bf16.enabled=$([ "$1" = bf16 ] && echo true || echo false) --set $OO.device=$2 --set $OP.device=$3)
   [ -n "${4:-}" ] && sets+=(--set "$4")
 }
-# Whether a case runs on np ranks: hpZ and MiCS here take groups of two.
-runs_on() { case "$1 $2" in 1\ *hpz* | 1\ *mics*) return 1 ;; esac; }
+# case_ranks I EXTRA: the world sizes the I-th case of a loop trains on (lib.sh's
+# ranks): hpZ and MiCS here take groups of two, and in the reduced matrix qwZ, which
+# changes nothing on one rank, trains on two as well.
+case_ranks() {
+  case "$2" in
+    *hpz* | *mics*) echo 2 ;;
+    *quantized*) if reduced; then echo 2; else ranks "$1"; fi ;;
+    *) ranks "$1" ;;
+  esac
+}
 before=$fails
 # The embedding gathered whole gives one dtype's bits on a world size with the states
 # anywhere, hpZ and host checkpoints (test_offload, test_zeropp, test_memory): one run
 # serves those; qwZ and MiCS round otherwise and have runs of their own.
 declare -A whole
+i=0
 for c in "fp32 none none" "fp32 cpu cpu" "fp32 nvme nvme" "bf16 cpu nvme" "bf16 none none $ZO.zero_quantized_weights=true" \
   "fp32 nvme cpu $ZO.zero_hpz_partition_size=2" "fp32 cpu nvme $ZO.mics_shard_size=1" \
   "bf16 nvme nvme activation_checkpointing.cpu_checkpointing=true"; do
   read -r dt opt par extra <<< "$c"
+  i=$((i + 1))
   case_sets $dt $opt $par "$extra"
-  for np in 1 2; do
-    runs_on $np "$extra" || continue
+  for np in $(case_ranks $i "$extra"); do
     key=$dt.$np.$(case $extra in *quantized* | *mics*) echo "$extra" ;; *) echo plain ;; esac)
     if [ -z "${whole[$key]:-}" ]; then
       run $np "$tmp/whole" "${sets[@]}"
@@ -101,13 +112,15 @@ PY
 llama=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["model"].update(n_embd=48, vocab_size=512); print(json.dumps(c))' "$tmp/cfg.json")
 gpt2=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["model"]={"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32}; print(json.dumps(c))' "$tmp/cfg.json")
 before=$fails
+i=0
 for c in "llama fp32 none none 64" "llama fp32 cpu nvme 24" "llama bf16 nvme cpu 24" "llama bf16 none none 64" \
   "gpt2 fp32 cpu nvme 24" "gpt2 bf16 none none 64" "gpt2 bf16 nvme nvme 24"; do
   read -r model dt opt par chunk <<< "$c"
+  i=$((i + 1))
   if [ $model = llama ]; then echo "$llama" > "$tmp/cfg.json"; else echo "$gpt2" > "$tmp/cfg.json"; fi
   plan=$([ $model = llama ] && echo 'embedding in 3 tiles of .*, head in [24] tiles of ' || echo 'embedding in 3 tiles of ')
   case_sets $dt $opt $par memory.head_chunk_tokens=$chunk
-  for np in 1 2; do
+  for np in $(ranks $i); do
     run $np "$tmp/whole" "${sets[@]}"
     run $np "$tmp/tiles" "${sets[@]}" --set memory.tile_bound=8192
     grep -q "(memory.tile_bound): $plan" "$tmp/tiles.err" ||
@@ -151,14 +164,15 @@ PY
 # products' sums are cut at the runs' ends: within rounding of the MLP gathered whole.
 llama=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["model"].update(intermediate_size=96, mlp_bias=True); print(json.dumps(c))' <(echo "$llama"))
 before=$fails
+i=0
 for c in "llama fp32 none none" "llama fp32 cpu nvme activation_checkpointing={}" \
   "llama bf16 nvme cpu $ZO.zero_quantized_weights=true" "llama bf16 cpu nvme activation_checkpointing.cpu_checkpointing=true" \
   "gpt2 fp32 nvme nvme $ZO.zero_hpz_partition_size=2" "gpt2 bf16 cpu cpu $ZO.mics_shard_size=1" "gpt2 fp32 none none"; do
   read -r model dt opt par extra <<< "$c"
+  i=$((i + 1))
   if [ $model = llama ]; then echo "$llama" > "$tmp/cfg.json"; else echo "$gpt2" > "$tmp/cfg.json"; fi
   case_sets $dt $opt $par "$extra"
-  for np in 1 2; do
-    runs_on $np "$extra" || continue
+  for np in $(case_ranks $i "$extra"); do
     run $np "$tmp/whole" "${sets[@]}"
     run $np "$tmp/tiles" "${sets[@]}" --set memory.tile_bound=4096
     mlp=$([ $model = llama ] && echo layers || echo h)
