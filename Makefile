@@ -313,12 +313,12 @@ $(PYENV)/.pytest-ok: tests/python/requirements.txt $(PYENV)/.ok
 
 tests: all corpus $(TEST_BIN) $(EMU_TEST_BIN) $(KEEP_PLUGINS) $(REF_BIN) $(PYENV)/.pytest-ok
 
-# Tests run side by side (tests/run: the core count unless TEST_JOBS says). A build
-# without CUDA shares every other line with the default one, so NO_CUDA=1 runs the tests
-# whose code differs there (those that say `without-cuda:`). TEST_ARGS: more of
-# tests/run's options (--programs).
+# Tests run side by side (tests/run: the core count unless TEST_JOBS says). TEST_ARGS:
+# more of tests/run's options (--programs; --without-cuda with NO_CUDA=1: a build
+# without CUDA shares every other line with the default one, so only the tests whose
+# code differs there, those that say `without-cuda:`).
 test: tests
-	$(Q)BUILD=$(B) BACKEND=$(BACKEND) SAN=$(SAN) tests/run $(if $(TEST_JOBS),-j $(TEST_JOBS)) $(if $(NO_CUDA),--without-cuda) $(TEST_ARGS) $(TESTS)
+	$(Q)BUILD=$(B) BACKEND=$(BACKEND) SAN=$(SAN) NO_CUDA=$(NO_CUDA) tests/run $(if $(TEST_JOBS),-j $(TEST_JOBS)) $(TEST_ARGS) $(TESTS)
 
 $(PYENV)/.bench-ok: tests/bench/requirements.txt $(PYENV)/.ok
 	$(say) PYENV "$(PYENV) (DeepSpeed, first time only)"

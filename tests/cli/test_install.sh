@@ -17,7 +17,7 @@ backend=${ZINF_TEST_BACKEND:-host}
 P=$tmp/prefix
 
 # The build this suite runs: its variant's switches (nothing is rebuilt).
-variant=(SAN="${SAN:-}" BACKEND=$([ -n "${ZINF_TEST_CUDA_EMU:-}" ] && echo cuda-emu || echo host))
+variant=(SAN="${SAN:-}" NO_CUDA="${NO_CUDA:-}" BACKEND=$([ -n "${ZINF_TEST_CUDA_EMU:-}" ] && echo cuda-emu || echo host))
 expect 0 make --no-print-directory install PREFIX="$P" "${variant[@]}"
 for f in include/zinf/zinf.h include/zinf/zinf_engine.h lib/libzinf.a bin/zinf lib/pkgconfig/zinf.pc; do
   [ -f "$P/$f" ] || fail "not installed: $f"
