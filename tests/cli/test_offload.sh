@@ -54,12 +54,14 @@ for dt in fp32 bf16; do
       sets=("${dts[@]}" --set zero_optimization.stage=$stage)
       # A third word: offload_optimizer.ratio (half the sub-groups' states on the device).
       tiers=("cpu none" "nvme none" "cpu none 0.5")
-      stage3=("none cpu" "cpu cpu" "nvme cpu" "none nvme" "cpu nvme" "nvme nvme" "nvme nvme 0.5")
-      for k in "${!stage3[@]}"; do
-        # The reduced matrix takes these by turns between the dtypes.
-        [ $stage = 3 ] && { ! reduced || [ $((k % 2)) = $([ $dt = bf16 ] && echo 1 || echo 0) ]; } &&
+      if [ $stage = 3 ]; then
+        stage3=("none cpu" "cpu cpu" "nvme cpu" "none nvme" "cpu nvme" "nvme nvme" "nvme nvme 0.5")
+        for k in "${!stage3[@]}"; do
+          # The reduced matrix takes these by turns between the dtypes: fp32 the even ones.
+          reduced && [ $((k % 2)) = $([ $dt = fp32 ] && echo 1 || echo 0) ] && continue
           tiers+=("${stage3[$k]}")
-      done
+        done
+      fi
       for t in "${tiers[@]}"; do
         read -r opt par ratio <<< "$t"
         run $np "$tmp/out" "${sets[@]}" --set $OO.device=$opt --set $OP.device=$par --set $OO.ratio=${ratio:-1}
