@@ -30,9 +30,14 @@ struct CUstream_st {
     int device;
     bool blocking; // synchronizes with the legacy default stream
     std::mutex mu;
-    std::condition_variable cv;
+    std::condition_variable work_cv; // the stream's thread waits on it for work
+    std::condition_variable done_cv; // threads waiting for the stream's work to run
     std::deque<std::function<void()>> work;
     uint64_t enqueued = 0, done = 0; // work items, in order
+    // The earliest ticket a thread waits for: the stream's thread wakes the waiters when
+    // it is reached, not after every item (each wake is a futex call and a context switch
+    // on both sides, and a synchronize behind 50 kernels would be woken 50 times).
+    uint64_t wake_at = UINT64_MAX;
     bool stop = false;
     std::thread thread;
 };
@@ -93,8 +98,8 @@ struct machine {
     std::map<uintptr_t, size_t> registered;            // cudaHostRegister ranges
     std::vector<std::unique_ptr<CUstream_st>> retired; // destroyed streams (see cudaStreamDestroy)
     std::vector<std::unique_ptr<CUmemPoolHandle_st>> pools; // every pool made, destroyed ones too
-    std::mutex done_mu;                                // with done_cv: any marker or work item finished
-    std::condition_variable done_cv;
+    std::mutex marker_mu;                                   // with marker_cv: a marker (an event's record) ran
+    std::condition_variable marker_cv;
 };
 
 thread_local cudaError_t last_error = cudaSuccess;
@@ -188,26 +193,20 @@ const allocation *holder(uintptr_t p, uintptr_t *base) {
 
 // ---- streams ----
 
-void notify_done() {
-    std::lock_guard<std::mutex> g(M().done_mu);
-    M().done_cv.notify_all();
-}
-
 void stream_main(CUstream_st *s) {
     std::unique_lock<std::mutex> lk(s->mu);
     for (;;) {
-        s->cv.wait(lk, [s] { return s->stop || !s->work.empty(); });
+        s->work_cv.wait(lk, [s] { return s->stop || !s->work.empty(); });
         if (s->work.empty()) return; // stopped and drained
         std::function<void()> w = std::move(s->work.front());
         s->work.pop_front();
         lk.unlock();
         w();
         lk.lock();
-        s->done++;
-        s->cv.notify_all();
-        lk.unlock();
-        notify_done();
-        lk.lock();
+        if (++s->done >= s->wake_at) {
+            s->wake_at = UINT64_MAX; // the waiters still short of theirs set it again
+            s->done_cv.notify_all();
+        }
     }
 }
 
@@ -237,13 +236,16 @@ void push(CUstream_st *s, std::function<void()> w, uint64_t *ticket = nullptr) {
     s->work.push_back(std::move(w));
     if (ticket) *ticket = s->enqueued + 1;
     s->enqueued++;
-    s->cv.notify_all();
+    s->work_cv.notify_one();
 }
 
 // Waits until the stream has run its first `ticket` work items.
 void wait_ticket(CUstream_st *s, uint64_t ticket) {
     std::unique_lock<std::mutex> lk(s->mu);
-    s->cv.wait(lk, [&] { return s->done >= ticket; });
+    while (s->done < ticket) {
+        s->wake_at = std::min(s->wake_at, ticket);
+        s->done_cv.wait(lk);
+    }
 }
 
 uint64_t tail(CUstream_st *s) {
@@ -818,7 +820,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     {
         std::lock_guard<std::mutex> g(s->mu);
         s->stop = true;
-        s->cv.notify_all();
+        s->work_cv.notify_one();
     }
     s->thread.join();
     std::lock_guard<std::mutex> g(M().mu);
@@ -841,8 +843,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 }
 
 static void wait_marker(const std::shared_ptr<marker> &m) {
-    std::unique_lock<std::mutex> lk(M().done_mu);
-    M().done_cv.wait(lk, [&] { return m->done.load(); });
+    std::unique_lock<std::mutex> lk(M().marker_mu);
+    M().marker_cv.wait(lk, [&] { return m->done.load(); });
 }
 
 // The stream waits for the work the event's latest record captured; an event never
@@ -903,7 +905,11 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t stream) {
     bool timed = ev->timed;
     if (cudaError_t e = enqueue(stream, [m, timed] {
             if (timed) m->time = now_s();
-            m->done = true;
+            {
+                std::lock_guard<std::mutex> g(M().marker_mu);
+                m->done = true;
+            }
+            M().marker_cv.notify_all();
         }))
         return e;
     std::lock_guard<std::mutex> g(ev->mu);
