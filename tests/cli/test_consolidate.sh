@@ -7,7 +7,7 @@
 # directory holds such a directory of the bf16 model, whose fp32 values are
 # the engine's full master weights (their digest is the run's weights_digest) and
 # whose bf16 values are those rounded as PyTorch rounds; each tensor's checksum is
-# zlib's CRC-32. Memory stays bounded: a model 400 times larger raises the peak RSS by
+# zlib's CRC-32. Memory stays bounded: a model 270 times larger raises the peak RSS by
 # a few MiB of buffers, far less than its largest tensor. Bad input
 # fails clearly and leaves no output behind.
 # timeout: 105 san=115 cuda-emu=80
@@ -153,9 +153,9 @@ expect 2 "$Z" consolidate "$tmp/ck" "$tmp/d2" --max-shard-size 0
 grep -q -- '--max-shard-size: "0"' "$tmp/err" || fail "--max-shard-size 0: $(cat "$tmp/err")"
 [ ! -e "$tmp/d2" ] || fail "a refused consolidation made $tmp/d2"
 
-# Memory: a checkpoint of a model 400 times larger costs a few MiB of buffers more, far
+# Memory: a checkpoint of a model 270 times larger costs a few MiB of buffers more, far
 # less than its largest tensor (wte, 103 MB).
-sed -e 's/"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256/"n_layer": 8, "n_head": 8, "n_embd": 512, "vocab_size": 50257/' \
+sed -e 's/"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256/"n_layer": 2, "n_head": 8, "n_embd": 512, "vocab_size": 50257/' \
   -e 's/"steps": 4/"steps": 1/' -e "s|$tmp/ck|$tmp/big|" "$tmp/cfg.json" > "$tmp/big.json"
 "$Z" train "$tmp/big.json" > "$tmp/big.log" 2>&1 || fail "the big model: $(tail -2 "$tmp/big.log")"
 expect 0 "$Z" consolidate "$tmp/ck" "$tmp/small.safetensors" --json
@@ -170,7 +170,7 @@ grown = o["peak_rss_bytes"] - int(sys.argv[2])
 print(f"peak RSS {o['peak_rss_bytes']} bytes, {grown} more than for the small model; checkpoint {ckpt} bytes, "
       f"largest tensor {largest}")
 # The buffers: 1 MiB of reading, 8 MiB of staging for O_DIRECT writes.
-assert ckpt > 600e6 and grown < 16 << 20, (grown, largest, ckpt)
+assert ckpt > 400e6 and grown < 16 << 20, (grown, largest, ckpt)
 PY
 echo "memory: $(tail -1 "$tmp/out")"
 
