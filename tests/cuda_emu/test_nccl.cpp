@@ -1,6 +1,6 @@
 // CUDA emulation (tests only): checks the NCCL emulation against NCCL's API reference.
 // Each case forks its ranks; each rank uses device = rank, its own stream and buffers.
-// timeout: 10 cuda-emu=10 san-cuda-emu=10
+// timeout: 10 cuda-emu=10 san-cuda-emu=15
 #include <nccl.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -14,7 +14,7 @@
 // host returns once done), memory pools and stream-ordered frees, and the 16-bit conversions against the CPU's
 // own (F16C) and a double-precision reference. Each fault uses a device of its own,
 // since a fault ends that device's context for the rest of the process.
-// timeout: 10 cuda-emu=10 san-cuda-emu=10
+// timeout: 10 cuda-emu=10 san-cuda-emu=20
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

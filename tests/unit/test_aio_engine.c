@@ -4,7 +4,7 @@
 // path made to happen for real (unaligned requests, missing or unwritable
 // directories, a full file system, a file-size limit, a file cut short underneath, a
 // file system that refuses O_DIRECT).
-// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=15
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>

@@ -4,7 +4,7 @@
 // rank that stops makes the others fail within the timeout, then fail at once. Then
 // 4 ranks as 2 nodes of 2 (ZINF_RANKS_PER_NODE): the node map, communicators split
 // from it running the same suite, and the byte counts of every collective.
-// timeout: 30 san=40 cuda-emu=25 san-cuda-emu=35
+// timeout: 30 san=40 cuda-emu=25 san-cuda-emu=70
 // without-cuda: the build has no NCCL, and a device communicator is refused naming it
 #include <math.h>
 #include <pthread.h>

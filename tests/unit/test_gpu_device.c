@@ -5,7 +5,7 @@
 // waits on is seen complete, and without the wait it is not (on the host backend,
 // where the first stream is made slow on purpose); freeing waits for no stream, and a
 // buffer freed unused is taken again at once.
-// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=10
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=20
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>

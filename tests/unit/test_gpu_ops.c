@@ -4,7 +4,6 @@
 // the comparison. The device optimizer must equal cpu_adam bit for bit. Under the CUDA
 // emulation (ZINF_TEST_CUDA_EMU) the products also run on the fallback kernel.
 // timeout: 10 san=30 cuda-emu=35 san-cuda-emu=180
-// alone: under ASan and the emulation it keeps both cores busy for 100 s, and the tests beside it ran past their limits
 #include <math.h>
 
 #include "check.h"

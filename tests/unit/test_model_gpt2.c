@@ -5,7 +5,7 @@
 // the same bits; written weights read back unchanged; wrong files fail by name; a
 // plan (no device) has the same modules and schedule and counts to the byte what
 // creating the model takes on the device.
-// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=25
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=30
 #include <math.h>
 
 #include "check.h"
