@@ -3,7 +3,7 @@
 // set: NaN in every dtype) before the op, so an element the op fails to write fails
 // the comparison. The device optimizer must equal cpu_adam bit for bit. Under the CUDA
 // emulation (ZINF_TEST_CUDA_EMU) the products also run on the fallback kernel.
-// timeout: 10 san=30 cuda-emu=35 san-cuda-emu=180
+// timeout: 10 san=30 cuda-emu=75 san-cuda-emu=180
 // alone: san-cuda-emu: beside test_engine_speculate's two ranks, each ran half as long again (178 and
 // 191 s against 91 and 140), and the part took longer than with it alone
 #include <math.h>
