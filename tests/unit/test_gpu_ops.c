@@ -4,8 +4,7 @@
 // the comparison. The device optimizer must equal cpu_adam bit for bit. Under the CUDA
 // emulation (ZINF_TEST_CUDA_EMU) the products also run on the fallback kernel.
 // timeout: 10 san=30 cuda-emu=75 san-cuda-emu=180
-// alone: san-cuda-emu: beside test_engine_speculate's two ranks, each ran half as long again (178 and
-// 191 s against 91 and 140), and the part took longer than with it alone
+// alone: san-cuda-emu: beside test_engine_speculate's ranks both ran half as long again
 #include <math.h>
 
 #include "check.h"
