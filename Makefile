@@ -180,7 +180,9 @@ LIB_C := $(filter-out runtime/comm/nccl_load.c,$(wildcard runtime/base/*.c runti
 ifneq ($(ZINF_HAVE_CUDA),1)
   LIB_CU :=
 else
-  LIB_CU := $(wildcard gpu/cuda/*.cu)
+  # Largest first: ops.cu and attention.cu each take longer to compile than all the C
+  # files, so they start first and the C files fill in beside them under -j.
+  LIB_CU := $(shell ls -S gpu/cuda/*.cu)
 endif
 # cuBLASLt, cuDNN and NCCL load when first called (gpu/cuda/cublaslt_load.c,
 # gpu/cuda/cudnn_load.c, runtime/comm/nccl_load.c); the emulation (BACKEND=cuda-emu) is linked in their place.
@@ -189,7 +191,7 @@ ifeq ($(EMU),)
   LIB_C += $(if $(filter 1,$(ZINF_HAVE_NCCL)),runtime/comm/nccl_load.c)
 endif
 CLI_C := $(wildcard runtime/cli/*.c)
-LIB_O := $(LIB_C:%.c=$(B)/obj/%.o) $(LIB_CU:%.cu=$(B)/obj/%.o)
+LIB_O := $(LIB_CU:%.cu=$(B)/obj/%.o) $(LIB_C:%.c=$(B)/obj/%.o)
 CLI_O := $(CLI_C:%.c=$(B)/obj/%.o)
 TEST_C := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_C:tests/unit/%.c=$(B)/tests/%)
