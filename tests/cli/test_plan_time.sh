@@ -23,7 +23,7 @@
 # engine's differ), so there the step is reported and not held; everything else is.
 # The table marks the fastest row that fits; bad --time arguments are refused by name.
 # timeout: 150 san=180 cuda-emu=175
-# alone: it times this machine's drive and CPU (--measure) against sim runs, and its --measure slows test_sim's timed device-bench past its bound
+# alone: host: it times this machine's drive and CPU (--measure) against sim runs (under ASan no step is held)
 # backend: host: it trains on the sim device, the same in every build
 set -u
 Z=${ZINF_BUILD:-build}/zinf
