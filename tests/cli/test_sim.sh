@@ -171,7 +171,8 @@ expect 0 "$Z" estimate --config "$tmp/cfg.json" --set zero_optimization.reduce_b
 # (an op starts no earlier than it is launched), and the median of 5 passes: at 1 TFLOPS
 # (2.4 ms) a pass on CI's 2 cores once came out 13% over its model, and at 0.25 (4.4 ms)
 # 11% over under ASan beside test_plan_time's --measure.
-cfg 0 none none 4 '{"tflops": 0.05, "hbm_gbps": 50}'
+slow='{"tflops": 0.05, "hbm_gbps": 50}'
+cfg 0 none none 4 "$slow"
 expect 0 "$Z" device-bench --config "$tmp/cfg.json" --passes 5 --json
 python3 - "$tmp/out" <<'PY' || fail "device-bench on sim against its own model"
 import json, sys
@@ -189,7 +190,8 @@ assert 0 < total["issue_seconds"] < total["pass_seconds"], total
 print(f"device-bench on sim: pass {total['pass_seconds']:.6f} s, modeled {total['modeled_seconds']:.6f} s; "
       f"gemm {gemm['seconds'] / gemm['modeled_seconds']:.3f} of its model")
 PY
-sed 's/"backend": "sim", "sim": {"tflops": 0.05, "hbm_gbps": 50}/"backend": "host"/' "$tmp/cfg.json" > "$tmp/host.json"
+sed "s/\"backend\": \"sim\", \"sim\": $slow/\"backend\": \"host\"/" "$tmp/cfg.json" > "$tmp/host.json"
+grep -q '"backend": "host"' "$tmp/host.json" || fail "no host config made from $(cat "$tmp/cfg.json")"
 expect 0 "$Z" device-bench --config "$tmp/host.json" --passes 1 --shapes
 grep -q '^gemm .* 128 ' "$tmp/out" && grep -q '^pass (untimed)' "$tmp/out" || fail "device-bench on host: $(cat "$tmp/out")"
 expect 0 "$Z" train "$tmp/cfg.json" --op-profile
