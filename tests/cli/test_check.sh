@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The command-line contract: subcommands and --help, exit codes 0/1/2, and `zinf check`
 # printing the normalized config as JSON (or one error naming the key).
-# timeout: 10 san=10
+# timeout: 10 san=20
 # backend: host: it trains nothing, and reads configs the same in every build
 set -u
 Z=${ZINF_BUILD:-build}/zinf

@@ -12,7 +12,7 @@
 # disk that fills during a save fails clearly and leaves the previous one whole.
 # In the reduced matrix (ASan, the emulation: lib.sh) each stage and tier resumes on 1
 # or 2 ranks by turns, and 8 saves are killed instead of 20.
-# timeout: 245 san=420 cuda-emu=410
+# timeout: 420 san=420 cuda-emu=410
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

@@ -10,7 +10,7 @@
 # zlib's CRC-32. Memory stays bounded: a model 270 times larger raises the peak RSS by
 # a few MiB of buffers, far less than its largest tensor. Bad input
 # fails clearly and leaves no output behind.
-# timeout: 105 san=115 cuda-emu=80
+# timeout: 195 san=115 cuda-emu=140
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 PY=${ZINF_PY:-build/pyenv/bin/python}

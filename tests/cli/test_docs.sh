@@ -5,7 +5,7 @@
 # field of every --json output, collected by running each subcommand on a tiny case
 # (nested fields as `cpu.model`, `paths[].fs_type`), appears as `field` in its
 # subcommand's section. (docs/config.md against the config schema is test_docs_config.)
-# timeout: 10 san=10 cuda-emu=20
+# timeout: 10 san=25 cuda-emu=45
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 DOC=${ZINF_DOCS_CLI:-docs/cli.md}

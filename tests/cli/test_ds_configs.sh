@@ -4,7 +4,7 @@
 # --world-size W` accepts each, W being the ranks DeepSpeed is launched on for it (so
 # the batch keys agree), prints JSON that normalizes to itself, and warns of nothing.
 # Every fixture has a W here and an entry in SOURCES.md.
-# timeout: 20 san=15
+# timeout: 20 san=30
 # backend: host: zinf check reads a config the same in every build, and trains nothing
 set -u
 Z=${ZINF_BUILD:-build}/zinf

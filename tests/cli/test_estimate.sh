@@ -19,7 +19,7 @@
 # device is full, so how much freed memory is still held depends on timing. The
 # traffic over PCIe has no counter in the engine and is not checked here. Also: the
 # --params rows with their verdicts, --json, and usage errors (exit 2 naming the option).
-# timeout: 150 san=195 cuda-emu=160
+# timeout: 230 san=350 cuda-emu=160
 # backend: host: its runs name the host backend, its plans are the host's
 set -u
 Z=${ZINF_BUILD:-build}/zinf

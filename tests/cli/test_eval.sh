@@ -4,7 +4,7 @@
 # `transformer.` prefix, in fp32 and bf16, and from Hugging Face model directories (one
 # file, or shards and their index; as model.init_from alone too); the --json contract;
 # errors that name the file, and usage errors (exit 2).
-# timeout: 40 san=30 cuda-emu=25
+# timeout: 40 san=65 cuda-emu=55
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 R=${ZINF_REF_DIR:-build/ref}

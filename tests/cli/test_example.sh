@@ -6,7 +6,7 @@
 # bits of an uninterrupted run, and the tensor it reads with zinf_engine_get_full is
 # the one `zinf consolidate` writes from that checkpoint. Config errors exit 2 and
 # runtime errors 1, each with the library's error text.
-# timeout: 15 san=20 cuda-emu=25
+# timeout: 15 san=35 cuda-emu=45
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 E=${ZINF_BUILD:-build}/examples/train_loop

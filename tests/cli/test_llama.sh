@@ -9,7 +9,7 @@
 # ends bit-identical to the straight run. The checkpoint consolidates to a model
 # directory that from_pretrained loads as LlamaForCausalLM, sharded as save_pretrained
 # shards it, whose loss over the data is zinf eval's for the same directory.
-# timeout: 45 san=45 cuda-emu=40
+# timeout: 45 san=45 cuda-emu=70
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 R=${ZINF_REF_DIR:-build/ref}

@@ -8,7 +8,7 @@
 # counts the checkpoints in pinned host memory and the device keeps three of them; a
 # pinned budget they do not fit is refused before step 1, naming them; the model-parallel
 # partition_activations stays refused, saying why.
-# timeout: 70 san=110 cuda-emu=145
+# timeout: 115 san=110 cuda-emu=145
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

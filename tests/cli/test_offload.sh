@@ -13,7 +13,7 @@
 # --bind-cores-to-rank gives each of 2 ranks its own core. In the reduced matrix (ASan,
 # the emulation: lib.sh) each dtype and stage trains on 1 or 2 ranks by turns, and the
 # stage-3 parameter tiers by turns between the dtypes.
-# timeout: 80 san=165 cuda-emu=260
+# timeout: 235 san=165 cuda-emu=260
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

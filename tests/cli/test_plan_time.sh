@@ -22,7 +22,7 @@
 # AddressSanitizer (SAN=1) host code slows unevenly (the measured kernels and the
 # engine's differ), so there the step is reported and not held; everything else is.
 # The table marks the fastest row that fits; bad --time arguments are refused by name.
-# timeout: 150 san=270 cuda-emu=175
+# timeout: 325 san=270 cuda-emu=175
 # alone: host: it times this machine's drive and CPU (--measure) against sim runs (under ASan no step is held)
 # backend: host: it trains on the sim device, the same in every build
 set -u

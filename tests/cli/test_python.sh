@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 70 san=90 cuda-emu=60
+# timeout: 195 san=235 cuda-emu=60
 # backend: host: tests/python trains on the host backend
 # The Python package (python/): pip installs it from the tree into a folder of its own,
 # with this build's libzinf.so and zinf program, and pytest runs tests/python/ against

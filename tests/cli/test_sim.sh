@@ -8,7 +8,7 @@
 # the modeled GPU; keys left out are chosen for it, given ones kept; bad device.sim
 # keys are refused by name; zinf device-bench and train --op-profile set each op beside
 # its model.
-# timeout: 45 san=40 cuda-emu=35
+# timeout: 45 san=65 cuda-emu=35
 # backend: host: it trains on the sim device and the host backend
 set -u
 Z=${ZINF_BUILD:-build}/zinf

@@ -14,7 +14,7 @@
 # It trains on the README's corpus, build/data/english.txt, which `make tests` makes
 # (make corpus); where that is missing, on a token file made here (lib.sh's tokens), so
 # that it never needs the network.
-# timeout: 30 san=70 cuda-emu=165 san-cuda-emu=520
+# timeout: 50 san=70 cuda-emu=165 san-cuda-emu=520
 set -u
 export ZINF_BUILD=${ZINF_BUILD:-build}
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

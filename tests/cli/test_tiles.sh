@@ -12,7 +12,7 @@
 # used for the embedding and the head.
 # In the reduced matrix (ASan, the emulation: lib.sh) each case trains on 1 or 2 ranks
 # by turns, ZeRO++ and MiCS on 2.
-# timeout: 135 san=220 cuda-emu=310
+# timeout: 250 san=220 cuda-emu=310
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")

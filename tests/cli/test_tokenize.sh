@@ -9,7 +9,7 @@
 # runs 2 steps on the u16 and the u32 file to the same weights. Peak memory does not grow
 # with the corpus. Errors: a missing tokenizer dir or input, usage (exit 2), an id past
 # u16, input that is not UTF-8 (exit 1, nothing left behind).
-# timeout: 60 san=40
+# timeout: 95 san=95
 # backend: host: the ids reach the model through the data loader, the same on every backend
 set -u
 Z=${ZINF_BUILD:-build}/zinf

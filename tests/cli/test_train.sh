@@ -11,7 +11,7 @@
 # ulps per sum, carried through Adam; stage 1's tiers agree bit for bit. Buckets smaller than a module split it, with the same
 # bits. Also: the --json and log contracts, config and data errors, and that a killed
 # or stopped rank ends the job with an error within 60 s.
-# timeout: 105 san=130 cuda-emu=145
+# timeout: 105 san=215 cuda-emu=270
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d)

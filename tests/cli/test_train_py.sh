@@ -7,7 +7,7 @@
 # transformers' from_pretrained, holds the tokenizer, and differs from the model it
 # started from. Two engines one after the other in each of 2 ranks both train (the
 # process stays in the job). A text too short for one window is refused naming the file.
-# timeout: 70 san=200 cuda-emu=90
+# timeout: 175 san=200 cuda-emu=160
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh

@@ -15,7 +15,7 @@
 # world size and stage; its hierarchical gathers give plain ZeRO-3's bits with fewer
 # bytes across nodes. The config errors. In the reduced matrix (ASan, the emulation:
 # lib.sh) the loops over tiers take each tier once and the drift runs take 20 steps.
-# timeout: 175 san=370 cuda-emu=345
+# timeout: 305 san=370 cuda-emu=560
 set -u
 Z=${ZINF_BUILD:-build}/zinf
 tmp=$(mktemp -d)

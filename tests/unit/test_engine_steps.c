@@ -22,7 +22,7 @@
 //   right after a step holds the updated weights;
 // - zinf_engine_plan of a made engine is its memory and fits; one byte short of the
 //   device's peak or the pinned bytes it does not; bad arguments are named.
-// timeout: 10 san=10 cuda-emu=15 san-cuda-emu=90
+// timeout: 10 san=10 cuda-emu=35 san-cuda-emu=90
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 // sides step on rounding noise, bounded by lr * |noise| / eps. Also: the same run as 2
 // micro-batches of 2 (accumulation, at stage 3) agrees with the 1 x 4 run to the same
 // bounds, and safe_get/set_full round-trip.
-// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=50
+// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=80
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 // loss and every parameter's gradient in fp32 and bf16; the old config form reads to
 // the same model; activation checkpointing gives the same bits; written weights read
 // back unchanged; config.json written by zinf reads back to the same shape.
-// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=55
+// timeout: 10 san=10 cuda-emu=25 san-cuda-emu=55
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>

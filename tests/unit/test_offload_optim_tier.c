@@ -8,7 +8,7 @@
 // Speculation (cpu, background): sub-groups updated as their segments are said final,
 // in reverse order as a backward makes them, give the same bits when the guess was
 // right, when it was wrong (restored and redone), and after a cancelled step's guess.
-// timeout: 10 san=10 cuda-emu=10 san-cuda-emu=25
+// timeout: 20 san=20 cuda-emu=25 san-cuda-emu=25
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

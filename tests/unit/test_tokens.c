@@ -5,7 +5,7 @@
 // Counts, windows and targets come out right, also on datasets DeepSpeed's copy of that
 // builder writes (build/pyenv); every lying header or index, a file of another format,
 // and an id outside [0, vocab) are errors naming the file and the fault.
-// timeout: 15 san=15 cuda-emu=15 san-cuda-emu=30
+// timeout: 15 san=15 cuda-emu=25 san-cuda-emu=30
 #include <stdlib.h>
 #include <unistd.h>
 
