@@ -4,7 +4,6 @@
 // the comparison. The device optimizer must equal cpu_adam bit for bit. Under the CUDA
 // emulation (ZINF_TEST_CUDA_EMU) the products also run on the fallback kernel.
 // timeout: 10 san=30 cuda-emu=75 san-cuda-emu=355
-// alone: san-cuda-emu: beside test_engine_speculate's ranks both ran half as long again
 #include <math.h>
 
 #include "check.h"
