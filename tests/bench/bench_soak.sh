@@ -21,7 +21,7 @@
 # fragmentation and what it keeps from trimming, or memory zinf maps itself. The heap
 # is judged by each checkpoint interval's median against that of the first interval
 # wholly after the warm-up: on the host backend the device's memory is heap too (stage
-# 3's gathered parameters), and in two of seven host suites on 2026-11-29, with tests
+# 3's gathered parameters), and in two of six host suites on 2026-11-29, with tests
 # beside it, one step line's heap came 0.2 MiB under the others (about three of this
 # test's 68 KiB gathers), where a leak moves every sample after it.
 # A save opens files for a moment (the checkpoint being written), so samples are taken
