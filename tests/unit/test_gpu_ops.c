@@ -3,7 +3,7 @@
 // set: NaN in every dtype) before the op, so an element the op fails to write fails
 // the comparison. The device optimizer must equal cpu_adam bit for bit. Under the CUDA
 // emulation (ZINF_TEST_CUDA_EMU) the products also run on the fallback kernel.
-// timeout: 10 san=30 cuda-emu=75 san-cuda-emu=355
+// timeout: 10 san=30 cuda-emu=75 san-cuda-emu=445
 #include <math.h>
 
 #include "check.h"
