@@ -43,6 +43,12 @@ static zinf_status alloc_states(zinf_engine *e) {
     }
     ZINF_CHECK(e->params.storage->create(e));
     ZINF_CHECK(states_create(e));
+    if (!e->plan) {
+        e->grads.norms_taken = malloc((size_t)e->module_count * sizeof *e->grads.norms_taken);
+        if (!e->grads.norms_taken) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+        for (int i = 0; i < e->module_count; i++)
+            e->grads.norms_taken[i] = -1;
+    }
     return engine_take_device(e, (size_t)e->module_count * e->partition.ranks * 2 * sizeof(double), "gradient norms",
                               (void **)&e->grads.device_norms);
 }

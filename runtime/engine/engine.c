@@ -153,6 +153,7 @@ void zinf_engine_destroy(zinf_engine *e) {
     for (int i = 0; e->grads.buffers16 && i < e->module_count; i++)
         zinf_device_free(e->dev, e->grads.buffers16[i]);
     if (e->dev) zinf_device_free(e->dev, e->grads.device_norms);
+    free(e->grads.norms_taken);
     params_destroy(e);
     states_destroy(e);
     zinf_model_destroy(e->model); // its copies to and from h_ckpt end first

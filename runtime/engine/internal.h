@@ -245,7 +245,9 @@ typedef struct gradients {
     double *device_norms; // the step's zinf_sumsq output per module part (2 doubles each)
     // An offloaded optimizer's gradients in host memory: in the step's last backward
     // each module's norms are taken as soon as its last piece is added (states.c), for
-    // the step to sum. Per (module, rank slice) piece, sumsq and the inf/NaN flag.
+    // the step to sum. Per (module, rank slice) piece, sumsq and the inf/NaN flag. Held
+    // gradients' norms are taken into device_norms as the backward finishes each module
+    // (reduce.c).
     double *host_norms;
     int64_t backwards;     // backward passes so far
     bool norms_on_arrival; // the backward under way is the step's last (and not MiCS's)
@@ -253,7 +255,7 @@ typedef struct gradients {
     // additions overwrite instead of their being zeroed: offloaded, in the host partition
     // (states.c); on the device, each module's first reduction (zinf_accumulate's first).
     bool stale;
-    int64_t *norms_taken;  // per module: the backward whose arrival filled its host_norms, or -1
+    int64_t *norms_taken; // per module: the backward whose arrival filled its host_ or device_norms, or -1
 } gradients;
 
 // The 16-bit parameters (params.c) and how the ops get them (policy.c).

@@ -260,10 +260,23 @@ static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const 
     return ZINF_OK;
 }
 
+// A held gradient stays where the backward wrote it for the step to read. In the step's
+// last backward it is final here, and its norms are taken now on the communication
+// stream, which one rank leaves idle, under the rest of the backward instead of in the
+// step: the bits zinf_sumsq_many gives the step (grad_stats).
+static zinf_status held_norms(zinf_engine *e, int mod) {
+    if (e->plan || !e->grads.norms_on_arrival || !e->grads.buffers16[mod] || !states_on_device(e, mod)) return ZINF_OK;
+    ZINF_CHECK(engine_comm_after_compute(e));
+    ZINF_CHECK(zinf_sumsq(e->comm_stream, e->dtype, e->grads.buffers16[mod], e->layout[mod].padded,
+                          e->grads.device_norms + 2 * mod));
+    e->grads.norms_taken[mod] = e->grads.backwards;
+    return ZINF_OK;
+}
+
 zinf_status reduce_module_ready(zinf_engine *e, int mod) {
     const mod_layout *l = &e->layout[mod];
     if (!l->padded || l->tile) return ZINF_OK; // a tiled module's tiles went as the model finished them
-    if (e->grads.held && !e->optim.grads32) return ZINF_OK; // the step reads it where it is
+    if (e->grads.held && !e->optim.grads32) return held_norms(e, mod);
     ZINF_CHECK(widen(e, e->grads.first_piece[mod], 0, l->slice, e->grads.buffers16[mod], l->slice));
     ZINF_CHECK(engine_free_after(e, e->grads.buffers16[mod], e->compute_stream));
     e->grads.buffers16[mod] = NULL;

@@ -143,12 +143,7 @@ zinf_status states_create(zinf_engine *e) {
         e->optim.host_grads32 = zinf_optim_tier_grads(e->optim.tier);
         e->optim.pinned_grads = oc->pin_memory;
         zinf_optim_tier_get_stats(e->optim.tier, &e->optim.tier_stats);
-        size_t n = (size_t)e->module_count;
         memset(e->grads.host_norms, 0, norms_bytes);
-        e->grads.norms_taken = malloc(n * sizeof *e->grads.norms_taken);
-        if (!e->grads.norms_taken) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-        for (size_t i = 0; i < n; i++)
-            e->grads.norms_taken[i] = -1;
         return ZINF_OK;
     }
     e->plan_host += e->optim.tier_stats.host_bytes;
@@ -158,7 +153,6 @@ zinf_status states_create(zinf_engine *e) {
 
 void states_destroy(zinf_engine *e) {
     zinf_host_pool_free(e->host, e->grads.host_norms, e->cfg.zero.offload_optimizer.pin_memory);
-    free(e->grads.norms_taken);
     zinf_optim_tier_destroy(e->optim.tier);
     zinf_cpu_pool_destroy(e->optim.pool);
     for (int s = ZINF_TIER_MASTER; e->dev && s <= ZINF_TIER_GRAD; s++)

@@ -221,41 +221,46 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
 
 // Squared norm and inf/NaN flag of every (module, rank slice) piece, summed module by
 // module and rank by rank: the same pieces in the same order whatever the stage, so
-// the clip coefficient (and so the update) is the same bits at every stage. Gradients
-// in host memory had most pieces' norms taken as they arrived in the last backward
-// (states.c); the rest are taken here, alike.
+// the clip coefficient (and so the update) is the same bits at every stage. Most
+// pieces' norms were taken as their gradients became final in the last backward: held
+// ones on the device (reduce.c), those in host memory as they arrived (states.c). The
+// rest are taken here, alike.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     size_t W = (size_t)e->partition.ranks, np = (size_t)e->module_count * W;
     bool dev = e->optim.device_numel > 0; // some modules' gradients are on the device
     double *h = calloc(4 * np, sizeof *h), *from_dev = h + 2 * np;
-    // The device's pieces, summed in one zinf_sumsq_many.
+    // The device's pieces, summed in one zinf_sumsq_many; the pieces whose norms come
+    // from device_norms (a piece the backward did not reach stays zero).
     zinf_sumsq_piece *pieces = malloc(np * sizeof *pieces);
+    bool *on_device = calloc(np, sizeof *on_device);
     int npieces = 0;
     zinf_dtype pieces_dt = e->grads.held && !e->optim.grads32 ? e->dtype : ZINF_DTYPE_F32;
-    if (!h || !pieces) {
-        free(h), free(pieces);
+    if (!h || !pieces || !on_device) {
+        free(h), free(pieces), free(on_device);
         return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
     }
-    zinf_status st = dev ? zinf_memset_async(e->compute_stream, e->grads.device_norms, 0, 2 * np * sizeof *h) : ZINF_OK;
     // The device's pieces first, so that they run while the host takes the rest.
     for (int i = 0; i < e->module_count; i++) {
         const mod_layout *l = &e->layout[i];
         if (!states_on_device(e, i)) continue;
         // Held: one rank, the whole module (no buffer: the backward did not reach it).
         if (e->grads.held && !e->optim.grads32) {
-            if (e->grads.buffers16[i])
+            on_device[i] = e->grads.buffers16[i] != NULL;
+            if (e->grads.buffers16[i] && e->grads.norms_taken[i] != e->grads.backwards)
                 pieces[npieces++] = (zinf_sumsq_piece){
                     .x = e->grads.buffers16[i], .n = l->padded, .out = e->grads.device_norms + 2 * i};
             continue;
         }
         for (size_t r = 0; l->padded && r < W; r++)
-            if (partition_holds(e, r))
+            if (partition_holds(e, r)) {
+                on_device[i * W + r] = true;
                 pieces[npieces++] =
                     (zinf_sumsq_piece){.x = e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo),
                                        .n = l->slice,
                                        .out = e->grads.device_norms + 2 * (i * W + r)};
+            }
     }
-    if (st == ZINF_OK) st = zinf_sumsq_many(e->compute_stream, pieces_dt, pieces, npieces);
+    zinf_status st = zinf_sumsq_many(e->compute_stream, pieces_dt, pieces, npieces);
     free(pieces);
     for (int i = 0; st == ZINF_OK && i < e->module_count; i++) {
         if (states_on_device(e, i)) continue;
@@ -267,8 +272,9 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     if (st == ZINF_OK && dev)
         st = zinf_copy_async(e->compute_stream, from_dev, e->grads.device_norms, 2 * np * sizeof *h, ZINF_COPY_D2H);
     if (st == ZINF_OK) st = zinf_stream_sync(e->compute_stream);
-    for (int i = 0; st == ZINF_OK && dev && i < e->module_count; i++)
-        if (states_on_device(e, i)) memcpy(h + 2 * i * W, from_dev + 2 * i * W, 2 * W * sizeof *h);
+    for (size_t k = 0; st == ZINF_OK && k < np; k++)
+        if (on_device[k]) memcpy(h + 2 * k, from_dev + 2 * k, 2 * sizeof *h);
+    free(on_device);
     // Each piece lives on one rank of the partition (or on all, at stage 0); adding the
     // others' zeros keeps its bits. MiCS's replicas hold the same pieces: each shard
     // group sums its own.
