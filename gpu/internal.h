@@ -213,6 +213,7 @@ zinf_status profile_launch(zinf_stream *s, const op_record *r);
 struct zinf_stream {
     zinf_device *dev;
     void *impl;
+    bool urgent; // made by zinf_stream_create_urgent
 };
 
 struct zinf_event {

@@ -3,11 +3,12 @@
 
 #include "internal.h"
 
-zinf_status zinf_stream_create(zinf_device *d, zinf_stream **out) {
+static zinf_status stream_create(zinf_device *d, bool urgent, zinf_stream **out) {
     *out = NULL;
     zinf_stream *s = calloc(1, sizeof *s);
     if (!s) return zinf_fail(ZINF_ERR_NOMEM, "stream: out of host memory");
     s->dev = d;
+    s->urgent = urgent;
     zinf_status st = d->be->stream_create(s);
     if (st != ZINF_OK) {
         free(s);
@@ -16,6 +17,10 @@ zinf_status zinf_stream_create(zinf_device *d, zinf_stream **out) {
     *out = s;
     return ZINF_OK;
 }
+
+zinf_status zinf_stream_create(zinf_device *d, zinf_stream **out) { return stream_create(d, false, out); }
+
+zinf_status zinf_stream_create_urgent(zinf_device *d, zinf_stream **out) { return stream_create(d, true, out); }
 
 void zinf_stream_destroy(zinf_stream *s) {
     if (!s) return;

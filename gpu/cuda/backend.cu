@@ -204,15 +204,18 @@ static void cuda_host_unregister(zinf_device *d, void *p, size_t bytes) {
 // ---- streams ----
 
 // Non-blocking: the streams never wait for work on the legacy default stream, which
-// some library may use behind our back.
+// some library may use behind our back. An urgent stream takes the device's greatest
+// priority (the numerically least); the others CUDA's default, its least.
 static zinf_status cuda_stream_create(zinf_stream *s) {
     ZINF_CUDA_CHECK(cudaSetDevice(cuda_dev_of(s->dev)->index));
+    int least = 0, greatest = 0;
+    if (s->urgent) ZINF_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cuda_stream *cs = (cuda_stream *)calloc(1, sizeof *cs);
     if (!cs) return zinf_fail(ZINF_ERR_NOMEM, "cuda stream: out of host memory");
-    cudaError_t err = cudaStreamCreateWithFlags(&cs->st, cudaStreamNonBlocking);
+    cudaError_t err = cudaStreamCreateWithPriority(&cs->st, cudaStreamNonBlocking, s->urgent ? greatest : least);
     if (err != cudaSuccess) {
         free(cs);
-        return cuda_fail_at(err, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+        return cuda_fail_at(err, "cudaStreamCreateWithPriority", __FILE__, __LINE__);
     }
     err = cudaMalloc(&cs->d_lt_ws, CUDA_LT_WORKSPACE);
     if (err == cudaSuccess) err = cudaEventCreateWithFlags(&cs->reached, cudaEventDisableTiming);

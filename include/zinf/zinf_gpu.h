@@ -270,6 +270,11 @@ void zinf_pinned_unregister(zinf_device *d, void *p);
 // submitted after the wait until then. Submitting never blocks on the device.
 
 zinf_status zinf_stream_create(zinf_device *d, zinf_stream **out);
+// A stream whose work the device starts ahead of other streams' where both wait for room
+// on it (CUDA's greatest stream priority: a hint to its scheduler, which changes no
+// result; elsewhere an ordinary stream). Work beside such streams fills what they leave
+// idle instead of holding them back.
+zinf_status zinf_stream_create_urgent(zinf_device *d, zinf_stream **out);
 void zinf_stream_destroy(zinf_stream *s); // waits for its work; NULL is a no-op
 // Wait for everything submitted so far; returns the first failure of that work.
 zinf_status zinf_stream_sync(zinf_stream *s);

@@ -29,6 +29,7 @@
 struct CUstream_st {
     int device;
     bool blocking; // synchronizes with the legacy default stream
+    int priority = 0; // kept for cudaStreamGetPriority; every stream runs alike
     std::mutex mu;
     std::condition_variable work_cv; // the stream's thread waits on it for work
     std::condition_variable done_cv; // threads waiting for the stream's work to run
@@ -800,6 +801,34 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     if (!s || (flags & ~(unsigned)cudaStreamNonBlocking)) return fail(cudaErrorInvalidValue);
     ENTER();
     *s = make_stream(current, !(flags & cudaStreamNonBlocking));
+    return cudaSuccess;
+}
+
+// Stream priorities (cudaDeviceGetStreamPriorityRange, cudaStreamCreateWithPriority):
+// lower numbers are greater priorities, 0 is the default, and a value outside
+// [greatest, least] is clamped into it. The scheduler's preference for pending work of
+// greater priority changes no result, so every stream here runs alike and only the
+// value is kept.
+static const int least_priority = 0, greatest_priority = -5;
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    ENTER();
+    if (least) *least = least_priority;
+    if (greatest) *greatest = greatest_priority;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority) {
+    cudaError_t err = cudaStreamCreateWithFlags(s, flags);
+    if (err == cudaSuccess) (*s)->priority = std::min(least_priority, std::max(greatest_priority, priority));
+    return err;
+}
+
+// The legacy default stream (NULL) has the default priority.
+cudaError_t cudaStreamGetPriority(cudaStream_t s, int *priority) {
+    if (!priority) return fail(cudaErrorInvalidValue);
+    ENTER();
+    *priority = s ? s->priority : 0;
     return cudaSuccess;
 }
 

@@ -643,6 +643,42 @@ static void test_streams() {
     cudaStreamDestroy(a), cudaStreamDestroy(b);
 }
 
+// Stream priorities: a range with the greatest numerically below the least, a value
+// outside it clamped into it, the default (and the legacy stream's) 0, bad flags refused.
+static void test_priorities() {
+    EXPECT(cudaSetDevice(0), cudaSuccess);
+    int least = 1, greatest = 1, p = 1;
+    EXPECT(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+    CHECK(greatest < least && least == 0, "priority range [%d, %d]", greatest, least);
+    EXPECT(cudaDeviceGetStreamPriorityRange(nullptr, &greatest), cudaSuccess);
+    cudaStream_t urgent, plain, beyond;
+    EXPECT(cudaStreamCreateWithPriority(&urgent, cudaStreamNonBlocking, greatest), cudaSuccess);
+    EXPECT(cudaStreamCreateWithPriority(&plain, cudaStreamDefault, least + 3), cudaSuccess);
+    EXPECT(cudaStreamCreateWithPriority(&beyond, cudaStreamNonBlocking, greatest - 7), cudaSuccess);
+    EXPECT(cudaStreamGetPriority(urgent, &p), cudaSuccess);
+    CHECK(p == greatest, "urgent stream's priority %d, asked %d", p, greatest);
+    EXPECT(cudaStreamGetPriority(plain, &p), cudaSuccess);
+    CHECK(p == least, "a priority past the least came back as %d", p);
+    EXPECT(cudaStreamGetPriority(beyond, &p), cudaSuccess);
+    CHECK(p == greatest, "a priority past the greatest came back as %d", p);
+    EXPECT(cudaStreamGetPriority(nullptr, &p), cudaSuccess);
+    CHECK(p == 0, "the legacy stream's priority %d", p);
+    EXPECT(cudaStreamGetPriority(urgent, nullptr), cudaErrorInvalidValue);
+    cudaStream_t bad;
+    EXPECT(cudaStreamCreateWithPriority(&bad, 0x10, greatest), cudaErrorInvalidValue);
+    // Work on streams of different priorities still runs in each stream's order.
+    int *d = dev_ints(2), got[2], one = 1, two = 2;
+    EXPECT(cudaMemcpyAsync(d, &one, sizeof one, cudaMemcpyHostToDevice, plain), cudaSuccess);
+    EXPECT(cudaMemcpyAsync(d, &two, sizeof two, cudaMemcpyHostToDevice, plain), cudaSuccess);
+    EXPECT(cudaMemcpyAsync(d + 1, &one, sizeof one, cudaMemcpyHostToDevice, urgent), cudaSuccess);
+    EXPECT(cudaStreamSynchronize(plain), cudaSuccess);
+    EXPECT(cudaStreamSynchronize(urgent), cudaSuccess);
+    EXPECT(cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+    CHECK(got[0] == 2 && got[1] == 1, "copies on priority streams gave %d %d", got[0], got[1]);
+    cudaFree(d);
+    cudaStreamDestroy(urgent), cudaStreamDestroy(plain), cudaStreamDestroy(beyond);
+}
+
 // Stream-ordered allocation: cudaFreeAsync waits for nothing but its own stream (where
 // cudaFree drains the device), its release runs in that stream's order, a second free is
 // refused, and memory freed earlier on a stream serves the next allocation there.
@@ -764,6 +800,7 @@ int main() {
     test_cp_async();
     test_faults();
     test_streams();
+    test_priorities();
     test_pools();
     test_conversions();
     if (failures)
