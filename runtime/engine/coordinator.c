@@ -107,12 +107,12 @@ static zinf_status issue(zinf_engine *e, int upto) {
     coordinator *co = &e->params.coord;
     while (co->qlen) {
         int x = co->queue[co->qhead];
-        if (upto < 0 && !zinf_optim_tier_updated(e->optim.tier, x)) break;
+        if (upto < 0 && !e->optim.update->updated(e, x)) break;
         co->qhead = (co->qhead + 1) % e->module_count, co->qlen--;
         co->queued[x] = false;
         // A slice in memory is written by then; one on disk is read after its write-back.
         bool disk = from_disk(e, x);
-        ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim.tier, x, disk ? NULL : e->comm_stream));
+        ZINF_CHECK(e->optim.update->wait(e, x, disk ? NULL : e->comm_stream));
         ZINF_CHECK(zeropp_gather(e, x, co->gathered[x]));
         ZINF_CHECK(zinf_event_record(co->landed[x], e->comm_stream));
         if (x == upto) break;
@@ -140,7 +140,7 @@ static zinf_status read_ahead(zinf_engine *e) {
         int x = uses[i];
         bool issued = co->gathered[x] && !co->queued[x];
         if (issued || e->layout[x].tile || !from_disk(e, x) || zinf_param_tier_has_read(e->params.tier, x)) continue;
-        if (!zinf_optim_tier_updated(e->optim.tier, x)) break; // the background update has not written it yet
+        if (!e->optim.update->updated(e, x)) break; // the background update has not written it yet
         ZINF_CHECK(zinf_param_tier_read(e->params.tier, x));
     }
     return ZINF_OK;
@@ -203,7 +203,7 @@ zinf_status coord_timed_update_wait(zinf_engine *e, zinf_status (*fn)(zinf_engin
 // Issue the gathers decided up to x. When x is not updated yet this thread blocks
 // until it is: timed.
 static zinf_status issue_for_use(zinf_engine *e, int x) {
-    return zinf_optim_tier_updated(e->optim.tier, x) ? issue(e, x) : coord_timed_update_wait(e, issue, x);
+    return e->optim.update->updated(e, x) ? issue(e, x) : coord_timed_update_wait(e, issue, x);
 }
 
 zinf_status coord_wait_times(zinf_engine *e, double *all, double *disk, double *update) {
@@ -282,7 +282,7 @@ zinf_status coord_end_step(zinf_engine *e) {
 // them.
 
 static zinf_status tile_wait_update(zinf_engine *e, int x) {
-    return zinf_optim_tier_wait_updated(e->optim.tier, x, from_disk(e, x) ? NULL : e->comm_stream);
+    return e->optim.update->wait(e, x, from_disk(e, x) ? NULL : e->comm_stream);
 }
 
 // The slot holding tile k of mod, or NULL.
@@ -306,8 +306,8 @@ static zinf_status tile_gather(zinf_engine *e, int mod, int k) {
     // Every rank issues its gathers in one order: the ones decided before this tile go
     // first, though their modules' background updates may hold it back.
     if (co->qlen) ZINF_CHECK(issue_for_use(e, co->queue[(co->qhead + co->qlen - 1) % e->module_count]));
-    ZINF_CHECK(zinf_optim_tier_updated(e->optim.tier, mod) ? tile_wait_update(e, mod)
-                                                           : coord_timed_update_wait(e, tile_wait_update, mod));
+    ZINF_CHECK(e->optim.update->updated(e, mod) ? tile_wait_update(e, mod)
+                                                : coord_timed_update_wait(e, tile_wait_update, mod));
     t->disk =
         from_disk(e, mod) && !zinf_param_tier_has_read(e->params.tier, mod); // the op's first tile reads the slice
     ZINF_CHECK(zinf_param_tier_gather_part(e->params.tier, mod, (size_t)k * co->tiling[mod].tile, n, t->buf));

@@ -92,8 +92,9 @@ static zinf_status create(zinf_engine *e, const zinf_config *cfg, zinf_comm *com
     ZINF_CHECK(engine_choose(&e->cfg, &t, &choice));
     ZINF_CHECK(engine_model_params(&e->cfg, e->dtype, &mp));
     ZINF_CHECK(open_device(e, &t));
-    ZINF_CHECK(zinf_stream_create(e->dev, &e->compute_stream));
-    ZINF_CHECK(zinf_stream_create(e->dev, &e->comm_stream));
+    // Ahead of the store stream's work, which an update under the forward puts beside them.
+    ZINF_CHECK(zinf_stream_create_urgent(e->dev, &e->compute_stream));
+    ZINF_CHECK(zinf_stream_create_urgent(e->dev, &e->comm_stream));
     ZINF_CHECK(zinf_event_create(e->dev, &e->compute_mark));
     zinf_device_mem before, after;
     zinf_device_get_mem(e->dev, &before);

@@ -3,7 +3,7 @@
 // MiCS's groups (mics.c) and ZeRO++'s gathers and reductions (zeropp.c); the 16-bit
 // parameters (params.c) and the optimizer states (states.c) wherever their offload tier
 // keeps them; the gradient buckets (reduce.c); the stage-3 coordinator (coordinator.c)
-// and a stages-1-2 background update's parameters (share.c); the tables chosen once
+// and the parameters of an update under the forward at stages 0-2 (share.c); the tables chosen once
 // from the stage and the tier (policy.c); what creation and a plan share (build.c); the
 // initialization (init.c); a training step: forward, backward and the optimizer step
 // (step.c); creation (engine.c); checkpoints (checkpoint.c); the plan (plan.c,
@@ -102,10 +102,10 @@ typedef struct coordinator {
     zinf_tile_source src;
 } coordinator;
 
-// Stages 1-2 with an offloaded optimizer: the last step's update runs under the next
-// forward, and each module's new 16-bit buffer (this rank's part, stored by the update,
-// then with more than one rank all-gathered from the owners' slices) reaches the
-// forward on its own, in the order the forward first uses the modules.
+// Stages 0-2: the last step's update runs under the next forward, and each module's new
+// 16-bit buffer (this rank's part, stored by the update, then at stages 1-2 with more
+// than one rank all-gathered from the owners' slices) reaches the forward on its own,
+// in the order the forward first uses the modules.
 typedef struct share {
     int *order;          // the modules with parameters, by first use in forward, then the rest
     int *pos;            // per module: its place in order
@@ -139,8 +139,8 @@ typedef struct param_storage {
 extern const param_storage params_whole, params_sliced;
 
 // How the ops of a pass get their modules' 16-bit parameters, chosen once at creation
-// from the stage (policy.c): whole on the device at stages 0-2, where a background
-// update's new parts reach the forward through share.c; this rank's slices at stage 3,
+// from the stage (policy.c): whole on the device at stages 0-2, where an update under
+// the forward has its new parts reach it through share.c; this rank's slices at stage 3,
 // gathered by the coordinator (coordinator.c).
 typedef struct param_ops {
     zinf_status (*create)(zinf_engine *e); // once the states are built
@@ -159,15 +159,23 @@ typedef struct param_ops {
 } param_ops;
 
 // How the optimizer step runs its update (step.c), chosen once from the optimizer's
-// tier (policy.c): on the device inside the step, or offloaded, started on the tier's
-// thread for the next forward to run under.
+// tier and the stage (policy.c): offloaded, started on the tier's thread; on the device
+// where the parameters are whole (stages 0-2), issued on the parameters' store stream;
+// either way for the next forward to run under. At stage 3 with the optimizer on the
+// device, inside the step.
 typedef struct update_ops {
     // Once the norm and the loss scale are known: the update with h (NULL: the step is
     // skipped), the new parameters handed on, the step's figures into info, and the
     // gradients and the parameters made ready for the next step.
     zinf_status (*run)(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info);
+    // Whether module x's new 16-bit parameters are issued (offloaded: stored by the
+    // tier's thread), so that waiting for them does not block this thread.
+    bool (*updated)(zinf_engine *e, int x);
+    // Stream s waits for module x's update (s NULL: this thread does).
+    zinf_status (*wait)(zinf_engine *e, int x, zinf_stream *s);
+    bool under_forward; // the next forward runs under the update (share.c, coordinator.c)
 } update_ops;
-extern const update_ops update_on_device, update_offloaded;
+extern const update_ops update_in_step, update_under_forward, update_offloaded;
 
 // A device buffer freed once the stream work recorded in ev has passed it.
 typedef struct pending_free {
@@ -264,12 +272,14 @@ typedef struct parameters {
     zinf_offload_device offload;      // stage 3: where the slices live
     zinf_param_tier *tier;            // stage 3: the slices
     zinf_param_tier_stats tier_stats; // its figures: of the tier made, or planned
-    zinf_stream *store_stream;        // stages 1-2, optimizer offloaded: the update stores this rank's parts on it
+    // Stages 0-2 with the update under the forward: the update stores this rank's parts
+    // on it (and on the device runs there), apart from the forward's ops.
+    zinf_stream *store_stream;
     void **view;                      // what the model reads: whole, or the gathered buffers at stage 3
     const param_storage *storage;     // the stage's (policy.c)
     const param_ops *ops;
     coordinator coord; // stage 3; its timed waits also at stages 1-2 with a background update
-    share share;       // stages 1-2 with a background update
+    share share;       // stages 0-2 with an update under the forward
 } parameters;
 
 // The optimizer (states.c, step.c): its states on the device or in the offload tier,
@@ -288,11 +298,14 @@ typedef struct optimizer {
     bool pinned_grads;                              // host_grads32 is in pinned memory
     zinf_cpu_pool *pool;                            // cpu and nvme: CPU Adam and the host gradient norms
     int threads;                                    // its threads (cpuadam_cores_perc of the cores)
-    const update_ops *update;                       // the tier's (policy.c)
+    const update_ops *update;                       // the tier's and the stage's (policy.c)
     // Offloaded (stages 1-3): the update runs on the tier's thread and the next step's
     // forward starts at once; a module waits only for its own sub-group (at stage 3
     // its gather, at stages 1-2 share.c).
     bool background;
+    // On the device under the forward: per module, recorded on the store stream after
+    // its update (and its store).
+    zinf_event **updated;
 } optimizer;
 
 // ZeRO++ (zeropp.c).
@@ -427,7 +440,7 @@ void coord_free_waits(zinf_engine *e);
 // x, between two timed events on the compute stream with nothing queued between them:
 // the time the compute stream stood idle waiting for the update.
 zinf_status coord_timed_update_wait(zinf_engine *e, zinf_status (*fn)(zinf_engine *e, int x), int x);
-// share.c (stages 1-2 with a background update; each a no-op otherwise)
+// share.c (stages 0-2 with an update under the forward; each a no-op otherwise)
 zinf_status share_create(zinf_engine *e);
 void share_destroy(zinf_engine *e);
 // The step started the update: every module's new buffer is yet to reach the forward.
@@ -466,7 +479,9 @@ void states_destroy(zinf_engine *e);
 zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, float *dst);
 zinf_status states_write(zinf_engine *e, zinf_tier_state s, size_t off, size_t n, const float *src);
 zinf_status states_zero(zinf_engine *e); // moments and gradients
-zinf_status states_zero_grads(zinf_engine *e);
+// After the step: the gradients are the next backward's, the held ones freed once the
+// stream whose update reads them passes.
+zinf_status states_zero_grads(zinf_engine *e, zinf_stream *readers);
 // Held gradients (gradients.held) become fp32 ones for the rest of the step, for a
 // gradient set by hand or a second backward before the step to add in fp32 as without
 // holding; nothing otherwise.

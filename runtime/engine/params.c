@@ -16,12 +16,11 @@ static zinf_status whole_create(zinf_engine *e) {
     for (int i = 0; i < e->module_count; i++)
         if (e->layout[i].padded)
             ZINF_CHECK(engine_take_device(e, e->layout[i].padded * e->elem_size, "parameters", &e->params.whole[i]));
-    // An offloaded update runs under the next forward (share.c) and stores on a
-    // stream of its own: on the compute stream a store would queue behind the
-    // forward's ops, and the update's output buffers, reused once their stores pass,
-    // would wait for the forward.
-    if (!e->plan && e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE)
-        ZINF_CHECK(zinf_stream_create(e->dev, &e->params.store_stream));
+    // The update runs under the next forward (share.c) and stores on a stream of its
+    // own: on the compute stream a store would queue behind the forward's ops, and an
+    // offloaded update's output buffers, reused once their stores pass, would wait for
+    // the forward. On the device the update runs on that stream too.
+    if (!e->plan && e->optim.update->under_forward) ZINF_CHECK(zinf_stream_create(e->dev, &e->params.store_stream));
     return ZINF_OK;
 }
 

@@ -77,7 +77,9 @@ void policy_choose(zinf_engine *e) {
     e->grads.accumulate_locally = stage == 1 && e->cfg.gradient_accumulation_steps > 1;
     e->params.storage = stage == 3 ? &params_sliced : &params_whole;
     e->params.ops = stage == 3 ? &sliced : stage > 0 ? &partitioned : &replicated;
-    // The update runs under the next forward at every stage that offloads it (1-3).
+    // The update runs under the next forward at every stage that offloads it (1-3), and
+    // on the device where the parameters are whole (0-2); at stage 3 the next step's
+    // gathers would read slices the update is still writing, so there it ends in the step.
     e->optim.background = e->cfg.zero.offload_optimizer.device != ZINF_OFFLOAD_NONE;
-    e->optim.update = e->optim.background ? &update_offloaded : &update_on_device;
+    e->optim.update = e->optim.background ? &update_offloaded : stage < 3 ? &update_under_forward : &update_in_step;
 }

@@ -1,14 +1,19 @@
-// Stages 1-2 with an offloaded optimizer: the step hands the update to the optimizer
-// tier's thread and returns, and the next forward runs under it. The tier stores each
-// sub-group's new 16-bit parts (this rank's slice of each module) on the store stream;
-// before a module's first op the compute stream waits for that module's store and,
-// with more than one rank, for its all-gather from the owners' slices on the
-// communication stream. The forward never reads a module before its update, so the
-// bits are those of an update inside the step (ZeRO-Offload's delayed parameter update
-// overlaps the same work by letting the forward read weights one step old).
+// Stages 0-2: the step hands the update to the optimizer tier's thread (offloaded) or
+// issues it on the store stream (on the device) and returns, and the next forward runs
+// under it. The update stores each module's new 16-bit part (this rank's slice at
+// stages 1-2) from the store stream; before a module's first op the compute stream
+// waits for that module's update and, at stages 1-2 with more than one rank, for its
+// all-gather from the owners' slices on the communication stream. The forward never
+// reads a module before its update, so the bits are those of an update inside the step
+// (ZeRO-Offload's delayed parameter update overlaps the same work by letting the
+// forward read weights one step old).
 #include <string.h>
 
 #include "internal.h"
+
+// Each rank updated only its own part (stages 1-2 over several ranks): the others'
+// come by all-gather.
+static bool gathers(const zinf_engine *e) { return e->partition.split && e->partition.ranks > 1; }
 
 static void add(zinf_engine *e, int x) {
     share *s = &e->params.share;
@@ -36,14 +41,14 @@ static void build_order(zinf_engine *e) {
 
 zinf_status share_create(zinf_engine *e) {
     share *s = &e->params.share;
-    if (!e->optim.background) return ZINF_OK; // stage 3 gathers instead (params.ops)
+    if (!e->optim.update->under_forward) return ZINF_OK;
     size_t n = (size_t)e->module_count + 1;
     s->order = malloc(n * sizeof *s->order);
     s->pos = malloc(n * sizeof *s->pos);
     s->waited = calloc(n, sizeof *s->waited);
     s->landed = calloc(n, sizeof *s->landed);
     if (!s->order || !s->pos || !s->waited || !s->landed) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; e->partition.ranks > 1 && i < e->module_count; i++)
+    for (int i = 0; gathers(e) && i < e->module_count; i++)
         ZINF_CHECK(zinf_event_create(e->dev, &s->landed[i]));
     build_order(e);
     return ZINF_OK;
@@ -67,17 +72,17 @@ void share_start(zinf_engine *e) {
 
 // All-gather the modules in order from s->next: up to and including upto (blocking
 // this thread until each is updated), or with upto < 0 as many as are updated.
-// The communication stream first waits for the module's sub-group event, which the
-// tier recorded on the store stream after the module's store (zinf_optim_tier_updated
-// says it was recorded), so the gather reads this rank's new slice; the gather then
-// writes the whole buffer, and `landed` tells the compute stream when.
+// The communication stream first waits for the module's update (offloaded: the
+// sub-group event the tier recorded on the store stream after the module's store),
+// so the gather reads this rank's new slice; the gather then writes the whole buffer,
+// and `landed` tells the compute stream when.
 static zinf_status gather_upto(zinf_engine *e, int upto) {
     share *s = &e->params.share;
     while (s->next < s->n) {
         int x = s->order[s->next];
-        if (upto < 0 && !zinf_optim_tier_updated(e->optim.tier, x)) break;
+        if (upto < 0 && !e->optim.update->updated(e, x)) break;
         s->next++;
-        ZINF_CHECK(zinf_optim_tier_wait_updated(e->optim.tier, x, e->comm_stream));
+        ZINF_CHECK(e->optim.update->wait(e, x, e->comm_stream));
         size_t sb = e->layout[x].slice * e->elem_size;
         // After a failure the update's bits mean nothing; engine_sync raises it.
         if (!zinf_latch_failed(e->failure))
@@ -89,12 +94,12 @@ static zinf_status gather_upto(zinf_engine *e, int upto) {
     return ZINF_OK;
 }
 
-// The compute stream waits for module x's new buffer: with one rank the tier's store
-// (its sub-group event on the store stream), else the all-gather's landing.
+// The compute stream waits for module x's new buffer: its update, or the all-gather's
+// landing.
 static zinf_status wait_for(zinf_engine *e, int x) {
     share *s = &e->params.share;
     s->waited[x] = true;
-    if (e->partition.ranks == 1) return zinf_optim_tier_wait_updated(e->optim.tier, x, e->compute_stream);
+    if (!gathers(e)) return e->optim.update->wait(e, x, e->compute_stream);
     if (s->pos[x] >= s->next) ZINF_CHECK(gather_upto(e, x));
     return zinf_stream_wait_event(e->compute_stream, s->landed[x]);
 }
@@ -104,13 +109,13 @@ zinf_status share_use(zinf_engine *e, int x) {
     if (!s->active || x < 0 || !e->layout[x].padded || s->waited[x]) return ZINF_OK;
     // Whether the compute stream may run dry here: the update has not stored x yet, or
     // x's all-gather is not known to have landed. Then the wait is timed.
-    bool pending = !zinf_optim_tier_updated(e->optim.tier, x) ||
-                   (e->partition.ranks > 1 && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
+    bool pending =
+        !e->optim.update->updated(e, x) || (gathers(e) && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
     return pending ? coord_timed_update_wait(e, wait_for, x) : wait_for(e, x);
 }
 
 zinf_status share_ahead(zinf_engine *e) {
-    if (!e->params.share.active || e->partition.ranks == 1) return ZINF_OK;
+    if (!e->params.share.active || !gathers(e)) return ZINF_OK;
     return gather_upto(e, -1);
 }
 

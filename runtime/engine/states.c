@@ -86,6 +86,12 @@ zinf_status states_create(zinf_engine *e) {
     e->optim.offload = oc->device;
     if (e->optim.offload == ZINF_OFFLOAD_NONE) {
         e->optim.device_numel = e->partition.numel;
+        if (e->optim.update->under_forward && !e->plan) { // each module's update, for share.c
+            e->optim.updated = calloc((size_t)e->module_count, sizeof *e->optim.updated);
+            if (!e->optim.updated) return zinf_fail(ZINF_ERR_NOMEM, "engine: out of memory");
+            for (int i = 0; i < e->module_count; i++)
+                ZINF_CHECK(zinf_event_create(e->dev, &e->optim.updated[i]));
+        }
         return device_states(e);
     }
     size_t *part_n = malloc(((size_t)e->module_count + 1) * sizeof *part_n);
@@ -152,6 +158,9 @@ zinf_status states_create(zinf_engine *e) {
 }
 
 void states_destroy(zinf_engine *e) {
+    for (int i = 0; e->optim.updated && i < e->module_count; i++)
+        zinf_event_destroy(e->optim.updated[i]);
+    free(e->optim.updated);
     zinf_host_pool_free(e->host, e->grads.host_norms, e->cfg.zero.offload_optimizer.pin_memory);
     zinf_optim_tier_destroy(e->optim.tier);
     zinf_cpu_pool_destroy(e->optim.pool);
@@ -244,16 +253,16 @@ zinf_status states_zero(zinf_engine *e) {
     return zinf_stream_sync(e->compute_stream);
 }
 
-zinf_status states_zero_grads(zinf_engine *e) {
+zinf_status states_zero_grads(zinf_engine *e, zinf_stream *readers) {
     e->grads.stale = true; // overwritten by the next backward (grad_add_run; reduce.c's widen and flush)
     if (!e->grads.held) return ZINF_OK;
-    // The step has read the held gradients (or the fp32 ones a hand made): the next
-    // backward makes new ones.
+    // The step's update reads the held gradients (or the fp32 ones a hand made): the
+    // next backward makes new ones.
     for (int i = 0; i < e->module_count; i++) {
-        ZINF_CHECK(engine_free_after(e, e->grads.buffers16[i], e->compute_stream));
+        ZINF_CHECK(engine_free_after(e, e->grads.buffers16[i], readers));
         e->grads.buffers16[i] = NULL;
     }
-    ZINF_CHECK(engine_free_after(e, e->optim.grads32, e->compute_stream));
+    ZINF_CHECK(engine_free_after(e, e->optim.grads32, readers));
     e->optim.grads32 = NULL;
     return ZINF_OK;
 }

@@ -288,20 +288,28 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     return st;
 }
 
-// The optimizer on the device, on the compute stream: every module's part, or with
-// offload_optimizer.ratio below 1 those of the first sub-groups.
-static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
+// The optimizer on the device, on stream s after the backward: every module's part, or
+// with offload_optimizer.ratio below 1 those of the first sub-groups; in the order of
+// `order` (n modules) where given, each module's `updated` event recorded after it.
+static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h, zinf_stream *s, const int *order, int n) {
     bool f32 = e->dtype == ZINF_DTYPE_F32;
-    for (int i = 0; i < e->module_count; i++) {
+    // Held gradients: the backward's own (one rank: the part is the whole module), zeros
+    // where the backward did not reach.
+    bool held = e->grads.held && !e->optim.grads32;
+    for (int i = 0; held && i < e->module_count; i++)
+        if (e->layout[i].padded && states_on_device(e, i)) ZINF_CHECK(need_grad(e, i, false));
+    if (s != e->compute_stream) {
+        ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
+        ZINF_CHECK(zinf_stream_wait_event(s, e->compute_mark));
+    }
+    for (int k = 0; k < (order ? n : e->module_count); k++) {
+        int i = order ? order[k] : k;
         const mod_layout *l = &e->layout[i];
         if (!l->padded || !states_on_device(e, i)) continue;
         // The kernel writes the 16-bit part in place where it lives on the device, else
         // into scratch the parameter tier takes it from.
         void *dst = e->params.storage->device_part(e, i), *tmp = NULL;
         if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->elem_size, "16-bit parameters", &tmp));
-        // Held gradients: the backward's own (one rank: the part is the whole module).
-        bool held = e->grads.held && !e->optim.grads32;
-        if (held) ZINF_CHECK(need_grad(e, i, false)); // zeros where the backward did not reach
         zinf_optim_tile t = {.param = e->optim.master + l->part_off,
                              .exp_avg = e->optim.exp_avg + l->part_off,
                              .exp_avg_sq = e->optim.exp_avg_sq + l->part_off,
@@ -312,16 +320,17 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h) {
                                           : tmp,
                              .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dtype,
                              .n = l->part_n};
-        ZINF_CHECK(zinf_device_optim(e->compute_stream, h, &t));
-        // At stages 1-2 an offloaded optimizer's stores go on a stream of their own
-        // (with a ratio below 1 the device updates part of it): after the kernel.
-        zinf_stream *s = params_stream(e);
-        if ((f32 || !dst) && s != e->compute_stream) {
-            ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
-            ZINF_CHECK(zinf_stream_wait_event(s, e->compute_mark));
+        ZINF_CHECK(zinf_device_optim(s, h, &t));
+        // The parameters' stores may go on a stream of their own (a parameter tier's, or
+        // at stages 1-2 an offloaded optimizer's with a ratio below 1): after the kernel.
+        zinf_stream *ps = params_stream(e);
+        if ((f32 || !dst) && ps != s) {
+            ZINF_CHECK(zinf_event_record(e->compute_mark, s));
+            ZINF_CHECK(zinf_stream_wait_event(ps, e->compute_mark));
         }
         if (f32 || !dst) ZINF_CHECK(e->params.storage->store(e, i, f32 ? t.param : tmp, false));
-        ZINF_CHECK(engine_free_after(e, tmp, e->compute_stream));
+        ZINF_CHECK(engine_free_after(e, tmp, s));
+        if (order) ZINF_CHECK(zinf_event_record(e->optim.updated[i], ps));
     }
     return ZINF_OK;
 }
@@ -413,13 +422,30 @@ static zinf_status finish(zinf_engine *e) {
 // cleared and the step's end for the parameters.
 static zinf_status run_in_step(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
     if (h) {
-        ZINF_CHECK(update(e, h));
+        ZINF_CHECK(update(e, h, e->compute_stream, NULL, 0));
         ZINF_CHECK(e->params.ops->after_update(e));
     }
     ZINF_CHECK(engine_sync(e)); // the 16-bit parameters are where they live
     ZINF_CHECK(step_times(e, info));
-    ZINF_CHECK(states_zero_grads(e));
+    ZINF_CHECK(states_zero_grads(e, e->compute_stream));
     return e->params.ops->end_step(e);
+}
+
+// On the device where the parameters are whole (stages 0-2): the update is issued on
+// the store stream, module by module in the order the next forward first uses them, and
+// the step returns. Each module's first op waits for its update (share.c; at stages 1-2
+// over several ranks for the all-gather after it), so the forward runs beside the
+// updates of the modules it has not reached yet: the memory-bound update beside the
+// products. The bits are those of the update inside the step.
+static zinf_status run_under_forward(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
+    if (!h) return run_in_step(e, NULL, info);
+    const share *sh = &e->params.share;
+    ZINF_CHECK(update(e, h, e->params.store_stream, sh->order, sh->n));
+    ZINF_CHECK(step_times(e, info));
+    ZINF_CHECK(states_zero_grads(e, e->params.store_stream));
+    ZINF_CHECK(e->params.ops->end_step(e));
+    share_start(e);
+    return ZINF_OK;
 }
 
 // An offloaded update starts on the tier's thread and the next forward starts now; each
@@ -442,17 +468,42 @@ static zinf_status run_in_background(zinf_engine *e, const zinf_optim_hparams *h
     // offload_optimizer.ratio below 1: the first sub-groups are updated on the device
     // first, their new slices stored before the tier's thread stores any.
     if (e->optim.device_numel) {
-        ZINF_CHECK(update(e, h));
+        ZINF_CHECK(update(e, h, e->compute_stream, NULL, 0));
         ZINF_CHECK(engine_wait_streams(e));
     }
     ZINF_CHECK(zinf_optim_tier_start(e->optim.tier, h, &info->optim_rolled_back));
-    ZINF_CHECK(states_zero_grads(e)); // the update reads them; the next backward overwrites them
+    // The update reads them; the next backward overwrites them.
+    ZINF_CHECK(states_zero_grads(e, e->compute_stream));
     share_start(e);
     return ZINF_OK;
 }
 
-const update_ops update_on_device = {.run = run_in_step};
-const update_ops update_offloaded = {.run = run_in_background};
+// Inside the step nothing is left to wait for.
+static bool always_updated(zinf_engine *e, int x) {
+    (void)e, (void)x;
+    return true;
+}
+
+static zinf_status nothing_to_wait(zinf_engine *e, int x, zinf_stream *s) {
+    (void)e, (void)x, (void)s;
+    return ZINF_OK;
+}
+
+static zinf_status wait_on_device(zinf_engine *e, int x, zinf_stream *s) {
+    return s ? zinf_stream_wait_event(s, e->optim.updated[x]) : zinf_event_sync(e->optim.updated[x]);
+}
+
+static bool tier_updated(zinf_engine *e, int x) { return zinf_optim_tier_updated(e->optim.tier, x); }
+
+static zinf_status wait_for_tier(zinf_engine *e, int x, zinf_stream *s) {
+    return zinf_optim_tier_wait_updated(e->optim.tier, x, s);
+}
+
+const update_ops update_in_step = {.run = run_in_step, .updated = always_updated, .wait = nothing_to_wait};
+const update_ops update_under_forward = {
+    .run = run_under_forward, .updated = always_updated, .wait = wait_on_device, .under_forward = true};
+const update_ops update_offloaded = {
+    .run = run_in_background, .updated = tier_updated, .wait = wait_for_tier, .under_forward = true};
 
 zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     if (!e || !info) return zinf_fail(ZINF_ERR_INVAL, "engine step: e and info are required");

@@ -439,7 +439,8 @@ static void test_background_update(zinf_comm *comm, const char *root) {
     CHECK(cpu.optim_s[0] == 0 && cpu.optim_s[1] > 0 && cpu.optim_s[2] > 0,
           "%d rank(s): optim_s per step %g %g %g: the update ran inside the step", W, cpu.optim_s[0], cpu.optim_s[1],
           cpu.optim_s[2]);
-    CHECK(dev.wait_optim_s[1] == 0 && cpu.wait_optim_s[1] >= 0, "wait_optim_s: device %g, cpu %g", dev.wait_optim_s[1],
+    // Both updates run under the next forward, whose waits for them are times.
+    CHECK(dev.wait_optim_s[1] >= 0 && cpu.wait_optim_s[1] >= 0, "wait_optim_s: device %g, cpu %g", dev.wait_optim_s[1],
           cpu.wait_optim_s[1]);
     CHECK(memcmp(dev.loss, cpu.loss, sizeof dev.loss) == 0,
           "%d rank(s): step losses on cpu %.9g %.9g %.9g, on the device %.9g %.9g %.9g", W, cpu.loss[0], cpu.loss[1],
