@@ -20,7 +20,9 @@
 # With --variants first (before --offload, if both), then: every op of GPT-2 124M and
 #   Llama-3.2-1B (cuDNN's attention) under this build and each CLI that
 #   tests/bench/gpu_variants.sh built at other commits into $ZINF_BUILD/variants (packed by
-#   gpu_pack.sh), twice each, in one run; gpu_variants.py's table in variants.txt.
+#   gpu_pack.sh), twice each, in one run; gpu_variants.py's table in variants.txt. Step 5
+#   then trains each model under each of those CLIs too (cuDNN's attention), a row each:
+#   --trainers torch,zinf-cudnn leaves zinf's own attention out to make room for them.
 # With --offload first, the offloaded step's measurements instead of 3-5 (the tests first):
 #   tests/bench/bench_gpu_peers.sh: GPT-2 large at 8 x 1024 under FSDP2's
 #   CPUOffloadPolicy (torch alone), torchao's CPUOffloadOptimizer and DeepSpeed ZeRO-3
@@ -128,7 +130,8 @@ kernels() {
     --set device.attention=cudnn
   # Arguments go to the bench: --trainers zinf leaves PyTorch out (its compiles take most
   # of the 310 s), --models gpt2 one model.
-  step bench-gpu-compute 310 env ZINF_BUILD="$B" tests/bench/bench_gpu_compute.sh "$@"
+  step bench-gpu-compute 310 env ZINF_BUILD="$B" tests/bench/bench_gpu_compute.sh \
+    ${variants:+--variants "$B/variants"} "$@"
   # The bench's own log beside its table's (the step's log has the name it had).
   cp "$B/bench-gpu-compute.json" "$out/" 2> /dev/null
   cp "$B/bench-gpu-compute.log" "$out/bench-gpu-compute-runs.log" 2> /dev/null

@@ -226,13 +226,14 @@ def write_zinf_config(name, args, tmp, attention="zinf"):
     return cfg, steps
 
 
-def run_zinf(name, trainer, args, tmp):
+def run_zinf(name, trainer, args, tmp, exe=None, attention=None):
+    """trainer's row: zinf's build (or the CLI exe) with its attention (or attention)."""
     m = MODELS[name]
     rec = {"bench": "gpu_compute", "model": name, "trainer": trainer}
-    exe = os.path.join(args.zinf, "zinf")
+    exe = exe or os.path.join(args.zinf, "zinf")
     if not os.access(exe, os.X_OK):
         return {**rec, "error": f"{exe} is missing (make builds it)"}
-    cfg, steps = write_zinf_config(name, args, tmp, ZINF_ATTENTION[trainer])
+    cfg, steps = write_zinf_config(name, args, tmp, attention or ZINF_ATTENTION[trainer])
     timed, final = gpu_bench_runs.train(exe, cfg, steps, args.warmup, f"{name}_{trainer}", tmp, args.timeout)
     if final is None:
         return {**rec, "error": timed}
@@ -250,17 +251,17 @@ def table(rows, models, m, out):
     ok = {(r["model"], r["trainer"]): r for r in rows if "error" not in r}
     print(f"\ngpu_compute: micro-batch {MICRO} x {SEQ} random tokens, bf16, AdamW on the device, stage 0, "
           f"median step; {m['gpu']}, {m['cores']} cores, commit {m['commit']}, {m['date']}", file=out)
-    print(f"{'model':<14} {'trainer':<10} {'params':>8} {'step s':>8} {'tokens/s':>10} {'TFLOPS':>7} "
+    print(f"{'model':<14} {'trainer':<18} {'params':>8} {'step s':>8} {'tokens/s':>10} {'TFLOPS':>7} "
           f"{'% 989':>6} {'zinf/torch':>10} {'GPU GiB':>8}", file=out)
     for r in rows:
         label = MODELS[r["model"]].label
         if "error" in r:
-            print(f"{label:<14} {r['trainer']:<10} cannot run: {r['error']}", file=out)
+            print(f"{label:<14} {r['trainer']:<18} cannot run: {r['error']}", file=out)
             continue
         t = ok.get((r["model"], "torch"))
-        ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:10.2f}" if t and r["trainer"] in ZINF_ATTENTION else f"{'':10}"
+        ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:10.2f}" if t and r["trainer"] != "torch" else f"{'':10}"
         gib = f"{r['gpu_peak_gib']:8.1f}" if r.get("gpu_peak_gib") is not None else f"{'':8}"
-        print(f"{label:<14} {r['trainer']:<10} {r['params'] / 1e6:7.0f}M {r['step_s']:8.3f} {r['tokens_per_s']:10.0f} "
+        print(f"{label:<14} {r['trainer']:<18} {r['params'] / 1e6:7.0f}M {r['step_s']:8.3f} {r['tokens_per_s']:10.0f} "
               f"{r['tflops']:7.1f} {100 * r['tflops'] / H100_BF16_TFLOPS:5.1f}% {ratio} {gib}", file=out)
 
     def goal(text, value, fmt, target, met):
@@ -297,6 +298,10 @@ def main():
                     "zinf allocates in its first)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds a run may take in all (default 1800)")
     ap.add_argument("--out", help="also write the JSON lines to this file")
+    ap.add_argument("--variants", metavar="DIR",
+                    help="after each model's trainers, train it with cuDNN's attention under each CLI DIR/zinf-NAME "
+                    "too (tests/bench/gpu_variants.sh builds them at other commits): a row zinf-cudnn@NAME each, "
+                    "on the same card in the same run")
     ap.add_argument("--write-configs", metavar="DIR",
                     help="write zinf's config for each model (and its token file) to DIR and exit: "
                     "for zinf estimate --config or zinf check on a machine with no GPU")
@@ -330,10 +335,18 @@ def main():
     outf = open(args.out, "w") if args.out else None
     tmp = tempfile.mkdtemp(prefix="zinf-gpu-compute-", dir=os.environ.get("ZINF_BENCH_DIR", "/var/tmp"))
     rows = []
+    # Each variant's row: its trainer name, the CLI.
+    variants = {f"zinf-cudnn@{p.name[5:]}": str(p)
+                for p in sorted(pathlib.Path(args.variants).glob("zinf-*"))} if args.variants else {}
     try:
         for name in models:
-            for trainer in trainers:
-                rec = run_zinf(name, trainer, args, tmp) if trainer in ZINF_ATTENTION else run_worker(name, args)
+            for trainer in trainers + list(variants):
+                if trainer in variants:
+                    rec = run_zinf(name, trainer, args, tmp, variants[trainer], "cudnn")
+                elif trainer in ZINF_ATTENTION:
+                    rec = run_zinf(name, trainer, args, tmp)
+                else:
+                    rec = run_worker(name, args)
                 rows.append(rec)
                 for f in (sys.stdout, outf):
                     if f:
