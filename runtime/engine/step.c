@@ -478,7 +478,8 @@ static zinf_status run_in_background(zinf_engine *e, const zinf_optim_hparams *h
     return ZINF_OK;
 }
 
-// Inside the step nothing is left to wait for.
+// An update inside the step leaves nothing to wait for; the device's under the forward
+// is all issued when the step returns, so waiting for a module never blocks this thread.
 static bool always_updated(zinf_engine *e, int x) {
     (void)e, (void)x;
     return true;
