@@ -108,9 +108,11 @@ zinf_status share_use(zinf_engine *e, int x) {
     share *s = &e->params.share;
     if (!s->active || x < 0 || !e->layout[x].padded || s->waited[x]) return ZINF_OK;
     // Whether the compute stream may run dry here: the update has not stored x yet, or
-    // x's all-gather is not known to have landed. Then the wait is timed.
-    bool pending =
-        !e->optim.update->updated(e, x) || (gathers(e) && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
+    // x's all-gather is not known to have landed. Then the wait is timed. The device's
+    // update always is: its wait never blocks this thread, and the stream's idle time
+    // between the two events is how much of the update the forward did not hide.
+    bool pending = !e->optim.background || !e->optim.update->updated(e, x) ||
+                   (gathers(e) && (s->pos[x] >= s->next || !zinf_event_done(s->landed[x])));
     return pending ? coord_timed_update_wait(e, wait_for, x) : wait_for(e, x);
 }
 
