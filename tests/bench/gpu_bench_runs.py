@@ -80,10 +80,12 @@ def predicted(exe, cfg, timeout, sets=()):
 
 def figures(timed, final, skipped, tokens):
     """A zinf run's figures: the median of the timed steps, each of them, tokens/s for
-    `tokens` a step, the device's peak and the final loss where it printed them."""
+    `tokens` a step, the median of the forward's waits for the update under it, the
+    device's peak and the final loss where it printed them."""
     times = [o["step_seconds"] for o in timed]
     s = statistics.median(times)
     out = {"tokens_per_s": tokens / s, "step_s": s, "steps_s": times, "warmup": skipped,
+           "wait_optim_s": statistics.median(o.get("wait_optim_s", 0.0) for o in timed),
            "gpu_peak_gib": final["device_peak_bytes"] / 2**30 if "device_peak_bytes" in final else None}
     if final.get("loss") is not None:
         out["final_loss"] = final["loss"]
