@@ -57,7 +57,9 @@ typedef struct zinf_step_info {
     // optimizer's update and its wait on NVMe in it (the update runs in the background
     // under the next step's forward: the one reported is the one that ran since the
     // last step), and how long the compute stream stood idle because it had not yet
-    // reached the modules forward needed (at stages 1-2 also their all-gathers); and the NVMe link (bytes, and
+    // reached the modules forward needed (at stages 1-2 also their all-gathers; the
+    // device's update runs under the next forward too at stages 0-2, and these waits
+    // are for it); and the NVMe link (bytes, and
     // the seconds some read or write was in flight), and the 16-bit slices on disk that
     // the update handed to the parameter pool, which their gathers did not read back.
     double wait_params_s, wait_params_nvme_s;
@@ -82,7 +84,9 @@ typedef struct zinf_step_info {
     double device_compute_s, pcie_h2d_s, pcie_d2h_s, gpu_link_s;
 } zinf_step_info;
 
-// Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients.
+// Clip, update and (stages 1-2) share the new 16-bit parameters; zero the gradients. The
+// update may still run when it returns (offloaded, or on the device at stages 0-2): each
+// module's next use, and every call that reads the states, waits for its own part.
 // At stage 1 it needs gradient_accumulation_steps backward passes since the last step.
 zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info);
 
