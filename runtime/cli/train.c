@@ -264,6 +264,8 @@ static void report(trainer *t, const zinf_step_info *si, double secs, double fpt
                     "(waiting on nvme %.3f s), the forward waited %.3f s for it",
                     si->optim_backward_s, si->optim_speculated, si->optim_rolled_back, si->optim_s, si->optim_io_wait_s,
                     si->wait_optim_s);
+        else if (t->cfg.zero.stage < 3) // the device's update runs under the next forward
+            fprintf(t->log, " | the forward waited %.3f s for the update", si->wait_optim_s);
         if (m.nvme)
             fprintf(t->log, " | nvme read %.2f GB/s, write %.2f GB/s",
                     si->nvme_read_s > 0 ? (double)si->nvme_read_bytes / si->nvme_read_s / 1e9 : 0.0,
