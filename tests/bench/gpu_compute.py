@@ -338,6 +338,8 @@ def main():
     # Each variant's row: its trainer name, the CLI.
     variants = {f"zinf-cudnn@{p.name[5:]}": str(p)
                 for p in sorted(pathlib.Path(args.variants).glob("zinf-*"))} if args.variants else {}
+    if args.variants and not variants:
+        ap.error(f"--variants {args.variants}: no zinf-NAME CLI there (tests/bench/gpu_variants.sh builds them)")
     try:
         for name in models:
             for trainer in trainers + list(variants):
