@@ -44,6 +44,7 @@ typedef enum op_kind {
     OP_QUANTIZE,
     OP_DEQUANTIZE,
     OP_OPTIM,
+    OP_OPTIM_ROWS,
     OP_COLLECTIVE, // sim only: the links busy for u.seconds
 } op_kind;
 
@@ -126,6 +127,10 @@ typedef struct op_optim {
     zinf_optim_hparams h;
     zinf_optim_consts c; // h as the kernels' float constants (zinf_optim_consts_of)
     zinf_optim_tile t;
+    // OP_OPTIM_ROWS: the rows of row_len elements whose new weights go to t.out alone
+    // (rows NULL: rows 0 to count - 1).
+    const int32_t *rows;
+    int count, row_len;
 } op_optim;
 
 typedef struct op_record {

@@ -388,3 +388,16 @@ zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "device optimizer: updates in place only (from_param set)");
     return launch(s, OP_OPTIM, t->grad_dtype, &r);
 }
+
+zinf_status zinf_device_optim_rows(zinf_stream *s, const zinf_optim_hparams *h, const zinf_optim_tile *t,
+                                   const int32_t *rows, int count, int row_len) {
+    REQUIRE(count >= 0 && row_len > 0, "optim_rows", "count must not be negative and row_len must be positive");
+    REQUIRE(t->out_dtype == ZINF_DTYPE_BF16 || t->out_dtype == ZINF_DTYPE_F16, "optim_rows",
+            "the new weights go to a 16-bit out (out_dtype bf16 or fp16)");
+    op_record r = {.u.optim = {.h = *h, .t = *t, .rows = rows, .count = count, .row_len = row_len}};
+    ZINF_CHECK(zinf_optim_consts_of(h, t, &r.u.optim.c));
+    if (t->from_param)
+        return zinf_fail(ZINF_ERR_UNSUPPORTED, "device optimizer: updates in place only (from_param set)");
+    if (count == 0) return ZINF_OK;
+    return launch(s, OP_OPTIM_ROWS, t->grad_dtype, &r);
+}

@@ -65,6 +65,7 @@ static const char *const op_names[] = {
     [OP_QUANTIZE] = "quantize",
     [OP_DEQUANTIZE] = "dequantize",
     [OP_OPTIM] = "optim",
+    [OP_OPTIM_ROWS] = "optim_rows",
     [OP_COLLECTIVE] = "collective",
 };
 
@@ -91,6 +92,7 @@ static op_key key_of(const op_record *r) {
     case OP_QUANTIZE:
     case OP_DEQUANTIZE: s[0] = (int64_t)r->u.quant.n; break;
     case OP_OPTIM: s[0] = (int64_t)r->u.optim.t.n; break;
+    case OP_OPTIM_ROWS: s[0] = (int64_t)r->u.optim.count, s[1] = r->u.optim.row_len; break;
     case OP_SUMSQ: // the elements in all, and the pieces
         for (int i = 0; i < r->u.sumsq.n; i++)
             s[0] += (int64_t)r->u.sumsq.pieces[i].n;

@@ -379,6 +379,7 @@ static zinf_status cuda_launch(zinf_stream *s, const op_record *op) {
     case OP_QUANTIZE: return cuda_quantize(st, dt, &op->u.quant);
     case OP_DEQUANTIZE: return cuda_dequantize(st, dt, &op->u.quant);
     case OP_OPTIM: return cuda_optim(st, &op->u.optim);
+    case OP_OPTIM_ROWS: return cuda_optim_rows(st, &op->u.optim);
     case OP_COLLECTIVE: break; // the sim device's alone
     }
     return zinf_fail(ZINF_ERR_INTERNAL, "cuda: unknown op %d", (int)op->kind);

@@ -315,6 +315,7 @@ zinf_status cuda_sumsq(cuda_stream *cs, zinf_dtype dt, const op_sumsq *o);
 zinf_status cuda_quantize(cudaStream_t st, zinf_dtype dt, const op_quantize *a);
 zinf_status cuda_dequantize(cudaStream_t st, zinf_dtype dt, const op_quantize *a);
 zinf_status cuda_optim(cudaStream_t st, const op_optim *o);
+zinf_status cuda_optim_rows(cudaStream_t st, const op_optim *o);
 
 // attention.cu
 zinf_status cuda_attention_fwd(cudaStream_t st, const zinf_attention_args *a);

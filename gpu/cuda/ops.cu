@@ -1404,8 +1404,9 @@ static __device__ __forceinline__ void lion_elem(const zinf_optim_consts &c, flo
 }
 
 // Elements [i, i + W) of every array the optimizer uses (the others are not touched:
-// they may be NULL), W = 8 as flat8 loads and stores, W = 1 one at a time.
-template <typename G, int W>
+// they may be NULL), W = 8 as flat8 loads and stores, W = 1 one at a time; without
+// States, the new weights' 16-bit copy alone is stored.
+template <typename G, int W, bool States = true>
 static __device__ __forceinline__ void optim_step(const zinf_optim_consts &c, const zinf_optim_tile &t, size_t i) {
     float g[W], p[W], m[W], v[W];
     const bool moment = c.kind != ZINF_OPTIM_ADAGRAD, square = c.kind != ZINF_OPTIM_LION;
@@ -1427,15 +1428,19 @@ static __device__ __forceinline__ void optim_step(const zinf_optim_consts &c, co
         case ZINF_OPTIM_LION: lion_elem(c, p[k], m[k], g[k]); break;
         }
     if constexpr (W == 8) {
-        flat8<float>::store(t.param + i, p);
-        if (moment) flat8<float>::store(t.exp_avg + i, m);
-        if (square) flat8<float>::store(t.exp_avg_sq + i, v);
+        if constexpr (States) {
+            flat8<float>::store(t.param + i, p);
+            if (moment) flat8<float>::store(t.exp_avg + i, m);
+            if (square) flat8<float>::store(t.exp_avg_sq + i, v);
+        }
         if (t.out_dtype == ZINF_DTYPE_BF16) flat8<__nv_bfloat16>::store((__nv_bfloat16 *)t.out + i, p);
         if (t.out_dtype == ZINF_DTYPE_F16) flat8<__half>::store((__half *)t.out + i, p);
     } else {
-        t.param[i] = p[0];
-        if (moment) t.exp_avg[i] = m[0];
-        if (square) t.exp_avg_sq[i] = v[0];
+        if constexpr (States) {
+            t.param[i] = p[0];
+            if (moment) t.exp_avg[i] = m[0];
+            if (square) t.exp_avg_sq[i] = v[0];
+        }
         if (t.out_dtype == ZINF_DTYPE_BF16) ((__nv_bfloat16 *)t.out)[i] = __float2bfloat16_rn(p[0]);
         if (t.out_dtype == ZINF_DTYPE_F16) ((__half *)t.out)[i] = __float2half_rn(p[0]);
     }
@@ -1451,13 +1456,17 @@ template <typename G> static __global__ void optim_kernel(zinf_optim_consts c, z
     EW_LOOP(i, t.n - 8 * n8) optim_step<G, 1>(c, t, 8 * n8 + i);
 }
 
+// Every array 16-byte aligned: the flat8 loads and stores may be used.
+static bool optim_aligned(const zinf_optim_tile &t) {
+    return ((uintptr_t)t.param | (uintptr_t)t.exp_avg | (uintptr_t)t.exp_avg_sq | (uintptr_t)t.grad |
+            (uintptr_t)t.out) %
+               16 ==
+           0;
+}
+
 template <typename G> static zinf_status optim_t(cudaStream_t st, const op_optim *o) {
     const zinf_optim_tile &t = o->t;
-    const bool vec =
-        ((uintptr_t)t.param | (uintptr_t)t.exp_avg | (uintptr_t)t.exp_avg_sq | (uintptr_t)t.grad | (uintptr_t)t.out) %
-            16 ==
-        0;
-    const size_t n8 = vec ? t.n / 8 : 0;
+    const size_t n8 = optim_aligned(t) ? t.n / 8 : 0;
     optim_kernel<G> CUDA_LAUNCH(ew_blocks(n8 + (t.n - 8 * n8)), EW_THREADS, 0, st)(o->c, t, n8);
     ZINF_CUDA_LAUNCHED("optim_kernel");
     return ZINF_OK;
@@ -1466,4 +1475,35 @@ template <typename G> static zinf_status optim_t(cudaStream_t st, const op_optim
 zinf_status cuda_optim(cudaStream_t st, const op_optim *o) {
     if (o->t.n == 0) return ZINF_OK;
     CUDA_DT_SWITCH(o->t.grad_dtype, "optim", optim_t, st, o);
+}
+
+// The new weights of the given rows alone, W elements a thread a step (8 where rows
+// of whole 16-byte chunks start aligned): per element the kernel above's arithmetic.
+template <typename G, int W>
+static __global__ void optim_rows_kernel(zinf_optim_consts c, zinf_optim_tile t, const int32_t *rows, int count,
+                                         int row_len) {
+    const size_t per_row = (size_t)row_len / W, rows_in_tile = t.n / row_len;
+    EW_LOOP(q, (size_t)count * per_row) {
+        size_t k = q / per_row;
+        int64_t r = rows ? rows[k] : (int64_t)k;
+        if (r < 0 || (size_t)r >= rows_in_tile) continue; // not wholly inside the tile
+        optim_step<G, W, false>(c, t, (size_t)r * row_len + W * (q % per_row));
+    }
+}
+
+template <typename G> static zinf_status optim_rows_t(cudaStream_t st, const op_optim *o) {
+    const bool vec = optim_aligned(o->t) && o->row_len % 8 == 0;
+    const size_t items = (size_t)o->count * (vec ? o->row_len / 8 : o->row_len);
+    if (vec)
+        optim_rows_kernel<G, 8> CUDA_LAUNCH(ew_blocks(items), EW_THREADS, 0, st)(o->c, o->t, o->rows, o->count,
+                                                                                 o->row_len);
+    else
+        optim_rows_kernel<G, 1> CUDA_LAUNCH(ew_blocks(items), EW_THREADS, 0, st)(o->c, o->t, o->rows, o->count,
+                                                                                 o->row_len);
+    ZINF_CUDA_LAUNCHED("optim_rows_kernel");
+    return ZINF_OK;
+}
+
+zinf_status cuda_optim_rows(cudaStream_t st, const op_optim *o) {
+    CUDA_DT_SWITCH(o->t.grad_dtype, "optim_rows", optim_rows_t, st, o);
 }

@@ -575,6 +575,36 @@ static void dequantize(zinf_dtype dt, const op_quantize *a) {
     }
 }
 
+// ---- optimizer ----
+
+// Each row updated by cpu_adam from the states where they are (from_*) into scratch,
+// its new weights stored to out: the arithmetic of the whole tile's update, so its bits.
+static zinf_status optim_rows(const op_optim *o, host_scratch *s) {
+    const zinf_optim_tile *t = &o->t;
+    size_t L = (size_t)o->row_len, gs = zinf_dtype_size(t->grad_dtype), os = zinf_dtype_size(t->out_dtype);
+    SCRATCH(p, 0, L);
+    SCRATCH(m, 1, L);
+    SCRATCH(v, 2, L);
+    for (int k = 0; k < o->count; k++) {
+        int64_t r = o->rows ? o->rows[k] : k;
+        if (r < 0 || (size_t)r >= t->n / L) continue; // not wholly inside the tile
+        size_t at = (size_t)r * L;
+        zinf_optim_tile u = {.param = p,
+                             .exp_avg = t->exp_avg ? m : NULL,
+                             .exp_avg_sq = t->exp_avg_sq ? v : NULL,
+                             .grad = (const char *)t->grad + at * gs,
+                             .grad_dtype = t->grad_dtype,
+                             .out = (char *)t->out + at * os,
+                             .out_dtype = t->out_dtype,
+                             .n = L,
+                             .from_param = t->param + at,
+                             .from_exp_avg = t->exp_avg ? t->exp_avg + at : NULL,
+                             .from_exp_avg_sq = t->exp_avg_sq ? t->exp_avg_sq + at : NULL};
+        ZINF_CHECK(zinf_optim_update(&o->h, &u, zinf_simd_active()));
+    }
+    return ZINF_OK;
+}
+
 // ---- dispatch ----
 
 zinf_status host_run_op(const op_record *op, host_scratch *s) {
@@ -627,6 +657,7 @@ zinf_status host_run_op(const op_record *op, host_scratch *s) {
     case OP_QUANTIZE: quantize(dt, &op->u.quant); return ZINF_OK;
     case OP_DEQUANTIZE: dequantize(dt, &op->u.quant); return ZINF_OK;
     case OP_OPTIM: return zinf_optim_update(&op->u.optim.h, &op->u.optim.t, zinf_simd_active());
+    case OP_OPTIM_ROWS: return optim_rows(&op->u.optim, s);
     case OP_COLLECTIVE: break; // the sim device's alone
     }
     return zinf_fail(ZINF_ERR_INTERNAL, "host device: unknown op %d", op->kind);

@@ -176,6 +176,11 @@ static double op_bytes(const op_record *op) {
         return (double)t->n * (24 + (double)zinf_dtype_size(t->grad_dtype) +
                                (t->out ? (double)zinf_dtype_size(t->out_dtype) : 0));
     }
+    case OP_OPTIM_ROWS: { // the rows' fp32 weights and moments and gradients read, the copy written
+        const zinf_optim_tile *t = &op->u.optim.t;
+        return (double)op->u.optim.count * op->u.optim.row_len *
+               (12 + (double)zinf_dtype_size(t->grad_dtype) + (double)zinf_dtype_size(t->out_dtype));
+    }
     default: return 0;
     }
 }

@@ -292,6 +292,24 @@ const zinf_param_info *zinf_model_find_param(const zinf_model *m, const char *na
 // queued, every element of grads[i]'s numel is set (those no parameter covers to zero).
 zinf_status zinf_model_run(zinf_model *m, zinf_stream *s, const zinf_model_op *op, void *const *params,
                            void *const *grads);
+// What an op reads of its own module's parameters where it reads only some rows of
+// them: each table (at element `offset` of the module's flat buffer, rows of row_len
+// elements) as the rows it reads: rows[0 .. count) (device memory, set by the batch; a
+// row may repeat) or, with rows NULL, rows 0 to count - 1.
+typedef struct zinf_rows_read {
+    size_t offset;
+    int row_len;
+    const int32_t *rows;
+    int count;
+} zinf_rows_read;
+enum { ZINF_ROWS_READ_MAX = 2 };
+// How many tables op reads that way, written to out: the forward's lookup reads the
+// batch's tokens' rows of wte, and rows 0 to seq_len - 1 of GPT-2's wpe; 0 for an op
+// that reads its module whole, reads none of it, or runs from tiles. What a caller that
+// has only some rows ready can give it (runtime/engine/share.c). Valid until the next
+// zinf_model_set_batch.
+int zinf_model_rows_read(const zinf_model *m, const zinf_model_op *op, zinf_rows_read out[ZINF_ROWS_READ_MAX]);
+
 // The batch's losses after the head's forward: their sum (fp64, in order) and count.
 zinf_status zinf_model_loss(zinf_model *m, zinf_stream *s, double *sum, int64_t *count);
 

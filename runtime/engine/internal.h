@@ -173,6 +173,12 @@ typedef struct update_ops {
     bool (*updated)(zinf_engine *e, int x);
     // Stream s waits for module x's update (s NULL: this thread does).
     zinf_status (*wait)(zinf_engine *e, int x, zinf_stream *s);
+    // Before op, at stages 0-2: where the update of op's module waits for op (the
+    // device's defers the lookup's), the rows op reads computed ahead on the compute
+    // stream, and *ahead set: the module's next op waits for its update instead.
+    zinf_status (*ahead)(zinf_engine *e, const zinf_model_op *op, bool *ahead);
+    // After op: an update that waited for it is issued.
+    zinf_status (*after_op)(zinf_engine *e, const zinf_model_op *op);
     bool under_forward; // the next forward runs under the update (share.c, coordinator.c)
 } update_ops;
 extern const update_ops update_in_step, update_under_forward, update_offloaded;
@@ -306,6 +312,13 @@ typedef struct optimizer {
     // On the device under the forward: per module, recorded on the store stream after
     // its update (and its store).
     zinf_event **updated;
+    // On the device under the forward, the module whose update waits for its first op
+    // (-1: none): the lookup, which reads only some rows of it, computed ahead from the
+    // states as they are (update_rows_ahead). Its update is issued after that op
+    // (update_deferred) with the step's hyperparameters and its held gradient, kept here.
+    int deferred;
+    zinf_optim_hparams deferred_h;
+    void *deferred_grad;
 } optimizer;
 
 // ZeRO++ (zeropp.c).
@@ -445,10 +458,12 @@ zinf_status share_create(zinf_engine *e);
 void share_destroy(zinf_engine *e);
 // The step started the update: every module's new buffer is yet to reach the forward.
 void share_start(zinf_engine *e);
-// Before an op of module mod: the compute stream waits for mod's update and all-gather.
-zinf_status share_use(zinf_engine *e, int mod);
-// After an op: all-gather ahead, in order, the modules whose update is stored.
-zinf_status share_ahead(zinf_engine *e);
+// Before op: the compute stream waits for the update and all-gather of op's modules, or
+// has the rows op reads of a deferred update's module computed ahead.
+zinf_status share_before_op(zinf_engine *e, const zinf_model_op *op);
+// After op: a deferred update issued after it; all-gather ahead, in order, the modules
+// whose update is stored.
+zinf_status share_after_op(zinf_engine *e, const zinf_model_op *op);
 // Every module's new buffer, for the backward and whatever follows the step: the rest
 // of the all-gathers in order, and the compute stream waits for them all.
 zinf_status share_finish(zinf_engine *e);

@@ -17,22 +17,11 @@ static zinf_status whole_create(zinf_engine *e) {
     return share_create(e);
 }
 
-// A background update's new buffers of op's modules are waited for.
-static zinf_status whole_before_op(zinf_engine *e, const zinf_model_op *op) {
-    ZINF_CHECK(share_use(e, op->module));
-    return share_use(e, zinf_model_module(e->model, op->module)->external);
-}
-
-static zinf_status whole_after_op(zinf_engine *e, const zinf_model_op *op) {
-    (void)op;
-    return share_ahead(e);
-}
-
 static const param_ops replicated = {
     .create = whole_create,
     .destroy = share_destroy,
-    .before_op = whole_before_op,
-    .after_op = whole_after_op,
+    .before_op = share_before_op,
+    .after_op = share_after_op,
     .settle = share_finish,
     .after_update = nothing, // every rank updated the whole buffers
     .end_step = nothing,
@@ -41,8 +30,8 @@ static const param_ops replicated = {
 static const param_ops partitioned = {
     .create = whole_create,
     .destroy = share_destroy,
-    .before_op = whole_before_op,
-    .after_op = whole_after_op,
+    .before_op = share_before_op,
+    .after_op = share_after_op,
     .settle = share_finish,
     .after_update = share_gather_all, // each rank updated its own part
     .end_step = nothing,

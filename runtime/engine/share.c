@@ -104,7 +104,7 @@ static zinf_status wait_for(zinf_engine *e, int x) {
     return zinf_stream_wait_event(e->compute_stream, s->landed[x]);
 }
 
-zinf_status share_use(zinf_engine *e, int x) {
+static zinf_status use(zinf_engine *e, int x) {
     share *s = &e->params.share;
     if (!s->active || x < 0 || !e->layout[x].padded || s->waited[x]) return ZINF_OK;
     // Whether the compute stream may run dry here: the update has not stored x yet, or
@@ -116,9 +116,19 @@ zinf_status share_use(zinf_engine *e, int x) {
     return pending ? coord_timed_update_wait(e, wait_for, x) : wait_for(e, x);
 }
 
-zinf_status share_ahead(zinf_engine *e) {
-    if (!e->params.share.active || !gathers(e)) return ZINF_OK;
-    return gather_upto(e, -1);
+// A background update's new buffers of op's modules are waited for, but for rows the
+// update computes ahead for op (update_ops.ahead).
+zinf_status share_before_op(zinf_engine *e, const zinf_model_op *op) {
+    bool ahead = false;
+    if (e->params.share.active) ZINF_CHECK(e->optim.update->ahead(e, op, &ahead));
+    if (!ahead) ZINF_CHECK(use(e, op->module));
+    return use(e, zinf_model_module(e->model, op->module)->external);
+}
+
+zinf_status share_after_op(zinf_engine *e, const zinf_model_op *op) {
+    if (!e->params.share.active) return ZINF_OK;
+    ZINF_CHECK(e->optim.update->after_op(e, op));
+    return gathers(e) ? gather_upto(e, -1) : ZINF_OK;
 }
 
 zinf_status share_finish(zinf_engine *e) {

@@ -84,6 +84,7 @@ static zinf_status device_states(zinf_engine *e) {
 zinf_status states_create(zinf_engine *e) {
     const zinf_offload_optimizer_config *oc = &e->cfg.zero.offload_optimizer;
     e->optim.offload = oc->device;
+    e->optim.deferred = -1;
     if (e->optim.offload == ZINF_OFFLOAD_NONE) {
         e->optim.device_numel = e->partition.numel;
         if (e->optim.update->under_forward && !e->plan) { // each module's update, for share.c
@@ -158,6 +159,7 @@ zinf_status states_create(zinf_engine *e) {
 }
 
 void states_destroy(zinf_engine *e) {
+    if (e->dev) zinf_device_free(e->dev, e->optim.deferred_grad);
     for (int i = 0; e->optim.updated && i < e->module_count; i++)
         zinf_event_destroy(e->optim.updated[i]);
     free(e->optim.updated);

@@ -296,13 +296,16 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h, zinf_stre
     // Held gradients: the backward's own (one rank: the part is the whole module), zeros
     // where the backward did not reach.
     bool held = e->grads.held && !e->optim.grads32;
-    for (int i = 0; held && i < e->module_count; i++)
+    n = order ? n : e->module_count;
+    for (int k = 0; held && k < n; k++) {
+        int i = order ? order[k] : k;
         if (e->layout[i].padded && states_on_device(e, i)) ZINF_CHECK(need_grad(e, i, false));
+    }
     if (s != e->compute_stream) {
         ZINF_CHECK(zinf_event_record(e->compute_mark, e->compute_stream));
         ZINF_CHECK(zinf_stream_wait_event(s, e->compute_mark));
     }
-    for (int k = 0; k < (order ? n : e->module_count); k++) {
+    for (int k = 0; k < n; k++) {
         int i = order ? order[k] : k;
         const mod_layout *l = &e->layout[i];
         if (!l->padded || !states_on_device(e, i)) continue;
@@ -431,16 +434,40 @@ static zinf_status run_in_step(zinf_engine *e, const zinf_optim_hparams *h, zinf
     return e->params.ops->end_step(e);
 }
 
+// Whether module x's update can wait for its first use, the forward's first op: that op
+// reads only some rows of x (the lookup), which the compute stream can compute ahead of
+// the update from x's states and held 16-bit gradient on the device, into its 16-bit
+// buffer there (the whole module this rank's part).
+static bool defers(zinf_engine *e, int x) {
+    int nf;
+    const zinf_model_op *first = zinf_model_schedule(e->model, false, &nf);
+    zinf_rows_read rows[ZINF_ROWS_READ_MAX];
+    const mod_layout *l = &e->layout[x];
+    return nf > 0 && first->module == x && e->grads.held && !e->optim.grads32 && e->dtype != ZINF_DTYPE_F32 &&
+           states_on_device(e, x) && l->part_n == l->padded && e->params.storage->device_part(e, x) &&
+           zinf_model_rows_read(e->model, first, rows) > 0;
+}
+
 // On the device where the parameters are whole (stages 0-2): the update is issued on
 // the store stream, module by module in the order the next forward first uses them, and
 // the step returns. Each module's first op waits for its update (share.c; at stages 1-2
 // over several ranks for the all-gather after it), so the forward runs beside the
 // updates of the modules it has not reached yet: the memory-bound update beside the
-// products. The bits are those of the update inside the step.
+// products. The first module's update would hold back the forward's first op, the
+// lookup: where it can, that op gets the rows it reads computed ahead (rows_ahead) and
+// the module's update is issued after it (update_deferred). The bits are those of the
+// update inside the step.
 static zinf_status run_under_forward(zinf_engine *e, const zinf_optim_hparams *h, zinf_step_info *info) {
     if (!h) return run_in_step(e, NULL, info);
     const share *sh = &e->params.share;
-    ZINF_CHECK(update(e, h, e->params.store_stream, sh->order, sh->n));
+    int defer = sh->n > 0 && defers(e, sh->order[0]);
+    ZINF_CHECK(update(e, h, e->params.store_stream, sh->order + defer, sh->n - defer));
+    if (defer) {
+        int x = sh->order[0];
+        ZINF_CHECK(need_grad(e, x, false));
+        e->optim.deferred = x, e->optim.deferred_h = *h;
+        e->optim.deferred_grad = e->grads.buffers16[x], e->grads.buffers16[x] = NULL;
+    }
     ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(states_zero_grads(e, e->params.store_stream));
     ZINF_CHECK(e->params.ops->end_step(e));
@@ -490,8 +517,62 @@ static zinf_status nothing_to_wait(zinf_engine *e, int x, zinf_stream *s) {
     return ZINF_OK;
 }
 
+// The deferred module's update, on the store stream after the compute stream's work so
+// far (the rows computed ahead and the op that read them); its held gradient freed after.
+static zinf_status update_deferred(zinf_engine *e) {
+    int x = e->optim.deferred;
+    if (x < 0) return ZINF_OK;
+    e->optim.deferred = -1;
+    e->grads.buffers16[x] = e->optim.deferred_grad, e->optim.deferred_grad = NULL;
+    zinf_status st = update(e, &e->optim.deferred_h, e->params.store_stream, &x, 1);
+    zinf_status freed = engine_free_after(e, e->grads.buffers16[x], e->params.store_stream);
+    e->grads.buffers16[x] = NULL;
+    return st != ZINF_OK ? st : freed;
+}
+
+// For each table op reads rows of, the new 16-bit weights of those rows, the bits the
+// update gives them: the update has not touched the module's states yet.
+static zinf_status rows_ahead(zinf_engine *e, const zinf_model_op *op, bool *ahead) {
+    int x = e->optim.deferred;
+    zinf_rows_read r[ZINF_ROWS_READ_MAX];
+    int n = op->module == x ? zinf_model_rows_read(e->model, op, r) : 0;
+    *ahead = n > 0;
+    const mod_layout *l = &e->layout[x < 0 ? 0 : x];
+    for (int k = 0; k < n; k++) {
+        size_t o = r[k].offset;
+        zinf_optim_tile t = {.param = e->optim.master + l->part_off + o,
+                             .exp_avg = e->optim.exp_avg + l->part_off + o,
+                             .exp_avg_sq = e->optim.exp_avg_sq + l->part_off + o,
+                             .grad = (char *)e->optim.deferred_grad + o * e->elem_size,
+                             .grad_dtype = e->dtype,
+                             .out = (char *)e->params.storage->device_part(e, x) + o * e->elem_size,
+                             .out_dtype = e->dtype,
+                             .n = l->part_n - o};
+        ZINF_CHECK(
+            zinf_device_optim_rows(e->compute_stream, &e->optim.deferred_h, &t, r[k].rows, r[k].count, r[k].row_len));
+    }
+    return ZINF_OK;
+}
+
+static zinf_status issue_deferred(zinf_engine *e, const zinf_model_op *op) {
+    return op->module == e->optim.deferred ? update_deferred(e) : ZINF_OK;
+}
+
+// A deferred update is issued when anything else waits for its module.
 static zinf_status wait_on_device(zinf_engine *e, int x, zinf_stream *s) {
+    if (x == e->optim.deferred) ZINF_CHECK(update_deferred(e));
     return s ? zinf_stream_wait_event(s, e->optim.updated[x]) : zinf_event_sync(e->optim.updated[x]);
+}
+
+static zinf_status nothing_ahead(zinf_engine *e, const zinf_model_op *op, bool *ahead) {
+    (void)e, (void)op;
+    *ahead = false;
+    return ZINF_OK;
+}
+
+static zinf_status nothing_after(zinf_engine *e, const zinf_model_op *op) {
+    (void)e, (void)op;
+    return ZINF_OK;
 }
 
 static bool tier_updated(zinf_engine *e, int x) { return zinf_optim_tier_updated(e->optim.tier, x); }
@@ -500,11 +581,23 @@ static zinf_status wait_for_tier(zinf_engine *e, int x, zinf_stream *s) {
     return zinf_optim_tier_wait_updated(e->optim.tier, x, s);
 }
 
-const update_ops update_in_step = {.run = run_in_step, .updated = always_updated, .wait = nothing_to_wait};
-const update_ops update_under_forward = {
-    .run = run_under_forward, .updated = always_updated, .wait = wait_on_device, .under_forward = true};
-const update_ops update_offloaded = {
-    .run = run_in_background, .updated = tier_updated, .wait = wait_for_tier, .under_forward = true};
+const update_ops update_in_step = {.run = run_in_step,
+                                   .updated = always_updated,
+                                   .wait = nothing_to_wait,
+                                   .ahead = nothing_ahead,
+                                   .after_op = nothing_after};
+const update_ops update_under_forward = {.run = run_under_forward,
+                                         .updated = always_updated,
+                                         .wait = wait_on_device,
+                                         .ahead = rows_ahead,
+                                         .after_op = issue_deferred,
+                                         .under_forward = true};
+const update_ops update_offloaded = {.run = run_in_background,
+                                     .updated = tier_updated,
+                                     .wait = wait_for_tier,
+                                     .ahead = nothing_ahead,
+                                     .after_op = nothing_after,
+                                     .under_forward = true};
 
 zinf_status zinf_engine_step(zinf_engine *e, zinf_step_info *info) {
     if (!e || !info) return zinf_fail(ZINF_ERR_INVAL, "engine step: e and info are required");

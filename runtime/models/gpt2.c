@@ -13,7 +13,7 @@
 #define param param_at
 
 // Parameter indices inside each module's table.
-enum { P_WTE = 0, P_WPE };
+enum { P_WTE = 0 };                                              // then wpe (model_embedding_fwd)
 enum { P_LN_W = 0, P_LN_B, P_FC_W, P_FC_B, P_PROJ_W, P_PROJ_B }; // attn: c_attn as fc; mlp: c_fc
 enum { P_LNF_W = 0, P_LNF_B };
 
@@ -187,7 +187,7 @@ static zinf_status mlp_fwd(zinf_model *m, zinf_stream *s, int l, void *w) {
 static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *params) {
     zinf_dtype dt = m->p.dtype;
     int L = m->p.shape.n_layer, T = m->p.seq_len, BT = m->b * T, C = m->p.shape.n_embd;
-    if (mod == MOD_EMBEDDING) return model_embedding_fwd(m, s, mod, params[mod], P_WTE, P_WPE);
+    if (mod == MOD_EMBEDDING) return model_embedding_fwd(m, s, params[mod]);
     if (mod == mod_norm(L))
         return zinf_layernorm_fwd(s, dt, m->lnf, m->lnf_mean, m->lnf_rstd, m->res3[L - 1],
                                   param(m, mod, params[mod], P_LNF_W), param(m, mod, params[mod], P_LNF_B), BT, C,
@@ -240,7 +240,7 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
                                   param(m, mod, grads[mod], P_LNF_B), m->dln, m->res3[L - 1],
                                   param(m, mod, params[mod], P_LNF_W), m->lnf_mean, m->lnf_rstd, BT, C, true);
     }
-    if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, mod, grads[mod], P_WTE, P_WPE, m->dres);
+    if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, grads[mod], m->dres);
     int l = (mod - 1) / 2;
     return mod == mod_attn(l) ? attn_bwd(m, s, l, params[mod], grads[mod]) : mlp_bwd(m, s, l, params[mod], grads[mod]);
 }

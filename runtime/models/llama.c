@@ -245,7 +245,7 @@ static zinf_status forward(zinf_model *m, zinf_stream *s, int mod, void *const *
     const zinf_model_shape *sh = &m->p.shape;
     zinf_dtype dt = m->p.dtype;
     int L = sh->n_layer, T = m->p.seq_len, BT = m->b * T, C = sh->n_embd;
-    if (mod == MOD_EMBEDDING) return model_embedding_fwd(m, s, mod, params[mod], 0, -1);
+    if (mod == MOD_EMBEDDING) return model_embedding_fwd(m, s, params[mod]);
     if (mod == mod_norm(L))
         return zinf_rmsnorm_fwd(s, dt, m->lnf, m->lnf_rstd, m->res3[L - 1], param(m, mod, params[mod], 0), BT, C,
                                 (float)sh->norm_eps);
@@ -323,7 +323,7 @@ static zinf_status backward(zinf_model *m, zinf_stream *s, int mod, void *const 
         return zinf_rmsnorm_bwd(s, dt, m->dres, param(m, mod, grads[mod], 0), m->dln, m->res3[L - 1],
                                 param(m, mod, params[mod], 0), m->lnf_rstd, BT, C, true);
     }
-    if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, mod, grads[mod], 0, -1, m->dres);
+    if (mod == MOD_EMBEDDING) return model_embedding_bwd(m, s, grads[mod], m->dres);
     int l = (mod - 1) / 2;
     return mod == mod_attn(l) ? attn_bwd(m, s, l, params[mod], grads[mod]) : mlp_bwd(m, s, l, params[mod], grads[mod]);
 }

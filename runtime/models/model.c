@@ -595,8 +595,13 @@ zinf_status zinf_model_lend_tiles(zinf_model *m, const zinf_tile_source *src) {
     return ZINF_OK;
 }
 
-// The op over module mod's tiles: with dout the backward, else the forward.
-static zinf_status embedding_tiles(zinf_model *m, zinf_stream *s, int mod, int pwte, int pwpe, const void *dout) {
+// The embedding module's tables: wte, then wpe where the family has one (-1: none).
+enum { P_WTE = 0 };
+static int embedding_wpe(const zinf_model *m) { return m->mods[MOD_EMBEDDING].nparams > 1 ? 1 : -1; }
+
+// The op over the embedding's tiles: with dout the backward, else the forward.
+static zinf_status embedding_tiles(zinf_model *m, zinf_stream *s, const void *dout) {
+    const int mod = MOD_EMBEDDING, pwte = P_WTE, pwpe = embedding_wpe(m);
     const zinf_tiling *t = &m->tiles->tiling[mod];
     const zinf_module_info *mi = &m->mods[mod];
     zinf_dtype dt = m->p.dtype;
@@ -626,18 +631,29 @@ static zinf_status embedding_tiles(zinf_model *m, zinf_stream *s, int mod, int p
     return ZINF_OK;
 }
 
-zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, int mod, const void *w, int pwte, int pwpe) {
-    if (model_tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, NULL);
-    return zinf_embedding_fwd(s, m->p.dtype, m->encoded, m->tok, param_at(m, mod, (void *)w, pwte),
+zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, const void *w) {
+    const int mod = MOD_EMBEDDING, pwpe = embedding_wpe(m);
+    if (model_tiled(m, mod)) return embedding_tiles(m, s, NULL);
+    return zinf_embedding_fwd(s, m->p.dtype, m->encoded, m->tok, param_at(m, mod, (void *)w, P_WTE),
                               pwpe >= 0 ? param_at(m, mod, (void *)w, pwpe) : NULL, m->b, m->p.seq_len,
                               m->p.shape.n_embd, NULL);
 }
 
+int zinf_model_rows_read(const zinf_model *m, const zinf_model_op *op, zinf_rows_read out[ZINF_ROWS_READ_MAX]) {
+    if (op->module != MOD_EMBEDDING || op->pass == ZINF_PASS_BACKWARD || model_tiled(m, MOD_EMBEDDING) || m->b < 1)
+        return 0;
+    const zinf_param_info *p = m->mods[MOD_EMBEDDING].params;
+    int C = m->p.shape.n_embd, T = m->p.seq_len, pwpe = embedding_wpe(m), n = 0;
+    out[n++] = (zinf_rows_read){.offset = p[P_WTE].offset, .row_len = C, .rows = m->tok, .count = m->b * T};
+    if (pwpe >= 0) out[n++] = (zinf_rows_read){.offset = p[pwpe].offset, .row_len = C, .count = T};
+    return n;
+}
+
 // The lookup's backward adds each position's gradient into its rows of the tables: from
 // zeros, but for wte where the head tied to it wrote it first.
-zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw, int pwte, int pwpe,
-                                const void *dout) {
-    if (model_tiled(m, mod)) return embedding_tiles(m, s, mod, pwte, pwpe, dout);
+zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, void *dw, const void *dout) {
+    const int mod = MOD_EMBEDDING, pwte = P_WTE, pwpe = embedding_wpe(m);
+    if (model_tiled(m, mod)) return embedding_tiles(m, s, dout);
     const zinf_param_info *p = m->mods[mod].params;
     size_t es = zinf_dtype_size(m->p.dtype);
     if (m->mods[mod_head(m->p.shape.n_layer)].external != mod)

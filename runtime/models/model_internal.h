@@ -162,12 +162,12 @@ zinf_status model_weight_grad(zinf_stream *s, zinf_dtype dt, void *dw, const voi
 zinf_status model_head_fwd(zinf_model *m, zinf_stream *s, const void *w);
 zinf_status model_head_bwd(zinf_model *m, zinf_stream *s, const void *w, void *dw);
 
-// The embedding's lookup: out = wte[tok] (+ wpe[t]) from parameters pwte and pwpe (-1:
-// none) of module mod, whose flat buffer is w, or tile by tile where it is tiled; and
-// its backward into the flat gradient dw (or the tiles' gradients) from dout.
-zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, int mod, const void *w, int pwte, int pwpe);
-zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, int mod, void *dw, int pwte, int pwpe,
-                                const void *dout);
+// The embedding's lookup: out = wte[tok] (+ wpe[t]) from module MOD_EMBEDDING, whose
+// flat buffer is w, or tile by tile where it is tiled; and its backward into the flat
+// gradient dw (or the tiles' gradients) from dout. The module holds wte, then wpe where
+// the family has one (GPT-2's learned positions).
+zinf_status model_embedding_fwd(zinf_model *m, zinf_stream *s, const void *w);
+zinf_status model_embedding_bwd(zinf_model *m, zinf_stream *s, void *dw, const void *dout);
 
 // ---- modules in tiles ----
 // Whether module mod comes in tiles (zinf_model_lend_tiles).

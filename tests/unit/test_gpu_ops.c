@@ -1244,6 +1244,84 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
     free(p), free(m), free(v), free(g), free(gp), free(hp), free(hm), free(hv), free(hout), free(want_out);
 }
 
+// zinf_device_optim_rows against cpu_adam's update of the whole tile: the rows asked
+// for (one twice, one past the tile, one negative: skipped) get the whole update's new
+// weights, bit for bit; every other element of out keeps its poison, and the states are
+// what they were. row_len 24 (CUDA: eight elements a thread) and 13 (one at a time).
+static void test_optim_rows(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt, int row_len) {
+    const int R = 9, rows[] = {4, 0, 7, 4, 9, -1, 8};
+    const int count = (int)LEN(rows);
+    size_t n = (size_t)R * row_len, gs = zinf_dtype_size(grad_dt);
+    float *p = randv(ZINF_DTYPE_F32, n, 1), *m = randv(ZINF_DTYPE_F32, n, 0.1), *v = randv(ZINF_DTYPE_F32, n, 0.1);
+    for (size_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *g = randv(grad_dt, n, 1);
+    void *gp = test_pack(grad_dt, g, n);
+    float *dp = to_device(dev, S, p, n * 4), *dm = to_device(dev, S, m, n * 4), *dv = to_device(dev, S, v, n * 4);
+    void *dg = to_device(dev, S, gp, n * gs), *dout = test_dev_poisoned(dev, S, n * 2);
+    int32_t *drows = to_device(dev, S, rows, sizeof rows);
+    unsigned char *want = malloc(n * 2), *got = malloc(n * 2);
+    float *hp = malloc(n * 4), *hm = malloc(n * 4), *hv = malloc(n * 4);
+    memset(want, 0xff, n * 2);
+    zinf_optim_hparams h = {.kind = kind,
+                            .lr = 1e-3,
+                            .beta1 = 0.9,
+                            .beta2 = 0.95,
+                            .eps = 1e-8,
+                            .weight_decay = 0.1,
+                            .lr_decay = 0.01,
+                            .bias_correction = true,
+                            .step = 3,
+                            .grad_scale = 0.5f};
+    zinf_optim_tile dtile = {.param = dp,
+                             .exp_avg = dm,
+                             .exp_avg_sq = dv,
+                             .grad = dg,
+                             .grad_dtype = grad_dt,
+                             .out = dout,
+                             .out_dtype = out_dt,
+                             .n = n};
+    TRY(zinf_device_optim_rows(S, &h, &dtile, drows, count, row_len));
+    from_device(S, got, dout, n * 2);
+    from_device(S, hp, dp, n * 4), from_device(S, hm, dm, n * 4), from_device(S, hv, dv, n * 4);
+    bool kept = memcmp(hp, p, n * 4) == 0 && memcmp(hm, m, n * 4) == 0 && memcmp(hv, v, n * 4) == 0;
+    // The whole tile's update on the host, its copy of the rows asked for kept.
+    unsigned char *all = malloc(n * 2);
+    zinf_optim_tile htile = {.param = p,
+                             .exp_avg = m,
+                             .exp_avg_sq = v,
+                             .grad = gp,
+                             .grad_dtype = grad_dt,
+                             .out = all,
+                             .out_dtype = out_dt,
+                             .n = n};
+    TRY(zinf_optim_update(&h, &htile, ZINF_SIMD_SCALAR));
+    for (int k = 0; k < count; k++)
+        if (rows[k] >= 0 && rows[k] < R)
+            memcpy(want + (size_t)rows[k] * row_len * 2, all + (size_t)rows[k] * row_len * 2, (size_t)row_len * 2);
+    CHECK(memcmp(got, want, n * 2) == 0, "optim_rows %d (grads %s, copy %s, rows of %d) differs from cpu_adam's rows",
+          kind, zinf_dtype_name(grad_dt), zinf_dtype_name(out_dt), row_len);
+    CHECK(kept, "optim_rows %d wrote the states", kind);
+    // Rows NULL: rows 0 to count - 1.
+    TRY(zinf_memset_async(S, dout, 0xff, n * 2));
+    TRY(zinf_device_optim_rows(S, &h, &dtile, NULL, 2, row_len));
+    from_device(S, got, dout, n * 2);
+    memset(want, 0xff, n * 2);
+    memcpy(want, all, (size_t)2 * row_len * 2);
+    CHECK(memcmp(got, want, n * 2) == 0, "optim_rows %d without rows differs from cpu_adam's first two rows", kind);
+    zinf_optim_tile f32 = dtile;
+    f32.out = NULL, f32.out_dtype = ZINF_DTYPE_NONE;
+    CHECK(zinf_device_optim_rows(S, &h, &f32, drows, count, row_len) == ZINF_ERR_INVAL,
+          "optim_rows without out accepted");
+    CHECK_CONTAINS(zinf_last_error(), "optim_rows");
+    CHECK(zinf_device_optim_rows(S, &h, &dtile, drows, count, 0) == ZINF_ERR_INVAL,
+          "optim_rows with row_len 0 accepted");
+    void *bufs[] = {dp, dm, dv, dg, dout, drows};
+    for (size_t i = 0; i < LEN(bufs); i++)
+        zinf_device_free(dev, bufs[i]);
+    free(p), free(m), free(v), free(g), free(gp), free(want), free(got), free(all), free(hp), free(hm), free(hv);
+}
+
 // dev and S anew: a CUDA device remembers cuBLASLt's answer for each product, so the
 // round in which cuBLASLt has no algorithm, and the ops after it, each need their own.
 static void fresh_device(void) {
@@ -1338,6 +1416,8 @@ int main(void) {
             test_optim(k, ZINF_DTYPE_BF16, ZINF_DTYPE_BF16, off);
             test_optim(k, ZINF_DTYPE_F16, ZINF_DTYPE_F16, off);
         }
+        test_optim_rows(k, ZINF_DTYPE_BF16, ZINF_DTYPE_BF16, 24);
+        test_optim_rows(k, ZINF_DTYPE_F32, ZINF_DTYPE_F16, 13);
     }
     zinf_device_mem mem;
     zinf_device_get_mem(dev, &mem);
