@@ -152,6 +152,49 @@ static inline void run_model(run *r, const zinf_model_params *p, const char *pat
     check_gaps_zero(r, es);
 }
 
+// zinf_model_rows_read names all the lookup reads: the forward again with every other
+// element of the embedding's buffer poisoned (NaN) for the lookup alone (the later ops,
+// a tied head among them, get the real one) gives the same loss, bit for bit. The rows
+// are read back from where the model says they are; only the lookup reads that way.
+static inline void check_rows_read(run *r, const zinf_model_params *p) {
+    int n, nall;
+    const zinf_model_op *ops = zinf_model_schedule(r->m, true, &nall);
+    zinf_model_schedule(r->m, false, &n);
+    zinf_rows_read rows[ZINF_ROWS_READ_MAX];
+    const zinf_module_info *emb = zinf_model_module(r->m, ops[0].module);
+    int tables = zinf_model_rows_read(r->m, &ops[0], rows);
+    CHECK(tables == emb->nparams, "the lookup reads rows of %d tables; the embedding has %d", tables, emb->nparams);
+    for (int k = 1; k < nall; k++)
+        CHECK(zinf_model_rows_read(r->m, &ops[k], rows + tables) == 0, "op %d (module %d, pass %d) reads rows", k,
+              ops[k].module, ops[k].pass);
+    size_t es = zinf_dtype_size(p->dtype), bytes = emb->numel * es;
+    unsigned char *h = malloc(bytes);
+    memset(h, 0xff, bytes);
+    for (int t = 0; t < tables; t++) {
+        int32_t *ids = malloc((size_t)rows[t].count * sizeof *ids);
+        for (int i = 0; i < rows[t].count; i++)
+            ids[i] = i;
+        if (rows[t].rows) from_device(r->s, ids, rows[t].rows, (size_t)rows[t].count * sizeof *ids);
+        for (int i = 0; i < rows[t].count; i++) {
+            size_t at = (rows[t].offset + (size_t)ids[i] * rows[t].row_len) * es;
+            memcpy(h + at, (const unsigned char *)r->h_w[ops[0].module] + at, (size_t)rows[t].row_len * es);
+        }
+        free(ids);
+    }
+    void **poisoned = malloc((size_t)r->nmod * sizeof *poisoned);
+    memcpy(poisoned, r->d_w, (size_t)r->nmod * sizeof *poisoned);
+    poisoned[ops[0].module] = to_device(r->dev, r->s, h, bytes);
+    for (int k = 0; k < n; k++)
+        TRY(zinf_model_run(r->m, r->s, &ops[k], k == 0 ? poisoned : r->d_w, r->d_g));
+    double sum;
+    int64_t cnt;
+    TRY(zinf_model_loss(r->m, r->s, &sum, &cnt));
+    CHECK(sum / (double)cnt == r->loss, "the lookup read past the rows it names: loss %.9g, %.9g with its whole table",
+          sum / (double)cnt, r->loss);
+    zinf_device_free(r->dev, poisoned[ops[0].module]);
+    free(poisoned), free(h);
+}
+
 static inline void run_free(run *r) {
     for (int i = 0; i < r->nmod; i++) {
         zinf_device_free(r->dev, r->d_w[i]), zinf_device_free(r->dev, r->d_g[i]);

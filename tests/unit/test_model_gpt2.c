@@ -133,6 +133,7 @@ static void test_bf16(const fixture *fx) {
     gpt2_run(&inf, fx, ZINF_DTYPE_BF16, false, false, "gpt2.safetensors");
     gpt2_run(&tr, fx, ZINF_DTYPE_BF16, true, false, "gpt2.safetensors");
     check_bf16("gpt2", &inf, &tr, &fx->t, (size_t)fx->B * fx->T * fx->V);
+    check_rows_read(&inf, zinf_model_get_params(inf.m));
     // Three chunks: the wte gradient is rounded to bf16 after each.
     run ch;
     gpt2_run_chunked(&ch, fx, ZINF_DTYPE_BF16, true, true, "gpt2.safetensors", CHUNK);

@@ -106,6 +106,7 @@ static void test_bf16(const fixture *fx) {
     llama_run(&inf, fx, ZINF_DTYPE_BF16, false, false, "");
     llama_run(&tr, fx, ZINF_DTYPE_BF16, true, false, "");
     check_bf16(fx->name, &inf, &tr, &fx->t, (size_t)fx->B * fx->T * fx->V);
+    check_rows_read(&inf, zinf_model_get_params(inf.m));
     // Four chunks: the head weight's gradient is rounded to bf16 after each.
     run ch;
     llama_run_chunked(&ch, fx, ZINF_DTYPE_BF16, true, true, "", CHUNK);
