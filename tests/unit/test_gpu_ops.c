@@ -1199,6 +1199,20 @@ static void test_cross_entropy_blocks(zinf_dtype dt) {
 
 // ---- device optimizer ----
 
+// Every hyperparameter away from its default (Adagrad's lr_decay too).
+static zinf_optim_hparams optim_hparams(zinf_optimizer kind) {
+    return (zinf_optim_hparams){.kind = kind,
+                                .lr = 1e-3,
+                                .beta1 = 0.9,
+                                .beta2 = 0.95,
+                                .eps = 1e-8,
+                                .weight_decay = 0.1,
+                                .lr_decay = 0.01,
+                                .bias_correction = true,
+                                .step = 3,
+                                .grad_scale = 0.5f};
+}
+
 // n = 4099: eight elements a thread and the last three; with off, every array one
 // element past its 16-byte alignment, one element a thread.
 static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt, int off) {
@@ -1212,8 +1226,7 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
     void *dg = to_device(dev, S, gp, n * zinf_dtype_size(grad_dt));
     void *dout = out_dt ? test_dev_poisoned(dev, S, n * 2) : NULL, *hout = out_dt ? malloc(n * 2) : NULL;
     void *want_out = out_dt ? malloc(n * 2) : NULL;
-    zinf_optim_hparams h = {.kind = kind, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-                            .lr_decay = 0.01, .bias_correction = true, .step = 3, .grad_scale = 0.5f};
+    zinf_optim_hparams h = optim_hparams(kind);
     const size_t gs = zinf_dtype_size(grad_dt);
     zinf_optim_tile dtile = {dp + off, dm + off,
                              dv + off, (char *)dg + off * gs,
@@ -1263,16 +1276,7 @@ static void test_optim_rows(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype 
     unsigned char *want = malloc(n * 2), *got = malloc(n * 2);
     float *hp = malloc(n * 4), *hm = malloc(n * 4), *hv = malloc(n * 4);
     memset(want, 0xff, n * 2);
-    zinf_optim_hparams h = {.kind = kind,
-                            .lr = 1e-3,
-                            .beta1 = 0.9,
-                            .beta2 = 0.95,
-                            .eps = 1e-8,
-                            .weight_decay = 0.1,
-                            .lr_decay = 0.01,
-                            .bias_correction = true,
-                            .step = 3,
-                            .grad_scale = 0.5f};
+    zinf_optim_hparams h = optim_hparams(kind);
     zinf_optim_tile dtile = {.param = dp,
                              .exp_avg = dm,
                              .exp_avg_sq = dv,
@@ -1287,14 +1291,8 @@ static void test_optim_rows(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype 
     bool kept = memcmp(hp, p, n * 4) == 0 && memcmp(hm, m, n * 4) == 0 && memcmp(hv, v, n * 4) == 0;
     // The whole tile's update on the host, its copy of the rows asked for kept.
     unsigned char *all = malloc(n * 2);
-    zinf_optim_tile htile = {.param = p,
-                             .exp_avg = m,
-                             .exp_avg_sq = v,
-                             .grad = gp,
-                             .grad_dtype = grad_dt,
-                             .out = all,
-                             .out_dtype = out_dt,
-                             .n = n};
+    zinf_optim_tile htile = dtile;
+    htile.param = p, htile.exp_avg = m, htile.exp_avg_sq = v, htile.grad = gp, htile.out = all;
     TRY(zinf_optim_update(&h, &htile, ZINF_SIMD_SCALAR));
     for (int k = 0; k < count; k++)
         if (rows[k] >= 0 && rows[k] < R)
