@@ -510,7 +510,7 @@ zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const
 // k itself with rows NULL) is the tile's element r row_len + j, whose new weight is
 // written to t->out alone, with the bits zinf_device_optim gives it; the states are read,
 // not written. For a reader that needs a few rows of a module before the module's
-// update runs (the next forward's lookup, runtime/engine/share.c). rows is device
+// update runs (the next forward's lookup, runtime/engine/step.c). rows is device
 // memory; a row may repeat (it is written with the same bits each time), and a row not
 // wholly inside the tile is skipped. t->out_dtype must be BF16 or F16.
 zinf_status zinf_device_optim_rows(zinf_stream *s, const zinf_optim_hparams *h, const zinf_optim_tile *t,

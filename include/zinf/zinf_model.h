@@ -306,7 +306,7 @@ enum { ZINF_ROWS_READ_MAX = 2 };
 // How many tables op reads that way, written to out: the forward's lookup reads the
 // batch's tokens' rows of wte, and rows 0 to seq_len - 1 of GPT-2's wpe; 0 for an op
 // that reads its module whole, reads none of it, or runs from tiles. What a caller that
-// has only some rows ready can give it (runtime/engine/share.c). Valid until the next
+// has only some rows ready can give it (runtime/engine/step.c). Valid until the next
 // zinf_model_set_batch.
 int zinf_model_rows_read(const zinf_model *m, const zinf_model_op *op, zinf_rows_read out[ZINF_ROWS_READ_MAX]);
 
