@@ -314,7 +314,7 @@ typedef struct optimizer {
     zinf_event **updated;
     // On the device under the forward, the module whose update waits for its first op
     // (-1: none): the lookup, which reads only some rows of it, computed ahead from the
-    // states as they are (update_rows_ahead). Its update is issued after that op
+    // states as they are (step.c's rows_ahead). Its update is issued after that op
     // (update_deferred) with the step's hyperparameters and its held gradient, kept here.
     int deferred;
     zinf_optim_hparams deferred_h;
