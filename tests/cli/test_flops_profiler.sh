@@ -62,6 +62,18 @@ for l in lines[at + 2:]:
 assert sorted(got) == [tuple(x) for x in json.load(open(sys.argv[2]))], (sorted(got), open(sys.argv[2]).read())
 PY
 
+# Stage 0 with the optimizer on the device and one micro-batch a step (held gradients):
+# the embedding's update waits for the lookup, which gets the new weights of the rows it
+# reads computed ahead (wte's and wpe's: two optim_rows a step), the other five modules'
+# updates issued with the step; with two micro-batches (fp32 gradients) all six are.
+for mb in 8 4; do
+  run 1 "$tmp/ahead$mb" --steps 4 --op-profile --set flops_profiler.enabled=false --set zero_optimization.stage=0 \
+    --set zero_optimization.offload_optimizer.device=none --set train_micro_batch_size_per_gpu=$mb
+  rows=$(awk '$1 == "optim_rows" {print $3}' "$tmp/ahead$mb.err") all=$(awk '$1 == "optim" {print $3}' "$tmp/ahead$mb.err")
+  want=$([ $mb = 8 ] && echo "2 6" || echo " 6")
+  [ "$rows $all" = "$want" ] || fail "micro-batch $mb: $rows optim_rows and $all optim a step, want $want"
+done
+
 run 2 "$tmp/two" --steps 2 --set flops_profiler.output_file=null --set flops_profiler.detailed=false
 grep -q "^zinf\[rank 0\]: info: flops_profiler: step 2 on " "$tmp/two.err" || fail "2 ranks: no profile logged"
 grep -q "^zinf\[rank 0\]: info: gemm  *bf16  " "$tmp/two.err" || fail "2 ranks: no gemm row: $(grep -A3 flops_profiler "$tmp/two.err")"
