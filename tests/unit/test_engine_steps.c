@@ -5,8 +5,9 @@
 //   (one of them set by hand after the backward), and the first AdamW step from them,
 //   clipped as DeepSpeed clips, is what a direct computation in double gives;
 // - the trace: a stage-3 run whose module order changes (an evaluation forward before
-//   the training forward in steps 4-6) trains exactly as stage 0 does, and says that
-//   execution departed from its trace once per change;
+//   the training forward in steps 4-6) trains exactly as stage 0 does (whose lookups
+//   read their rows ahead of the embedding's update), on GPT-2 and on a tied Llama,
+//   and says that execution departed from its trace once per change;
 // - a state set between backward and step (the NVMe tier has started reading the
 //   next update's first sub-groups by then) is the one the step uses: optimizer on
 //   NVMe gives the device tier's weights;
@@ -35,15 +36,20 @@
 
 enum { B = 2, T = 16, V = 64 };
 
-// An engine taking steps of `micro` micro-batches of B sequences.
-static zinf_engine *make_accumulating(zinf_comm *comm, zinf_config *cfg, int micro, const char *extra) {
+// An engine taking steps of `micro` micro-batches of B sequences of a tiny GPT-2 (tied,
+// learned positions) or with llama a tiny tied Llama (grouped heads): the lookup reads
+// two tables or one.
+static zinf_engine *make_model(zinf_comm *comm, zinf_config *cfg, int micro, bool llama, const char *extra) {
     char json[2048];
     snprintf(json, sizeof json,
              "{\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": %d, \"seed\": 7,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-2, \"weight_decay\": 0.1}},"
-             " \"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": %d, \"block_size\": %d},"
+             " \"model\": {%s\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": %d, \"block_size\": %d},"
              " \"device\": {\"backend\": \"%s\"}%s}",
-             micro * B, B, V, T, getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host", extra);
+             micro * B, B,
+             llama ? "\"arch\": \"llama\", \"n_kv_head\": 1, \"intermediate_size\": 64, \"tie_word_embeddings\": true, "
+                   : "",
+             V, T, getenv("ZINF_TEST_BACKEND") ? getenv("ZINF_TEST_BACKEND") : "host", extra);
     zinf_engine *e = NULL;
     CHECK(zinf_config_parse(cfg, json, "test config", &(zinf_config_options){.world_size = 1}) == ZINF_OK, "%s",
           zinf_last_error());
@@ -51,8 +57,12 @@ static zinf_engine *make_accumulating(zinf_comm *comm, zinf_config *cfg, int mic
     return e;
 }
 
+static zinf_engine *make_accumulating(zinf_comm *comm, zinf_config *cfg, int micro, const char *extra) {
+    return make_model(comm, cfg, micro, false, extra);
+}
+
 static zinf_engine *make(zinf_comm *comm, zinf_config *cfg, const char *extra) {
-    return make_accumulating(comm, cfg, 1, extra);
+    return make_model(comm, cfg, 1, false, extra);
 }
 
 static void batch(int step, int32_t *in, int32_t *tg) {
@@ -305,22 +315,23 @@ static void run_trace(zinf_engine *e, double *loss, char digest[17]) {
     CHECK(zinf_engine_weights_digest(e, digest) == ZINF_OK, "%s", zinf_last_error());
 }
 
-static void test_trace_change(zinf_comm *comm) {
+static void test_trace_change(zinf_comm *comm, bool llama) {
     zinf_config c0, c3;
     double l0[8] = {0}, l3[8] = {0};
     char d0[17] = "", d3[17] = "";
-    zinf_engine *e0 = make(comm, &c0, ", \"bf16\": {\"enabled\": true}");
+    departures = 0;
+    zinf_engine *e0 = make_model(comm, &c0, 1, llama, ", \"bf16\": {\"enabled\": true}");
     // Tiny prefetch and reuse budgets, so gathers and releases happen all along the trace.
-    zinf_engine *e3 = make(comm, &c3,
-                           ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3,"
-                           " \"stage3_param_persistence_threshold\": 0, \"stage3_prefetch_bucket_size\": 5000,"
-                           " \"stage3_max_reuse_distance\": 0}");
+    zinf_engine *e3 = make_model(comm, &c3, 1, llama,
+                                 ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3,"
+                                 " \"stage3_param_persistence_threshold\": 0, \"stage3_prefetch_bucket_size\": 5000,"
+                                 " \"stage3_max_reuse_distance\": 0}");
     if (e0) run_trace(e0, l0, d0);
     zinf_log_set_callback(count_departures, NULL);
     if (e3) run_trace(e3, l3, d3);
     zinf_log_set_callback(NULL, NULL);
-    CHECK(memcmp(l0, l3, sizeof l0) == 0 && strcmp(d0, d3) == 0, "stage 3 %s, stage 0 %s; last losses %.9g %.9g", d3,
-          d0, l3[7], l0[7]);
+    CHECK(memcmp(l0, l3, sizeof l0) == 0 && strcmp(d0, d3) == 0, "%s: stage 3 %s, stage 0 %s; last losses %.9g %.9g",
+          llama ? "llama" : "gpt2", d3, d0, l3[7], l0[7]);
     CHECK(departures == 2, "%d departures logged; the order changed twice (steps 4 and 7)", departures);
     zinf_engine_destroy(e0);
     zinf_engine_destroy(e3);
@@ -560,7 +571,8 @@ int main(int argc, char **argv) {
     test_clipping(comm, "none");
     test_clipping(comm, "cpu");
     test_held_gradients(comm);
-    test_trace_change(comm);
+    test_trace_change(comm, false);
+    test_trace_change(comm, true);
     test_state_set_late(comm);
     test_checkpoint_api(comm);
     test_plan(comm);
