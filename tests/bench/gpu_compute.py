@@ -252,7 +252,7 @@ def table(rows, models, m, out):
     print(f"\ngpu_compute: micro-batch {MICRO} x {SEQ} random tokens, bf16, AdamW on the device, stage 0, "
           f"median step; {m['gpu']}, {m['cores']} cores, commit {m['commit']}, {m['date']}", file=out)
     print(f"{'model':<14} {'trainer':<18} {'params':>8} {'step s':>8} {'tokens/s':>10} {'TFLOPS':>7} "
-          f"{'% 989':>6} {'zinf/torch':>10} {'GPU GiB':>8}", file=out)
+          f"{'% 989':>6} {'zinf/torch':>10} {'GPU GiB':>8} {'update wait s':>13}", file=out)
     for r in rows:
         label = MODELS[r["model"]].label
         if "error" in r:
@@ -261,8 +261,11 @@ def table(rows, models, m, out):
         t = ok.get((r["model"], "torch"))
         ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:10.2f}" if t and r["trainer"] != "torch" else f"{'':10}"
         gib = f"{r['gpu_peak_gib']:8.1f}" if r.get("gpu_peak_gib") is not None else f"{'':8}"
+        # zinf's: the median step's idle time on the compute stream waiting for the update
+        # under the forward, what of the update the card did not hide.
+        wait = f"{r['wait_optim_s']:13.4f}" if "wait_optim_s" in r else ""
         print(f"{label:<14} {r['trainer']:<18} {r['params'] / 1e6:7.0f}M {r['step_s']:8.3f} {r['tokens_per_s']:10.0f} "
-              f"{r['tflops']:7.1f} {100 * r['tflops'] / H100_BF16_TFLOPS:5.1f}% {ratio} {gib}", file=out)
+              f"{r['tflops']:7.1f} {100 * r['tflops'] / H100_BF16_TFLOPS:5.1f}% {ratio} {gib} {wait}", file=out)
 
     def goal(text, value, fmt, target, met):
         if value is None:
