@@ -288,6 +288,23 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     return st;
 }
 
+// Module i's part of the device's optimizer states from element `from` of it on: its
+// held 16-bit gradient grad16 (NULL: the fp32 gradients), and the new 16-bit copy
+// written to out (NULL: none, the parameters are the fp32 master's).
+static zinf_optim_tile module_tile(const zinf_engine *e, int i, const void *grad16, void *out, size_t from) {
+    const mod_layout *l = &e->layout[i];
+    size_t at = l->part_off + from;
+    return (zinf_optim_tile){.param = e->optim.master + at,
+                             .exp_avg = e->optim.exp_avg + at,
+                             .exp_avg_sq = e->optim.exp_avg_sq + at,
+                             .grad = grad16 ? (const char *)grad16 + from * e->elem_size
+                                            : (const void *)(e->optim.grads32 + at),
+                             .grad_dtype = grad16 ? e->dtype : ZINF_DTYPE_F32,
+                             .out = out ? (char *)out + from * e->elem_size : NULL,
+                             .out_dtype = out ? e->dtype : ZINF_DTYPE_NONE,
+                             .n = l->part_n - from};
+}
+
 // The optimizer on the device, on stream s after the backward: every module's part, or
 // with offload_optimizer.ratio below 1 those of the first sub-groups; in the order of
 // `order` (n modules) where given, each module's `updated` event recorded after it.
@@ -313,16 +330,7 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h, zinf_stre
         // into scratch the parameter tier takes it from.
         void *dst = e->params.storage->device_part(e, i), *tmp = NULL;
         if (!dst && !f32) ZINF_CHECK(engine_alloc(e, l->part_n * e->elem_size, "16-bit parameters", &tmp));
-        zinf_optim_tile t = {.param = e->optim.master + l->part_off,
-                             .exp_avg = e->optim.exp_avg + l->part_off,
-                             .exp_avg_sq = e->optim.exp_avg_sq + l->part_off,
-                             .grad = held ? e->grads.buffers16[i] : (void *)(e->optim.grads32 + l->part_off),
-                             .grad_dtype = held ? e->dtype : ZINF_DTYPE_F32,
-                             .out = f32   ? NULL
-                                    : dst ? dst
-                                          : tmp,
-                             .out_dtype = f32 ? ZINF_DTYPE_NONE : e->dtype,
-                             .n = l->part_n};
+        zinf_optim_tile t = module_tile(e, i, held ? e->grads.buffers16[i] : NULL, f32 ? NULL : dst ? dst : tmp, 0);
         ZINF_CHECK(zinf_device_optim(s, h, &t));
         // The parameters' stores may go on a stream of their own (a parameter tier's, or
         // at stages 1-2 an offloaded optimizer's with a ratio below 1): after the kernel.
@@ -537,17 +545,9 @@ static zinf_status rows_ahead(zinf_engine *e, const zinf_model_op *op, bool *ahe
     zinf_rows_read r[ZINF_ROWS_READ_MAX];
     int n = op->module == x ? zinf_model_rows_read(e->model, op, r) : 0;
     *ahead = n > 0;
-    const mod_layout *l = &e->layout[x < 0 ? 0 : x];
     for (int k = 0; k < n; k++) {
-        size_t o = r[k].offset;
-        zinf_optim_tile t = {.param = e->optim.master + l->part_off + o,
-                             .exp_avg = e->optim.exp_avg + l->part_off + o,
-                             .exp_avg_sq = e->optim.exp_avg_sq + l->part_off + o,
-                             .grad = (char *)e->optim.deferred_grad + o * e->elem_size,
-                             .grad_dtype = e->dtype,
-                             .out = (char *)e->params.storage->device_part(e, x) + o * e->elem_size,
-                             .out_dtype = e->dtype,
-                             .n = l->part_n - o};
+        zinf_optim_tile t =
+            module_tile(e, x, e->optim.deferred_grad, e->params.storage->device_part(e, x), r[k].offset);
         ZINF_CHECK(
             zinf_device_optim_rows(e->compute_stream, &e->optim.deferred_h, &t, r[k].rows, r[k].count, r[k].row_len));
     }
