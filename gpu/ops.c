@@ -380,12 +380,19 @@ zinf_status zinf_dequantize(zinf_stream *s, int bits, const void *q, const float
     return launch(s, OP_DEQUANTIZE, dt, &r);
 }
 
-zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const zinf_optim_tile *t) {
-    op_record r = {.u.optim = {.h = *h, .t = *t}};
-    // The same checks and constants as cpu_adam, so a bad hyperparameter fails here.
-    ZINF_CHECK(zinf_optim_consts_of(h, t, &r.u.optim.c));
+// The record of an optimizer op, checked: the same checks and constants as cpu_adam, so
+// a bad hyperparameter fails here.
+static zinf_status optim_record(const zinf_optim_hparams *h, const zinf_optim_tile *t, op_record *r) {
+    r->u.optim.h = *h, r->u.optim.t = *t;
+    ZINF_CHECK(zinf_optim_consts_of(h, t, &r->u.optim.c));
     if (t->from_param)
         return zinf_fail(ZINF_ERR_UNSUPPORTED, "device optimizer: updates in place only (from_param set)");
+    return ZINF_OK;
+}
+
+zinf_status zinf_device_optim(zinf_stream *s, const zinf_optim_hparams *h, const zinf_optim_tile *t) {
+    op_record r = {0};
+    ZINF_CHECK(optim_record(h, t, &r));
     return launch(s, OP_OPTIM, t->grad_dtype, &r);
 }
 
@@ -394,10 +401,8 @@ zinf_status zinf_device_optim_rows(zinf_stream *s, const zinf_optim_hparams *h, 
     REQUIRE(count >= 0 && row_len > 0, "optim_rows", "count must not be negative and row_len must be positive");
     REQUIRE(t->out_dtype == ZINF_DTYPE_BF16 || t->out_dtype == ZINF_DTYPE_F16, "optim_rows",
             "the new weights go to a 16-bit out (out_dtype bf16 or fp16)");
-    op_record r = {.u.optim = {.h = *h, .t = *t, .rows = rows, .count = count, .row_len = row_len}};
-    ZINF_CHECK(zinf_optim_consts_of(h, t, &r.u.optim.c));
-    if (t->from_param)
-        return zinf_fail(ZINF_ERR_UNSUPPORTED, "device optimizer: updates in place only (from_param set)");
+    op_record r = {.u.optim = {.rows = rows, .count = count, .row_len = row_len}};
+    ZINF_CHECK(optim_record(h, t, &r));
     if (count == 0) return ZINF_OK;
     return launch(s, OP_OPTIM_ROWS, t->grad_dtype, &r);
 }

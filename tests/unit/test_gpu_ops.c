@@ -1213,17 +1213,39 @@ static zinf_optim_hparams optim_hparams(zinf_optimizer kind) {
                                 .grad_scale = 0.5f};
 }
 
+// An optimizer's n inputs, random (the second moments not negative), on the host (the
+// gradients also packed as grad_dt in gp) and copied to the device.
+typedef struct optim_inputs {
+    float *p, *m, *v, *g, *dp, *dm, *dv;
+    void *gp, *dg;
+} optim_inputs;
+
+static optim_inputs optim_inputs_make(zinf_dtype grad_dt, size_t n) {
+    optim_inputs in = {.p = randv(ZINF_DTYPE_F32, n, 1),
+                       .m = randv(ZINF_DTYPE_F32, n, 0.1),
+                       .v = randv(ZINF_DTYPE_F32, n, 0.1),
+                       .g = randv(grad_dt, n, 1)};
+    for (size_t i = 0; i < n; i++)
+        in.v[i] = fabsf(in.v[i]);
+    in.gp = test_pack(grad_dt, in.g, n);
+    in.dp = to_device(dev, S, in.p, n * 4), in.dm = to_device(dev, S, in.m, n * 4);
+    in.dv = to_device(dev, S, in.v, n * 4), in.dg = to_device(dev, S, in.gp, n * zinf_dtype_size(grad_dt));
+    return in;
+}
+
+static void optim_inputs_free(optim_inputs *in) {
+    zinf_device_free(dev, in->dp), zinf_device_free(dev, in->dm), zinf_device_free(dev, in->dv);
+    zinf_device_free(dev, in->dg);
+    free(in->p), free(in->m), free(in->v), free(in->g), free(in->gp);
+}
+
 // n = 4099: eight elements a thread and the last three; with off, every array one
 // element past its 16-byte alignment, one element a thread.
 static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt, int off) {
     size_t n = 4099;
-    float *p = randv(ZINF_DTYPE_F32, n, 1), *m = randv(ZINF_DTYPE_F32, n, 0.1), *v = randv(ZINF_DTYPE_F32, n, 0.1);
-    for (size_t i = 0; i < n; i++)
-        v[i] = fabsf(v[i]);
-    float *g = randv(grad_dt, n, 1);
-    void *gp = test_pack(grad_dt, g, n);
-    float *dp = to_device(dev, S, p, n * 4), *dm = to_device(dev, S, m, n * 4), *dv = to_device(dev, S, v, n * 4);
-    void *dg = to_device(dev, S, gp, n * zinf_dtype_size(grad_dt));
+    optim_inputs in = optim_inputs_make(grad_dt, n);
+    float *p = in.p, *m = in.m, *v = in.v, *dp = in.dp, *dm = in.dm, *dv = in.dv;
+    void *gp = in.gp, *dg = in.dg;
     void *dout = out_dt ? test_dev_poisoned(dev, S, n * 2) : NULL, *hout = out_dt ? malloc(n * 2) : NULL;
     void *want_out = out_dt ? malloc(n * 2) : NULL;
     zinf_optim_hparams h = optim_hparams(kind);
@@ -1252,9 +1274,9 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
     }
     CHECK(same, "device optimizer %d (grads %s, copy %s%s) differs from cpu_adam", kind, zinf_dtype_name(grad_dt),
           zinf_dtype_name(out_dt), off ? ", unaligned" : "");
-    zinf_device_free(dev, dp), zinf_device_free(dev, dm), zinf_device_free(dev, dv), zinf_device_free(dev, dg);
+    optim_inputs_free(&in);
     zinf_device_free(dev, dout);
-    free(p), free(m), free(v), free(g), free(gp), free(hp), free(hm), free(hv), free(hout), free(want_out);
+    free(hp), free(hm), free(hv), free(hout), free(want_out);
 }
 
 // zinf_device_optim_rows against cpu_adam's update of the whole tile: the rows asked
@@ -1264,14 +1286,10 @@ static void test_optim(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_d
 static void test_optim_rows(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype out_dt, int row_len) {
     const int R = 9, rows[] = {4, 0, 7, 4, 9, -1, 8};
     const int count = (int)LEN(rows);
-    size_t n = (size_t)R * row_len, gs = zinf_dtype_size(grad_dt);
-    float *p = randv(ZINF_DTYPE_F32, n, 1), *m = randv(ZINF_DTYPE_F32, n, 0.1), *v = randv(ZINF_DTYPE_F32, n, 0.1);
-    for (size_t i = 0; i < n; i++)
-        v[i] = fabsf(v[i]);
-    float *g = randv(grad_dt, n, 1);
-    void *gp = test_pack(grad_dt, g, n);
-    float *dp = to_device(dev, S, p, n * 4), *dm = to_device(dev, S, m, n * 4), *dv = to_device(dev, S, v, n * 4);
-    void *dg = to_device(dev, S, gp, n * gs), *dout = test_dev_poisoned(dev, S, n * 2);
+    size_t n = (size_t)R * row_len;
+    optim_inputs in = optim_inputs_make(grad_dt, n);
+    float *p = in.p, *m = in.m, *v = in.v, *dp = in.dp, *dm = in.dm, *dv = in.dv;
+    void *dout = test_dev_poisoned(dev, S, n * 2);
     int32_t *drows = to_device(dev, S, rows, sizeof rows);
     unsigned char *want = malloc(n * 2), *got = malloc(n * 2);
     float *hp = malloc(n * 4), *hm = malloc(n * 4), *hv = malloc(n * 4);
@@ -1280,7 +1298,7 @@ static void test_optim_rows(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype 
     zinf_optim_tile dtile = {.param = dp,
                              .exp_avg = dm,
                              .exp_avg_sq = dv,
-                             .grad = dg,
+                             .grad = in.dg,
                              .grad_dtype = grad_dt,
                              .out = dout,
                              .out_dtype = out_dt,
@@ -1292,7 +1310,7 @@ static void test_optim_rows(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype 
     // The whole tile's update on the host, its copy of the rows asked for kept.
     unsigned char *all = malloc(n * 2);
     zinf_optim_tile htile = dtile;
-    htile.param = p, htile.exp_avg = m, htile.exp_avg_sq = v, htile.grad = gp, htile.out = all;
+    htile.param = p, htile.exp_avg = m, htile.exp_avg_sq = v, htile.grad = in.gp, htile.out = all;
     TRY(zinf_optim_update(&h, &htile, ZINF_SIMD_SCALAR));
     for (int k = 0; k < count; k++)
         if (rows[k] >= 0 && rows[k] < R)
@@ -1314,10 +1332,19 @@ static void test_optim_rows(zinf_optimizer kind, zinf_dtype grad_dt, zinf_dtype 
     CHECK_CONTAINS(zinf_last_error(), "optim_rows");
     CHECK(zinf_device_optim_rows(S, &h, &dtile, drows, count, 0) == ZINF_ERR_INVAL,
           "optim_rows with row_len 0 accepted");
-    void *bufs[] = {dp, dm, dv, dg, dout, drows};
-    for (size_t i = 0; i < LEN(bufs); i++)
-        zinf_device_free(dev, bufs[i]);
-    free(p), free(m), free(v), free(g), free(gp), free(want), free(got), free(all), free(hp), free(hm), free(hv);
+    CHECK(zinf_device_optim_rows(S, &h, &dtile, drows, -1, row_len) == ZINF_ERR_INVAL,
+          "optim_rows with count -1 accepted");
+    CHECK_CONTAINS(zinf_last_error(), "count must not be negative");
+    // The device updates in place: states given apart (from_*) are refused by both ops.
+    zinf_optim_tile apart = dtile;
+    apart.from_param = dp, apart.from_exp_avg = dm, apart.from_exp_avg_sq = dv;
+    CHECK(zinf_device_optim(S, &h, &apart) == ZINF_ERR_UNSUPPORTED, "device optimizer with from_param accepted");
+    CHECK(zinf_device_optim_rows(S, &h, &apart, drows, count, row_len) == ZINF_ERR_UNSUPPORTED,
+          "optim_rows with from_param accepted");
+    CHECK_CONTAINS(zinf_last_error(), "from_param");
+    optim_inputs_free(&in);
+    zinf_device_free(dev, dout), zinf_device_free(dev, drows);
+    free(want), free(got), free(all), free(hp), free(hm), free(hv);
 }
 
 // dev and S anew: a CUDA device remembers cuBLASLt's answer for each product, so the
