@@ -315,7 +315,8 @@ typedef struct optimizer {
     // On the device under the forward, the module whose update waits for its first op
     // (-1: none): the lookup, which reads only some rows of it, computed ahead from the
     // states as they are (step.c's rows_ahead). Its update is issued after that op
-    // (update_deferred) with the step's hyperparameters and its held gradient, kept here.
+    // (update_deferred) with the step's hyperparameters and a held gradient, kept here
+    // (fp32 gradients stay in grads32 until the next backward).
     int deferred;
     zinf_optim_hparams deferred_h;
     void *deferred_grad;

@@ -444,14 +444,17 @@ static zinf_status run_in_step(zinf_engine *e, const zinf_optim_hparams *h, zinf
 
 // Whether module x's update can wait for its first use, the forward's first op: that op
 // reads only some rows of x (the lookup), which the compute stream can compute ahead of
-// the update from x's states and held 16-bit gradient on the device, into its 16-bit
-// buffer there (the whole module this rank's part).
+// the update from x's states and gradient on the device, into its 16-bit buffer there
+// (the whole module this rank's part). The gradient must outlive the step: a held 16-bit
+// one is kept aside for it (run_under_forward), the fp32 gradients stay until the next
+// backward overwrites them, after its settle has issued the update; but held gradients
+// beside fp32 ones a hand made (states_grads_to_fp32) are both freed with the step.
 static bool defers(zinf_engine *e, int x) {
     int nf;
     const zinf_model_op *first = zinf_model_schedule(e->model, false, &nf);
     zinf_rows_read rows[ZINF_ROWS_READ_MAX];
     const mod_layout *l = &e->layout[x];
-    return nf > 0 && first->module == x && e->grads.held && !e->optim.grads32 && e->dtype != ZINF_DTYPE_F32 &&
+    return nf > 0 && first->module == x && !(e->grads.held && e->optim.grads32) && e->dtype != ZINF_DTYPE_F32 &&
            states_on_device(e, x) && l->part_n == l->padded && e->params.storage->device_part(e, x) &&
            zinf_model_rows_read(e->model, first, rows) > 0;
 }
@@ -472,9 +475,11 @@ static zinf_status run_under_forward(zinf_engine *e, const zinf_optim_hparams *h
     ZINF_CHECK(update(e, h, e->params.store_stream, sh->order + defer, sh->n - defer));
     if (defer) {
         int x = sh->order[0];
-        ZINF_CHECK(need_grad(e, x, false));
         e->optim.deferred = x, e->optim.deferred_h = *h;
-        e->optim.deferred_grad = e->grads.buffers16[x], e->grads.buffers16[x] = NULL;
+        if (e->grads.held) { // kept from states_zero_grads
+            ZINF_CHECK(need_grad(e, x, false));
+            e->optim.deferred_grad = e->grads.buffers16[x], e->grads.buffers16[x] = NULL;
+        }
     }
     ZINF_CHECK(step_times(e, info));
     ZINF_CHECK(states_zero_grads(e, e->params.store_stream));
@@ -526,15 +531,17 @@ static zinf_status nothing_to_wait(zinf_engine *e, int x, zinf_stream *s) {
 }
 
 // The deferred module's update, on the store stream after the compute stream's work so
-// far (the rows computed ahead and the op that read them); its held gradient freed after.
+// far (the rows computed ahead and the op that read them); a held gradient freed after.
 static zinf_status update_deferred(zinf_engine *e) {
     int x = e->optim.deferred;
     if (x < 0) return ZINF_OK;
     e->optim.deferred = -1;
-    e->grads.buffers16[x] = e->optim.deferred_grad, e->optim.deferred_grad = NULL;
+    void *held = e->optim.deferred_grad;
+    e->optim.deferred_grad = NULL;
+    if (held) e->grads.buffers16[x] = held; // update() reads a held gradient from there
     zinf_status st = update(e, &e->optim.deferred_h, e->params.store_stream, &x, 1);
-    zinf_status freed = engine_free_after(e, e->grads.buffers16[x], e->params.store_stream);
-    e->grads.buffers16[x] = NULL;
+    if (held) e->grads.buffers16[x] = NULL;
+    zinf_status freed = engine_free_after(e, held, e->params.store_stream);
     return st != ZINF_OK ? st : freed;
 }
 

@@ -62,16 +62,21 @@ for l in lines[at + 2:]:
 assert sorted(got) == [tuple(x) for x in json.load(open(sys.argv[2]))], (sorted(got), open(sys.argv[2]).read())
 PY
 
-# Stage 0 with the optimizer on the device and one micro-batch a step (held gradients):
-# the embedding's update waits for the lookup, which gets the new weights of the rows it
-# reads computed ahead (wte's and wpe's: two optim_rows a step), the other five modules'
-# updates issued with the step; with two micro-batches (fp32 gradients) all six are.
-for mb in 8 4; do
-  run 1 "$tmp/ahead$mb" --steps 4 --op-profile --set flops_profiler.enabled=false --set zero_optimization.stage=0 \
-    --set zero_optimization.offload_optimizer.device=none --set train_micro_batch_size_per_gpu=$mb
-  rows=$(awk '$1 == "optim_rows" {print $3}' "$tmp/ahead$mb.err") all=$(awk '$1 == "optim" {print $3}' "$tmp/ahead$mb.err")
-  want=$([ $mb = 8 ] && echo "2 6" || echo " 6")
-  [ "$rows $all" = "$want" ] || fail "micro-batch $mb: $rows optim_rows and $all optim a step, want $want"
+# The optimizer on the device: the embedding's update waits for the lookup, which gets
+# the new weights of the rows it reads computed ahead (wte's and wpe's: two optim_rows a
+# step), the other five modules' updates issued with the step. So with one micro-batch a
+# step (held gradients), with two (fp32 gradients) and at stage 0 on 2 ranks (fp32
+# gradients all-reduced); at stage 1 on 2 ranks each rank holds half of the table's rows,
+# and all six updates go with the step.
+for c in "1 8 0" "1 4 0" "2 4 0" "2 4 1"; do
+  read -r np mb stage <<< "$c"
+  run $np "$tmp/ahead$np$mb$stage" --steps 4 --op-profile --set flops_profiler.enabled=false \
+    --set zero_optimization.stage=$stage --set zero_optimization.offload_optimizer.device=none \
+    --set train_micro_batch_size_per_gpu=$mb
+  f=$tmp/ahead$np$mb$stage.err
+  rows=$(awk '$1 == "optim_rows" {print $3}' "$f") all=$(awk '$1 == "optim" {print $3}' "$f")
+  want=$([ $stage = 0 ] && echo "2 6" || echo " 6")
+  [ "$rows $all" = "$want" ] || fail "$np rank(s), micro-batch $mb, stage $stage: $rows optim_rows and $all optim a step, want $want"
 done
 
 run 2 "$tmp/two" --steps 2 --set flops_profiler.output_file=null --set flops_profiler.detailed=false

@@ -7,7 +7,8 @@
 // - the trace: a stage-3 run whose module order changes (an evaluation forward before
 //   the training forward in steps 4-6) trains exactly as stage 0 does (whose lookups
 //   read their rows ahead of the embedding's update), on GPT-2 and on a tied Llama,
-//   and says that execution departed from its trace once per change;
+//   the Llama also with two micro-batches a step (fp32 gradients), and says that
+//   execution departed from its trace once per change;
 // - a state set between backward and step (the NVMe tier has started reading the
 //   next update's first sub-groups by then) is the one the step uses: optimizer on
 //   NVMe gives the device tier's weights;
@@ -298,8 +299,9 @@ static void count_departures(zinf_log_level level, int rank, const char *msg, vo
     if (strstr(msg, "departed from the recorded module trace")) departures++;
 }
 
-// 8 steps; in steps 4-6 an evaluation forward comes before the training forward.
-static void run_trace(zinf_engine *e, double *loss, char digest[17]) {
+// 8 steps of `micro` micro-batches; in steps 4-6 an evaluation forward comes before the
+// training forward.
+static void run_trace(zinf_engine *e, int micro, double *loss, char digest[17]) {
     for (int s = 0; s < 8; s++) {
         if (s >= 3 && s < 6) {
             int32_t in[B * T], tg[B * T];
@@ -307,7 +309,8 @@ static void run_trace(zinf_engine *e, double *loss, char digest[17]) {
             batch(100 + s, in, tg);
             CHECK(zinf_engine_forward(e, in, tg, B, &l) == ZINF_OK, "%s", zinf_last_error());
         }
-        if (!fwd_bwd(e, s)) return;
+        for (int k = 0; k < micro; k++)
+            if (!fwd_bwd(e, micro * s + k)) return;
         zinf_step_info si;
         CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
         loss[s] = si.loss;
@@ -315,23 +318,26 @@ static void run_trace(zinf_engine *e, double *loss, char digest[17]) {
     CHECK(zinf_engine_weights_digest(e, digest) == ZINF_OK, "%s", zinf_last_error());
 }
 
-static void test_trace_change(zinf_comm *comm, bool llama) {
+// Stage 0 (the optimizer on the device; with micro 1 its gradients held, with 2 in fp32)
+// against stage 3.
+static void test_trace_change(zinf_comm *comm, bool llama, int micro) {
     zinf_config c0, c3;
     double l0[8] = {0}, l3[8] = {0};
     char d0[17] = "", d3[17] = "";
     departures = 0;
-    zinf_engine *e0 = make_model(comm, &c0, 1, llama, ", \"bf16\": {\"enabled\": true}");
+    zinf_engine *e0 = make_model(comm, &c0, micro, llama, ", \"bf16\": {\"enabled\": true}");
     // Tiny prefetch and reuse budgets, so gathers and releases happen all along the trace.
-    zinf_engine *e3 = make_model(comm, &c3, 1, llama,
+    zinf_engine *e3 = make_model(comm, &c3, micro, llama,
                                  ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3,"
                                  " \"stage3_param_persistence_threshold\": 0, \"stage3_prefetch_bucket_size\": 5000,"
                                  " \"stage3_max_reuse_distance\": 0}");
-    if (e0) run_trace(e0, l0, d0);
+    if (e0) run_trace(e0, micro, l0, d0);
     zinf_log_set_callback(count_departures, NULL);
-    if (e3) run_trace(e3, l3, d3);
+    if (e3) run_trace(e3, micro, l3, d3);
     zinf_log_set_callback(NULL, NULL);
-    CHECK(memcmp(l0, l3, sizeof l0) == 0 && strcmp(d0, d3) == 0, "%s: stage 3 %s, stage 0 %s; last losses %.9g %.9g",
-          llama ? "llama" : "gpt2", d3, d0, l3[7], l0[7]);
+    CHECK(memcmp(l0, l3, sizeof l0) == 0 && strcmp(d0, d3) == 0,
+          "%s, %d micro-batches: stage 3 %s, stage 0 %s; last losses %.9g %.9g", llama ? "llama" : "gpt2", micro, d3,
+          d0, l3[7], l0[7]);
     CHECK(departures == 2, "%d departures logged; the order changed twice (steps 4 and 7)", departures);
     zinf_engine_destroy(e0);
     zinf_engine_destroy(e3);
@@ -571,8 +577,9 @@ int main(int argc, char **argv) {
     test_clipping(comm, "none");
     test_clipping(comm, "cpu");
     test_held_gradients(comm);
-    test_trace_change(comm, false);
-    test_trace_change(comm, true);
+    test_trace_change(comm, false, 1);
+    test_trace_change(comm, true, 1);
+    test_trace_change(comm, true, 2);
     test_state_set_late(comm);
     test_checkpoint_api(comm);
     test_plan(comm);
