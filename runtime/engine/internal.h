@@ -517,6 +517,9 @@ zinf_status states_land_grads(zinf_engine *e, int b, const float *from, bool pac
 // The squared norm and inf/NaN flag of each slice of module mod's host gradient this
 // rank holds, into norms (2 doubles per rank of the partition, at 2 (mod W + r)).
 zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms);
+// Rank r's slice of module mod's fp32 gradients on the device, its norms into
+// device_norms (at 2 (mod W + r)): the piece the step's norm takes.
+zinf_sumsq_piece states_device_grad_piece(const zinf_engine *e, int mod, size_t r);
 // mics.c
 void mics_settings(zinf_engine *e); // partition.ranks, partition.rank and replicas from the config and the world
 zinf_status mics_create(zinf_engine *e);

@@ -156,6 +156,26 @@ void reduce_bucket_sides(const zinf_engine *e, int b, bool *to_device, bool *to_
     }
 }
 
+// Piece k is the last of its module's gradient on the device in the step's last
+// backward: once it is added, the module's fp32 gradients there are final.
+static bool arrived(const zinf_engine *e, int k) {
+    int mod = e->grads.pieces[k].mod;
+    return !e->plan && e->grads.norms_on_arrival && e->grads.last_piece[mod] == k && states_on_device(e, mod);
+}
+
+// Their norms then, on the communication stream after the addition (one rank leaves it
+// idle; over several it goes on to the next bucket), under the rest of the backward
+// instead of in the step: the pieces and the kernel of grad_stats, so the same bits.
+static zinf_status arrival_norms(zinf_engine *e, int mod) {
+    for (size_t r = 0; r < (size_t)e->partition.ranks; r++) {
+        if (!partition_holds(e, r)) continue;
+        zinf_sumsq_piece sp = states_device_grad_piece(e, mod, r);
+        ZINF_CHECK(zinf_sumsq(e->comm_stream, ZINF_DTYPE_F32, sp.x, sp.n, sp.out));
+    }
+    e->grads.norms_taken[mod] = e->grads.backwards;
+    return ZINF_OK;
+}
+
 // Sum bucket b over the ranks and add this rank's parts to its gradient partition.
 static zinf_status flush(zinf_engine *e, int b) {
     const bucket *bk = &e->grads.buckets[b];
@@ -211,6 +231,7 @@ static zinf_status flush(zinf_engine *e, int b) {
             // The step's first reduction of a module overwrites the last step's sums.
             ZINF_CHECK(zinf_accumulate(e->comm_stream, dst, src, ZINF_DTYPE_F32, p->n, p->first && e->grads.stale));
         }
+        if (arrived(e, k)) ZINF_CHECK(arrival_norms(e, p->mod));
     }
     ZINF_CHECK(zinf_event_record(e->grads.bucket_free[b & 1], e->comm_stream));
     return e->cfg.zero.overlap_comm ? ZINF_OK : engine_wait_streams(e);
@@ -243,6 +264,10 @@ static zinf_status widen(zinf_engine *e, int first, size_t lo, size_t hi, const 
             ZINF_CHECK(zinf_accumulate(e->compute_stream, e->optim.grads32 + l->part_off + (p->lo - l->part_lo),
                                        (const char *)grad + (p->lo - lo) * e->elem_size, e->dtype, p->n,
                                        p->first && e->grads.stale));
+            if (arrived(e, k)) {
+                ZINF_CHECK(engine_comm_after_compute(e));
+                ZINF_CHECK(arrival_norms(e, p->mod));
+            }
             continue;
         }
         int b = p->bucket;

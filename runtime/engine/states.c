@@ -274,6 +274,13 @@ static float *host_grad_at(const zinf_engine *e, const mod_layout *l, size_t r) 
     return e->optim.host_grads32 + (l->part_off - e->optim.device_numel) + (r * l->slice - l->part_lo);
 }
 
+zinf_sumsq_piece states_device_grad_piece(const zinf_engine *e, int mod, size_t r) {
+    const mod_layout *l = &e->layout[mod];
+    return (zinf_sumsq_piece){.x = e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo),
+                              .n = l->slice,
+                              .out = e->grads.device_norms + 2 * ((size_t)mod * e->partition.ranks + r)};
+}
+
 zinf_status states_grad_norms(zinf_engine *e, int mod, double *norms) {
     const mod_layout *l = &e->layout[mod];
     size_t W = (size_t)e->partition.ranks;

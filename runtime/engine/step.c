@@ -222,9 +222,9 @@ zinf_status zinf_engine_backward(zinf_engine *e) {
 // Squared norm and inf/NaN flag of every (module, rank slice) piece, summed module by
 // module and rank by rank: the same pieces in the same order whatever the stage, so
 // the clip coefficient (and so the update) is the same bits at every stage. Most
-// pieces' norms were taken as their gradients became final in the last backward: held
-// ones on the device (reduce.c), those in host memory as they arrived (states.c). The
-// rest are taken here, alike.
+// pieces' norms were taken as their gradients became final in the last backward: those
+// on the device (reduce.c), those in host memory as they arrived (states.c). The rest
+// are taken here, alike.
 static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     size_t W = (size_t)e->partition.ranks, np = (size_t)e->module_count * W;
     bool dev = e->optim.device_numel > 0; // some modules' gradients are on the device
@@ -254,10 +254,8 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
         for (size_t r = 0; l->padded && r < W; r++)
             if (partition_holds(e, r)) {
                 on_device[i * W + r] = true;
-                pieces[npieces++] =
-                    (zinf_sumsq_piece){.x = e->optim.grads32 + l->part_off + (r * l->slice - l->part_lo),
-                                       .n = l->slice,
-                                       .out = e->grads.device_norms + 2 * (i * W + r)};
+                if (e->grads.norms_taken[i] != e->grads.backwards)
+                    pieces[npieces++] = states_device_grad_piece(e, i, r);
             }
     }
     zinf_status st = zinf_sumsq_many(e->compute_stream, pieces_dt, pieces, npieces);
