@@ -5,10 +5,28 @@
 #define ZINF_TEST_MODEL_H
 
 #include <math.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "gpu_test.h"
 #include "zinf_half.h"
+
+// A directory of this run's own for the files a test writes: CI runs each model test
+// under two seeds at once, over one directory of fixtures. Made on first use, removed
+// at exit once the test has removed what it wrote there.
+static char scratch_path[32];
+static inline void scratch_remove(void) { rmdir(scratch_path); }
+static inline const char *scratch_dir(void) {
+    if (!scratch_path[0]) {
+        snprintf(scratch_path, sizeof scratch_path, "/tmp/zinf-model-XXXXXX");
+        if (!mkdtemp(scratch_path)) {
+            perror(scratch_path);
+            exit(1);
+        }
+        atexit(scratch_remove);
+    }
+    return scratch_path;
+}
 
 // max |a - ref| / max |ref| over a tensor: its error relative to its own scale.
 static inline double rel_err(zinf_dtype dt, const void *a, const float *ref, size_t n) {

@@ -91,7 +91,7 @@ static void test_fp32(const fixture *fx) {
 
     // Written and read back: the same values; the noprefix writer is torch's.
     char path[600];
-    snprintf(path, sizeof path, "%s/gpt2-zinf-written.safetensors", dir);
+    snprintf(path, sizeof path, "%s/gpt2-zinf-written.safetensors", scratch_dir());
     TRY(zinf_model_write_weights(tr.m, path, ZINF_DTYPE_F32, ZINF_DTYPE_F32, (const void *const *)tr.h_w));
     for (int i = 0; i < tr.nmod; i++)
         if (tr.h_w[i]) memset(ck.h_w[i], 0x7f, zinf_model_module(tr.m, i)->numel * 4);

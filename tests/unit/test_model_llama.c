@@ -81,7 +81,7 @@ static void test_fp32(const fixture *fx) {
 
     // Written and read back: the same values, under the names transformers saved.
     char path[600];
-    snprintf(path, sizeof path, "%s/llama-%s-zinf-written.safetensors", dir, fx->name);
+    snprintf(path, sizeof path, "%s/llama-%s-zinf-written.safetensors", scratch_dir(), fx->name);
     TRY(zinf_model_write_weights(tr.m, path, ZINF_DTYPE_F32, ZINF_DTYPE_F32, (const void *const *)tr.h_w));
     for (int i = 0; i < tr.nmod; i++)
         if (ck.h_w[i]) memset(ck.h_w[i], 0x7f, zinf_model_module(tr.m, i)->numel * 4);
@@ -142,7 +142,7 @@ static void test_configs(const fixture *fx) {
     char *json;
     TRY(zinf_model_hf_config(&s, ZINF_DTYPE_F32, &json));
     char d[600], f[700];
-    snprintf(d, sizeof d, "%s/llama-%s-zinf-config", dir, fx->name);
+    snprintf(d, sizeof d, "%s/llama-%s-zinf-config", scratch_dir(), fx->name);
     mkdir(d, 0755);
     snprintf(f, sizeof f, "%s/config.json", d);
     FILE *o = fopen(f, "w");
@@ -200,7 +200,7 @@ static void test_bad_configs(void) {
          "model.intermediate_size: 1099511627776 is above zinf's limit"},
     };
     char d[600], f[700];
-    snprintf(d, sizeof d, "%s/llama-bad-config", dir);
+    snprintf(d, sizeof d, "%s/llama-bad-config", scratch_dir());
     mkdir(d, 0755);
     snprintf(f, sizeof f, "%s/config.json", d);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
