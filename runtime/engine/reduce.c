@@ -231,9 +231,11 @@ static zinf_status flush(zinf_engine *e, int b) {
             // The step's first reduction of a module overwrites the last step's sums.
             ZINF_CHECK(zinf_accumulate(e->comm_stream, dst, src, ZINF_DTYPE_F32, p->n, p->first && e->grads.stale));
         }
-        if (arrived(e, k)) ZINF_CHECK(arrival_norms(e, p->mod));
     }
     ZINF_CHECK(zinf_event_record(e->grads.bucket_free[b & 1], e->comm_stream));
+    // The norms read the fp32 gradients, not the bucket: after its buffer is free again.
+    for (int k = bk->first; to_device && k < bk->first + bk->count; k++)
+        if (arrived(e, k)) ZINF_CHECK(arrival_norms(e, e->grads.pieces[k].mod));
     return e->cfg.zero.overlap_comm ? ZINF_OK : engine_wait_streams(e);
 }
 
