@@ -12,6 +12,8 @@
 // - a state set between backward and step (the NVMe tier has started reading the
 //   next update's first sub-groups by then) is the one the step uses: optimizer on
 //   NVMe gives the device tier's weights;
+// - a gradient set right after a step, before the next forward (at stage 0 before the
+//   embedding's deferred update has run, with fp32 gradients), trains as at stage 3;
 // - checkpoints only between steps, and a saved state loads back whole;
 // - held gradients (bf16 on one rank with the optimizer on the device: the step reads
 //   the backward's own) read back, set by hand, and added to by a second backward
@@ -350,6 +352,39 @@ static void test_trace_change(zinf_comm *comm, bool llama, int micro) {
     zinf_config_free(&c3);
 }
 
+// Two bf16 steps of two micro-batches from a tiny tied Llama at `stage`, a gradient set
+// between them (before the next forward, so before the deferred embedding's update at
+// stage 0 has run: the set must wait for it); the weights after in w (n of them).
+static float *set_after_step(zinf_comm *comm, int stage, size_t *n) {
+    zinf_config cfg;
+    char extra[128];
+    snprintf(extra, sizeof extra, ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": %d}", stage);
+    zinf_engine *e = make_model(comm, &cfg, 2, true, extra);
+    float *w = NULL, g[32];
+    for (int i = 0; i < 32; i++)
+        g[i] = 0.01f * (float)(i - 16);
+    zinf_step_info si;
+    for (int s = 0; e && s < 2; s++) {
+        if (!fwd_bwd(e, 2 * s) || !fwd_bwd(e, 2 * s + 1)) break;
+        CHECK(zinf_engine_step(e, &si) == ZINF_OK, "%s", zinf_last_error());
+        CHECK(s || zinf_engine_set_full(e, "model.norm.weight", ZINF_STATE_GRAD, g) == ZINF_OK, "%s",
+              zinf_last_error());
+    }
+    if (e) w = engine_all_of(e, ZINF_STATE_PARAM, n);
+    zinf_engine_destroy(e);
+    zinf_config_free(&cfg);
+    return w;
+}
+
+static void test_set_after_step(zinf_comm *comm) {
+    size_t n0 = 0, n3 = 0;
+    float *w0 = set_after_step(comm, 0, &n0), *w3 = set_after_step(comm, 3, &n3);
+    CHECK(w0 && w3 && n0 == n3 && memcmp(w0, w3, n0 * sizeof *w0) == 0,
+          "a gradient set right after a step: stage 0 (its embedding's update deferred) trains differently from "
+          "stage 3");
+    free(w0), free(w3);
+}
+
 // Checkpoints through the API: only between steps (a save or load in the middle of
 // accumulating micro-batches is refused and changes nothing), and a saved state
 // loads into a fresh engine as it was, moments included.
@@ -586,6 +621,7 @@ int main(int argc, char **argv) {
     test_trace_change(comm, true, 1);
     test_trace_change(comm, true, 2);
     test_state_set_late(comm);
+    test_set_after_step(comm);
     test_checkpoint_api(comm);
     test_plan(comm);
     zinf_comm_destroy(comm);
