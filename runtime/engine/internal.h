@@ -426,6 +426,10 @@ static inline bool partition_holds(const zinf_engine *e, size_t r) {
     return !e->partition.split || r == (size_t)e->partition.rank;
 }
 
+// The step reads the backward's own 16-bit gradients (grads.held), with no fp32 ones
+// made beside them (states_grads_to_fp32: a gradient set by hand, a second backward).
+static inline bool grads_read_held(const zinf_engine *e) { return e->grads.held && !e->optim.grads32; }
+
 // Module mod's optimizer states are on the device (optim.device_numel), and its gradients
 // are summed there.
 static inline bool states_on_device(const zinf_engine *e, int mod) {

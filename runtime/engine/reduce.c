@@ -303,7 +303,7 @@ static zinf_status held_norms(zinf_engine *e, int mod) {
 zinf_status reduce_module_ready(zinf_engine *e, int mod) {
     const mod_layout *l = &e->layout[mod];
     if (!l->padded || l->tile) return ZINF_OK; // a tiled module's tiles went as the model finished them
-    if (e->grads.held && !e->optim.grads32) return held_norms(e, mod);
+    if (grads_read_held(e)) return held_norms(e, mod);
     ZINF_CHECK(widen(e, e->grads.first_piece[mod], 0, l->slice, e->grads.buffers16[mod], l->slice));
     ZINF_CHECK(engine_free_after(e, e->grads.buffers16[mod], e->compute_stream));
     e->grads.buffers16[mod] = NULL;

@@ -171,7 +171,7 @@ void states_destroy(zinf_engine *e) {
 }
 
 zinf_status states_grads_to_fp32(zinf_engine *e) {
-    if (!e->grads.held || e->optim.grads32) return ZINF_OK;
+    if (!grads_read_held(e)) return ZINF_OK;
     ZINF_CHECK(engine_alloc(e, e->optim.device_numel * sizeof(float), "fp32 gradients for this step",
                             (void **)&e->optim.grads32));
     if (e->grads.stale) return ZINF_OK; // the next write or backward overwrites them
@@ -221,7 +221,7 @@ zinf_status states_read(zinf_engine *e, zinf_tier_state s, size_t off, size_t n,
         memset(dst, 0, n * sizeof *dst);
         return ZINF_OK;
     }
-    if (s == ZINF_TIER_GRAD && e->grads.held && !e->optim.grads32) return read_held(e, off, n, dst);
+    if (s == ZINF_TIER_GRAD && grads_read_held(e)) return read_held(e, off, n, dst);
     if (off >= e->optim.device_numel)
         return zinf_optim_tier_read(e->optim.tier, s, off - e->optim.device_numel, n, dst);
     ZINF_CHECK(zinf_copy_async(e->compute_stream, dst, *dev_state(e, s) + off, n * sizeof *dst, ZINF_COPY_D2H));

@@ -234,7 +234,7 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
     zinf_sumsq_piece *pieces = malloc(np * sizeof *pieces);
     bool *on_device = calloc(np, sizeof *on_device);
     int npieces = 0;
-    zinf_dtype pieces_dt = e->grads.held && !e->optim.grads32 ? e->dtype : ZINF_DTYPE_F32;
+    zinf_dtype pieces_dt = grads_read_held(e) ? e->dtype : ZINF_DTYPE_F32;
     if (!h || !pieces || !on_device) {
         free(h), free(pieces), free(on_device);
         return zinf_fail(ZINF_ERR_NOMEM, "engine step: out of memory");
@@ -244,7 +244,7 @@ static zinf_status grad_stats(zinf_engine *e, double *sumsq, bool *nonfinite) {
         const mod_layout *l = &e->layout[i];
         if (!states_on_device(e, i)) continue;
         // Held: one rank, the whole module (no buffer: the backward did not reach it).
-        if (e->grads.held && !e->optim.grads32) {
+        if (grads_read_held(e)) {
             on_device[i] = e->grads.buffers16[i] != NULL;
             if (e->grads.buffers16[i] && e->grads.norms_taken[i] != e->grads.backwards)
                 pieces[npieces++] = (zinf_sumsq_piece){
@@ -310,7 +310,7 @@ static zinf_status update(zinf_engine *e, const zinf_optim_hparams *h, zinf_stre
     bool f32 = e->dtype == ZINF_DTYPE_F32;
     // Held gradients: the backward's own (one rank: the part is the whole module), zeros
     // where the backward did not reach.
-    bool held = e->grads.held && !e->optim.grads32;
+    bool held = grads_read_held(e);
     n = order ? n : e->module_count;
     for (int k = 0; held && k < n; k++) {
         int i = order ? order[k] : k;
@@ -452,7 +452,7 @@ static bool defers(zinf_engine *e, int x) {
     const zinf_model_op *first = zinf_model_schedule(e->model, false, &nf);
     zinf_rows_read rows[ZINF_ROWS_READ_MAX];
     const mod_layout *l = &e->layout[x];
-    return nf > 0 && first->module == x && !(e->grads.held && e->optim.grads32) && e->dtype != ZINF_DTYPE_F32 &&
+    return nf > 0 && first->module == x && (grads_read_held(e) || !e->grads.held) && e->dtype != ZINF_DTYPE_F32 &&
            states_on_device(e, x) && l->part_n == l->padded && e->params.storage->device_part(e, x) &&
            zinf_model_rows_read(e->model, first, rows) > 0;
 }
